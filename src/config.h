@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * config.c: loads a rules file into a finalized RuleSet, choosing the format by
+ * extension (".ini" -> config-ini.c, ".json" -> config-json.c), and writes a
+ * RuleSet back out as normalized JSON (--dump-config).
+ * Pure apart from reading the one file; never logs: every problem goes to diag.
+ */
+
+#include <stdio.h>
+
+#include "diag.h"
+#include "rules.h"
+
+#define CONFIG_FILE_MAX                                                                                     \
+        (64u * 1024u * 1024u) /* bytes: larger files are refused before                                     \
+                               * parsing, so a wrong path (a log, a disk                                    \
+                               * image) cannot exhaust memory */
+
+/* Loads and validates path. Returns 0 and a finalized set in *ret, or a negative
+ * errno with every problem in diag (which the caller has diag_init()ed with path):
+ * -EINVAL invalid content, -EPROTONOSUPPORT unknown extension, -EFBIG too large,
+ * or the errno of open/read. *ret is untouched on failure. */
+int config_load(const char *path, RuleSet **ret, Diag *diag);
+
+/* Format loaders, on a NUL-terminated buffer of len bytes (for tests and fuzzers):
+ * they append rules to rs (not finalized) and report into diag. Return 0 or -EINVAL
+ * / -ENOMEM. */
+int config_ini_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
+int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
+
+/* Writes {"overrides": [...], "default": {...}} — a file config_json_parse() reads
+ * back into an equal RuleSet. Returns 0 or -ENOMEM / -EIO. */
+int config_dump_json(const RuleSet *rs, FILE *f);
+
+/* One-line summary for --check-config and logs: "12 rules (2 canary, 3 with actor)". */
+const char *config_summary(const RuleSet *rs, char *buf, size_t size);

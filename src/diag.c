@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+#include "diag.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void diag_init(Diag *d, const char *file) {
+        *d = (Diag){ .file = file ? strdup(file) : NULL };
+}
+
+void diag_done(Diag *d) {
+        for (size_t i = 0; i < d->n_messages; i++)
+                free(d->messages[i]);
+        free(d->messages);
+        free(d->file);
+        *d = (Diag){};
+}
+
+int diag_add(Diag *d, unsigned line, const char *fmt, ...) {
+        char *text = NULL, *msg = NULL;
+        va_list ap;
+        int r;
+
+        if (d->n_messages >= DIAG_MAX) {
+                d->n_dropped++;
+                return 0;
+        }
+
+        va_start(ap, fmt);
+        r = vasprintf(&text, fmt, ap);
+        va_end(ap);
+        if (r < 0)
+                return -ENOMEM;
+
+        const char *file = d->file ? d->file : "<config>";
+        if (line > 0)
+                r = asprintf(&msg, "%s:%u: %s", file, line, text);
+        else
+                r = asprintf(&msg, "%s: %s", file, text);
+        free(text);
+        if (r < 0)
+                return -ENOMEM;
+
+        if (d->n_messages % 8 == 0) {
+                char **m = realloc(d->messages, (d->n_messages + 8) * sizeof(char *));
+                if (!m) {
+                        free(msg);
+                        return -ENOMEM;
+                }
+                d->messages = m;
+        }
+        d->messages[d->n_messages++] = msg;
+        return 0;
+}
+
+size_t diag_count(const Diag *d) {
+        return d->n_messages + d->n_dropped;
+}
+
+void diag_print(const Diag *d, FILE *f) {
+        for (size_t i = 0; i < d->n_messages; i++)
+                fprintf(f, "%s\n", d->messages[i]);
+        if (d->n_dropped > 0)
+                fprintf(f, "%s: ... and %zu more errors\n", d->file ? d->file : "<config>", d->n_dropped);
+}

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * diag.c: a list of configuration error messages, each naming file, line and
+ * reason ("rules.ini:12: rule [method=GET]: creditLimit: not a non-negative integer").
+ * Loaders and the rule validator append; callers print or log them all at once,
+ * so one run of --check-config reports every error, not just the first.
+ */
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define DIAG_MAX                                                                                            \
+        100 /* messages kept; later ones are counted but dropped so that a                                  \
+             * garbage file cannot make us allocate without bound */
+
+typedef struct Diag {
+        char *file; /* owned; may be NULL */
+        char **messages;
+        size_t n_messages;
+        size_t n_dropped;
+} Diag;
+
+/* file may be NULL; it is copied. */
+void diag_init(Diag *d, const char *file);
+void diag_done(Diag *d);
+
+/* Appends "FILE:LINE: <formatted>" (line 0: "FILE: ..."). Returns 0 or -ENOMEM. */
+int diag_add(Diag *d, unsigned line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+size_t diag_count(const Diag *d); /* n_messages + n_dropped */
+
+/* Writes each message on its own line, plus a line for dropped ones. */
+void diag_print(const Diag *d, FILE *f);

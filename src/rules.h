@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * rules.c: the configuration model (an ordered list of rules), its validation,
+ * and the matcher that maps a parsed HIT request to the rules that apply.
+ *
+ * Pure code: no I/O beyond building a RuleSet from RuleDrafts handed in by the
+ * loaders (config-ini.c, config-json.c). A finished RuleSet is immutable; the
+ * server swaps whole RuleSets on reload.
+ */
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "diag.h"
+#include "protocol.h"
+
+#define RULES_MAX 100000 /* rules per config: bounds load time and memory */
+#define RULE_PATTERNS_MAX                                                                                   \
+        PROTO_PAIRS_MAX                           /* a rule needing more keys than a request may            \
+                                                   * carry could never match */
+#define RULE_CREDIT_LIMIT_MAX 9007199254740991ULL /* 2^53-1: exact in JSON numbers */
+#define RULE_RESET_SECONDS_MAX                                                                              \
+        3155760000ULL       /* 100 years: keeps now+reset far from                                          \
+                             * overflow in any time type */
+#define RULE_LABEL_MAX 255  /* ^[a-zA-Z0-9_-]{1,255}$ */
+#define RULE_TEXT_MAX  4096 /* bytes: comment, pattern keys/values, actorField */
+#define RULES_CANARY_MAX                                                                                    \
+        32                                     /* canary rules per config: bounds the work (and             \
+                                                * counters touched) per HIT */
+#define RULES_MATCH_MAX (RULES_CANARY_MAX + 1) /* rules one HIT can touch */
+#define RULE_ID_SIZE    16                     /* bytes of a rule's counter identity hash */
+
+typedef enum MatchPolicy {
+        MATCH_POLICY_STOP,
+        MATCH_POLICY_CANARY,
+        _MATCH_POLICY_MAX,
+        _MATCH_POLICY_INVALID = -EINVAL,
+} MatchPolicy;
+
+typedef enum PatternKind {
+        PATTERN_ANY,   /* "*": key present, any value */
+        PATTERN_EXACT, /* no '*': byte equality */
+        PATTERN_GLOB,  /* contains '*' elsewhere: whole-value glob, each '*' any run */
+        _PATTERN_KIND_MAX,
+        _PATTERN_KIND_INVALID = -EINVAL,
+} PatternKind;
+
+typedef struct RulePattern {
+        char *key; /* owned, NUL-terminated */
+        size_t key_len;
+        char *value; /* owned, NUL-terminated */
+        size_t value_len;
+        PatternKind kind;
+        /* PATTERN_GLOB: the value split at '*' into literal segments (pointing into
+         * value), computed once at load so matching never re-parses the glob. */
+        ProtoSlice *segments;
+        size_t n_segments;
+        bool anchored_start, anchored_end; /* no '*' at the start / end */
+} RulePattern;
+
+typedef struct Rule {
+        size_t index;          /* position in the config, 0-based */
+        unsigned line;         /* source line, for messages; 0 if unknown */
+        RulePattern *patterns; /* sorted by key (bytewise) */
+        size_t n_patterns;
+        uint64_t credit_limit;
+        uint64_t reset_seconds;
+        char *actor_field; /* owned; NULL if not set */
+        size_t actor_field_len;
+        MatchPolicy match_policy;
+        char *label;   /* owned; NULL if not set */
+        char *comment; /* owned; NULL if not set */
+        /* Counter identity: a hash of the canonical operation (sorted keys) +
+         * creditLimit + resetSeconds. Same value for a rule that is only
+         * reordered, relabelled or recommented, so its counters keep counting
+         * across a reload; different when its limits change. */
+        uint8_t id[RULE_ID_SIZE];
+} Rule;
+
+typedef struct RuleIndex RuleIndex; /* private to rules.c */
+
+typedef struct RuleSet {
+        char *source; /* owned: file it came from, for messages; may be NULL */
+        Rule *rules;
+        size_t n_rules;
+        size_t n_allocated;
+        bool finalized;
+        RuleIndex *index;
+} RuleSet;
+
+typedef enum RuleAttr {
+        RULE_ATTR_CREDIT_LIMIT,  /* "creditLimit" */
+        RULE_ATTR_RESET_SECONDS, /* "resetSeconds" */
+        RULE_ATTR_ACTOR_FIELD,   /* "actorField" */
+        RULE_ATTR_MATCH_POLICY,  /* "matchPolicy" */
+        RULE_ATTR_LABEL,         /* "label" */
+        RULE_ATTR_COMMENT,       /* "comment" */
+        _RULE_ATTR_MAX,
+        _RULE_ATTR_INVALID = -EINVAL,
+} RuleAttr;
+
+/* What a loader collected for one rule before validation: every value a string
+ * (JSON numbers are stringified by the loader) so all number/policy/label
+ * checks live here, once. */
+typedef struct RuleDraft {
+        unsigned line;                         /* line of the rule's start; 0 if unknown */
+        bool is_default;                       /* [default] / "default": empty operation */
+        ProtoPair patterns[RULE_PATTERNS_MAX]; /* slices into loader-owned memory */
+        size_t n_patterns;
+        const char *attrs[_RULE_ATTR_MAX];   /* NULL if absent; loader-owned */
+        unsigned attr_lines[_RULE_ATTR_MAX]; /* line of each attribute; 0: use line */
+} RuleDraft;
+
+const char *rule_attr_to_string(RuleAttr a);
+RuleAttr rule_attr_from_string(const char *s); /* exact case */
+
+void rule_draft_init(RuleDraft *d, unsigned line);
+
+/* Appends an operation pattern. Errors: -EEXIST duplicate key, -E2BIG too many,
+ * -EINVAL empty key or over RULE_TEXT_MAX. The slices must stay valid until
+ * ruleset_add(). */
+int rule_draft_add_pattern(RuleDraft *d, const char *key, size_t key_len, const char *value,
+                           size_t value_len);
+
+/* Sets a rule attribute by its config name (creditLimit, resetSeconds, actorField,
+ * matchPolicy, label, comment; exact case). Errors: -ENOENT unknown name (a typo like
+ * "creditlimit" must not silently become 0), -EEXIST set twice. The string must stay
+ * valid until ruleset_add(). */
+int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned line);
+
+int ruleset_new(const char *source, RuleSet **ret);
+RuleSet *ruleset_free(RuleSet *rs);
+static inline void ruleset_freep(RuleSet **rs) {
+        if (*rs)
+                ruleset_free(*rs);
+}
+
+/* Validates one draft and appends it as a Rule (copying all strings). On invalid
+ * input appends every problem to diag ("rule [op] (line N): reason") and returns
+ * -EINVAL; the rule is not added. -ENOMEM on allocation failure. */
+int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag);
+
+/* Whole-config checks, then builds the match index: at least one rule; last rule
+ * is a default (empty operation) with policy stop; no unreachable rule (shadowed
+ * by an earlier stop rule); unique labels; at most RULES_CANARY_MAX canaries.
+ * Returns 0, -EINVAL with messages in diag, or -ENOMEM. */
+int ruleset_finalize(RuleSet *rs, Diag *diag);
+
+/* Rules a request touches, in config order: every matching canary rule before the
+ * first matching stop rule, then that stop rule (always present in a finalized
+ * set, which ends with a default). Returns the count (>= 1, <= RULES_MATCH_MAX).
+ * No allocation; does not re-parse globs; uses the index so that a HIT does not
+ * walk every rule of a large config. */
+size_t ruleset_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]);
+
+/* True if pattern p matches value v (exposed for tests and the validator). */
+bool rule_pattern_match(const RulePattern *p, const char *v, size_t len);
+
+/* The actor of a request for rule r: the value of r->actor_field, "" when the
+ * field is absent, NULL slice (ptr == NULL) when the rule has no actorField. */
+ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req);
+
+/* "[method=GET path=/x]" or "[default]" into buf; for messages and --debug. */
+const char *rule_describe(const Rule *r, char *buf, size_t size);
+
+const char *match_policy_to_string(MatchPolicy p);
+MatchPolicy match_policy_from_string(const char *s);
