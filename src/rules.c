@@ -1,2 +1,1187 @@
 /* SPDX-License-Identifier: MIT */
-/* Placeholder: being written. */
+#include "rules.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "hash.h"
+
+#define EXCERPT_MAX 64 /* bytes of a user-supplied value quoted in a message */
+
+/* ---- names ------------------------------------------------------------------ */
+
+static const char *const rule_attr_table[_RULE_ATTR_MAX] = {
+        [RULE_ATTR_CREDIT_LIMIT] = "creditLimit",
+        [RULE_ATTR_RESET_SECONDS] = "resetSeconds",
+        [RULE_ATTR_ACTOR_FIELD] = "actorField",
+        [RULE_ATTR_MATCH_POLICY] = "matchPolicy",
+        [RULE_ATTR_LABEL] = "label",
+        [RULE_ATTR_COMMENT] = "comment",
+};
+
+static const char *const match_policy_table[_MATCH_POLICY_MAX] = {
+        [MATCH_POLICY_STOP] = "stop",
+        [MATCH_POLICY_CANARY] = "canary",
+};
+
+const char *rule_attr_to_string(RuleAttr a) {
+        if (a < 0 || a >= _RULE_ATTR_MAX)
+                return NULL;
+        return rule_attr_table[a];
+}
+
+RuleAttr rule_attr_from_string(const char *s) {
+        if (!s)
+                return _RULE_ATTR_INVALID;
+        for (int i = 0; i < _RULE_ATTR_MAX; i++)
+                if (strcmp(s, rule_attr_table[i]) == 0)
+                        return (RuleAttr) i;
+        return _RULE_ATTR_INVALID;
+}
+
+const char *rule_attr_names(void) {
+        return "creditLimit, resetSeconds, actorField, matchPolicy, label, comment";
+}
+
+const char *rule_attr_suggest(const char *s) {
+        if (!s)
+                return NULL;
+        for (int i = 0; i < _RULE_ATTR_MAX; i++)
+                if (strcasecmp(s, rule_attr_table[i]) == 0)
+                        return rule_attr_table[i];
+        return NULL;
+}
+
+const char *match_policy_to_string(MatchPolicy p) {
+        if (p < 0 || p >= _MATCH_POLICY_MAX)
+                return NULL;
+        return match_policy_table[p];
+}
+
+MatchPolicy match_policy_from_string(const char *s) {
+        if (!s)
+                return _MATCH_POLICY_INVALID;
+        for (int i = 0; i < _MATCH_POLICY_MAX; i++)
+                if (strcmp(s, match_policy_table[i]) == 0)
+                        return (MatchPolicy) i;
+        return _MATCH_POLICY_INVALID;
+}
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static int slice_cmp(const char *a, size_t a_len, const char *b, size_t b_len) {
+        size_t n = a_len < b_len ? a_len : b_len;
+        int c = n > 0 ? memcmp(a, b, n) : 0;
+        if (c != 0)
+                return c;
+        return a_len < b_len ? -1 : a_len > b_len ? 1 : 0;
+}
+
+static bool slice_eq(const char *a, size_t a_len, const char *b, size_t b_len) {
+        return a_len == b_len && (a_len == 0 || memcmp(a, b, a_len) == 0);
+}
+
+static char *memdup_nul(const char *p, size_t len) {
+        char *s = malloc(len + 1);
+        if (!s)
+                return NULL;
+        if (len > 0)
+                memcpy(s, p, len);
+        s[len] = '\0';
+        return s;
+}
+
+static bool has_control(const char *s) {
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+                if (*p < 0x20 || *p == 0x7f)
+                        return true;
+        return false;
+}
+
+/* Where to cut buf[0..pos) so that no UTF-8 sequence is split. */
+static size_t utf8_boundary(const char *buf, size_t pos) {
+        while (pos > 0 && ((unsigned char) buf[pos] & 0xc0) == 0x80)
+                pos--;
+        return pos;
+}
+
+/* A printable excerpt of a user-supplied string for messages: control bytes and '"'
+ * become '?', long strings are cut with "...". */
+static const char *excerpt(const char *s, char buf[static EXCERPT_MAX + 4]) {
+        size_t len = strlen(s), n = len > EXCERPT_MAX ? utf8_boundary(s, EXCERPT_MAX) : len;
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char) s[i];
+                buf[i] = c < 0x20 || c == 0x7f || c == '"' ? '?' : (char) c;
+        }
+        if (n < len)
+                memcpy(buf + n, "...", 3), n += 3;
+        buf[n] = '\0';
+        return buf;
+}
+
+/* Strict non-negative decimal: digits only (leading zeros allowed, "007" is 7), no
+ * sign, space, fraction, exponent or base prefix. -EINVAL if malformed, -ERANGE if
+ * above max (never wraps). */
+static int parse_uint(const char *s, uint64_t max, uint64_t *ret) {
+        uint64_t v = 0;
+
+        if (!s || !*s)
+                return -EINVAL;
+        for (const char *p = s; *p; p++)
+                if (*p < '0' || *p > '9')
+                        return -EINVAL;
+        for (const char *p = s; *p; p++) {
+                unsigned d = (unsigned) (*p - '0');
+                if (v > (max - d) / 10)
+                        return -ERANGE;
+                v = v * 10 + d;
+        }
+        *ret = v;
+        return 0;
+}
+
+static bool label_is_valid(const char *s) {
+        size_t n = 0;
+        for (const char *p = s; *p; p++, n++) {
+                char c = *p;
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '-'))
+                        return false;
+        }
+        return n >= 1 && n <= RULE_LABEL_MAX;
+}
+
+/* ---- describing rules ----------------------------------------------------------- */
+
+typedef struct Writer {
+        char *buf;
+        size_t size, len;
+        bool truncated;
+} Writer;
+
+static void writer_put(Writer *w, const char *p, size_t n) {
+        if (w->truncated)
+                return;
+        size_t room = w->size - 1 - w->len;
+        if (n > room) {
+                n = room;
+                w->truncated = true;
+        }
+        memcpy(w->buf + w->len, p, n);
+        w->len += n;
+}
+
+static void writer_put_char(Writer *w, char c) {
+        writer_put(w, &c, 1);
+}
+
+/* Writes a key or value as the protocol would accept it: bare if it has no
+ * whitespace, '=' or '"' and is not empty, else in double quotes. Bytes the
+ * protocol cannot carry ('"' in quotes, control bytes) are shown as '?'. */
+static void writer_put_token(Writer *w, const char *p, size_t n) {
+        bool quote = n == 0;
+        for (size_t i = 0; i < n && !quote; i++)
+                quote = strchr(" \t\r\n\v\f=\"", p[i]) != NULL && p[i] != '\0';
+        if (quote)
+                writer_put_char(w, '"');
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char) p[i];
+                writer_put_char(w, c < 0x20 || c == 0x7f || c == '"' ? '?' : (char) c);
+        }
+        if (quote)
+                writer_put_char(w, '"');
+}
+
+static const char *writer_finish(Writer *w) {
+        if (w->truncated && w->size >= 5) {
+                size_t pos = utf8_boundary(w->buf, w->size - 5);
+                memcpy(w->buf + pos, "...]", 4);
+                w->len = pos + 4;
+        }
+        w->buf[w->len] = '\0';
+        return w->buf;
+}
+
+const char *rule_describe(const Rule *r, char *buf, size_t size) {
+        Writer w = { .buf = buf, .size = size };
+
+        if (!buf || size == 0)
+                return buf;
+        if (r->n_patterns == 0) {
+                writer_put(&w, "[default]", 9);
+                return writer_finish(&w);
+        }
+        writer_put_char(&w, '[');
+        for (size_t i = 0; i < r->n_patterns; i++) {
+                const RulePattern *p = &r->patterns[i];
+                if (i > 0)
+                        writer_put_char(&w, ' ');
+                writer_put_token(&w, p->key, p->key_len);
+                writer_put_char(&w, '=');
+                writer_put_token(&w, p->value, p->value_len);
+        }
+        writer_put_char(&w, ']');
+        return writer_finish(&w);
+}
+
+const char *rule_draft_describe(const RuleDraft *d, char *buf, size_t size) {
+        Writer w = { .buf = buf, .size = size };
+        uint8_t order[RULE_PATTERNS_MAX];
+        size_t n = d->n_patterns < RULE_PATTERNS_MAX ? d->n_patterns : RULE_PATTERNS_MAX;
+
+        if (!buf || size == 0)
+                return buf;
+        if (n == 0) {
+                writer_put(&w, "[default]", 9);
+                return writer_finish(&w);
+        }
+        /* Insertion sort of at most RULE_PATTERNS_MAX indices by key. */
+        for (size_t i = 0; i < n; i++) {
+                size_t j = i;
+                for (; j > 0; j--) {
+                        const ProtoSlice *a = &d->patterns[order[j - 1]].key, *b = &d->patterns[i].key;
+                        if (slice_cmp(a->ptr, a->len, b->ptr, b->len) <= 0)
+                                break;
+                        order[j] = order[j - 1];
+                }
+                order[j] = (uint8_t) i;
+        }
+        writer_put_char(&w, '[');
+        for (size_t i = 0; i < n; i++) {
+                const ProtoPair *p = &d->patterns[order[i]];
+                if (i > 0)
+                        writer_put_char(&w, ' ');
+                writer_put_token(&w, p->key.ptr, p->key.len);
+                writer_put_char(&w, '=');
+                writer_put_token(&w, p->value.ptr, p->value.len);
+        }
+        writer_put_char(&w, ']');
+        return writer_finish(&w);
+}
+
+/* Appends "rule <desc> <reason>" to diag (which may be NULL). Returns 0 or -ENOMEM. */
+static int report(Diag *diag, unsigned line, const char *desc, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static int report(Diag *diag, unsigned line, const char *desc, const char *fmt, ...) {
+        char *reason = NULL;
+        va_list ap;
+        int r;
+
+        if (!diag)
+                return 0;
+        va_start(ap, fmt);
+        r = vasprintf(&reason, fmt, ap);
+        va_end(ap);
+        if (r < 0)
+                return -ENOMEM;
+        r = diag_add(diag, line, "rule %s %s", desc, reason);
+        free(reason);
+        return r;
+}
+
+/* ---- drafts --------------------------------------------------------------------- */
+
+void rule_draft_init(RuleDraft *d, unsigned line) {
+        *d = (RuleDraft){ .line = line };
+}
+
+int rule_draft_add_pattern(RuleDraft *d, const char *key, size_t key_len, const char *value,
+                           size_t value_len) {
+        if (!key || key_len == 0 || key_len > RULE_TEXT_MAX || value_len > RULE_TEXT_MAX ||
+            (!value && value_len > 0))
+                return -EINVAL;
+        for (size_t i = 0; i < d->n_patterns; i++)
+                if (slice_eq(d->patterns[i].key.ptr, d->patterns[i].key.len, key, key_len))
+                        return -EEXIST;
+        if (d->n_patterns >= RULE_PATTERNS_MAX)
+                return -E2BIG;
+        d->patterns[d->n_patterns++] = (ProtoPair){
+                .key = { key, key_len },
+                .value = { value ? value : "", value_len },
+        };
+        return 0;
+}
+
+int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned line) {
+        RuleAttr a = rule_attr_from_string(name);
+        if (a < 0)
+                return -ENOENT;
+        if (!value)
+                return -EINVAL;
+        if (d->attrs[a])
+                return -EEXIST;
+        d->attrs[a] = value;
+        d->attr_lines[a] = line;
+        return 0;
+}
+
+int rule_draft_set_diag(RuleDraft *d, const char *name, const char *value, unsigned line, Diag *diag) {
+        char desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
+        const char *suggestion;
+        int r, q;
+
+        r = rule_draft_set(d, name, value, line);
+        if (r >= 0)
+                return r;
+
+        rule_draft_describe(d, desc, sizeof desc);
+        if (r == -ENOENT) {
+                suggestion = rule_attr_suggest(name);
+                if (suggestion)
+                        q = report(diag, line, desc,
+                                   "has an unknown attribute \"%s\" (did you mean \"%s\"?)",
+                                   excerpt(name ? name : "", ex), suggestion);
+                else
+                        q = report(diag, line, desc, "has an unknown attribute \"%s\" (accepted: %s)",
+                                   excerpt(name ? name : "", ex), rule_attr_names());
+        } else if (r == -EEXIST) {
+                RuleAttr a = rule_attr_from_string(name);
+                unsigned first = d->attr_lines[a] ? d->attr_lines[a] : d->line;
+                q = report(diag, line, desc, "sets %s twice (first on line %u)", name, first);
+        } else
+                q = report(diag, line, desc, "has no value for %s", name);
+        return q < 0 ? q : r;
+}
+
+/* ---- rules ---------------------------------------------------------------------- */
+
+static void pattern_done(RulePattern *p) {
+        free(p->key);
+        free(p->value);
+        free(p->segments);
+        *p = (RulePattern){};
+}
+
+static void rule_done(Rule *r) {
+        for (size_t i = 0; i < r->n_patterns; i++)
+                pattern_done(&r->patterns[i]);
+        free(r->patterns);
+        free(r->actor_field);
+        free(r->label);
+        free(r->comment);
+        *r = (Rule){};
+}
+
+static int pattern_cmp(const void *a, const void *b) {
+        const RulePattern *x = a, *y = b;
+        return slice_cmp(x->key, x->key_len, y->key, y->key_len);
+}
+
+/* Classifies p->value and, for globs, splits it at '*' into its non-empty literal
+ * segments (pointing into p->value). */
+static int pattern_compile(RulePattern *p) {
+        const char *v = p->value;
+        size_t len = p->value_len, n = 0;
+
+        if (len == 1 && v[0] == '*') {
+                p->kind = PATTERN_ANY;
+                return 0;
+        }
+        if (!memchr(v, '*', len)) {
+                p->kind = PATTERN_EXACT;
+                return 0;
+        }
+
+        p->kind = PATTERN_GLOB;
+        p->anchored_start = v[0] != '*';
+        p->anchored_end = v[len - 1] != '*';
+        for (size_t i = 0; i < len; i++)
+                if (v[i] != '*' && (i == 0 || v[i - 1] == '*'))
+                        n++;
+        if (n == 0)
+                return 0; /* only stars: matches every value */
+        p->segments = calloc(n, sizeof(ProtoSlice));
+        if (!p->segments)
+                return -ENOMEM;
+        for (size_t i = 0; i < len;) {
+                if (v[i] == '*') {
+                        i++;
+                        continue;
+                }
+                size_t start = i;
+                while (i < len && v[i] != '*')
+                        i++;
+                p->segments[p->n_segments++] = (ProtoSlice){ v + start, i - start };
+        }
+        return 0;
+}
+
+static bool glob_match(const RulePattern *p, const char *v, size_t len) {
+        const ProtoSlice *s = p->segments;
+        size_t first = 0, last = p->n_segments, pos = 0, end = len;
+
+        if (p->anchored_start) {
+                if (last == 0 || s[0].len > len || memcmp(v, s[0].ptr, s[0].len) != 0)
+                        return false;
+                pos = s[0].len;
+                first = 1;
+        }
+        if (p->anchored_end && last > first) {
+                const ProtoSlice *e = &s[last - 1];
+                if (e->len > end - pos || memcmp(v + len - e->len, e->ptr, e->len) != 0)
+                        return false;
+                end = len - e->len;
+                last--;
+        }
+        /* The middle segments float: the leftmost occurrence of each is always the
+         * best choice, so one forward scan decides (no backtracking). */
+        for (size_t i = first; i < last; i++) {
+                const char *hit = memmem(v + pos, end - pos, s[i].ptr, s[i].len);
+                if (!hit)
+                        return false;
+                pos = (size_t) (hit - v) + s[i].len;
+        }
+        return true;
+}
+
+bool rule_pattern_match(const RulePattern *p, const char *v, size_t len) {
+        if (!v)
+                v = "";
+        switch (p->kind) {
+        case PATTERN_ANY:
+                return true;
+        case PATTERN_EXACT:
+                return slice_eq(v, len, p->value, p->value_len);
+        case PATTERN_GLOB:
+                return glob_match(p, v, len);
+        default:
+                return false;
+        }
+}
+
+static const ProtoSlice *request_get(const ProtoRequest *req, const char *key, size_t key_len) {
+        size_t n = req->n_pairs < PROTO_PAIRS_MAX ? req->n_pairs : PROTO_PAIRS_MAX;
+        for (size_t i = 0; i < n; i++)
+                if (slice_eq(req->pairs[i].key.ptr, req->pairs[i].key.len, key, key_len))
+                        return &req->pairs[i].value;
+        return NULL;
+}
+
+static bool rule_matches(const Rule *r, const ProtoRequest *req) {
+        for (size_t i = 0; i < r->n_patterns; i++) {
+                const RulePattern *p = &r->patterns[i];
+                const ProtoSlice *v = request_get(req, p->key, p->key_len);
+                if (!v || !rule_pattern_match(p, v->ptr, v->len))
+                        return false;
+        }
+        return true;
+}
+
+ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
+        if (!r->actor_field)
+                return (ProtoSlice){ NULL, 0 };
+        const ProtoSlice *v = request_get(req, r->actor_field, r->actor_field_len);
+        if (!v || !v->ptr)
+                return (ProtoSlice){ "", 0 };
+        return *v;
+}
+
+/* Counter identity. This encoding is part of the on-disk format (rule ids key the
+ * counters in the store): changing it orphans every counter, so bump
+ * STORE_FORMAT_VERSION if you must. hash128() over:
+ *
+ *   "divvyd-rule-id-v1"                       17 bytes, no NUL
+ *   u32le n_patterns
+ *   n_patterns x { u32le key_len, key bytes, u32le value_len, value bytes }
+ *                                             sorted by key, bytewise
+ *   u64le creditLimit
+ *   u64le resetSeconds
+ *   u8 0                                      no actorField, or
+ *   u8 1, u32le actor_len, actor bytes        with actorField
+ *
+ * Every variable-length field is length-prefixed, so no two different rules
+ * encode alike. Position, label, comment and matchPolicy are not included:
+ * reordering, relabelling, recommenting or promoting a canary keeps counting in
+ * the same counters across a reload. */
+#define RULE_ID_MAGIC "divvyd-rule-id-v1"
+
+static uint8_t *put_le(uint8_t *p, uint64_t v, unsigned bytes) {
+        for (unsigned i = 0; i < bytes; i++)
+                *p++ = (uint8_t) (v >> (8 * i));
+        return p;
+}
+
+static uint8_t *put_bytes(uint8_t *p, const char *s, size_t len) {
+        p = put_le(p, len, 4);
+        if (len > 0)
+                memcpy(p, s, len);
+        return p + len;
+}
+
+static int rule_compute_id(Rule *r) {
+        size_t size = strlen(RULE_ID_MAGIC) + 4 + 8 + 8 + 1 + 4 + r->actor_field_len;
+        for (size_t i = 0; i < r->n_patterns; i++)
+                size += 8 + r->patterns[i].key_len + r->patterns[i].value_len;
+
+        uint8_t *buf = malloc(size), *p = buf;
+        if (!buf)
+                return -ENOMEM;
+        memcpy(p, RULE_ID_MAGIC, strlen(RULE_ID_MAGIC));
+        p += strlen(RULE_ID_MAGIC);
+        p = put_le(p, r->n_patterns, 4);
+        for (size_t i = 0; i < r->n_patterns; i++) {
+                p = put_bytes(p, r->patterns[i].key, r->patterns[i].key_len);
+                p = put_bytes(p, r->patterns[i].value, r->patterns[i].value_len);
+        }
+        p = put_le(p, r->credit_limit, 8);
+        p = put_le(p, r->reset_seconds, 8);
+        if (r->actor_field) {
+                *p++ = 1;
+                p = put_bytes(p, r->actor_field, r->actor_field_len);
+        } else
+                *p++ = 0;
+        assert((size_t) (p - buf) <= size);
+        hash128(buf, (size_t) (p - buf), r->id);
+        free(buf);
+        return 0;
+}
+
+/* ---- rule sets -------------------------------------------------------------------- */
+
+typedef struct IndexSlot {
+        const char *value; /* a rule's pattern value; NULL: free slot */
+        size_t value_len;
+        uint64_t hash;
+        uint32_t start, count; /* range of RuleIndex.lists */
+} IndexSlot;
+
+struct RuleIndex {
+        const char *key; /* a rule's pattern key; NULL: no index, every rule is "other" */
+        size_t key_len;
+        IndexSlot *slots;
+        size_t mask;     /* n_slots - 1, n_slots a power of two */
+        uint32_t *lists; /* rule indices grouped by value, ascending in each group */
+        size_t n_indexed, n_values;
+        uint32_t *others; /* rules without an exact pattern on key, ascending */
+        size_t n_others;
+};
+
+static RuleIndex *rule_index_free(RuleIndex *ix) {
+        if (!ix)
+                return NULL;
+        free(ix->slots);
+        free(ix->lists);
+        free(ix->others);
+        free(ix);
+        return NULL;
+}
+
+int ruleset_new(const char *source, RuleSet **ret) {
+        RuleSet *rs = calloc(1, sizeof(RuleSet));
+        if (!rs)
+                return -ENOMEM;
+        if (source) {
+                rs->source = strdup(source);
+                if (!rs->source) {
+                        free(rs);
+                        return -ENOMEM;
+                }
+        }
+        *ret = rs;
+        return 0;
+}
+
+RuleSet *ruleset_free(RuleSet *rs) {
+        if (!rs)
+                return NULL;
+        for (size_t i = 0; i < rs->n_rules; i++)
+                rule_done(&rs->rules[i]);
+        free(rs->rules);
+        rule_index_free(rs->index);
+        free(rs->source);
+        free(rs);
+        return NULL;
+}
+
+static unsigned attr_line(const RuleDraft *d, RuleAttr a) {
+        return d->attr_lines[a] ? d->attr_lines[a] : d->line;
+}
+
+/* Parses a required number attribute. Returns 1 if valid, 0 if reported, -ENOMEM. */
+static int draft_number(const RuleDraft *d, RuleAttr a, uint64_t max, const char *desc, Diag *diag,
+                        uint64_t *ret) {
+        char ex[EXCERPT_MAX + 4];
+        const char *name = rule_attr_to_string(a), *s = d->attrs[a];
+        int r;
+
+        if (!s)
+                r = report(diag, d->line, desc, "has no %s (it is required)", name);
+        else {
+                r = parse_uint(s, max, ret);
+                if (r >= 0)
+                        return 1;
+                if (r == -ERANGE)
+                        r = report(diag, attr_line(d, a), desc, "%s %s is above the maximum %" PRIu64, name,
+                                   excerpt(s, ex), max);
+                else
+                        r = report(diag, attr_line(d, a), desc,
+                                   "%s \"%s\" is not a non-negative decimal integer", name, excerpt(s, ex));
+        }
+        return r < 0 ? r : 0;
+}
+
+/* Copies the draft's operation into r (sorted, compiled); reports bad patterns.
+ * Returns 1 if all valid, 0 if something was reported, -ENOMEM. */
+static int draft_patterns(const RuleDraft *d, Rule *r, const char *desc, Diag *diag) {
+        char ex[EXCERPT_MAX + 4];
+        int q = 0;
+        bool ok = true;
+
+        if (d->n_patterns > RULE_PATTERNS_MAX)
+                return report(diag, d->line, desc, "has more than %d operation keys", RULE_PATTERNS_MAX)
+                               ?: 0;
+        if (d->n_patterns == 0)
+                return 1;
+
+        r->patterns = calloc(d->n_patterns, sizeof(RulePattern));
+        if (!r->patterns)
+                return -ENOMEM;
+        for (size_t i = 0; i < d->n_patterns; i++) {
+                const ProtoPair *pp = &d->patterns[i];
+                const char *kp = pp->key.ptr ? pp->key.ptr : "", *vp = pp->value.ptr ? pp->value.ptr : "";
+                RulePattern *p = &r->patterns[r->n_patterns];
+
+                if (pp->key.len == 0 || pp->key.len > RULE_TEXT_MAX || pp->value.len > RULE_TEXT_MAX) {
+                        q = report(diag, d->line, desc,
+                                   "has an operation key or value that is empty or longer than %d bytes",
+                                   RULE_TEXT_MAX);
+                        if (q < 0)
+                                return q;
+                        ok = false;
+                        continue;
+                }
+                if (memchr(kp, '\0', pp->key.len) || memchr(vp, '\0', pp->value.len)) {
+                        q = report(diag, d->line, desc, "has a NUL byte in an operation key or value");
+                        if (q < 0)
+                                return q;
+                        ok = false;
+                        continue;
+                }
+                p->key = memdup_nul(kp, pp->key.len);
+                p->value = memdup_nul(vp, pp->value.len);
+                r->n_patterns++;
+                if (!p->key || !p->value)
+                        return -ENOMEM;
+                p->key_len = pp->key.len;
+                p->value_len = pp->value.len;
+        }
+        qsort(r->patterns, r->n_patterns, sizeof(RulePattern), pattern_cmp);
+        for (size_t i = 0; i < r->n_patterns; i++) {
+                RulePattern *p = &r->patterns[i];
+                if (i > 0 && pattern_cmp(&r->patterns[i - 1], p) == 0) {
+                        q = report(diag, d->line, desc, "has the operation key \"%s\" twice",
+                                   excerpt(p->key, ex));
+                        if (q < 0)
+                                return q;
+                        ok = false;
+                }
+                if (pattern_compile(p) < 0)
+                        return -ENOMEM;
+        }
+        return ok;
+}
+
+/* Copies an optional text attribute, reporting over-long values and (if
+ * no_control) control characters. Returns 1, 0 if reported, -ENOMEM. */
+static int draft_text(const RuleDraft *d, RuleAttr a, bool no_control, const char *desc, Diag *diag,
+                      char **ret, size_t *ret_len) {
+        const char *s = d->attrs[a], *name = rule_attr_to_string(a);
+        size_t len;
+        int q;
+
+        if (!s)
+                return 1;
+        len = strlen(s);
+        if (len > RULE_TEXT_MAX)
+                q = report(diag, attr_line(d, a), desc, "%s is longer than %d bytes", name, RULE_TEXT_MAX);
+        else if (no_control && has_control(s))
+                q = report(diag, attr_line(d, a), desc, "%s contains control characters", name);
+        else {
+                *ret = memdup_nul(s, len);
+                if (!*ret)
+                        return -ENOMEM;
+                if (ret_len)
+                        *ret_len = len;
+                return 1;
+        }
+        return q < 0 ? q : 0;
+}
+
+static int ruleset_grow(RuleSet *rs) {
+        if (rs->n_rules < rs->n_allocated)
+                return 0;
+        size_t n = rs->n_allocated ? rs->n_allocated * 2 : 16;
+        Rule *rules = realloc(rs->rules, n * sizeof(Rule));
+        if (!rules)
+                return -ENOMEM;
+        rs->rules = rules;
+        rs->n_allocated = n;
+        return 0;
+}
+
+int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
+        char desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
+        Rule rule = { .line = d->line, .match_policy = MATCH_POLICY_STOP };
+        bool ok = true;
+        int q;
+
+        if (rs->finalized)
+                return -EBUSY;
+
+        rule_draft_describe(d, desc, sizeof desc);
+
+        if (rs->n_rules >= RULES_MAX) {
+                q = report(diag, d->line, desc, "is one too many: a config has at most %d rules", RULES_MAX);
+                return q < 0 ? q : -EINVAL;
+        }
+
+#define CHECK(expr)                                                                                         \
+        do {                                                                                                \
+                int _q = (expr);                                                                            \
+                if (_q < 0)                                                                                 \
+                        goto fail_errno;                                                                    \
+                if (_q == 0)                                                                                \
+                        ok = false;                                                                         \
+        } while (0)
+
+        if (d->is_default && d->n_patterns > 0)
+                CHECK(report(diag, d->line, desc, "is marked default but has an operation") ?: 0);
+
+        CHECK(draft_patterns(d, &rule, desc, diag));
+        CHECK(draft_number(d, RULE_ATTR_CREDIT_LIMIT, RULE_CREDIT_LIMIT_MAX, desc, diag,
+                           &rule.credit_limit));
+        CHECK(draft_number(d, RULE_ATTR_RESET_SECONDS, RULE_RESET_SECONDS_MAX, desc, diag,
+                           &rule.reset_seconds));
+
+        if (d->attrs[RULE_ATTR_ACTOR_FIELD] && d->attrs[RULE_ATTR_ACTOR_FIELD][0] == '\0')
+                CHECK(report(diag, attr_line(d, RULE_ATTR_ACTOR_FIELD), desc,
+                             "has an empty actorField (leave it out for one shared counter)")
+                              ?: 0);
+        else
+                CHECK(draft_text(d, RULE_ATTR_ACTOR_FIELD, false, desc, diag, &rule.actor_field,
+                                 &rule.actor_field_len));
+
+        if (d->attrs[RULE_ATTR_MATCH_POLICY]) {
+                MatchPolicy p = match_policy_from_string(d->attrs[RULE_ATTR_MATCH_POLICY]);
+                if (p < 0)
+                        CHECK(report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
+                                     "has an unknown matchPolicy \"%s\" (accepted: stop, canary)",
+                                     excerpt(d->attrs[RULE_ATTR_MATCH_POLICY], ex))
+                                      ?: 0);
+                else
+                        rule.match_policy = p;
+        }
+        if (d->n_patterns == 0 && rule.match_policy != MATCH_POLICY_STOP)
+                CHECK(report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
+                             "is a default rule (empty operation) and must have matchPolicy stop")
+                              ?: 0);
+
+        if (d->attrs[RULE_ATTR_LABEL] && !label_is_valid(d->attrs[RULE_ATTR_LABEL]))
+                CHECK(report(diag, attr_line(d, RULE_ATTR_LABEL), desc,
+                             "has an invalid label \"%s\": use 1 to %d of a-z A-Z 0-9 _ -",
+                             excerpt(d->attrs[RULE_ATTR_LABEL], ex), RULE_LABEL_MAX)
+                              ?: 0);
+        else
+                CHECK(draft_text(d, RULE_ATTR_LABEL, true, desc, diag, &rule.label, NULL));
+        rule.label_line = d->attrs[RULE_ATTR_LABEL] ? attr_line(d, RULE_ATTR_LABEL) : 0;
+
+        CHECK(draft_text(d, RULE_ATTR_COMMENT, true, desc, diag, &rule.comment, NULL));
+#undef CHECK
+
+        if (!ok) {
+                rule_done(&rule);
+                return -EINVAL;
+        }
+        if (rule_compute_id(&rule) < 0 || ruleset_grow(rs) < 0)
+                goto fail_errno;
+
+        rule.index = rs->n_rules;
+        rs->rules[rs->n_rules++] = rule;
+        return 0;
+
+fail_errno:
+        rule_done(&rule);
+        return -ENOMEM;
+}
+
+/* ---- the index -------------------------------------------------------------------- */
+
+/* FNV-1a, then a final avalanche so the low bits (the slot number) depend on every byte. */
+static uint64_t index_hash(const char *p, size_t len) {
+        uint64_t h = UINT64_C(0xcbf29ce484222325);
+        for (size_t i = 0; i < len; i++) {
+                h ^= (unsigned char) p[i];
+                h *= UINT64_C(0x100000001b3);
+        }
+        h ^= h >> 33;
+        h *= UINT64_C(0xff51afd7ed558ccd);
+        h ^= h >> 33;
+        return h;
+}
+
+static const IndexSlot *index_lookup(const RuleIndex *ix, const char *v, size_t len) {
+        if (!ix->slots)
+                return NULL;
+        uint64_t h = index_hash(v ? v : "", len);
+        for (size_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
+                const IndexSlot *s = &ix->slots[i];
+                if (!s->value)
+                        return NULL;
+                if (s->hash == h && slice_eq(s->value, s->value_len, v ? v : "", len))
+                        return s;
+        }
+}
+
+static IndexSlot *index_insert(RuleIndex *ix, const char *v, size_t len) {
+        uint64_t h = index_hash(v, len);
+        for (size_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
+                IndexSlot *s = &ix->slots[i];
+                if (!s->value) {
+                        *s = (IndexSlot){ .value = v, .value_len = len, .hash = h };
+                        ix->n_values++;
+                        return s;
+                }
+                if (s->hash == h && slice_eq(s->value, s->value_len, v, len))
+                        return s;
+        }
+}
+
+static const RulePattern *rule_find_pattern(const Rule *r, const char *key, size_t key_len) {
+        size_t lo = 0, hi = r->n_patterns;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = slice_cmp(r->patterns[mid].key, r->patterns[mid].key_len, key, key_len);
+                if (c == 0)
+                        return &r->patterns[mid];
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return NULL;
+}
+
+static int key_ptr_cmp(const void *a, const void *b) {
+        const RulePattern *x = *(const RulePattern *const *) a, *y = *(const RulePattern *const *) b;
+        return slice_cmp(x->key, x->key_len, y->key, y->key_len);
+}
+
+/* The key that the most rules constrain with an exact pattern (ties: the bytewise
+ * smallest, so the choice is deterministic), or NULL if no rule has one. */
+static int index_pick_key(const RuleSet *rs, const RulePattern **ret) {
+        size_t n = 0, best_count = 0;
+        const RulePattern **all, *best = NULL;
+
+        for (size_t i = 0; i < rs->n_rules; i++)
+                for (size_t j = 0; j < rs->rules[i].n_patterns; j++)
+                        n += rs->rules[i].patterns[j].kind == PATTERN_EXACT;
+        *ret = NULL;
+        if (n == 0)
+                return 0;
+        all = malloc(n * sizeof(*all));
+        if (!all)
+                return -ENOMEM;
+        n = 0;
+        for (size_t i = 0; i < rs->n_rules; i++)
+                for (size_t j = 0; j < rs->rules[i].n_patterns; j++)
+                        if (rs->rules[i].patterns[j].kind == PATTERN_EXACT)
+                                all[n++] = &rs->rules[i].patterns[j];
+        qsort(all, n, sizeof(*all), key_ptr_cmp);
+        for (size_t i = 0, run; i < n; i += run) {
+                for (run = 1; i + run < n && key_ptr_cmp(&all[i], &all[i + run]) == 0; run++)
+                        ;
+                if (run > best_count) {
+                        best_count = run;
+                        best = all[i];
+                }
+        }
+        free(all);
+        *ret = best;
+        return 0;
+}
+
+static int rule_index_build(const RuleSet *rs, RuleIndex **ret) {
+        RuleIndex *ix = calloc(1, sizeof(RuleIndex));
+        const RulePattern *key;
+        size_t n_slots = 8;
+        int r;
+
+        if (!ix)
+                return -ENOMEM;
+        r = index_pick_key(rs, &key);
+        if (r < 0)
+                goto fail;
+        if (key) {
+                ix->key = key->key;
+                ix->key_len = key->key_len;
+        }
+
+        ix->others = malloc(rs->n_rules * sizeof(uint32_t));
+        ix->lists = malloc(rs->n_rules * sizeof(uint32_t));
+        if (!ix->others || !ix->lists)
+                goto fail_nomem;
+
+        /* Pass 1: sort rules into "others" and per-value counts. */
+        if (ix->key) {
+                size_t n_exact = 0;
+                for (size_t i = 0; i < rs->n_rules; i++) {
+                        const RulePattern *p = rule_find_pattern(&rs->rules[i], ix->key, ix->key_len);
+                        n_exact += p && p->kind == PATTERN_EXACT;
+                }
+                while (n_slots < 2 * n_exact)
+                        n_slots *= 2;
+                ix->slots = calloc(n_slots, sizeof(IndexSlot));
+                if (!ix->slots)
+                        goto fail_nomem;
+                ix->mask = n_slots - 1;
+        }
+        for (size_t i = 0; i < rs->n_rules; i++) {
+                const RulePattern *p =
+                        ix->key ? rule_find_pattern(&rs->rules[i], ix->key, ix->key_len) : NULL;
+                if (p && p->kind == PATTERN_EXACT) {
+                        index_insert(ix, p->value, p->value_len)->count++;
+                        ix->n_indexed++;
+                } else
+                        ix->others[ix->n_others++] = (uint32_t) i;
+        }
+
+        /* Pass 2: give each value its range of lists, then fill the ranges in rule
+         * order (count is reused as the fill cursor), so each list is ascending. */
+        if (ix->slots) {
+                uint32_t start = 0;
+                for (size_t s = 0; s < n_slots; s++) {
+                        ix->slots[s].start = start;
+                        start += ix->slots[s].count;
+                        ix->slots[s].count = 0;
+                }
+                for (size_t i = 0; i < rs->n_rules; i++) {
+                        const RulePattern *p = rule_find_pattern(&rs->rules[i], ix->key, ix->key_len);
+                        if (!p || p->kind != PATTERN_EXACT)
+                                continue;
+                        IndexSlot *s = (IndexSlot *) index_lookup(ix, p->value, p->value_len);
+                        assert(s);
+                        ix->lists[s->start + s->count++] = (uint32_t) i;
+                }
+        }
+        *ret = ix;
+        return 0;
+
+fail_nomem:
+        r = -ENOMEM;
+fail:
+        rule_index_free(ix);
+        return r;
+}
+
+/* Walks, in rule order, the rules of rs that may match req (those under req's
+ * value of the index key, merged with the others), up to but excluding rule
+ * index limit; calls visit on each one that matches req. Stops when visit returns
+ * true. Returns the index of that rule, or SIZE_MAX. */
+typedef struct MatchWalk {
+        const uint32_t *cand;
+        size_t n_cand, i_cand, i_other;
+} MatchWalk;
+
+static void match_walk_init(const RuleIndex *ix, const ProtoRequest *req, MatchWalk *w) {
+        *w = (MatchWalk){};
+        if (!ix->key)
+                return;
+        const ProtoSlice *v = request_get(req, ix->key, ix->key_len);
+        if (!v)
+                return;
+        const IndexSlot *s = index_lookup(ix, v->ptr, v->len);
+        if (!s)
+                return;
+        w->cand = ix->lists + s->start;
+        w->n_cand = s->count;
+}
+
+/* The next candidate rule index in config order, or SIZE_MAX when done. */
+static size_t match_walk_next(const RuleIndex *ix, MatchWalk *w) {
+        bool have_cand = w->i_cand < w->n_cand, have_other = w->i_other < ix->n_others;
+        if (have_cand && (!have_other || w->cand[w->i_cand] < ix->others[w->i_other]))
+                return w->cand[w->i_cand++];
+        if (have_other)
+                return ix->others[w->i_other++];
+        return SIZE_MAX;
+}
+
+size_t ruleset_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]) {
+        const RuleIndex *ix = rs->index;
+        MatchWalk w;
+        size_t n = 0;
+
+        assert(rs->finalized && ix);
+        match_walk_init(ix, req, &w);
+        for (size_t i; (i = match_walk_next(ix, &w)) != SIZE_MAX;) {
+                const Rule *r = &rs->rules[i];
+                if (!rule_matches(r, req))
+                        continue;
+                if (r->match_policy == MATCH_POLICY_STOP) {
+                        out[n++] = r;
+                        break;
+                }
+                if (n < RULES_CANARY_MAX) /* finalize guarantees this; guard anyway */
+                        out[n++] = r;
+        }
+        return n;
+}
+
+const char *ruleset_index_describe(const RuleSet *rs, char *buf, size_t size) {
+        const RuleIndex *ix = rs->index;
+        char ex[EXCERPT_MAX + 4];
+
+        if (!buf || size == 0)
+                return buf;
+        if (!ix)
+                snprintf(buf, size, "no index (not finalized)");
+        else if (!ix->key)
+                snprintf(buf, size, "no index key: %zu rules checked in order", ix->n_others);
+        else
+                snprintf(buf, size, "index on \"%s\": %zu rules under %zu values, %zu other rules",
+                         excerpt(ix->key, ex), ix->n_indexed, ix->n_values, ix->n_others);
+        return buf;
+}
+
+/* ---- whole-config validation ----------------------------------------------------------- */
+
+static int label_ptr_cmp(const void *a, const void *b) {
+        const Rule *x = *(const Rule *const *) a, *y = *(const Rule *const *) b;
+        int c = strcmp(x->label, y->label);
+        if (c != 0)
+                return c;
+        return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int check_labels(const RuleSet *rs, Diag *diag, bool *ok) {
+        char desc[RULE_DESCRIBE_MAX], other[RULE_DESCRIBE_MAX];
+        const Rule **labelled;
+        size_t n = 0;
+        int q = 0;
+
+        labelled = malloc(rs->n_rules * sizeof(*labelled));
+        if (!labelled)
+                return -ENOMEM;
+        for (size_t i = 0; i < rs->n_rules; i++)
+                if (rs->rules[i].label)
+                        labelled[n++] = &rs->rules[i];
+        qsort(labelled, n, sizeof(*labelled), label_ptr_cmp);
+        for (size_t i = 1, first = 0; i < n && q >= 0; i++) {
+                if (strcmp(labelled[first]->label, labelled[i]->label) != 0) {
+                        first = i;
+                        continue;
+                }
+                const Rule *r = labelled[i], *f = labelled[first];
+                q = report(diag, r->label_line ? r->label_line : r->line,
+                           rule_describe(r, desc, sizeof desc),
+                           "has the label \"%s\" of rule %s (line %u): labels must be unique", r->label,
+                           rule_describe(f, other, sizeof other), f->line);
+                *ok = false;
+        }
+        free(labelled);
+        return q;
+}
+
+/* A request made of rule r's patterns taken as literal values: an earlier rule
+ * that matches it matches every request r matches (a '*' in the earlier rule's
+ * pattern can only stand where r has a '*' or literal bytes). */
+static void pseudo_request(const Rule *r, ProtoRequest *req) {
+        req->command = PROTO_COMMAND_HIT;
+        req->n_pairs = r->n_patterns;
+        for (size_t i = 0; i < r->n_patterns; i++)
+                req->pairs[i] = (ProtoPair){
+                        .key = { r->patterns[i].key, r->patterns[i].key_len },
+                        .value = { r->patterns[i].value, r->patterns[i].value_len },
+                };
+}
+
+static int check_reachable(const RuleSet *rs, size_t end, Diag *diag, bool *ok) {
+        char desc[RULE_DESCRIBE_MAX], other[RULE_DESCRIBE_MAX];
+        ProtoRequest req;
+
+        for (size_t j = 0; j < end; j++) {
+                const Rule *r = &rs->rules[j];
+                MatchWalk w;
+
+                pseudo_request(r, &req);
+                match_walk_init(rs->index, &req, &w);
+                for (size_t i; (i = match_walk_next(rs->index, &w)) < j;) {
+                        const Rule *e = &rs->rules[i];
+                        if (e->match_policy != MATCH_POLICY_STOP || !rule_matches(e, &req))
+                                continue;
+                        int q = report(diag, r->line, rule_describe(r, desc, sizeof desc),
+                                       "is unreachable: rule %s (line %u) matches every request it matches",
+                                       rule_describe(e, other, sizeof other), e->line);
+                        if (q < 0)
+                                return q;
+                        *ok = false;
+                        break;
+                }
+        }
+        return 0;
+}
+
+int ruleset_finalize(RuleSet *rs, Diag *diag) {
+        char desc[RULE_DESCRIBE_MAX];
+        size_t first_default = SIZE_MAX, n_canary = 0;
+        bool ok = true;
+        int q;
+
+        if (rs->finalized)
+                return -EBUSY;
+        if (rs->n_rules == 0) {
+                q = diag ? diag_add(diag, 0, "no rules: a config needs at least a final [default] rule") : 0;
+                return q < 0 ? q : -EINVAL;
+        }
+
+        for (size_t i = 0; i < rs->n_rules; i++) {
+                const Rule *r = &rs->rules[i];
+                q = 0;
+                if (r->n_patterns == 0 && i + 1 < rs->n_rules) {
+                        q = report(diag, r->line, rule_describe(r, desc, sizeof desc),
+                                   "must be the last rule: it matches every request, so the %zu rules after "
+                                   "it are unreachable",
+                                   rs->n_rules - i - 1);
+                        ok = false;
+                }
+                if (r->n_patterns == 0 && first_default == SIZE_MAX)
+                        first_default = i;
+                if (r->match_policy == MATCH_POLICY_CANARY && ++n_canary == RULES_CANARY_MAX + 1) {
+                        q = report(diag, r->line, rule_describe(r, desc, sizeof desc),
+                                   "is one canary rule too many: a config has at most %d", RULES_CANARY_MAX);
+                        ok = false;
+                }
+                if (q < 0)
+                        return q;
+        }
+        const Rule *last = &rs->rules[rs->n_rules - 1];
+        if (last->n_patterns != 0) {
+                q = report(diag, last->line, rule_describe(last, desc, sizeof desc),
+                           "is the last rule but not a default: a config must end with a [default] rule "
+                           "(empty operation) for the requests no other rule matches");
+                if (q < 0)
+                        return q;
+                ok = false;
+        }
+
+        q = check_labels(rs, diag, &ok);
+        if (q < 0)
+                return q;
+
+        q = rule_index_build(rs, &rs->index);
+        if (q < 0)
+                return q;
+        /* Rules after an early default were reported above, once. */
+        q = check_reachable(rs, first_default == SIZE_MAX ? rs->n_rules : first_default + 1, diag, &ok);
+        if (q < 0 || !ok) {
+                rs->index = rule_index_free(rs->index);
+                return q < 0 ? q : -EINVAL;
+        }
+        rs->finalized = true;
+        return 0;
+}

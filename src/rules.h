@@ -72,8 +72,9 @@ typedef struct Rule {
         char *actor_field; /* owned; NULL if not set */
         size_t actor_field_len;
         MatchPolicy match_policy;
-        char *label;   /* owned; NULL if not set */
-        char *comment; /* owned; NULL if not set */
+        char *label;         /* owned; NULL if not set */
+        char *comment;       /* owned; NULL if not set */
+        unsigned label_line; /* line of the label attribute, for messages; 0 if unknown */
         /* Counter identity: a hash of the canonical operation (sorted keys) +
          * creditLimit + resetSeconds. Same value for a rule that is only
          * reordered, relabelled or recommented, so its counters keep counting
@@ -169,3 +170,29 @@ const char *rule_describe(const Rule *r, char *buf, size_t size);
 
 const char *match_policy_to_string(MatchPolicy p);
 MatchPolicy match_policy_from_string(const char *s);
+
+/* Helpers for loaders and --debug output (added by the rules module). */
+
+#define RULE_DESCRIBE_MAX                                                                                   \
+        256 /* bytes: buffer for rule_describe() in messages; longer                                        \
+             * operations are cut at a character boundary and end in "...]" */
+
+/* "creditLimit, resetSeconds, actorField, matchPolicy, label, comment": for messages. */
+const char *rule_attr_names(void);
+
+/* The accepted attribute name that s differs from only in case ("creditlimit" ->
+ * "creditLimit"), or NULL. */
+const char *rule_attr_suggest(const char *s);
+
+/* rule_describe() for a draft: its patterns so far, keys sorted, or "[default]". */
+const char *rule_draft_describe(const RuleDraft *d, char *buf, size_t size);
+
+/* rule_draft_set() that also reports a failure into diag at line, in the same format
+ * as ruleset_add(): 'rule [op] has an unknown attribute "creditlimit" (did you mean
+ * "creditLimit"?)', '... (accepted: creditLimit, ...)', or '... sets label twice
+ * (first on line N)'. Returns what rule_draft_set() returns, or -ENOMEM. */
+int rule_draft_set_diag(RuleDraft *d, const char *name, const char *value, unsigned line, Diag *diag);
+
+/* One line about the match index of a finalized set, for --debug and benchmarks:
+ * 'index on "path": 9990 rules under 9990 values, 11 other rules'. */
+const char *ruleset_index_describe(const RuleSet *rs, char *buf, size_t size);
