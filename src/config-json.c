@@ -1,2 +1,451 @@
 /* SPDX-License-Identifier: MIT */
-/* Placeholder: being written. */
+/*
+ * config-json.c: the JSON rules format of divvy, read with cJSON.
+ *
+ *   { "overrides": [ { "operation": { "method": "GET", "ip": "*" },
+ *                      "creditLimit": 3, "resetSeconds": 3600, "actorField": "ip" } ],
+ *     "default": { "creditLimit": 0, "resetSeconds": 0 } }
+ *
+ * cJSON keeps no source positions, so after a successful parse one scan of the
+ * text lists the line of every value in document order, which is the pre-order
+ * of cJSON's tree: rules and attributes get line numbers in messages too.
+ */
+#include "config.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define JSON_NUMBER_MAX 32 /* bytes: a stringified JSON number, "%.17g" and NUL included */
+
+typedef struct ItemLine {
+        const cJSON *item;
+        unsigned line;
+} ItemLine;
+
+typedef struct JsonParser {
+        RuleSet *rs;
+        Diag *diag;
+        bool failed;
+        ItemLine *lines; /* sorted by item address */
+        size_t n_lines;
+} JsonParser;
+
+/* Strings a rule draft points to until ruleset_add(): stringified numbers. */
+typedef struct RuleStrings {
+        char attrs[_RULE_ATTR_MAX][JSON_NUMBER_MAX];
+        char patterns[RULE_PATTERNS_MAX][JSON_NUMBER_MAX];
+} RuleStrings;
+
+static int report(JsonParser *p, unsigned line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int report(JsonParser *p, unsigned line, const char *fmt, ...) {
+        char msg[512];
+        va_list ap;
+
+        p->failed = true;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        return diag_add(p->diag, line, "%s", msg);
+}
+
+/* Lines of every JSON value of a valid document, in document order. Sets
+ * *ret_nul_line if a string contains \u0000, which cJSON would silently
+ * truncate at. */
+static int scan_value_lines(const char *t, size_t len, unsigned **ret, size_t *ret_n,
+                            unsigned *ret_nul_line) {
+        char stack[CJSON_NESTING_LIMIT + 1];
+        size_t depth = 0, n = 0, allocated = 0;
+        unsigned *lines = NULL, line = 1;
+        bool expect_value = true;
+        size_t i = 0;
+
+        if (len >= 3 && memcmp(t, "\xef\xbb\xbf", 3) == 0)
+                i = 3;
+        for (; i < len; i++) {
+                char c = t[i];
+                bool record = false;
+                unsigned start = line;
+
+                switch (c) {
+                case '\n':
+                        line++;
+                        continue;
+                case ' ':
+                case '\t':
+                case '\r':
+                        continue;
+                case ':':
+                        expect_value = true;
+                        continue;
+                case ',':
+                        expect_value = depth > 0 && stack[depth - 1] == '[';
+                        continue;
+                case '{':
+                case '[':
+                        record = true;
+                        if (depth < sizeof stack)
+                                stack[depth++] = c;
+                        expect_value = c == '[';
+                        break;
+                case '}':
+                case ']':
+                        if (depth > 0)
+                                depth--;
+                        expect_value = false;
+                        continue;
+                case '"':
+                        record = expect_value;
+                        for (i++; i < len && t[i] != '"'; i++) {
+                                if (t[i] == '\\') {
+                                        if (i + 5 < len && t[i + 1] == 'u' &&
+                                            memcmp(t + i + 2, "0000", 4) == 0 && *ret_nul_line == 0)
+                                                *ret_nul_line = line;
+                                        i++;
+                                } else if (t[i] == '\n')
+                                        line++;
+                        }
+                        expect_value = false;
+                        break;
+                default: /* number, true, false, null */
+                        record = expect_value;
+                        while (i + 1 < len && !strchr(",]}: \t\r\n", t[i + 1]))
+                                i++;
+                        expect_value = false;
+                        break;
+                }
+
+                if (!record)
+                        continue;
+                if (n == allocated) {
+                        size_t a = allocated ? allocated * 2 : 64;
+                        unsigned *l = realloc(lines, a * sizeof(unsigned));
+                        if (!l) {
+                                free(lines);
+                                return -ENOMEM;
+                        }
+                        lines = l;
+                        allocated = a;
+                }
+                lines[n++] = start;
+        }
+        *ret = lines;
+        *ret_n = n;
+        return 0;
+}
+
+static void pair_items(const cJSON *item, const unsigned *lines, size_t n, ItemLine *out, size_t *k) {
+        for (; item; item = item->next) {
+                if (*k < n)
+                        out[*k] = (ItemLine){ item, lines[*k] };
+                (*k)++;
+                pair_items(item->child, lines, n, out, k);
+        }
+}
+
+static int cmp_item(const void *a, const void *b) {
+        uintptr_t x = (uintptr_t) ((const ItemLine *) a)->item, y = (uintptr_t) ((const ItemLine *) b)->item;
+        return x < y ? -1 : x > y;
+}
+
+static int build_lines(JsonParser *p, const cJSON *root, const char *text, size_t len,
+                       unsigned *ret_nul_line) {
+        unsigned *lines = NULL;
+        size_t n = 0, k = 0;
+        int r;
+
+        r = scan_value_lines(text, len, &lines, &n, ret_nul_line);
+        if (r < 0)
+                return r;
+        p->lines = calloc(n ? n : 1, sizeof(ItemLine));
+        if (!p->lines) {
+                free(lines);
+                return -ENOMEM;
+        }
+        pair_items(root, lines, n, p->lines, &k);
+        free(lines);
+        /* k != n would be a scanner bug; lines are then best effort, never wrong
+         * memory. */
+        p->n_lines = k < n ? k : n;
+        qsort(p->lines, p->n_lines, sizeof(ItemLine), cmp_item);
+        return 0;
+}
+
+static unsigned line_of(const JsonParser *p, const cJSON *item) {
+        ItemLine key = { .item = item };
+        const ItemLine *found = bsearch(&key, p->lines, p->n_lines, sizeof(ItemLine), cmp_item);
+        return found ? found->line : 0;
+}
+
+static const char *type_name(const cJSON *item) {
+        if (cJSON_IsString(item))
+                return "a string";
+        if (cJSON_IsNumber(item))
+                return "a number";
+        if (cJSON_IsBool(item))
+                return "a boolean";
+        if (cJSON_IsNull(item))
+                return "null";
+        if (cJSON_IsArray(item))
+                return "an array";
+        return "an object";
+}
+
+/* Integers as integers ("3", not "3.0"); others in the shortest form that reads back. */
+static const char *format_number(double d, char buf[static JSON_NUMBER_MAX]) {
+        if (d >= -1e18 && d <= 1e18 && (double) (long long) d == d)
+                snprintf(buf, JSON_NUMBER_MAX, "%lld", (long long) d);
+        else {
+                snprintf(buf, JSON_NUMBER_MAX, "%.15g", d);
+                if (strtod(buf, NULL) != d)
+                        snprintf(buf, JSON_NUMBER_MAX, "%.17g", d);
+        }
+        return buf;
+}
+
+static int parse_operation(JsonParser *p, const cJSON *op, const char *what, bool is_default, RuleDraft *d,
+                           RuleStrings *strings, bool *ok) {
+        size_t j = 0;
+        int r;
+
+        if (!cJSON_IsObject(op)) {
+                *ok = false;
+                return report(p, line_of(p, op), "%s: operation: expected an object, got %s", what,
+                              type_name(op));
+        }
+        if (is_default && op->child) {
+                *ok = false;
+                return report(p, line_of(p, op),
+                              "%s: operation: must be empty, the default rule matches everything", what);
+        }
+
+        for (const cJSON *m = op->child; m; m = m->next, j++) {
+                unsigned line = line_of(p, m);
+                const char *v;
+
+                if (cJSON_IsString(m))
+                        v = m->valuestring;
+                else if (cJSON_IsNumber(m) && j < RULE_PATTERNS_MAX)
+                        v = format_number(m->valuedouble, strings->patterns[j]);
+                else if (cJSON_IsBool(m))
+                        v = cJSON_IsTrue(m) ? "true" : "false";
+                else if (cJSON_IsNumber(m))
+                        v = "0"; /* too many keys: add_pattern says so below */
+                else {
+                        *ok = false;
+                        r = report(p, line,
+                                   "%s: operation: '%s': expected a string, number or boolean, got %s", what,
+                                   m->string, type_name(m));
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+
+                r = rule_draft_add_pattern(d, m->string, strlen(m->string), v, strlen(v));
+                if (r < 0) {
+                        *ok = false;
+                        r = report(p, line, "%s: operation: '%s': %s", what, m->string,
+                                   r == -E2BIG    ? "too many keys"
+                                   : r == -EEXIST ? "appears twice"
+                                                  : "empty or too long");
+                        if (r < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
+/* One rule object; where names it in messages until its operation is known
+ * ("overrides[2]"), then it is "rule [method=GET]" like in rules.c's messages. */
+static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool is_default) {
+        char what[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX];
+        const cJSON *operation = NULL;
+        RuleStrings strings;
+        RuleDraft d;
+        bool ok = true;
+        int r = 0;
+
+        rule_draft_init(&d, line_of(p, item));
+        d.is_default = is_default;
+        snprintf(what, sizeof what, "%s", where);
+
+        if (!cJSON_IsObject(item))
+                return report(p, d.line, "%s: expected an object, got %s", what, type_name(item));
+
+        /* The operation first, wherever it is, so that messages can name the rule. */
+        for (const cJSON *m = item->child; m; m = m->next) {
+                if (strcmp(m->string, "operation") != 0)
+                        continue;
+                if (operation)
+                        r = report(p, line_of(p, m), "%s: duplicate key 'operation' (first on line %u)",
+                                   what, line_of(p, operation));
+                else {
+                        operation = m;
+                        r = parse_operation(p, m, what, is_default, &d, &strings, &ok);
+                }
+                if (r < 0)
+                        return r;
+        }
+        if (!operation && !is_default) {
+                ok = false;
+                r = report(p, d.line, "%s: missing \"operation\" (use {} to match every request)", what);
+                if (r < 0)
+                        return r;
+        }
+        if (ok)
+                snprintf(what, sizeof what, "rule %s", rule_draft_describe(&d, desc, sizeof desc));
+
+        for (const cJSON *m = item->child; m; m = m->next) {
+                unsigned line = line_of(p, m);
+                RuleAttr a = rule_attr_from_string(m->string);
+                const char *v = NULL;
+
+                if (strcmp(m->string, "operation") == 0)
+                        continue;
+                if (a < 0 && strcasecmp(m->string, "operation") == 0)
+                        r = report(p, line,
+                                   "%s has an unknown attribute \"%s\" (did you mean \"operation\"?)", what,
+                                   m->string);
+                else if (a < 0 || cJSON_IsString(m))
+                        /* unknown names too: rule_draft_set_diag() words that message */
+                        v = cJSON_IsString(m) ? m->valuestring : "";
+                else if (cJSON_IsNumber(m) && (a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS))
+                        v = format_number(m->valuedouble, strings.attrs[a]);
+                else
+                        r = report(p, line, "%s: %s: expected %s, got %s", what, m->string,
+                                   a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS ? "a number"
+                                                                                               : "a string",
+                                   type_name(m));
+                if (r < 0)
+                        return r;
+                if (!v) {
+                        ok = false;
+                        continue;
+                }
+                r = rule_draft_set_diag(&d, m->string, v, line, p->diag);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        ok = false;
+                r = 0;
+        }
+
+        if (!ok) {
+                p->failed = true;
+                return 0;
+        }
+        r = ruleset_add(p->rs, &d, p->diag);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                p->failed = true;
+        return 0;
+}
+
+static int report_syntax_error(JsonParser *p, const char *text, size_t len, const char *at) {
+        size_t offset = at && at >= text && at <= text + len ? (size_t) (at - text) : len;
+        unsigned line = config_line_of(text, offset);
+        size_t bol = offset;
+
+        while (bol > 0 && text[bol - 1] != '\n')
+                bol--;
+        if (offset >= len)
+                return report(p, line, "JSON syntax error at column %zu: unexpected end of file",
+                              offset - bol + 1);
+
+        size_t n = strcspn(text + offset, "\r\n");
+        return report(p, line, "JSON syntax error at column %zu, near '%.*s'", offset - bol + 1,
+                      (int) (n > 20 ? 20 : n), text + offset);
+}
+
+static int parse_document(JsonParser *p, const cJSON *root) {
+        const cJSON *overrides = NULL, *def = NULL;
+        int r;
+
+        if (!cJSON_IsObject(root))
+                return report(p, line_of(p, root),
+                              "expected an object with \"overrides\" and \"default\", got %s",
+                              type_name(root));
+
+        for (const cJSON *m = root->child; m; m = m->next) {
+                const cJSON **slot = strcmp(m->string, "overrides") == 0 ? &overrides
+                                     : strcmp(m->string, "default") == 0 ? &def
+                                                                         : NULL;
+                if (!slot)
+                        r = report(p, line_of(p, m), "unknown key '%s' (accepted: overrides, default)",
+                                   m->string);
+                else if (*slot)
+                        r = report(p, line_of(p, m), "duplicate key '%s' (first on line %u)", m->string,
+                                   line_of(p, *slot));
+                else {
+                        *slot = m;
+                        r = 0;
+                }
+                if (r < 0)
+                        return r;
+        }
+
+        if (overrides && !cJSON_IsArray(overrides)) {
+                r = report(p, line_of(p, overrides), "overrides: expected an array, got %s",
+                           type_name(overrides));
+                if (r < 0)
+                        return r;
+        } else if (overrides) {
+                size_t i = 0;
+                for (const cJSON *item = overrides->child; item; item = item->next, i++) {
+                        char what[32];
+                        snprintf(what, sizeof what, "overrides[%zu]", i);
+                        r = parse_rule(p, item, what, false);
+                        if (r < 0)
+                                return r;
+                }
+        }
+
+        if (!def)
+                return report(p, 0,
+                              "missing \"default\" rule (the one that applies when no override matches)");
+        return parse_rule(p, def, "default", true);
+}
+
+int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
+        JsonParser p = { .rs = rs, .diag = diag };
+        const char *end = NULL;
+        unsigned nul_line = 0;
+        cJSON *root;
+        int r;
+
+        const char *nul = memchr(text, '\0', len);
+        if (nul) {
+                r = report(&p, config_line_of(text, (size_t) (nul - text)), "NUL byte in file");
+                return r < 0 ? r : -EINVAL;
+        }
+
+        /* len + 1: with require_null_terminated, cJSON wants to see the NUL. */
+        root = cJSON_ParseWithLengthOpts(text, len + 1, &end, true);
+        if (!root) {
+                r = report_syntax_error(&p, text, len, end);
+                return r < 0 ? r : -EINVAL;
+        }
+
+        r = build_lines(&p, root, text, len, &nul_line);
+        if (r < 0)
+                goto finish;
+        if (nul_line > 0) {
+                r = report(&p, nul_line, "\\u0000 in a string is not allowed");
+                if (r < 0)
+                        goto finish;
+        }
+        r = parse_document(&p, root);
+
+finish:
+        free(p.lines);
+        cJSON_Delete(root);
+        if (r < 0)
+                return r;
+        return p.failed ? -EINVAL : 0;
+}

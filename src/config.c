@@ -1,2 +1,277 @@
 /* SPDX-License-Identifier: MIT */
-/* Placeholder: being written. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef enum ConfigFormat {
+        CONFIG_FORMAT_INI,
+        CONFIG_FORMAT_JSON,
+        _CONFIG_FORMAT_MAX,
+        _CONFIG_FORMAT_INVALID = -EINVAL,
+} ConfigFormat;
+
+/* By extension of the last path component, case-insensitively (".INI" is a
+ * Windows habit, not a different format). */
+static ConfigFormat config_format_from_path(const char *path) {
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        const char *dot = strrchr(base, '.');
+
+        if (!dot || dot == base)
+                return _CONFIG_FORMAT_INVALID;
+        if (strcasecmp(dot, ".ini") == 0)
+                return CONFIG_FORMAT_INI;
+        if (strcasecmp(dot, ".json") == 0)
+                return CONFIG_FORMAT_JSON;
+        return _CONFIG_FORMAT_INVALID;
+}
+
+/* Reads a whole regular file of at most max_size bytes into a NUL-terminated
+ * buffer the caller frees. Errors go to diag. */
+static int read_config_file(const char *path, size_t max_size, char **ret, size_t *ret_len, Diag *diag) {
+        struct stat st;
+        char *buf = NULL;
+        size_t len = 0;
+        int fd, r;
+
+        /* O_NONBLOCK: opening a FIFO must not wait for a writer; we refuse it below. */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0) {
+                r = -errno;
+                (void) diag_add(diag, 0, "cannot open: %s", strerror(-r));
+                return r;
+        }
+        if (fstat(fd, &st) < 0) {
+                r = -errno;
+                (void) diag_add(diag, 0, "cannot stat: %s", strerror(-r));
+                goto fail;
+        }
+        if (S_ISDIR(st.st_mode)) {
+                r = -EISDIR;
+                (void) diag_add(diag, 0, "is a directory, expected a rules file");
+                goto fail;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                r = -EBADFD;
+                (void) diag_add(diag, 0, "not a regular file (a FIFO, socket or device?)");
+                goto fail;
+        }
+        if ((uintmax_t) st.st_size > max_size) {
+                r = -EFBIG;
+                (void) diag_add(diag, 0, "file too large (%jd bytes, limit %zu)", (intmax_t) st.st_size,
+                                max_size);
+                goto fail;
+        }
+
+        /* The size may change under us: read until EOF, but never past max_size.
+         * One spare byte beyond the NUL lets us see EOF without growing. */
+        size_t allocated = (size_t) st.st_size + 2;
+        buf = malloc(allocated);
+        if (!buf) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        for (;;) {
+                if (len + 1 >= allocated) {
+                        if (len >= max_size) {
+                                r = -EFBIG;
+                                (void) diag_add(diag, 0, "file too large (grew past the limit of %zu bytes)",
+                                                max_size);
+                                goto fail;
+                        }
+                        size_t n = allocated < max_size / 2 ? allocated * 2 : max_size + 2;
+                        char *p = realloc(buf, n);
+                        if (!p) {
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                        buf = p;
+                        allocated = n;
+                }
+                ssize_t k = read(fd, buf + len, allocated - 1 - len);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        r = -errno;
+                        (void) diag_add(diag, 0, "cannot read: %s", strerror(-r));
+                        goto fail;
+                }
+                if (k == 0)
+                        break;
+                len += (size_t) k;
+        }
+        buf[len] = '\0';
+        close(fd);
+        *ret = buf;
+        *ret_len = len;
+        return 0;
+
+fail:
+        free(buf);
+        close(fd);
+        return r;
+}
+
+int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag) {
+        RuleSet *rs = NULL;
+        char *text = NULL;
+        size_t len = 0;
+        int r;
+
+        ConfigFormat format = config_format_from_path(path);
+        if (format < 0) {
+                (void) diag_add(diag, 0, "unknown file extension, expected .ini or .json");
+                return -EPROTONOSUPPORT;
+        }
+
+        r = read_config_file(path, max_size, &text, &len, diag);
+        if (r < 0)
+                return r;
+
+        r = ruleset_new(path, &rs);
+        if (r < 0)
+                goto finish;
+
+        if (format == CONFIG_FORMAT_INI)
+                r = config_ini_parse(text, len, rs, diag);
+        else
+                r = config_json_parse(text, len, rs, diag);
+        /* Whole-config checks only on rules that all loaded: with one missing, "no
+         * default rule" or "unreachable" would be noise, not news. */
+        if (r >= 0)
+                r = ruleset_finalize(rs, diag);
+        if (r >= 0) {
+                *ret = rs;
+                rs = NULL;
+        }
+
+finish:
+        ruleset_free(rs);
+        free(text);
+        return r;
+}
+
+int config_load(const char *path, RuleSet **ret, Diag *diag) {
+        return config_load_limited(path, CONFIG_FILE_MAX, ret, diag);
+}
+
+unsigned config_line_of(const char *text, size_t offset) {
+        unsigned line = 1;
+
+        for (size_t i = 0; i < offset; i++)
+                if (text[i] == '\n')
+                        line++;
+        return line;
+}
+
+/* ---- dump ---- */
+
+static void json_write_string(FILE *f, const char *s, size_t len) {
+        fputc('"', f);
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char) s[i];
+                switch (c) {
+                case '"':
+                        fputs("\\\"", f);
+                        break;
+                case '\\':
+                        fputs("\\\\", f);
+                        break;
+                case '\n':
+                        fputs("\\n", f);
+                        break;
+                case '\t':
+                        fputs("\\t", f);
+                        break;
+                case '\r':
+                        fputs("\\r", f);
+                        break;
+                default:
+                        if (c < 0x20 || c == 0x7f)
+                                fprintf(f, "\\u%04x", c);
+                        else
+                                fputc(c, f);
+                }
+        }
+        fputc('"', f);
+}
+
+static void json_write_cstring(FILE *f, const char *s) {
+        json_write_string(f, s, strlen(s));
+}
+
+/* One rule as a JSON object at the given indent, attributes in a fixed order,
+ * only those set (matchPolicy only when not the default "stop"). */
+static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_operation) {
+        fprintf(f, "{\n");
+        if (with_operation) {
+                fprintf(f, "%s  \"operation\": {", indent);
+                for (size_t i = 0; i < r->n_patterns; i++) {
+                        fprintf(f, "%s\n%s    ", i > 0 ? "," : "", indent);
+                        json_write_string(f, r->patterns[i].key, r->patterns[i].key_len);
+                        fputs(": ", f);
+                        json_write_string(f, r->patterns[i].value, r->patterns[i].value_len);
+                }
+                if (r->n_patterns > 0)
+                        fprintf(f, "\n%s  ", indent);
+                fprintf(f, "},\n");
+        }
+        fprintf(f, "%s  \"creditLimit\": %" PRIu64 ",\n", indent, r->credit_limit);
+        fprintf(f, "%s  \"resetSeconds\": %" PRIu64, indent, r->reset_seconds);
+        if (r->actor_field) {
+                fprintf(f, ",\n%s  \"actorField\": ", indent);
+                json_write_string(f, r->actor_field, r->actor_field_len);
+        }
+        if (r->match_policy != MATCH_POLICY_STOP) {
+                fprintf(f, ",\n%s  \"matchPolicy\": ", indent);
+                json_write_cstring(f, match_policy_to_string(r->match_policy));
+        }
+        if (r->label) {
+                fprintf(f, ",\n%s  \"label\": ", indent);
+                json_write_cstring(f, r->label);
+        }
+        if (r->comment) {
+                fprintf(f, ",\n%s  \"comment\": ", indent);
+                json_write_cstring(f, r->comment);
+        }
+        fprintf(f, "\n%s}", indent);
+}
+
+int config_dump_json(const RuleSet *rs, FILE *f) {
+        /* The format has a place for exactly one default, last: anything else
+         * would not read back. */
+        if (rs->n_rules == 0 || rs->rules[rs->n_rules - 1].n_patterns > 0)
+                return -EINVAL;
+
+        fprintf(f, "{\n  \"overrides\": [");
+        for (size_t i = 0; i + 1 < rs->n_rules; i++) {
+                fprintf(f, "%s\n    ", i > 0 ? "," : "");
+                dump_rule(f, &rs->rules[i], "    ", true);
+        }
+        fprintf(f, "%s],\n  \"default\": ", rs->n_rules > 1 ? "\n  " : "");
+        dump_rule(f, &rs->rules[rs->n_rules - 1], "  ", false);
+        fprintf(f, "\n}\n");
+
+        return ferror(f) ? -EIO : 0;
+}
+
+const char *config_summary(const RuleSet *rs, char *buf, size_t size) {
+        size_t canary = 0, actor = 0, labelled = 0;
+
+        for (size_t i = 0; i < rs->n_rules; i++) {
+                const Rule *r = &rs->rules[i];
+                canary += r->match_policy == MATCH_POLICY_CANARY;
+                actor += r->actor_field != NULL;
+                labelled += r->label != NULL;
+        }
+        snprintf(buf, size, "%zu rule%s (%zu canary, %zu with actor, %zu labelled)", rs->n_rules,
+                 rs->n_rules == 1 ? "" : "s", canary, actor, labelled);
+        return buf;
+}

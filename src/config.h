@@ -34,5 +34,14 @@ int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
  * back into an equal RuleSet. Returns 0 or -ENOMEM / -EIO. */
 int config_dump_json(const RuleSet *rs, FILE *f);
 
-/* One-line summary for --check-config and logs: "12 rules (2 canary, 3 with actor)". */
+/* One-line summary for --check-config and logs, into buf; returns buf:
+ * "12 rules (2 canary, 3 with actor, 1 labelled)". */
 const char *config_summary(const RuleSet *rs, char *buf, size_t size);
+
+/* ---- internal to config*.c ---- */
+
+/* config_load() with another size limit (tests use a small one). */
+int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag);
+
+/* 1-based line number of text[offset]. */
+unsigned config_line_of(const char *text, size_t offset);
