@@ -302,7 +302,7 @@ static int parse_key_value(IniParser *p, char *s, size_t n, unsigned line) {
         *key_end = '\0';
         *v_end = '\0';
 
-        r = rule_draft_set_diag(&p->draft, s, v, line, p->diag);
+        r = config_draft_set(&p->draft, p->section_ok ? NULL : p->what, s, v, line, p->diag);
         if (r == -ENOMEM)
                 return r;
         if (r < 0)

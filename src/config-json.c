@@ -297,7 +297,8 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                 if (r < 0)
                         return r;
         }
-        if (ok)
+        bool operation_ok = ok;
+        if (operation_ok)
                 snprintf(what, sizeof what, "rule %s", rule_draft_describe(&d, desc, sizeof desc));
 
         for (const cJSON *m = item->child; m; m = m->next) {
@@ -327,7 +328,7 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                         ok = false;
                         continue;
                 }
-                r = rule_draft_set_diag(&d, m->string, v, line, p->diag);
+                r = config_draft_set(&d, operation_ok ? NULL : what, m->string, v, line, p->diag);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0)
@@ -359,6 +360,9 @@ static int report_syntax_error(JsonParser *p, const char *text, size_t len, cons
                               offset - bol + 1);
 
         size_t n = strcspn(text + offset, "\r\n");
+        if (n == 0)
+                return report(p, line, "JSON syntax error at the end of the line (column %zu)",
+                              offset - bol + 1);
         return report(p, line, "JSON syntax error at column %zu, near '%.*s'", offset - bol + 1,
                       (int) (n > 20 ? 20 : n), text + offset);
 }

@@ -171,6 +171,31 @@ unsigned config_line_of(const char *text, size_t offset) {
         return line;
 }
 
+int config_draft_set(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
+                     Diag *diag) {
+        int r, q;
+
+        if (!what)
+                return rule_draft_set_diag(d, name, value, line, diag);
+
+        r = rule_draft_set(d, name, value, line);
+        if (r == -ENOENT) {
+                const char *suggestion = rule_attr_suggest(name);
+                if (suggestion)
+                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (did you mean \"%s\"?)",
+                                     what, name, suggestion);
+                else
+                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (accepted: %s)", what,
+                                     name, rule_attr_names());
+        } else if (r == -EEXIST) {
+                RuleAttr a = rule_attr_from_string(name);
+                q = diag_add(diag, line, "%s sets %s twice (first on line %u)", what, name,
+                             d->attr_lines[a]);
+        } else
+                return r;
+        return q < 0 ? q : r;
+}
+
 /* ---- dump ---- */
 
 static void json_write_string(FILE *f, const char *s, size_t len) {

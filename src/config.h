@@ -45,3 +45,9 @@ int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *
 
 /* 1-based line number of text[offset]. */
 unsigned config_line_of(const char *text, size_t offset);
+
+/* rule_draft_set_diag(), but for a draft whose operation could not be read:
+ * messages then name the rule by what ("overrides[3]", "section [a==b]"), since
+ * the draft alone would describe itself as "[default]". */
+int config_draft_set(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
+                     Diag *diag);
