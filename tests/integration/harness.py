@@ -1,0 +1,592 @@
+# SPDX-License-Identifier: MIT
+"""Integration-test harness: starts the real divvyd on temporary state and talks to it.
+
+Standard library only. A test file does:
+
+    import harness
+    class T(harness.DaemonTestCase):
+        def test_x(self):
+            d = self.start_daemon(harness.data_path("itest.ini"))
+            with d.connect("tcp") as c:
+                self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+    if __name__ == "__main__":
+        harness.main()
+
+Environment (set by `make check`, all optional):
+  top_builddir, top_srcdir   where src/divvyd and the fixtures are (default: relative to this file)
+  DIVVYD                     path of the daemon binary (overrides top_builddir)
+  DIVVYD_WRAPPER             command prefix, e.g. "valgrind --error-exitcode=1 -q"
+  DIVVYD_TIMEOUT_SCALE       multiply every timeout (slow machines, valgrind)
+  SYSTEMD_SOCKET_ACTIVATE    path of systemd-socket-activate
+  ITEST_KEEP                 keep temporary directories (prints their path)
+
+Every wait is bounded; no pass/fail decision depends on timing.
+"""
+
+import errno
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Seconds; generous because sanitizer builds start slowly. Scaled by DIVVYD_TIMEOUT_SCALE.
+TIMEOUT_SCALE = float(os.environ.get("DIVVYD_TIMEOUT_SCALE", "1") or "1")
+if os.environ.get("DIVVYD_WRAPPER") and "DIVVYD_TIMEOUT_SCALE" not in os.environ:
+    TIMEOUT_SCALE = 10.0  # valgrind is ~10-50x slower
+START_TIMEOUT = 15.0 * TIMEOUT_SCALE  # daemon start until READY=1
+IO_TIMEOUT = 10.0 * TIMEOUT_SCALE  # one socket operation
+STOP_TIMEOUT = 10.0 * TIMEOUT_SCALE  # SIGTERM until exit, then SIGKILL
+
+UNIX_PATH_MAX = 107  # bytes: sun_path is 108 including the NUL
+
+
+def top_srcdir():
+    return os.environ.get("top_srcdir") or os.path.normpath(os.path.join(HERE, "..", ".."))
+
+
+def top_builddir():
+    return os.environ.get("top_builddir") or os.path.normpath(os.path.join(HERE, "..", ".."))
+
+
+def divvyd_path():
+    if os.environ.get("DIVVYD"):
+        return os.environ["DIVVYD"]
+    return os.path.join(top_builddir(), "src", "divvyd")
+
+
+def data_path(name):
+    """A fixture of this suite (tests/integration/data/NAME)."""
+    return os.path.join(top_srcdir(), "tests", "integration", "data", name)
+
+
+def example_path(name):
+    return os.path.join(top_srcdir(), "examples", name)
+
+
+def socket_activate_path():
+    p = os.environ.get("SYSTEMD_SOCKET_ACTIVATE")
+    if p and os.access(p, os.X_OK):
+        return p
+    for p in ("/usr/bin/systemd-socket-activate", "/bin/systemd-socket-activate",
+              "/lib/systemd/systemd-activate", shutil.which("systemd-socket-activate")):
+        if p and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def free_tcp_port():
+    """A port the kernel just handed out for 127.0.0.1 (free now; tiny race accepted)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_tmpdir():
+    base = os.environ.get("TMPDIR") or "/tmp"
+    # Keep room for "/notify" and "/divvyd.sock" under sun_path's 108 bytes.
+    if len(base) > 60:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="divvyd-it-", dir=base)
+
+
+def strip_priority(line):
+    """Drops the sd-daemon "<N>" prefix of a log line."""
+    return re.sub(r"^<\d>", "", line)
+
+
+class HarnessError(Exception):
+    pass
+
+
+class Conn:
+    """A client connection with line helpers; every read is bounded by a timeout."""
+
+    def __init__(self, sock, timeout=None):
+        self.sock = sock
+        self.timeout = IO_TIMEOUT if timeout is None else timeout
+        self.sock.settimeout(self.timeout)
+        self.buf = b""
+        self.eof = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def send(self, data):
+        if isinstance(data, str):
+            data = data.encode()
+        self.sock.sendall(data)
+
+    def shutdown_write(self):
+        self.sock.shutdown(socket.SHUT_WR)
+
+    def _fill(self):
+        """Reads more bytes into buf. Returns False at EOF (or reset). Raises socket.timeout."""
+        if self.eof:
+            return False
+        try:
+            chunk = self.sock.recv(65536)
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def readline(self):
+        """The next reply line without "\\n", or None at EOF. Raises socket.timeout."""
+        while b"\n" not in self.buf:
+            if not self._fill():
+                if self.buf:
+                    line, self.buf = self.buf, b""
+                    return line.decode("utf-8", "replace")
+                return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace")
+
+    def readlines(self, n):
+        """Up to n lines; fewer only if EOF came first."""
+        out = []
+        # One pass over big chunks: faster than readline() for thousands of lines.
+        while len(out) < n:
+            if b"\n" in self.buf:
+                parts = self.buf.split(b"\n")
+                self.buf = parts.pop()
+                take = parts[: n - len(out)]
+                out.extend(p.decode("utf-8", "replace") for p in take)
+                if len(take) < len(parts):
+                    rest = b"\n".join(parts[len(take):]) + b"\n"
+                    self.buf = rest + self.buf
+                continue
+            if not self._fill():
+                if self.buf:
+                    out.append(self.buf.decode("utf-8", "replace"))
+                    self.buf = b""
+                break
+        return out
+
+    def read_until_eof(self, max_bytes=64 << 20):
+        """Every remaining line until the peer closes. Raises socket.timeout if it never does."""
+        while self._fill():
+            if len(self.buf) > max_bytes:
+                raise HarnessError("more than %d bytes without EOF" % max_bytes)
+        data, self.buf = self.buf, b""
+        lines = data.decode("utf-8", "replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return lines
+
+    def at_eof(self):
+        """True if the peer closed the connection (waits up to the timeout for it)."""
+        if self.buf:
+            return False
+        return not self._fill()
+
+    def request(self, line):
+        """Sends one request line, returns its reply (None at EOF)."""
+        self.send(line + "\n")
+        return self.readline()
+
+    def pipeline(self, lines):
+        """Sends all lines in ONE write while a thread reads; returns the replies."""
+        payload = "".join(l + "\n" for l in lines).encode()
+        err = []
+
+        def writer():
+            try:
+                self.sock.sendall(payload)
+            except OSError as e:  # pragma: no cover - reported below
+                err.append(e)
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        replies = self.readlines(len(lines))
+        t.join(self.timeout)
+        if err:
+            raise err[0]
+        return replies
+
+
+class Daemon:
+    """One divvyd process on a temporary directory.
+
+    kind of listeners: "tcp" on 127.0.0.1:<free port>, "unix" at <tmp>/divvyd.sock.
+    Notifications (sd_notify) are received on a datagram socket at <tmp>/notify and kept
+    in self.notes, a list of (seq, "KEY=VALUE") in arrival order.
+    """
+
+    def __init__(self, config, args=(), env=None, listen=("tcp", "unix"), db=None, tmpdir=None,
+                 notify=True, activate=False):
+        self.config = config
+        self.args = list(args)
+        self.extra_env = dict(env or {})
+        self.listen = tuple(listen)
+        self.own_tmp = tmpdir is None
+        self.tmpdir = tmpdir or make_tmpdir()
+        self.db = db or os.path.join(self.tmpdir, "db")
+        self.unix_path = os.path.join(self.tmpdir, "divvyd.sock")
+        self.notify_path = os.path.join(self.tmpdir, "notify")
+        self.log_path = os.path.join(self.tmpdir, "divvyd.log")
+        self.port = None
+        self.proc = None
+        self.start_seq = 0
+        self.notes = []
+        self.note_seq = 0
+        self.notify_sock = None
+        self.use_notify = notify
+        self.activate = activate
+        self.returncode = None
+        self.started_at = None
+        self.stopped_at = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def command(self):
+        cmd = shlex.split(os.environ.get("DIVVYD_WRAPPER", "")) + [divvyd_path(), "--db", self.db]
+        if not self.activate:
+            if "tcp" in self.listen:
+                cmd += ["--listen", "tcp:127.0.0.1:%d" % self.port]
+            if "unix" in self.listen:
+                cmd += ["--listen", "unix:" + self.unix_path]
+        return cmd + self.args + [self.config]
+
+    def start(self, wait_ready=True):
+        if self.port is None:
+            self.port = free_tcp_port()
+        if self.use_notify and self.notify_sock is None:
+            if os.path.exists(self.notify_path):
+                os.unlink(self.notify_path)
+            self.notify_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.notify_sock.bind(self.notify_path)
+        env = dict(os.environ)
+        for k in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "WATCHDOG_USEC",
+                  "WATCHDOG_PID", "PORT", "STATE_DIRECTORY", "DEBUG"):
+            env.pop(k, None)
+        if self.use_notify:
+            env["NOTIFY_SOCKET"] = self.notify_path
+        env.update(self.extra_env)
+        cmd = self.command()
+        if self.activate:
+            sa = socket_activate_path()
+            # systemd-socket-activate passes only the variables named with -E.
+            pass_env = ["NOTIFY_SOCKET"] + sorted(self.extra_env)
+            cmd = [sa, "-l", "127.0.0.1:%d" % self.port, "-l", self.unix_path,
+                   "--fdname=tcp:unix"] + [a for k in pass_env for a in ("-E", k)] + cmd
+        self.start_seq = self.last_seq()
+        self.log = open(self.log_path, "ab")
+        self.started_at = time.monotonic()
+        self.stopped_at = None
+        self.returncode = None
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env, close_fds=True)
+        if wait_ready:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout=None):
+        """Waits for READY=1 (needs notify=True). Raises HarnessError with the log tail."""
+        if not self.use_notify:
+            raise HarnessError("wait_ready() needs the notify socket")
+        self.wait_note("READY=1", after=self.start_seq, timeout=timeout or START_TIMEOUT,
+                       what="READY=1 at start")
+
+    def stop(self, sig=signal.SIGTERM, timeout=None):
+        """Sends sig, waits (bounded) for exit, SIGKILLs as a last resort. Returns the exit
+        status (negative: killed by that signal)."""
+        if self.proc is None:
+            return self.returncode
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout or STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT)
+                self.returncode = "killed after timeout"
+                self._after_exit()
+                return self.returncode
+        self.returncode = self.proc.returncode
+        self._after_exit()
+        return self.returncode
+
+    def wait_exit(self, timeout=None):
+        """Waits (bounded) for the process to exit by itself; returns its status."""
+        try:
+            self.proc.wait(timeout or STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise HarnessError("divvyd did not exit within %.0fs\n%s" %
+                               (timeout or STOP_TIMEOUT, self.log_tail()))
+        self.returncode = self.proc.returncode
+        self._after_exit()
+        return self.returncode
+
+    def _after_exit(self):
+        self.stopped_at = time.monotonic()
+        self.drain_notes(0)
+        self.proc = None
+        try:
+            self.log.close()
+        except Exception:
+            pass
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def pid(self):
+        return self.proc.pid
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def cleanup(self):
+        if self.proc is not None:
+            self.stop()
+        if self.notify_sock is not None:
+            self.notify_sock.close()
+            self.notify_sock = None
+        if self.own_tmp:
+            if os.environ.get("ITEST_KEEP"):
+                print("kept %s" % self.tmpdir)
+            else:
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    # --- notifications ---------------------------------------------------------------------
+
+    def drain_notes(self, timeout):
+        """Receives datagrams for up to timeout seconds (0: only what is queued)."""
+        if self.notify_sock is None:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            r, _, _ = select.select([self.notify_sock], [], [], left)
+            if not r:
+                return
+            data = self.notify_sock.recv(65536)
+            for line in data.decode("utf-8", "replace").split("\n"):
+                if line:
+                    self.note_seq += 1
+                    self.notes.append((self.note_seq, line))
+            if timeout == 0:
+                continue
+
+    def wait_note(self, pattern, after=0, timeout=None, what=None):
+        """Waits for a notification matching pattern (exact "KEY=VALUE" or a compiled regex)
+        with seq > after. Returns (seq, line). Raises HarnessError with the log tail, also
+        as soon as the process exits without sending it."""
+        timeout = IO_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+
+        def find():
+            for seq, line in self.notes:
+                if seq <= after:
+                    continue
+                if (pattern.search(line) if hasattr(pattern, "search") else line == pattern):
+                    return seq, line
+            return None
+
+        while True:
+            hit = find()
+            if hit:
+                return hit
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if self.proc is not None and self.proc.poll() is not None:
+                self.drain_notes(0)
+                hit = find()
+                if hit:
+                    return hit
+                raise HarnessError("divvyd exited (status %s) before %s\n%s" %
+                                   (self.proc.returncode, what or pattern, self.log_tail()))
+            self.drain_notes(min(left, 0.2))
+        raise HarnessError("no %s within %.0fs; notifications: %r\n%s" %
+                           (what or getattr(pattern, "pattern", pattern), timeout,
+                            [l for _, l in self.notes][-20:], self.log_tail()))
+
+    def last_seq(self):
+        self.drain_notes(0)
+        return self.note_seq
+
+    def note_lines(self):
+        return [l for _, l in self.notes]
+
+    # --- clients ---------------------------------------------------------------------------
+
+    def connect(self, kind="tcp", timeout=None):
+        if kind == "tcp":
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout or IO_TIMEOUT)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        elif kind == "unix":
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(timeout or IO_TIMEOUT)
+            s.connect(self.unix_path)
+        else:
+            raise ValueError(kind)
+        return Conn(s, timeout)
+
+    def request(self, line, kind="tcp"):
+        """One request on a fresh connection."""
+        with self.connect(kind) as c:
+            return c.request(line)
+
+    # --- logs ------------------------------------------------------------------------------
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n=30):
+        lines = self.log_text().splitlines()[-n:]
+        return "---- divvyd log (%s, last %d lines) ----\n%s\n----" % (self.log_path, len(lines),
+                                                                       "\n".join(lines))
+
+
+# --- checks shared by the test files ----------------------------------------------------------
+
+OK_RE = re.compile(r"^OK (true|false) (\d+) (-?\d+)$")
+
+
+def parse_ok(reply):
+    """("OK true 9 3600") -> (True, 9, 3600); None if it is not an OK reply."""
+    m = OK_RE.match(reply or "")
+    if not m:
+        return None
+    return m.group(1) == "true", int(m.group(2)), int(m.group(3))
+
+
+class DaemonTestCase(unittest.TestCase):
+    """Base class: start_daemon() registers cleanup and shows the log tail on failure."""
+
+    maxDiff = 4000
+
+    def start_daemon(self, config, **kw):
+        d = Daemon(config, **kw)
+        self.addCleanup(d.cleanup)
+        _DAEMONS.append(d)
+        d.start(wait_ready=kw.get("notify", True))
+        return d
+
+    @classmethod
+    def start_shared_daemon(cls, config, **kw):
+        """One daemon for every test of the class (from setUpClass); stopped after them."""
+        d = Daemon(config, **kw)
+        cls.addClassCleanup(d.cleanup)
+        _DAEMONS.append(d)
+        d.start(wait_ready=kw.get("notify", True))
+        return d
+
+    def new_daemon(self, config, **kw):
+        """Like start_daemon() without starting it."""
+        d = Daemon(config, **kw)
+        self.addCleanup(d.cleanup)
+        _DAEMONS.append(d)
+        return d
+
+    def assertHit(self, reply, allowed, credit, reset, msg=None):
+        """Exact allowed/credit; reset exact when given an int, else a (lo, hi) range."""
+        got = parse_ok(reply)
+        self.assertIsNotNone(got, "not an OK reply: %r %s" % (reply, msg or ""))
+        self.assertEqual(got[:2], (allowed, credit), "reply %r %s" % (reply, msg or ""))
+        if isinstance(reset, tuple):
+            lo, hi = reset
+            self.assertTrue(lo <= got[2] <= hi, "reset %d not in [%d, %d]: %r %s" %
+                            (got[2], lo, hi, reply, msg or ""))
+        else:
+            self.assertEqual(got[2], reset, "reply %r %s" % (reply, msg or ""))
+
+    def assertWindow(self, replies, limit, reset, start_credit=None, msg=""):
+        """A transcript of hits on one fresh counter: credits count down from limit-1 (or
+        start_credit) to 0 and then stay 0 with allowed false; the first reset is exactly
+        reset, later ones within [reset-2, reset]."""
+        credit = limit - 1 if start_credit is None else start_credit
+        for i, r in enumerate(replies):
+            first = i == 0 and start_credit is None
+            self.assertHit(r, credit >= 0, max(credit, 0), reset if first else (reset - 2, reset),
+                           "hit #%d %s" % (i + 1, msg))
+            credit -= 1
+
+
+_DAEMONS = []
+
+
+class _Result(unittest.TextTestResult):
+    def _daemon_logs(self):
+        out = []
+        for d in _DAEMONS:
+            if d.started_at is not None and (d.running() or (d.stopped_at or 0) >= self._t0):
+                out.append(d.log_tail())
+        return "\n".join(out)
+
+    def startTest(self, test):
+        self._t0 = time.monotonic()
+        super().startTest(test)
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        logs = self._daemon_logs()
+        if logs:
+            self.failures[-1] = (self.failures[-1][0], self.failures[-1][1] + "\n" + logs)
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        logs = self._daemon_logs()
+        if logs:
+            self.errors[-1] = (self.errors[-1][0], self.errors[-1][1] + "\n" + logs)
+
+
+def skip_all(reason):
+    """Ends a test file that cannot run at all: automake's SKIP."""
+    print("SKIP: %s" % reason)
+    print("0 passed, 0 failed, 0 skipped")
+    sys.exit(77)
+
+
+def main(require_daemon=True):
+    """unittest main: runs the file's tests (or those named in argv, e.g. T.test_x), prints
+    "N passed, N failed, N skipped" as the last line, exits 0, 1, or 77 if nothing can run."""
+    if require_daemon and not os.access(divvyd_path(), os.X_OK):
+        skip_all("daemon binary %s not found (build it first: make src/divvyd)" % divvyd_path())
+    loader = unittest.TestLoader()
+    module = sys.modules["__main__"]
+    names = sys.argv[1:]
+    suite = loader.loadTestsFromNames(names, module) if names else loader.loadTestsFromModule(module)
+    runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=2, resultclass=_Result)
+    result = runner.run(suite)
+    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    skipped = len(result.skipped)
+    passed = result.testsRun - failed - skipped
+    sys.stdout.flush()
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    sys.stdout.flush()
+    if failed:
+        sys.exit(1)
+    if passed == 0 and skipped > 0:
+        sys.exit(77)
+    sys.exit(0)

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""divvyd's life: sd_notify, restart on the same database, SIGHUP reloads, SIGTERM with
+requests in flight, the watchdog, socket activation.
+
+Run one test:  tests/integration/test_lifecycle.py Lifecycle.test_reload_valid
+"""
+
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import data_path, example_path  # noqa: E402
+
+
+class Lifecycle(harness.DaemonTestCase):
+    def copy_config(self, d, name, dest="rules.ini"):
+        """Copies fixture name into the daemon's temp dir (the file SIGHUP re-reads)."""
+        path = os.path.join(d.tmpdir, dest)
+        shutil.copyfile(data_path(name) if os.sep not in name else name, path + ".tmp")
+        os.replace(path + ".tmp", path)  # atomic, like an editor or a config manager
+        return path
+
+    def daemon_with_copy(self, name, **kw):
+        d = self.new_daemon(None, **kw)
+        d.config = self.copy_config(d, name)
+        d.start()
+        return d
+
+    def reload(self, d, name):
+        """Replaces the config with fixture name, SIGHUPs, waits for RELOADING=1 then READY=1.
+        Returns the notifications received since the signal."""
+        self.copy_config(d, name)
+        before = d.last_seq()
+        d.signal(signal.SIGHUP)
+        seq_reloading, _ = d.wait_note("RELOADING=1", after=before)
+        seq_ready, _ = d.wait_note("READY=1", after=seq_reloading, what="READY=1 after RELOADING=1")
+        # The STATUS of this reload comes with or soon after READY=1.
+        d.wait_note(re.compile(r"^STATUS="), after=seq_reloading, what="STATUS after reload")
+        return [l for s, l in d.notes if s > before]
+
+    def test_notify_ready_status_stopping(self):
+        d = self.start_daemon(data_path("itest.ini"))
+        _, status = d.wait_note(re.compile(r"^STATUS=.*\brules\b"), what="STATUS mentioning rules")
+        self.assertRegex(status, r"\b8 rules\b")
+        self.assertRegex(status, r"\b2 listeners\b")
+        self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
+        seq = d.last_seq()
+        self.assertEqual(d.stop(), 0)
+        self.assertIn("STOPPING=1", [l for s, l in d.notes if s > seq])
+        # Log lines carry the sd-daemon priority prefix.
+        log = [l for l in d.log_text().splitlines() if l.strip()]
+        bad = [l for l in log if not re.match(r"^<[0-7]>", l)]
+        self.assertEqual(bad, [], "log lines without a <N> priority prefix")
+
+    def test_sigint_stops_cleanly(self):
+        d = self.start_daemon(data_path("itest.ini"))
+        self.assertEqual(d.stop(signal.SIGINT), 0)
+        self.assertIn("STOPPING=1", d.note_lines())
+
+    def test_watchdog(self):
+        d = self.start_daemon(data_path("itest.ini"), env={"WATCHDOG_USEC": "200000"})
+        d.wait_note("WATCHDOG=1", timeout=5 * harness.TIMEOUT_SCALE, what="WATCHDOG=1 (WATCHDOG_USEC=200000)")
+        self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
+        self.assertEqual(d.stop(), 0)
+
+    def test_no_watchdog_without_watchdog_usec(self):
+        d = self.start_daemon(data_path("itest.ini"))
+        self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
+        self.assertEqual(d.stop(), 0)
+        self.assertNotIn("WATCHDOG=1", d.note_lines())
+
+    def test_counters_survive_restart(self):
+        d = self.start_daemon(data_path("itest.ini"))
+        with d.connect("tcp") as c:
+            replies = [c.request("HIT path=/probe user=restart") for _ in range(3)]
+        self.assertWindow(replies, 10, 3600)
+        self.assertEqual(d.stop(), 0)
+        # A new process on the same --db (and a new port) continues the window.
+        d.port = None
+        d.start()
+        with d.connect("unix") as c:
+            self.assertHit(c.request("HIT path=/probe user=restart"), True, 6, (3598, 3600))
+            self.assertHit(c.request("HIT path=/probe user=other"), True, 9, 3600)
+        self.assertEqual(d.stop(), 0)
+
+    def test_reload_valid(self):
+        d = self.daemon_with_copy("reload-a.ini")
+        with d.connect("tcp") as c:
+            self.assertHit(c.request("HIT path=/kept user=u"), True, 9, 3600)
+            self.assertHit(c.request("HIT path=/kept user=u"), True, 8, (3598, 3600))
+            self.assertEqual(c.request("HIT path=/new user=u"), "OK false 0 -1")
+        notes = self.reload(d, "reload-b.ini")
+        status = [l for l in notes if l.startswith("STATUS=")]
+        self.assertTrue(any(re.search(r"\b3 rules\b", s) for s in status), status)
+        self.assertFalse(any("Reload failed" in s for s in status), status)
+        self.assertTrue(any(l.startswith("MONOTONIC_USEC=") for l in notes), notes)
+        # A connection opened before the reload uses the new rules too.
+        with d.connect("tcp") as c:
+            self.assertHit(c.request("HIT path=/new user=u"), True, 6, 600)
+            # Unchanged limits: the counter keeps counting.
+            self.assertHit(c.request("HIT path=/kept user=u"), True, 7, (3598, 3600))
+        self.assertEqual(d.stop(), 0)
+
+    def test_reload_keeps_open_connections(self):
+        d = self.daemon_with_copy("reload-a.ini")
+        with d.connect("unix") as c:
+            self.assertHit(c.request("HIT path=/kept user=k"), True, 9, 3600)
+            self.reload(d, "reload-b.ini")
+            self.assertHit(c.request("HIT path=/new user=k"), True, 6, 600)
+            self.assertHit(c.request("HIT path=/kept user=k"), True, 8, (3598, 3600))
+        self.assertEqual(d.stop(), 0)
+
+    def test_reload_invalid(self):
+        d = self.daemon_with_copy("reload-a.ini")
+        with d.connect("tcp") as c:
+            self.assertHit(c.request("HIT path=/kept user=v"), True, 9, 3600)
+        notes = self.reload(d, "reload-bad.ini")
+        status = [l for l in notes if l.startswith("STATUS=")]
+        self.assertTrue(any(re.search(r"Reload failed: .*rules\.ini:\d+: .*serving previous rules", s)
+                            for s in status), status)
+        self.assertRegex(d.log_text(), r"rules\.ini:\d+")
+        # The old rules still answer, and their counters keep counting.
+        with d.connect("tcp") as c:
+            self.assertHit(c.request("HIT path=/kept user=v"), True, 8, (3598, 3600))
+            self.assertEqual(c.request("HIT path=/open"), "OK false 0 -1")
+        self.assertTrue(d.running())
+        # A later good reload still works.
+        self.reload(d, "reload-b.ini")
+        self.assertHit(d.request("HIT path=/new user=v"), True, 6, 600)
+        self.assertEqual(d.stop(), 0)
+
+    def test_reload_missing_file(self):
+        d = self.daemon_with_copy("reload-a.ini")
+        os.unlink(d.config)
+        before = d.last_seq()
+        d.signal(signal.SIGHUP)
+        d.wait_note(re.compile(r"^STATUS=Reload failed"), after=before, what="STATUS=Reload failed")
+        self.assertHit(d.request("HIT path=/kept user=m"), True, 9, 3600)
+        self.assertEqual(d.stop(), 0)
+
+    def test_canary_is_counted(self):
+        # The canary's counter is decremented although it never decides: promote it (same
+        # operation and limits, so the same counter) and its state shows.
+        d = self.daemon_with_copy("itest.ini")
+        with d.connect("tcp") as c:
+            replies = [c.request("HIT path=/canary/x user=w") for _ in range(3)]
+            self.assertWindow(replies, 5, 3600)
+            self.assertEqual(c.request("HIT path=/canary/y user=once"), "OK false 0 -1")
+        self.reload(d, "canary-promoted.ini")
+        with d.connect("tcp") as c:
+            # w: three canary hits used the canary's 2 credits.
+            self.assertHit(c.request("HIT path=/canary/x user=w"), False, 0, (3598, 3600))
+            # once: one canary hit (through the default rule) left 1.
+            self.assertHit(c.request("HIT path=/canary/z user=once"), True, 0, (3598, 3600))
+            # Someone the canary never saw starts fresh.
+            self.assertHit(c.request("HIT path=/canary/x user=new"), True, 1, 3600)
+        self.assertEqual(d.stop(), 0)
+
+    def test_example_canary_promotion(self):
+        # divvy README: "promote this rule ... by deleting the matchPolicy line".
+        src = example_path("canary-config.ini")
+        if not os.path.exists(src):
+            self.skipTest("%s does not exist" % src)
+        with open(src) as f:
+            text = f.read()
+        promoted, n = re.subn(r"(?m)^\s*matchPolicy\s*=\s*['\"]?canary['\"]?.*\n", "", text)
+        if n != 1:
+            self.skipTest("expected exactly one canary rule in %s, found %d" % (src, n))
+        d = self.daemon_with_copy(src)
+        with d.connect("tcp") as c:
+            replies = [c.request("HIT method=GET path=/pantry/cookies/special-cookie ip=192.168.1.1")
+                       for _ in range(2)]
+            self.assertWindow(replies, 3, 3600)
+        path = os.path.join(d.tmpdir, "promoted.ini")
+        with open(path, "w") as f:
+            f.write(promoted)
+        self.reload(d, path)
+        with d.connect("tcp") as c:
+            # The canary (1 per day, across all IPs) was used up by the first hit.
+            self.assertHit(c.request("HIT method=GET path=/pantry/cookies/special-cookie ip=10.0.0.9"),
+                           False, 0, (86398, 86400))
+        self.assertEqual(d.stop(), 0)
+
+    def test_sigterm_with_requests_in_flight(self):
+        d = self.start_daemon(data_path("itest.ini"))
+        n = 50000
+        c = d.connect("tcp")
+        self.addCleanup(c.close)
+        payload = b"HIT path=/big user=term\n" * n
+        got = []
+
+        def reader():
+            try:
+                got.extend(c.read_until_eof())
+            except Exception as e:
+                got.append("reader failed: %r" % e)
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        try:
+            c.sock.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the daemon may stop reading and close: fine
+        seq = d.last_seq()
+        d.signal(signal.SIGTERM)
+        t.join(harness.STOP_TIMEOUT * 2)
+        self.assertFalse(t.is_alive(), "no EOF after SIGTERM")
+        self.assertEqual(d.wait_exit(), 0)
+        self.assertIn("STOPPING=1", [l for s, l in d.notes if s > seq])
+        # Whatever was answered is a prefix of the expected sequence, without a gap.
+        self.assertLessEqual(len(got), n)
+        for i, r in enumerate(got):
+            p = harness.parse_ok(r)
+            if p is None or p[:2] != (True, 99999 - i):
+                self.fail("reply %d of %d is %r, expected credit %d" % (i, len(got), r, 99999 - i))
+        # And what was answered was counted (and committed): a restart continues from there.
+        d.port = None
+        d.start()
+        self.assertHit(d.request("HIT path=/big user=term"), True, 99999 - len(got), (3590, 3600))
+        self.assertEqual(d.stop(), 0)
+
+    def test_socket_activation(self):
+        sa = harness.socket_activate_path()
+        if not sa:
+            self.skipTest("systemd-socket-activate not found (set SYSTEMD_SOCKET_ACTIVATE)")
+        d = self.new_daemon(data_path("itest.ini"), activate=True)
+        d.start(wait_ready=False)
+        # systemd-socket-activate starts divvyd at the first connection; this one is queued
+        # on the passed socket until the daemon accepts it.
+        c = None
+        for _ in range(int(50 * harness.TIMEOUT_SCALE)):
+            try:
+                c = d.connect("tcp")
+                break
+            except OSError:
+                if not d.running():
+                    self.fail("systemd-socket-activate exited: %s" % d.log_tail())
+                d.drain_notes(0.1)
+        self.assertIsNotNone(c, "nothing listening on 127.0.0.1:%d" % d.port)
+        with c:
+            d.wait_ready()
+            self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+        with d.connect("unix") as c:
+            self.assertHit(c.request("HIT path=/probe user=sa"), True, 9, 3600)
+        with d.connect("tcp") as c:
+            self.assertHit(c.request("HIT path=/probe user=sa"), True, 8, (3598, 3600))
+        _, status = d.wait_note(re.compile(r"^STATUS=.*\brules\b"), what="STATUS")
+        self.assertRegex(status, r"\b2 listeners\b")
+        self.assertEqual(d.stop(), 0)
+        self.assertIn("STOPPING=1", d.note_lines())
+
+
+if __name__ == "__main__":
+    harness.main()

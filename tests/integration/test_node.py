@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The real divvy Node.js client (@button/divvy-client, pinned in tests/node/package.json)
+against divvyd. Installs it with npm into $top_builddir/tests/node-deps on first use; skips
+(exit 77, with the reason) when node or npm is missing or the install fails.
+
+Run:  tests/integration/test_node.py
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import data_path  # noqa: E402
+
+NPM_TIMEOUT = 300  # seconds: a cold npm install over a slow network
+NODE_TIMEOUT = 60 * harness.TIMEOUT_SCALE  # seconds: the node test itself
+
+
+def node_dir():
+    return os.path.join(harness.top_srcdir(), "tests", "node")
+
+
+def deps_dir():
+    return os.path.join(harness.top_builddir(), "tests", "node-deps")
+
+
+def install_deps():
+    """Returns the node_modules directory, or calls skip_all() with the reason."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node:
+        harness.skip_all("node not found: install Node.js to run the divvy client test")
+    if not npm:
+        harness.skip_all("npm not found: install npm to run the divvy client test")
+    dest = deps_dir()
+    modules = os.path.join(dest, "node_modules")
+    marker = os.path.join(modules, "@button", "divvy-client", "package.json")
+    if os.path.exists(marker):
+        return modules
+    os.makedirs(dest, exist_ok=True)
+    for f in ("package.json", "package-lock.json"):
+        shutil.copyfile(os.path.join(node_dir(), f), os.path.join(dest, f))
+    cmd = [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"]
+    print("installing the divvy Node client: %s (in %s)" % (" ".join(cmd), dest))
+    try:
+        p = subprocess.run(cmd, cwd=dest, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=NPM_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        harness.skip_all("npm ci timed out after %ds (no registry access?)" % NPM_TIMEOUT)
+    if p.returncode != 0 or not os.path.exists(marker):
+        print(p.stdout.decode("utf-8", "replace")[-3000:])
+        harness.skip_all("npm ci failed (exit %d): cannot install @button/divvy-client" % p.returncode)
+    return modules
+
+
+class NodeClient(harness.DaemonTestCase):
+    def test_divvy_client(self):
+        d = self.start_daemon(data_path("itest.ini"))
+        env = dict(os.environ, DIVVYD_HOST="127.0.0.1", DIVVYD_PORT=str(d.port), NODE_PATH=MODULES)
+        try:
+            p = subprocess.run([shutil.which("node"), os.path.join(node_dir(), "test-divvy-client.js")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=NODE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.fail("node test did not finish within %ds" % NODE_TIMEOUT)
+        out = p.stdout.decode("utf-8", "replace")
+        print(out)
+        self.assertEqual(p.returncode, 0, out)
+        self.assertRegex(out, r"\b[1-9]\d* passed, 0 failed")
+        self.assertEqual(d.stop(), 0)
+
+
+if __name__ == "__main__":
+    if not os.access(harness.divvyd_path(), os.X_OK):
+        harness.skip_all("daemon binary %s not found" % harness.divvyd_path())
+    MODULES = install_deps()
+    harness.main()

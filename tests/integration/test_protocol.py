@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""divvyd over real sockets: divvy's README transcripts, rule semantics, framing and errors.
+
+Run one test:  tests/integration/test_protocol.py Framing.test_byte_by_byte
+"""
+
+import itertools
+import os
+import socket
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import data_path, example_path  # noqa: E402
+
+_ids = itertools.count(1)
+
+
+def uid(prefix):
+    """A fresh actor value, so no two tests share a counter."""
+    return "%s-%d-%d" % (prefix, os.getpid(), next(_ids))
+
+
+class _ExampleBase:  # mixin: not a test case by itself
+    """divvy's "Getting Started" transcripts against one of examples/example-config.*"""
+
+    example = None
+
+    @classmethod
+    def setUpClass(cls):
+        path = example_path(cls.example)
+        if not os.path.exists(path):
+            raise harness.unittest.SkipTest("%s does not exist" % path)
+        cls.d = cls.start_shared_daemon(path)
+
+    def test_status_transcript(self):
+        # "OK true 999 60", then the credit goes down by one per hit. Only this test touches
+        # the global GET /status counter of this daemon.
+        with self.d.connect("tcp") as c:
+            replies = [c.request("HIT method=GET path=/status") for _ in range(5)]
+            # Quoting makes no difference (the Protocol section's form).
+            replies.append(c.request('HIT method="GET" path="/status"'))
+            # Extra keys are ignored by a rule that does not name them.
+            replies.append(c.request("HIT method=GET path=/status client=itest"))
+        self.assertWindow(replies, 1000, 60)
+        # The same counter over the Unix socket.
+        with self.d.connect("unix") as c:
+            self.assertHit(c.request("HIT method=GET path=/status"), True, 992, (58, 60))
+
+    def test_pantry_one_per_day(self):
+        with self.d.connect("tcp") as c:
+            replies = [c.request("HIT method=GET path=/pantry/%s ip=10.7.7.7" % item)
+                       for item in ("milk", "eggs", "cookies")]
+        # /pantry/cookies (no trailing slash) is not /pantry/cookies/*: the per-day rule.
+        self.assertWindow(replies, 1, 86400)
+
+    def test_default_deny(self):
+        with self.d.connect("unix") as c:
+            self.assertEqual(c.request('HIT method="DELETE" path="/index.html"'), "OK false 0 -1")
+            self.assertEqual(c.request("HIT method=GET path=/pantry/cookies/oatmeal"), "OK false 0 -1",
+                             "(no ip: the per-IP rules do not match)")
+
+    def _cookies(self, kind, ip, other_ip):
+        with self.d.connect(kind) as c:
+            replies = [c.request("HIT method=GET path=/pantry/cookies/%s ip=%s" % (cookie, ip))
+                       for cookie in ("chocolate-chip", "chocolate-chip", "oatmeal", "cricket-flavored")]
+            self.assertWindow(replies, 3, 3600, msg="(cookies, %s)" % kind)
+            # A different IP: fresh quota.
+            self.assertHit(c.request("HIT method=GET path=/pantry/cookies/oatmeal ip=%s" % other_ip),
+                           True, 2, 3600, "(other ip)")
+
+    def test_cookies_transcript_tcp(self):
+        self._cookies("tcp", "192.168.1.1", "4.3.2.1")
+
+    def test_cookies_transcript_unix(self):
+        self._cookies("unix", "192.168.7.7", "4.3.2.7")
+
+
+class ExampleIni(_ExampleBase, harness.DaemonTestCase):
+    example = "example-config.ini"
+
+
+class ExampleJson(_ExampleBase, harness.DaemonTestCase):
+    example = "example-config.json"
+
+
+class _CanaryBase:  # mixin: not a test case by itself
+    """The "Example canary rule" transcript: the canary is counted, the next rule decides."""
+
+    example = None
+
+    @classmethod
+    def setUpClass(cls):
+        path = example_path(cls.example)
+        if not os.path.exists(path):
+            raise harness.unittest.SkipTest("%s does not exist" % path)
+        cls.d = cls.start_shared_daemon(path)
+
+    def test_canary_transcript(self):
+        with self.d.connect("tcp") as c:
+            replies = [c.request("HIT method=GET path=/pantry/cookies/special-cookie ip=192.168.1.1")
+                       for _ in range(4)]
+        # The answers are the cookies rule's (3 per hour per IP), not the canary's (1 per day).
+        self.assertWindow(replies, 3, 3600)
+
+    def test_other_cookies_unaffected_by_canary(self):
+        with self.d.connect("tcp") as c:
+            replies = [c.request("HIT method=GET path=/pantry/cookies/oatmeal ip=10.1.1.1")
+                       for _ in range(4)]
+        self.assertWindow(replies, 3, 3600)
+
+
+class CanaryIni(_CanaryBase, harness.DaemonTestCase):
+    example = "canary-config.ini"
+
+
+class CanaryJson(_CanaryBase, harness.DaemonTestCase):
+    example = "canary-config.json"
+
+
+class _ReadmeActorsBase:  # mixin: not a test case by itself
+    """The "Actors and multi-tenancy" transcript, on that exact rule."""
+
+    config = None
+
+    def test_actors_transcript(self):
+        d = self.start_daemon(data_path(self.config))
+        with d.connect("tcp") as c:
+            replies = [c.request("HIT method=GET ip=10.20.1.3") for _ in range(3)]
+            self.assertWindow(replies, 100, 60)
+            # Different ip: fresh quota!
+            self.assertHit(c.request("HIT method=GET ip=192.168.1.1"), True, 99, 60)
+            # The first actor's counter is untouched by the second.
+            self.assertHit(c.request("HIT method=GET ip=10.20.1.3"), True, 96, (58, 60))
+            # "Default accept!": creditLimit 1, resetSeconds 0.
+            self.assertEqual(c.request("HIT method=POST ip=10.20.1.3"), "OK true 1 0")
+            self.assertEqual(c.request("HIT"), "OK true 1 0")
+
+
+class ReadmeActorsIni(_ReadmeActorsBase, harness.DaemonTestCase):
+    config = "readme-actors.ini"
+
+
+class ReadmeActorsJson(_ReadmeActorsBase, harness.DaemonTestCase):
+    config = "readme-actors.json"
+
+
+class Rules(harness.DaemonTestCase):
+    """Rule semantics on tests/integration/data/itest.ini."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = cls.start_shared_daemon(data_path("itest.ini"))
+
+    def test_default_deny(self):
+        with self.d.connect("tcp") as c:
+            self.assertEqual(c.request("HIT foo=bar"), "OK false 0 -1")
+            self.assertEqual(c.request("HIT"), "OK false 0 -1")
+            self.assertEqual(c.request("HIT method=DELETE path=/index.html"), "OK false 0 -1")
+
+    def test_always_allow(self):
+        with self.d.connect("unix") as c:
+            for _ in range(10):  # more than creditLimit: nothing is counted
+                self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+
+    def test_always_deny(self):
+        with self.d.connect("tcp") as c:
+            for _ in range(3):
+                self.assertEqual(c.request("HIT path=/closed"), "OK false 0 -1")
+
+    def test_actors_get_fresh_quota(self):
+        a, b = uid("a"), uid("b")
+        with self.d.connect("tcp") as c:
+            self.assertHit(c.request("HIT path=/probe user=" + a), True, 9, 3600)
+            self.assertHit(c.request("HIT path=/probe user=" + a), True, 8, (3598, 3600))
+            self.assertHit(c.request("HIT path=/probe user=" + b), True, 9, 3600)
+            self.assertHit(c.request("HIT user=%s path=/probe" % a), True, 7, (3598, 3600),
+                           "(key order does not matter)")
+
+    def test_exhaustion(self):
+        u = uid("ex")
+        with self.d.connect("tcp") as c:
+            replies = [c.request("HIT path=/probe user=" + u) for _ in range(13)]
+        self.assertWindow(replies, 10, 3600)
+
+    def test_quoted_values(self):
+        u = uid("q")
+        with self.d.connect("tcp") as c:
+            self.assertHit(c.request('HIT "path"="/probe" "user"="%s with spaces"' % u), True, 9, 3600)
+            self.assertHit(c.request('HIT path=/probe user="%s with spaces"' % u), True, 8, (3598, 3600))
+            # Not the same actor as the unquoted prefix.
+            self.assertHit(c.request("HIT path=/probe user=%s" % u), True, 9, 3600)
+
+    def test_canary_does_not_decide(self):
+        u = uid("c")
+        with self.d.connect("tcp") as c:
+            # The canary (2 per hour) runs out after two hits; the rule after it (5 per
+            # hour) keeps deciding.
+            replies = [c.request("HIT path=/canary/x user=" + u) for _ in range(7)]
+            self.assertWindow(replies, 5, 3600)
+            # Matching only the canary falls through to the default (deny).
+            self.assertEqual(c.request("HIT path=/canary/y user=" + u), "OK false 0 -1")
+
+
+class Framing(harness.DaemonTestCase):
+    """Line framing, pipelining edge cases and protocol errors on itest.ini."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = cls.start_shared_daemon(data_path("itest.ini"))
+
+    def probe(self, user):
+        """The probe counter of user on a new connection: proves whether a request ran."""
+        return self.d.request("HIT path=/probe user=" + user, "unix")
+
+    def expect_error_then_close(self, payload, code, probe_user=None):
+        with self.d.connect("tcp") as c:
+            c.send(payload)
+            lines = c.read_until_eof()
+        self.assertGreaterEqual(len(lines), 1, "no reply to %r" % payload[:80])
+        self.assertTrue(lines[-1].startswith("ERR %s" % code), "reply %r to %r" % (lines, payload[:80]))
+        if probe_user:
+            # The request after the bad line was never executed.
+            self.assertHit(self.probe(probe_user), True, 9, 3600, "(request after the bad line ran)")
+        return lines
+
+    def test_byte_by_byte(self):
+        u = uid("bb")
+        payload = ("HIT path=/probe user=%s\nHIT path=/open\r\nHIT path=/probe user=%s\n" % (u, u)).encode()
+        with self.d.connect("tcp") as c:
+            for i in range(len(payload)):
+                c.send(payload[i:i + 1])
+                if i % 7 == 0:
+                    time.sleep(0.001)  # let some bytes arrive in separate segments
+            replies = c.readlines(3)
+        self.assertHit(replies[0], True, 9, 3600)
+        self.assertEqual(replies[1], "OK true 5 0")
+        self.assertHit(replies[2], True, 8, (3598, 3600))
+
+    def test_crlf(self):
+        with self.d.connect("tcp") as c:
+            self.assertEqual(c.request("HIT path=/open\r"), "OK true 5 0")
+
+    def test_longest_line_accepted(self):
+        head = "HIT path=/open pad="
+        line = head + "a" * (8192 - len(head))
+        self.assertEqual(len(line), 8192)
+        with self.d.connect("tcp") as c:
+            self.assertEqual(c.request(line), "OK true 5 0")
+            self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+
+    def test_oversize_line(self):
+        u = uid("ov")
+        head = "HIT path=/open pad="
+        line = head + "a" * (8193 - len(head))
+        self.expect_error_then_close(line + "\nHIT path=/probe user=%s\n" % u, "", u)
+
+    def test_oversize_line_without_newline(self):
+        # The daemon must not wait for a "\n" that would make it buffer without bound.
+        with self.d.connect("tcp") as c:
+            c.send("HIT path=/open pad=" + "a" * 20000)
+            lines = c.read_until_eof()
+        self.assertEqual(len(lines), 1, lines)
+        self.assertTrue(lines[0].startswith("ERR "), lines)
+
+    def test_unknown_command(self):
+        u = uid("uc")
+        lines = self.expect_error_then_close("FOO\nHIT path=/probe user=%s\n" % u, "unknown-command", u)
+        self.assertEqual(len(lines), 1, lines)
+
+    def test_empty_line(self):
+        u = uid("el")
+        lines = self.expect_error_then_close("\nHIT path=/probe user=%s\n" % u, "unknown-command", u)
+        self.assertEqual(len(lines), 1, lines)
+
+    def test_error_mid_pipeline(self):
+        u = uid("pe")
+        with self.d.connect("tcp") as c:
+            c.send("HIT path=/probe user=%s\nFOO bar=1\nHIT path=/probe user=%s\n" % (u, u))
+            lines = c.read_until_eof()
+        self.assertEqual(len(lines), 2, lines)
+        self.assertHit(lines[0], True, 9, 3600)
+        self.assertTrue(lines[1].startswith("ERR unknown-command"), lines)
+        # Only the request before the bad line ran.
+        self.assertHit(self.probe(u), True, 8, (3598, 3600))
+
+    def test_malformed_pairs(self):
+        for bad in ('HIT a="unterminated', "HIT novalue", 'HIT a=b"c', "HIT =value"):
+            with self.subTest(bad=bad):
+                u = uid("mp")
+                lines = self.expect_error_then_close(bad + "\nHIT path=/probe user=%s\n" % u, "unknown", u)
+                self.assertEqual(len(lines), 1, lines)
+                self.assertTrue(lines[0].startswith('ERR unknown "'), lines)
+                self.assertTrue(lines[0].endswith('"'), lines)
+
+    def test_half_close(self):
+        u = uid("hc")
+        n = 300
+        with self.d.connect("tcp") as c:
+            c.send("".join("HIT path=/big user=%s\n" % u for _ in range(n)))
+            c.shutdown_write()
+            lines = c.read_until_eof()
+        self.assertEqual(len(lines), n)
+        self.assertWindow(lines, 100000, 3600)
+
+    def test_half_close_unix(self):
+        u = uid("hu")
+        with self.d.connect("unix") as c:
+            c.send("HIT path=/probe user=%s\nHIT path=/probe user=%s\n" % (u, u))
+            c.shutdown_write()
+            lines = c.read_until_eof()
+        self.assertWindow(lines, 10, 3600)
+        self.assertEqual(len(lines), 2)
+
+    def test_unterminated_last_line(self):
+        u = uid("ut")
+        with self.d.connect("tcp") as c:
+            c.send("HIT path=/open\nHIT path=/probe user=" + u)
+            c.shutdown_write()
+            lines = c.read_until_eof()
+        self.assertEqual(len(lines), 2, lines)
+        self.assertEqual(lines[0], "OK true 5 0")
+        self.assertHit(lines[1], True, 9, 3600)
+
+    def test_peer_reset_does_not_hurt(self):
+        # A client that vanishes with unanswered requests (RST) must not take the daemon down.
+        c = self.d.connect("tcp")
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.send("HIT path=/open\n" * 1000)
+        c.close()
+        self.assertEqual(self.d.request("HIT path=/open"), "OK true 5 0")
+
+
+if __name__ == "__main__":
+    harness.main()

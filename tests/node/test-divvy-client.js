@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+// The real divvy Node.js client (@button/divvy-client) against divvyd.
+// Started by tests/integration/test_node.py with DIVVYD_HOST and DIVVYD_PORT set, a daemon
+// serving tests/integration/data/itest.ini. Prints one line per check, then
+// "N passed, N failed"; exits 1 on any failure.
+'use strict';
+
+const assert = require('assert');
+const DivvyClient = require('@button/divvy-client');
+
+const host = process.env.DIVVYD_HOST || '127.0.0.1';
+const port = parseInt(process.env.DIVVYD_PORT, 10);
+const actor = `node-${process.pid}`;
+
+let passed = 0;
+let failed = 0;
+
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok - ${name}`);
+  } catch (err) {
+    failed++;
+    console.log(`FAIL - ${name}: ${err && err.stack ? err.stack : err}`);
+  }
+}
+
+function assertReset(got, lo, hi) {
+  assert.ok(got >= lo && got <= hi, `nextResetSeconds ${got} not in [${lo}, ${hi}]`);
+}
+
+async function main() {
+  if (!port) {
+    throw new Error('DIVVYD_PORT is not set');
+  }
+  // A short command timeout: every wait of this test is bounded.
+  const client = new DivvyClient(host, port, { defaultCommandTimeoutMillis: 10000, autoReconnect: false });
+  client.on('error', (err) => console.log(`client error: ${err.message}`));
+
+  await check('counts down one counter (quoted keys and values on the wire)', async () => {
+    for (let i = 0; i < 12; i++) {
+      const r = await client.hit({ path: '/probe', user: actor });
+      if (i < 10) {
+        assert.strictEqual(r.isAllowed, true, `hit ${i + 1}: ${JSON.stringify(r)}`);
+        assert.strictEqual(r.currentCredit, 9 - i, `hit ${i + 1}: ${JSON.stringify(r)}`);
+      } else {
+        assert.strictEqual(r.isAllowed, false, `hit ${i + 1}: ${JSON.stringify(r)}`);
+        assert.strictEqual(r.currentCredit, 0, `hit ${i + 1}: ${JSON.stringify(r)}`);
+      }
+      if (i === 0) {
+        assert.strictEqual(r.nextResetSeconds, 3600);
+      } else {
+        assertReset(r.nextResetSeconds, 3598, 3600);
+      }
+    }
+  });
+
+  await check('another actor gets fresh quota', async () => {
+    const r = await client.hit({ path: '/probe', user: `${actor}-2` });
+    assert.deepStrictEqual(r, { isAllowed: true, currentCredit: 9, nextResetSeconds: 3600 });
+  });
+
+  await check('always allow', async () => {
+    const r = await client.hit({ path: '/open' });
+    assert.deepStrictEqual(r, { isAllowed: true, currentCredit: 5, nextResetSeconds: 0 });
+  });
+
+  await check('default deny, also for an empty operation', async () => {
+    assert.deepStrictEqual(await client.hit({ method: 'DELETE', path: '/index.html' }),
+      { isAllowed: false, currentCredit: 0, nextResetSeconds: -1 });
+    assert.deepStrictEqual(await client.hit({}),
+      { isAllowed: false, currentCredit: 0, nextResetSeconds: -1 });
+  });
+
+  await check('numbers as values, null keys dropped', async () => {
+    const r = await client.hit({ path: '/probe', user: 12345, skipped: null });
+    assert.strictEqual(r.isAllowed, true);
+    assert.ok(r.currentCredit <= 9, JSON.stringify(r));
+  });
+
+  await check('90 requests in flight at once come back in order', async () => {
+    const user = `${actor}-burst`;
+    const promises = [];
+    for (let i = 0; i < 90; i++) {
+      promises.push(client.hit({ path: '/big', user: user }));
+    }
+    const results = await Promise.all(promises);
+    results.forEach((r, i) => {
+      assert.strictEqual(r.isAllowed, true);
+      assert.strictEqual(r.currentCredit, 99999 - i, `request ${i}: ${JSON.stringify(r)}`);
+    });
+  });
+
+  client.close();
+}
+
+main().then(() => {
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}, (err) => {
+  console.log(`FAIL - ${err && err.stack ? err.stack : err}`);
+  console.log(`${passed} passed, ${failed + 1} failed`);
+  process.exit(1);
+});
