@@ -1,14 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /* main.c: command-line options only; everything else lives in the core library. */
 
+#include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "diag.h"
+#include "listener.h"
+#include "log.h"
+#include "manager.h"
 #include "rules.h"
+
+#define LISTEN_MAX              64   /* --listen options: more is a mistake, not a configuration */
+#define PORT_DEFAULT            8321 /* divvy's */
+#define DB_DEFAULT              "/var/lib/divvyd"
+#define UNIX_MODE_DEFAULT       0660
+#define MAX_CONNECTIONS_DEFAULT 4096
+#define OUTPUT_LIMIT_DEFAULT    (1u << 20) /* bytes */
 
 static void help(void) {
         printf("Usage: divvyd [OPTIONS] CONFIG\n"
@@ -16,10 +29,26 @@ static void help(void) {
                "Rate-limit and quota daemon speaking the divvy protocol.\n"
                "CONFIG is a rules file, .ini or .json (see divvyd.rules(5)).\n"
                "\n"
-               "  -n, --check-config     Validate CONFIG, print a one-line summary, exit\n"
-               "      --dump-config      Print CONFIG's rules as normalized JSON, exit\n"
-               "  -h, --help             Show this help and exit\n"
-               "      --version          Show the version and exit\n");
+               "  -l, --listen=ADDR        Listen on tcp:HOST:PORT (HOST may be [IPv6]) or unix:PATH;\n"
+               "                           repeatable (default tcp:127.0.0.1:$PORT, else port %d;\n"
+               "                           ignored when socket-activated)\n"
+               "      --unix-mode=MODE     Octal mode of Unix sockets we create (default 0%o)\n"
+               "  -d, --db=DIR             LMDB directory (default $STATE_DIRECTORY, else %s)\n"
+               "      --map-size=BYTES     Initial LMDB map size, suffixes K M G (default 64M)\n"
+               "      --map-size-max=BYTES Map growth cap (default 16G)\n"
+               "      --sync=MODE          none, periodic or always (default periodic)\n"
+               "      --sync-interval=MS   Periodic mode: fsync at most this often (default 100)\n"
+               "      --max-connections=N  Refuse clients beyond N (default %d)\n"
+               "      --idle-timeout=SEC   Close connections idle this long (default 0 = never)\n"
+               "      --output-limit=BYTES Stop reading a client whose unsent replies exceed this\n"
+               "                           (default 1M)\n"
+               "      --sweep-interval=MS  How often expired counters are swept (default 1000)\n"
+               "      --debug              Log each HIT with its deciding rule (also DEBUG=divvy)\n"
+               "  -n, --check-config       Validate CONFIG, print a one-line summary, exit\n"
+               "      --dump-config        Print CONFIG's rules as normalized JSON, exit\n"
+               "  -h, --help               Show this help and exit\n"
+               "      --version            Show the version and exit\n",
+               PORT_DEFAULT, UNIX_MODE_DEFAULT, DB_DEFAULT, MAX_CONNECTIONS_DEFAULT);
 }
 
 typedef enum Action {
@@ -45,19 +74,118 @@ static int load_rules(const char *path, RuleSet **ret) {
         return r;
 }
 
+/* Decimal unsigned integer in [min, max]. */
+static int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
+        unsigned long long v;
+        char *end;
+
+        if (*s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno != 0 || *end != '\0' || v < min || v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+/* Bytes with an optional K, M or G suffix (powers of 1024). */
+static int parse_size(const char *s, uint64_t *ret) {
+        unsigned long long v;
+        unsigned shift = 0;
+        char *end;
+
+        if (*s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno != 0)
+                return -ERANGE;
+        if (*end != '\0') {
+                switch (*end) {
+                case 'K':
+                case 'k':
+                        shift = 10;
+                        break;
+                case 'M':
+                case 'm':
+                        shift = 20;
+                        break;
+                case 'G':
+                case 'g':
+                        shift = 30;
+                        break;
+                default:
+                        return -EINVAL;
+                }
+                if (end[1] != '\0')
+                        return -EINVAL;
+        }
+        if (v > (UINT64_MAX >> shift))
+                return -ERANGE;
+        *ret = (uint64_t) v << shift;
+        return 0;
+}
+
+static int usage_error(const char *option, const char *value) {
+        fprintf(stderr, "divvyd: invalid value for %s: '%s'. Try 'divvyd --help'.\n", option, value);
+        return 2;
+}
+
 int main(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_DUMP_CONFIG };
+        enum {
+                ARG_VERSION = 0x100,
+                ARG_DUMP_CONFIG,
+                ARG_UNIX_MODE,
+                ARG_MAP_SIZE,
+                ARG_MAP_SIZE_MAX,
+                ARG_SYNC,
+                ARG_SYNC_INTERVAL,
+                ARG_MAX_CONNECTIONS,
+                ARG_IDLE_TIMEOUT,
+                ARG_OUTPUT_LIMIT,
+                ARG_SWEEP_INTERVAL,
+                ARG_DEBUG,
+        };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
                 { "check-config", no_argument, NULL, 'n' },
                 { "dump-config", no_argument, NULL, ARG_DUMP_CONFIG },
+                { "listen", required_argument, NULL, 'l' },
+                { "unix-mode", required_argument, NULL, ARG_UNIX_MODE },
+                { "db", required_argument, NULL, 'd' },
+                { "map-size", required_argument, NULL, ARG_MAP_SIZE },
+                { "map-size-max", required_argument, NULL, ARG_MAP_SIZE_MAX },
+                { "sync", required_argument, NULL, ARG_SYNC },
+                { "sync-interval", required_argument, NULL, ARG_SYNC_INTERVAL },
+                { "max-connections", required_argument, NULL, ARG_MAX_CONNECTIONS },
+                { "idle-timeout", required_argument, NULL, ARG_IDLE_TIMEOUT },
+                { "output-limit", required_argument, NULL, ARG_OUTPUT_LIMIT },
+                { "sweep-interval", required_argument, NULL, ARG_SWEEP_INTERVAL },
+                { "debug", no_argument, NULL, ARG_DEBUG },
                 {},
         };
+        static ListenAddress listen[LISTEN_MAX];
+        size_t n_listen = 0;
+        ManagerSettings settings = {
+                .unix_mode = UNIX_MODE_DEFAULT,
+                .store = {
+                        .sync = STORE_SYNC_PERIODIC,
+                        .sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC,
+                },
+                .server = {
+                        .max_connections = MAX_CONNECTIONS_DEFAULT,
+                        .output_limit = OUTPUT_LIMIT_DEFAULT,
+                },
+                .sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC,
+        };
         Action action = ACTION_RUN;
+        uint64_t v;
+        char *end;
         int c;
 
-        while ((c = getopt_long(argc, argv, "hn", options, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "hnl:d:", options, NULL)) >= 0)
                 switch (c) {
                 case 'h':
                         help();
@@ -71,6 +199,74 @@ int main(int argc, char *argv[]) {
                 case ARG_DUMP_CONFIG:
                         action = ACTION_DUMP_CONFIG;
                         break;
+                case 'l':
+                        if (n_listen >= LISTEN_MAX) {
+                                fprintf(stderr, "divvyd: at most %d --listen options.\n", LISTEN_MAX);
+                                return 2;
+                        }
+                        if (listen_address_parse(optarg, &listen[n_listen]) < 0)
+                                return usage_error("--listen (expected tcp:HOST:PORT or unix:PATH)", optarg);
+                        n_listen++;
+                        break;
+                case ARG_UNIX_MODE: {
+                        unsigned long mode;
+                        errno = 0;
+                        mode = strtoul(optarg, &end, 8);
+                        if (errno != 0 || end == optarg || *end != '\0' || mode > 07777)
+                                return usage_error("--unix-mode", optarg);
+                        settings.unix_mode = (mode_t) mode;
+                        break;
+                }
+                case 'd':
+                        if (optarg[0] == '\0')
+                                return usage_error("--db", optarg);
+                        settings.store.path = optarg;
+                        break;
+                case ARG_MAP_SIZE:
+                        if (parse_size(optarg, &v) < 0 || v == 0)
+                                return usage_error("--map-size", optarg);
+                        settings.store.map_size = v;
+                        break;
+                case ARG_MAP_SIZE_MAX:
+                        if (parse_size(optarg, &v) < 0 || v == 0)
+                                return usage_error("--map-size-max", optarg);
+                        settings.store.map_size_max = v;
+                        break;
+                case ARG_SYNC: {
+                        StoreSync sync = store_sync_from_string(optarg);
+                        if (sync < 0)
+                                return usage_error("--sync (none, periodic or always)", optarg);
+                        settings.store.sync = sync;
+                        break;
+                }
+                case ARG_SYNC_INTERVAL:
+                        if (parse_uint(optarg, 1, 3600 * 1000, &v) < 0)
+                                return usage_error("--sync-interval", optarg);
+                        settings.store.sync_interval_usec = v * 1000;
+                        break;
+                case ARG_MAX_CONNECTIONS:
+                        if (parse_uint(optarg, 1, 10 * 1000 * 1000, &v) < 0)
+                                return usage_error("--max-connections", optarg);
+                        settings.server.max_connections = (unsigned) v;
+                        break;
+                case ARG_IDLE_TIMEOUT:
+                        if (parse_uint(optarg, 0, 365ULL * 24 * 3600, &v) < 0)
+                                return usage_error("--idle-timeout", optarg);
+                        settings.server.idle_timeout_usec = v * 1000 * 1000;
+                        break;
+                case ARG_OUTPUT_LIMIT:
+                        if (parse_size(optarg, &v) < 0 || v < 1024 || v > (1ULL << 30))
+                                return usage_error("--output-limit (1K .. 1G)", optarg);
+                        settings.server.output_limit = (size_t) v;
+                        break;
+                case ARG_SWEEP_INTERVAL:
+                        if (parse_uint(optarg, 1, 3600 * 1000, &v) < 0)
+                                return usage_error("--sweep-interval", optarg);
+                        settings.sweep_interval_usec = v * 1000;
+                        break;
+                case ARG_DEBUG:
+                        settings.server.debug = true;
+                        break;
                 default:
                         fprintf(stderr, "Try 'divvyd --help'.\n");
                         return 2;
@@ -82,31 +278,64 @@ int main(int argc, char *argv[]) {
         }
         const char *path = argv[optind];
 
-        RuleSet *rules = NULL;
-        if (load_rules(path, &rules) < 0)
-                return EXIT_FAILURE;
+        if (action != ACTION_RUN) {
+                RuleSet *rules = NULL;
+                int ret = EXIT_SUCCESS;
 
-        int ret = EXIT_SUCCESS;
-        switch (action) {
-        case ACTION_CHECK_CONFIG: {
-                char summary[256];
-                printf("%s: OK, %s\n", path, config_summary(rules, summary, sizeof summary));
-                break;
-        }
-        case ACTION_DUMP_CONFIG:
-                if (config_dump_json(rules, stdout) < 0 || fflush(stdout) != 0) {
+                if (load_rules(path, &rules) < 0)
+                        return EXIT_FAILURE;
+                if (action == ACTION_CHECK_CONFIG) {
+                        char summary[256];
+                        printf("%s: OK, %s\n", path, config_summary(rules, summary, sizeof summary));
+                } else if (config_dump_json(rules, stdout) < 0 || fflush(stdout) != 0) {
                         fprintf(stderr, "divvyd: failed to write JSON\n");
                         ret = EXIT_FAILURE;
                 }
-                break;
-        case ACTION_RUN:
-                /* The server arrives with the daemon issue; until then only the config
-                 * checks are available, and saying so beats pretending to serve. */
-                fprintf(stderr, "divvyd: serving is not implemented yet; use --check-config\n");
-                ret = EXIT_FAILURE;
-                break;
+                ruleset_free(rules);
+                return ret;
         }
 
-        ruleset_free(rules);
-        return ret;
+        /* Defaults that come from the environment. */
+        const char *e = getenv("DEBUG");
+        if (e && strstr(e, "divvy"))
+                settings.server.debug = true;
+        if (settings.server.debug)
+                log_set_max_level(LOG_DEBUG);
+
+        static char state_dir[PATH_MAX];
+        if (!settings.store.path) {
+                /* $STATE_DIRECTORY may list several directories separated by ':'; we want the first. */
+                e = getenv("STATE_DIRECTORY");
+                if (e && e[0] != '\0' && e[0] != ':') {
+                        snprintf(state_dir, sizeof state_dir, "%.*s", (int) strcspn(e, ":"), e);
+                        settings.store.path = state_dir;
+                } else
+                        settings.store.path = DB_DEFAULT;
+        }
+
+        if (n_listen == 0) {
+                char addr[64];
+                uint64_t port = PORT_DEFAULT;
+
+                e = getenv("PORT");
+                if (e && e[0] != '\0' && parse_uint(e, 1, 65535, &port) < 0) {
+                        log_error("Invalid $PORT '%s': expected a port number 1..65535", e);
+                        return EXIT_FAILURE;
+                }
+                snprintf(addr, sizeof addr, "tcp:127.0.0.1:%" PRIu64, port);
+                if (listen_address_parse(addr, &listen[0]) < 0)
+                        return EXIT_FAILURE;
+                n_listen = 1;
+        }
+
+        settings.config_path = path;
+        settings.listen = listen;
+        settings.n_listen = n_listen;
+
+        Manager *m = NULL;
+        if (manager_new(&settings, &m) < 0)
+                return EXIT_FAILURE;
+        int r = manager_run(m);
+        manager_free(m);
+        return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/* connection.c: a client connection's buffers and socket calls; see connection.h. */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "connection.h"
+
+int connection_new(int fd, bool is_tcp, size_t out_max, Connection **ret) {
+        Connection *c;
+
+        c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        c->fd = -EBADF;
+        c->in = malloc(CONNECTION_IN_SIZE);
+        c->out_size = out_max < CONNECTION_OUT_INITIAL ? out_max : CONNECTION_OUT_INITIAL;
+        c->out = malloc(c->out_size);
+        if (!c->in || !c->out) {
+                connection_free(c);
+                return -ENOMEM;
+        }
+        c->out_max = out_max;
+        c->fd = fd;
+        c->is_tcp = is_tcp;
+        *ret = c;
+        return 0;
+}
+
+Connection *connection_free(Connection *c) {
+        if (!c)
+                return NULL;
+        sd_event_source_disable_unref(c->io);
+        if (c->fd >= 0)
+                close(c->fd);
+        free(c->in);
+        free(c->out);
+        free(c);
+        return NULL;
+}
+
+ssize_t connection_read(Connection *c) {
+        size_t total = 0;
+
+        while (!c->eof && c->in_len < CONNECTION_IN_SIZE) {
+                ssize_t n = read(c->fd, c->in + c->in_len, CONNECTION_IN_SIZE - c->in_len);
+                if (n > 0) {
+                        c->in_len += (size_t) n;
+                        total += (size_t) n;
+                } else if (n == 0)
+                        c->eof = true;
+                else if (errno == EINTR)
+                        continue;
+                else if (errno == EAGAIN || errno == EWOULDBLOCK)
+                        break;
+                else {
+                        c->eof = true;
+                        return -errno;
+                }
+        }
+        return (ssize_t) total;
+}
+
+int connection_discard_input(Connection *c) {
+        char buf[4096];
+
+        for (unsigned i = 0; i < 64; i++) { /* bounded: a flood cannot keep us here */
+                ssize_t n = read(c->fd, buf, sizeof buf);
+                if (n == 0)
+                        return 1;
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN || errno == EWOULDBLOCK)
+                                return 0;
+                        return -errno;
+                }
+        }
+        return 0;
+}
+
+int connection_flush(Connection *c) {
+        while (c->out_pos < c->out_len) {
+                ssize_t n = send(c->fd, c->out + c->out_pos, c->out_len - c->out_pos,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN || errno == EWOULDBLOCK)
+                                return 1;
+                        return -errno;
+                }
+                c->out_pos += (size_t) n;
+                if (c->out_pos < c->out_len)
+                        return 1; /* short write: the socket buffer is full, wait for EPOLLOUT */
+        }
+        c->out_pos = c->out_len = 0;
+        return 0;
+}
+
+char *connection_reserve(Connection *c, size_t n) {
+        size_t unsent = connection_unsent(c);
+
+        if (c->out_size - c->out_len >= n)
+                return c->out + c->out_len;
+
+        if (c->out_pos > 0) {
+                memmove(c->out, c->out + c->out_pos, unsent);
+                c->out_pos = 0;
+                c->out_len = unsent;
+                if (c->out_size - c->out_len >= n)
+                        return c->out + c->out_len;
+        }
+
+        if (n > c->out_max - c->out_len)
+                return NULL;
+        size_t size = c->out_size;
+        while (size - c->out_len < n)
+                size = size > c->out_max / 2 ? c->out_max : size * 2;
+        char *p = realloc(c->out, size);
+        if (!p)
+                return NULL;
+        c->out = p;
+        c->out_size = size;
+        return c->out + c->out_len;
+}
+
+void connection_compact_input(Connection *c) {
+        if (c->in_pos == 0)
+                return;
+        memmove(c->in, c->in + c->in_pos, c->in_len - c->in_pos);
+        c->in_len -= c->in_pos;
+        c->in_pos = 0;
+}
+
+int connection_set_events(Connection *c, uint32_t events) {
+        int r;
+
+        if (events == c->events)
+                return 0;
+        if (events != 0) {
+                r = sd_event_source_set_io_events(c->io, events);
+                if (r < 0)
+                        return r;
+                if (c->events == 0) {
+                        r = sd_event_source_set_enabled(c->io, SD_EVENT_ON);
+                        if (r < 0)
+                                return r;
+                }
+        } else {
+                /* Off rather than an empty mask: epoll reports EPOLLHUP regardless of the
+                 * mask, which would spin a connection we do not want to hear from. */
+                r = sd_event_source_set_enabled(c->io, SD_EVENT_OFF);
+                if (r < 0)
+                        return r;
+        }
+        c->events = events;
+        return 0;
+}

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * listener.c: listening sockets. Parses --listen addresses (pure, tested),
+ * creates TCP and Unix listening sockets or adopts the ones systemd passed
+ * (socket activation), and accepts connections in a loop per readiness,
+ * handing each new fd to a callback (the server).
+ */
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include <systemd/sd-event.h>
+
+#define LISTEN_ADDRESS_MAX 512 /* bytes: longest --listen argument we accept */
+#define LISTEN_BACKLOG     512 /* pending connections per listener: bursts of reconnecting clients */
+#define LISTEN_ACCEPT_BATCH                                                                                 \
+        256 /* connections accepted per readiness callback: a connect storm cannot starve the               \
+             * other event sources, and level-triggered epoll brings us back for the rest */
+#define LISTEN_PAUSE_USEC                                                                                   \
+        (100ULL * 1000ULL) /* 100 ms: how long a listener sleeps after EMFILE/ENFILE/ENOMEM, instead        \
+                            * of spinning on a readiness it cannot serve */
+
+typedef enum ListenKind {
+        LISTEN_TCP,
+        LISTEN_UNIX,
+        _LISTEN_KIND_MAX,
+        _LISTEN_KIND_INVALID = -EINVAL,
+} ListenKind;
+
+typedef struct ListenAddress {
+        ListenKind kind;
+        char host[256]; /* LISTEN_TCP: IPv4/IPv6 literal or name, without brackets */
+        uint16_t port;  /* LISTEN_TCP: 1..65535 */
+        char path[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* LISTEN_UNIX */
+} ListenAddress;
+
+/* Parses "tcp:HOST:PORT" (HOST may be "[v6]") or "unix:PATH" (absolute or relative,
+ * shorter than sun_path). Returns 0 or -EINVAL. */
+int listen_address_parse(const char *s, ListenAddress *ret);
+
+/* "tcp:[::1]:8321" / "unix:/run/divvyd.sock", for messages. */
+const char *listen_address_to_string(const ListenAddress *a, char *buf, size_t size);
+
+typedef struct Listener Listener;
+
+/* Called for every accepted connection; owns fd from then on. is_tcp: set TCP options. */
+typedef void (*listener_accept_t)(Listener *l, int fd, bool is_tcp, void *userdata);
+
+/* Creates, binds and listens (SO_REUSEADDR; Unix: removes a stale socket file only if
+ * nothing answers on it, then chmods it to unix_mode). Returns 0 or -errno; on failure
+ * a sentence for the operator is in errbuf. */
+int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, listener_accept_t cb, void *userdata,
+                 Listener **ret, char *errbuf, size_t errbuf_size);
+
+/* Adopts a socket passed by systemd: checks that it is a listening stream socket,
+ * makes it non-blocking. name may be NULL. Returns 0 or -errno (-ENOTSOCK when fd is
+ * not a listening stream socket). */
+int listener_adopt(sd_event *e, int fd, const char *name, listener_accept_t cb, void *userdata,
+                   Listener **ret);
+
+/* Stops accepting, closes the socket and removes a Unix socket file we created. Accepts NULL. */
+Listener *listener_free(Listener *l);
+
+const char *listener_name(const Listener *l);
