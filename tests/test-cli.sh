@@ -1,2 +1,155 @@
 #!/bin/sh
-exit 77
+# SPDX-License-Identifier: MIT
+# divvyd's command line: --check-config and --dump-config on the examples and a
+# broken fixture, --help, --version, a bad option. Run by `make check`, which
+# exports top_srcdir and top_builddir.
+set -u
+
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+divvyd=$top_builddir/src/divvyd
+examples=$top_srcdir/examples
+data=$top_srcdir/tests/data
+
+if [ ! -x "$divvyd" ]; then
+	echo "$divvyd not built" >&2
+	exit 99
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-cli.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
+
+passed=0
+failed=0
+
+pass() {
+	passed=$((passed + 1))
+	echo "ok: $1"
+}
+
+fail() {
+	failed=$((failed + 1))
+	echo "FAIL: $1"
+	for f in "$tmp/out" "$tmp/err"; do
+		[ -s "$f" ] && sed 's/^/    /' "$f"
+	done
+}
+
+# run EXPECTED_STATUS DESCRIPTION ARGS...: runs divvyd, output in $tmp/out and $tmp/err.
+run() {
+	expected=$1
+	what=$2
+	shift 2
+	"$divvyd" "$@" >"$tmp/out" 2>"$tmp/err"
+	status=$?
+	if [ "$status" -eq "$expected" ]; then
+		return 0
+	fi
+	echo "    exit status $status, expected $expected" >>"$tmp/err"
+	fail "$what"
+	return 1
+}
+
+# has FILE LITERAL_TEXT: true if FILE contains the text as a whole line.
+has_line() {
+	grep -qxF -- "$2" "$1"
+}
+
+for f in example-config.ini example-config.json canary-config.ini canary-config.json; do
+	case $f in
+	example-*) summary="5 rules (0 canary, 3 with actor, 2 labelled)" ;;
+	*) summary="4 rules (1 canary, 2 with actor, 1 labelled)" ;;
+	esac
+	if run 0 "--check-config $f" --check-config "$examples/$f"; then
+		if has_line "$tmp/out" "$examples/$f: OK, $summary" && [ ! -s "$tmp/err" ]; then
+			pass "--check-config $f"
+		else
+			fail "--check-config $f: expected the line '$examples/$f: OK, $summary'"
+		fi
+	fi
+done
+
+if run 0 "-n example-config.ini" -n "$examples/example-config.ini"; then
+	pass "-n is --check-config"
+fi
+
+# A broken file: exit 1, every message on stderr as FILE:LINE: reason.
+bad=$data/duplicate-key.ini
+if run 1 "--check-config on a broken file" --check-config "$bad"; then
+	if has_line "$tmp/err" "$bad:4: rule [method=GET] sets creditLimit twice (first on line 2)" &&
+		[ ! -s "$tmp/out" ]; then
+		pass "--check-config on a broken file reports FILE:LINE"
+	else
+		fail "--check-config on a broken file: no '$bad:4: ...' message"
+	fi
+fi
+
+bad=$data/syntax.ini
+if run 1 "--check-config syntax.ini" --check-config "$bad"; then
+	n=$(grep -c '\.ini:[0-9][0-9]*: ' "$tmp/err")
+	if [ "$n" -eq 11 ]; then
+		pass "--check-config reports all 11 errors of syntax.ini"
+	else
+		fail "--check-config syntax.ini: $n FILE:LINE messages, expected 11"
+	fi
+fi
+
+if run 1 "--check-config on a missing file" --check-config "$tmp/missing.ini"; then
+	if has_line "$tmp/err" "$tmp/missing.ini: cannot open: No such file or directory"; then
+		pass "--check-config on a missing file"
+	else
+		fail "--check-config on a missing file: unexpected message"
+	fi
+fi
+
+# --dump-config: JSON that loads again and dumps to the same bytes.
+for f in example-config.ini canary-config.ini; do
+	base=${f%.ini}
+	if run 0 "--dump-config $f" --dump-config "$examples/$f"; then
+		cp "$tmp/out" "$tmp/$base.json"
+		if run 0 "--check-config on the dump of $f" --check-config "$tmp/$base.json" &&
+			run 0 "--dump-config of the dump of $f" --dump-config "$tmp/$base.json"; then
+			if cmp -s "$tmp/out" "$tmp/$base.json"; then
+				pass "--dump-config $f round trip"
+			else
+				diff "$tmp/$base.json" "$tmp/out" >"$tmp/err"
+				fail "--dump-config $f: the dump of the dump differs"
+			fi
+		fi
+	fi
+done
+
+# The INI and JSON examples describe the same rules: same dump.
+if run 0 "--dump-config example-config.json" --dump-config "$examples/example-config.json"; then
+	if cmp -s "$tmp/out" "$tmp/example-config.json"; then
+		pass "example-config.ini and .json dump identically"
+	else
+		diff "$tmp/example-config.json" "$tmp/out" >"$tmp/err"
+		fail "example-config.ini and .json dump differently"
+	fi
+fi
+
+if run 0 "--help" --help; then
+	if grep -q "^Usage: divvyd" "$tmp/out"; then
+		pass "--help"
+	else
+		fail "--help: no usage line"
+	fi
+fi
+if run 0 "--version" --version; then
+	if grep -q "^divvyd [0-9]" "$tmp/out"; then
+		pass "--version"
+	else
+		fail "--version: no 'divvyd VERSION' line"
+	fi
+fi
+if run 2 "an unknown option exits 2" --no-such-option; then
+	pass "an unknown option exits 2"
+fi
+if run 2 "no CONFIG argument exits 2" --check-config; then
+	pass "no CONFIG argument exits 2"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
