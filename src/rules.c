@@ -29,19 +29,22 @@ static const char *const match_policy_table[_MATCH_POLICY_MAX] = {
         [MATCH_POLICY_CANARY] = "canary",
 };
 
+/* Index of s in table[0..n), compared exactly (or ignoring case), or -EINVAL. */
+static int string_table_lookup(const char *const *table, int n, const char *s, bool ignore_case) {
+        if (!s)
+                return -EINVAL;
+        for (int i = 0; i < n; i++)
+                if ((ignore_case ? strcasecmp(s, table[i]) : strcmp(s, table[i])) == 0)
+                        return i;
+        return -EINVAL;
+}
+
 const char *rule_attr_to_string(RuleAttr a) {
-        if (a < 0 || a >= _RULE_ATTR_MAX)
-                return NULL;
-        return rule_attr_table[a];
+        return a >= 0 && a < _RULE_ATTR_MAX ? rule_attr_table[a] : NULL;
 }
 
 RuleAttr rule_attr_from_string(const char *s) {
-        if (!s)
-                return _RULE_ATTR_INVALID;
-        for (int i = 0; i < _RULE_ATTR_MAX; i++)
-                if (strcmp(s, rule_attr_table[i]) == 0)
-                        return (RuleAttr) i;
-        return _RULE_ATTR_INVALID;
+        return (RuleAttr) string_table_lookup(rule_attr_table, _RULE_ATTR_MAX, s, false);
 }
 
 const char *rule_attr_names(void) {
@@ -49,27 +52,16 @@ const char *rule_attr_names(void) {
 }
 
 const char *rule_attr_suggest(const char *s) {
-        if (!s)
-                return NULL;
-        for (int i = 0; i < _RULE_ATTR_MAX; i++)
-                if (strcasecmp(s, rule_attr_table[i]) == 0)
-                        return rule_attr_table[i];
-        return NULL;
+        int i = string_table_lookup(rule_attr_table, _RULE_ATTR_MAX, s, true);
+        return i >= 0 ? rule_attr_table[i] : NULL;
 }
 
 const char *match_policy_to_string(MatchPolicy p) {
-        if (p < 0 || p >= _MATCH_POLICY_MAX)
-                return NULL;
-        return match_policy_table[p];
+        return p >= 0 && p < _MATCH_POLICY_MAX ? match_policy_table[p] : NULL;
 }
 
 MatchPolicy match_policy_from_string(const char *s) {
-        if (!s)
-                return _MATCH_POLICY_INVALID;
-        for (int i = 0; i < _MATCH_POLICY_MAX; i++)
-                if (strcmp(s, match_policy_table[i]) == 0)
-                        return (MatchPolicy) i;
-        return _MATCH_POLICY_INVALID;
+        return (MatchPolicy) string_table_lookup(match_policy_table, _MATCH_POLICY_MAX, s, false);
 }
 
 /* ---- small helpers ------------------------------------------------------------ */

@@ -76,9 +76,11 @@ typedef struct Rule {
         char *comment;       /* owned; NULL if not set */
         unsigned label_line; /* line of the label attribute, for messages; 0 if unknown */
         /* Counter identity: a hash of the canonical operation (sorted keys) +
-         * creditLimit + resetSeconds. Same value for a rule that is only
-         * reordered, relabelled or recommented, so its counters keep counting
-         * across a reload; different when its limits change. */
+         * creditLimit + resetSeconds + actorField (exact encoding: rules.c,
+         * rule_compute_id). Same value for a rule that is only reordered,
+         * relabelled, recommented or switched between stop and canary, so its
+         * counters keep counting across a reload; different when its limits or
+         * its actorField change. */
         uint8_t id[RULE_ID_SIZE];
 } Rule;
 
