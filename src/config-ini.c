@@ -16,7 +16,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +32,6 @@ typedef struct IniSection {
 typedef struct IniParser {
         RuleSet *rs;
         Diag *diag;
-        bool failed; /* something was reported: the result is -EINVAL */
 
         bool in_section; /* a header was seen */
         bool section_ok; /* and it parsed: the draft is added at its end */
@@ -48,19 +46,6 @@ static bool is_blank(char c) {
         return c == ' ' || c == '\t';
 }
 
-static int report(IniParser *p, unsigned line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int report(IniParser *p, unsigned line, const char *fmt, ...) {
-        char msg[512];
-        va_list ap;
-
-        p->failed = true;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-        return diag_add(p->diag, line, "%s", msg);
-}
-
 /* Ends the current section: a valid one becomes a rule. */
 static int flush_section(IniParser *p) {
         int r;
@@ -69,11 +54,8 @@ static int flush_section(IniParser *p) {
                 return 0;
         p->in_section = false;
         r = ruleset_add(p->rs, &p->draft, p->diag);
-        if (r == -ENOMEM)
-                return r;
-        if (r < 0)
-                p->failed = true;
-        return 0;
+        /* Other failures are in diag already, which is how the caller knows. */
+        return r == -ENOMEM ? r : 0;
 }
 
 static int remember_section(IniParser *p, const ProtoRequest *req, unsigned line) {
@@ -152,9 +134,9 @@ static int report_duplicate_sections(IniParser *p) {
         qsort(p->sections, p->n_sections, sizeof(IniSection), cmp_line);
         for (size_t i = 0; i < p->n_sections; i++)
                 if (p->sections[i].first_line > 0) {
-                        r = report(p, p->sections[i].line,
-                                   "duplicate section: same operation as the section on line %u",
-                                   p->sections[i].first_line);
+                        r = diag_add(p->diag, p->sections[i].line,
+                                     "duplicate section: same operation as the section on line %u",
+                                     p->sections[i].first_line);
                         if (r < 0)
                                 return r;
                 }
@@ -196,7 +178,7 @@ static int parse_header(IniParser *p, char *s, size_t n, unsigned line) {
         if (close == 0) {
                 snprintf(p->what, sizeof p->what, "section [%.*s...",
                          (int) (n > INI_WHAT_MAX ? INI_WHAT_MAX : n - 1), s + 1);
-                return report(p, line, "section header without closing ']'");
+                return diag_add(p->diag, line, "section header without closing ']'");
         }
 
         char *content = s + 1;
@@ -216,10 +198,10 @@ static int parse_header(IniParser *p, char *s, size_t n, unsigned line) {
         while (is_blank(*rest))
                 rest++;
         if (rest < s + n && *rest != ';' && *rest != '#')
-                return report(p, line, "%s: unexpected text after ']'", p->what);
+                return diag_add(p->diag, line, "%s: unexpected text after ']'", p->what);
 
         if (len == 0)
-                return report(p, line, "empty section header []; the catch-all rule is [default]");
+                return diag_add(p->diag, line, "empty section header []; the catch-all rule is [default]");
 
         if (len == strlen("default") && memcmp(content, "default", len) == 0) {
                 ProtoRequest none = { .n_pairs = 0 };
@@ -232,20 +214,20 @@ static int parse_header(IniParser *p, char *s, size_t n, unsigned line) {
         ProtoRequest req;
         r = proto_parse_pairs(content, len, RULE_PATTERNS_MAX, &req);
         if (r < 0)
-                return report(p, line, "%s: invalid operation: %s", p->what, req.error_reason);
+                return diag_add(p->diag, line, "%s: invalid operation: %s", p->what, req.error_reason);
         if (count_pairs(content, len) != req.n_pairs)
-                return report(p, line, "%s: a key appears twice in the operation", p->what);
+                return diag_add(p->diag, line, "%s: a key appears twice in the operation", p->what);
 
         for (size_t i = 0; i < req.n_pairs; i++) {
                 const ProtoPair *pair = &req.pairs[i];
                 r = rule_draft_add_pattern(&p->draft, pair->key.ptr, pair->key.len, pair->value.ptr,
                                            pair->value.len);
                 if (r < 0)
-                        return report(p, line, "%s: key '%.*s': %s", p->what, (int) pair->key.len,
-                                      pair->key.ptr,
-                                      r == -E2BIG    ? "too many keys"
-                                      : r == -EEXIST ? "appears twice"
-                                                     : "empty or too long");
+                        return diag_add(p->diag, line, "%s: key '%.*s': %s", p->what, (int) pair->key.len,
+                                        pair->key.ptr,
+                                        r == -E2BIG    ? "too many keys"
+                                        : r == -EEXIST ? "appears twice"
+                                                       : "empty or too long");
         }
         p->section_ok = true;
         char desc[RULE_DESCRIBE_MAX];
@@ -259,18 +241,18 @@ static int parse_key_value(IniParser *p, char *s, size_t n, unsigned line) {
         int r;
 
         if (!p->in_section)
-                return report(p, line,
-                              "'%.*s' outside of any section; rules start with [operation] or [default]",
-                              (int) (n > INI_WHAT_MAX ? INI_WHAT_MAX : n), s);
+                return diag_add(p->diag, line,
+                                "'%.*s' outside of any section; rules start with [operation] or [default]",
+                                (int) (n > INI_WHAT_MAX ? INI_WHAT_MAX : n), s);
         if (!eq)
-                return report(p, line, "%s: expected 'key = value', got '%.*s'", p->what,
-                              (int) (n > INI_WHAT_MAX ? INI_WHAT_MAX : n), s);
+                return diag_add(p->diag, line, "%s: expected 'key = value', got '%.*s'", p->what,
+                                (int) (n > INI_WHAT_MAX ? INI_WHAT_MAX : n), s);
 
         char *key_end = eq;
         while (key_end > s && is_blank(key_end[-1]))
                 key_end--;
         if (key_end == s)
-                return report(p, line, "%s: missing key before '='", p->what);
+                return diag_add(p->diag, line, "%s: missing key before '='", p->what);
 
         char *v = eq + 1, *v_end;
         while (v < end && is_blank(*v))
@@ -278,14 +260,14 @@ static int parse_key_value(IniParser *p, char *s, size_t n, unsigned line) {
         if (v < end && (*v == '"' || *v == '\'')) {
                 char *q = memchr(v + 1, *v, (size_t) (end - v - 1));
                 if (!q)
-                        return report(p, line, "%s: %.*s: unterminated quoted value", p->what,
-                                      (int) (key_end - s), s);
+                        return diag_add(p->diag, line, "%s: %.*s: unterminated quoted value", p->what,
+                                        (int) (key_end - s), s);
                 char *rest = q + 1;
                 while (rest < end && is_blank(*rest))
                         rest++;
                 if (rest < end && *rest != ';' && *rest != '#')
-                        return report(p, line, "%s: %.*s: unexpected text after the closing quote", p->what,
-                                      (int) (key_end - s), s);
+                        return diag_add(p->diag, line, "%s: %.*s: unexpected text after the closing quote",
+                                        p->what, (int) (key_end - s), s);
                 v++;
                 v_end = q;
         } else {
@@ -303,18 +285,15 @@ static int parse_key_value(IniParser *p, char *s, size_t n, unsigned line) {
         *v_end = '\0';
 
         r = config_draft_set(&p->draft, p->section_ok ? NULL : p->what, s, v, line, p->diag);
-        if (r == -ENOMEM)
-                return r;
-        if (r < 0)
-                p->failed = true;
-        return 0;
+        /* Other failures are in diag already, which is how the caller knows. */
+        return r == -ENOMEM ? r : 0;
 }
 
 static int parse_line(IniParser *p, char *s, size_t n, unsigned line) {
         if (n > 0 && s[n - 1] == '\r')
                 n--;
         if (memchr(s, '\0', n))
-                return report(p, line, "NUL byte in line");
+                return diag_add(p->diag, line, "NUL byte in line");
         if (line == 1 && n >= 3 && memcmp(s, "\xef\xbb\xbf", 3) == 0) { /* UTF-8 byte order mark */
                 s += 3;
                 n -= 3;
@@ -335,6 +314,7 @@ static int parse_line(IniParser *p, char *s, size_t n, unsigned line) {
 
 int config_ini_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
         IniParser p = { .rs = rs, .diag = diag };
+        size_t n_before = diag_count(diag); /* every problem is a message: more means invalid */
         char *buf;
         unsigned line = 1;
         int r = 0;
@@ -367,5 +347,5 @@ finish:
         free(buf);
         if (r < 0)
                 return r;
-        return p.failed ? -EINVAL : 0;
+        return diag_count(diag) > n_before ? -EINVAL : 0;
 }

@@ -14,7 +14,6 @@
 
 #include <cJSON.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +29,6 @@ typedef struct ItemLine {
 typedef struct JsonParser {
         RuleSet *rs;
         Diag *diag;
-        bool failed;
         ItemLine *lines; /* sorted by item address */
         size_t n_lines;
 } JsonParser;
@@ -40,19 +38,6 @@ typedef struct RuleStrings {
         char attrs[_RULE_ATTR_MAX][JSON_NUMBER_MAX];
         char patterns[RULE_PATTERNS_MAX][JSON_NUMBER_MAX];
 } RuleStrings;
-
-static int report(JsonParser *p, unsigned line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int report(JsonParser *p, unsigned line, const char *fmt, ...) {
-        char msg[512];
-        va_list ap;
-
-        p->failed = true;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-        return diag_add(p->diag, line, "%s", msg);
-}
 
 /* Lines of every JSON value of a valid document, in document order. Sets
  * *ret_nul_line if a string contains \u0000, which cJSON would silently
@@ -215,13 +200,13 @@ static int parse_operation(JsonParser *p, const cJSON *op, const char *what, boo
 
         if (!cJSON_IsObject(op)) {
                 *ok = false;
-                return report(p, line_of(p, op), "%s: operation: expected an object, got %s", what,
-                              type_name(op));
+                return diag_add(p->diag, line_of(p, op), "%s: operation: expected an object, got %s", what,
+                                type_name(op));
         }
         if (is_default && op->child) {
                 *ok = false;
-                return report(p, line_of(p, op),
-                              "%s: operation: must be empty, the default rule matches everything", what);
+                return diag_add(p->diag, line_of(p, op),
+                                "%s: operation: must be empty, the default rule matches everything", what);
         }
 
         for (const cJSON *m = op->child; m; m = m->next, j++) {
@@ -238,9 +223,9 @@ static int parse_operation(JsonParser *p, const cJSON *op, const char *what, boo
                         v = "0"; /* too many keys: add_pattern says so below */
                 else {
                         *ok = false;
-                        r = report(p, line,
-                                   "%s: operation: '%s': expected a string, number or boolean, got %s", what,
-                                   m->string, type_name(m));
+                        r = diag_add(p->diag, line,
+                                     "%s: operation: '%s': expected a string, number or boolean, got %s",
+                                     what, m->string, type_name(m));
                         if (r < 0)
                                 return r;
                         continue;
@@ -249,10 +234,10 @@ static int parse_operation(JsonParser *p, const cJSON *op, const char *what, boo
                 r = rule_draft_add_pattern(d, m->string, strlen(m->string), v, strlen(v));
                 if (r < 0) {
                         *ok = false;
-                        r = report(p, line, "%s: operation: '%s': %s", what, m->string,
-                                   r == -E2BIG    ? "too many keys"
-                                   : r == -EEXIST ? "appears twice"
-                                                  : "empty or too long");
+                        r = diag_add(p->diag, line, "%s: operation: '%s': %s", what, m->string,
+                                     r == -E2BIG    ? "too many keys"
+                                     : r == -EEXIST ? "appears twice"
+                                                    : "empty or too long");
                         if (r < 0)
                                 return r;
                 }
@@ -275,15 +260,16 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
         snprintf(what, sizeof what, "%s", where);
 
         if (!cJSON_IsObject(item))
-                return report(p, d.line, "%s: expected an object, got %s", what, type_name(item));
+                return diag_add(p->diag, d.line, "%s: expected an object, got %s", what, type_name(item));
 
         /* The operation first, wherever it is, so that messages can name the rule. */
         for (const cJSON *m = item->child; m; m = m->next) {
                 if (strcmp(m->string, "operation") != 0)
                         continue;
                 if (operation)
-                        r = report(p, line_of(p, m), "%s: duplicate key 'operation' (first on line %u)",
-                                   what, line_of(p, operation));
+                        r = diag_add(p->diag, line_of(p, m),
+                                     "%s: duplicate key 'operation' (first on line %u)", what,
+                                     line_of(p, operation));
                 else {
                         operation = m;
                         r = parse_operation(p, m, what, is_default, &d, &strings, &ok);
@@ -293,7 +279,8 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
         }
         if (!operation && !is_default) {
                 ok = false;
-                r = report(p, d.line, "%s: missing \"operation\" (use {} to match every request)", what);
+                r = diag_add(p->diag, d.line, "%s: missing \"operation\" (use {} to match every request)",
+                             what);
                 if (r < 0)
                         return r;
         }
@@ -309,19 +296,20 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                 if (strcmp(m->string, "operation") == 0)
                         continue;
                 if (a < 0 && strcasecmp(m->string, "operation") == 0)
-                        r = report(p, line,
-                                   "%s has an unknown attribute \"%s\" (did you mean \"operation\"?)", what,
-                                   m->string);
+                        r = diag_add(p->diag, line,
+                                     "%s has an unknown attribute \"%s\" (did you mean \"operation\"?)",
+                                     what, m->string);
                 else if (a < 0 || cJSON_IsString(m))
                         /* unknown names too: rule_draft_set_diag() words that message */
                         v = cJSON_IsString(m) ? m->valuestring : "";
                 else if (cJSON_IsNumber(m) && (a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS))
                         v = format_number(m->valuedouble, strings.attrs[a]);
                 else
-                        r = report(p, line, "%s: %s: expected %s, got %s", what, m->string,
-                                   a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS ? "a number"
-                                                                                               : "a string",
-                                   type_name(m));
+                        r = diag_add(p->diag, line, "%s: %s: expected %s, got %s", what, m->string,
+                                     a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS
+                                             ? "a number"
+                                             : "a string",
+                                     type_name(m));
                 if (r < 0)
                         return r;
                 if (!v) {
@@ -336,16 +324,11 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                 r = 0;
         }
 
-        if (!ok) {
-                p->failed = true;
+        if (!ok)
                 return 0;
-        }
         r = ruleset_add(p->rs, &d, p->diag);
-        if (r == -ENOMEM)
-                return r;
-        if (r < 0)
-                p->failed = true;
-        return 0;
+        /* Other failures are in diag already, which is how the caller knows. */
+        return r == -ENOMEM ? r : 0;
 }
 
 static int report_syntax_error(JsonParser *p, const char *text, size_t len, const char *at) {
@@ -356,15 +339,15 @@ static int report_syntax_error(JsonParser *p, const char *text, size_t len, cons
         while (bol > 0 && text[bol - 1] != '\n')
                 bol--;
         if (offset >= len)
-                return report(p, line, "JSON syntax error at column %zu: unexpected end of file",
-                              offset - bol + 1);
+                return diag_add(p->diag, line, "JSON syntax error at column %zu: unexpected end of file",
+                                offset - bol + 1);
 
         size_t n = strcspn(text + offset, "\r\n");
         if (n == 0)
-                return report(p, line, "JSON syntax error at the end of the line (column %zu)",
-                              offset - bol + 1);
-        return report(p, line, "JSON syntax error at column %zu, near '%.*s'", offset - bol + 1,
-                      (int) (n > 20 ? 20 : n), text + offset);
+                return diag_add(p->diag, line, "JSON syntax error at the end of the line (column %zu)",
+                                offset - bol + 1);
+        return diag_add(p->diag, line, "JSON syntax error at column %zu, near '%.*s'", offset - bol + 1,
+                        (int) (n > 20 ? 20 : n), text + offset);
 }
 
 static int parse_document(JsonParser *p, const cJSON *root) {
@@ -372,20 +355,20 @@ static int parse_document(JsonParser *p, const cJSON *root) {
         int r;
 
         if (!cJSON_IsObject(root))
-                return report(p, line_of(p, root),
-                              "expected an object with \"overrides\" and \"default\", got %s",
-                              type_name(root));
+                return diag_add(p->diag, line_of(p, root),
+                                "expected an object with \"overrides\" and \"default\", got %s",
+                                type_name(root));
 
         for (const cJSON *m = root->child; m; m = m->next) {
                 const cJSON **slot = strcmp(m->string, "overrides") == 0 ? &overrides
                                      : strcmp(m->string, "default") == 0 ? &def
                                                                          : NULL;
                 if (!slot)
-                        r = report(p, line_of(p, m), "unknown key '%s' (accepted: overrides, default)",
-                                   m->string);
+                        r = diag_add(p->diag, line_of(p, m),
+                                     "unknown key '%s' (accepted: overrides, default)", m->string);
                 else if (*slot)
-                        r = report(p, line_of(p, m), "duplicate key '%s' (first on line %u)", m->string,
-                                   line_of(p, *slot));
+                        r = diag_add(p->diag, line_of(p, m), "duplicate key '%s' (first on line %u)",
+                                     m->string, line_of(p, *slot));
                 else {
                         *slot = m;
                         r = 0;
@@ -395,8 +378,8 @@ static int parse_document(JsonParser *p, const cJSON *root) {
         }
 
         if (overrides && !cJSON_IsArray(overrides)) {
-                r = report(p, line_of(p, overrides), "overrides: expected an array, got %s",
-                           type_name(overrides));
+                r = diag_add(p->diag, line_of(p, overrides), "overrides: expected an array, got %s",
+                             type_name(overrides));
                 if (r < 0)
                         return r;
         } else if (overrides) {
@@ -411,13 +394,14 @@ static int parse_document(JsonParser *p, const cJSON *root) {
         }
 
         if (!def)
-                return report(p, 0,
-                              "missing \"default\" rule (the one that applies when no override matches)");
+                return diag_add(p->diag, 0,
+                                "missing \"default\" rule (the one that applies when no override matches)");
         return parse_rule(p, def, "default", true);
 }
 
 int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
         JsonParser p = { .rs = rs, .diag = diag };
+        size_t n_before = diag_count(diag); /* every problem is a message: more means invalid */
         const char *end = NULL;
         unsigned nul_line = 0;
         cJSON *root;
@@ -425,7 +409,7 @@ int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
 
         const char *nul = memchr(text, '\0', len);
         if (nul) {
-                r = report(&p, config_line_of(text, (size_t) (nul - text)), "NUL byte in file");
+                r = diag_add(p.diag, config_line_of(text, (size_t) (nul - text)), "NUL byte in file");
                 return r < 0 ? r : -EINVAL;
         }
 
@@ -440,7 +424,7 @@ int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
         if (r < 0)
                 goto finish;
         if (nul_line > 0) {
-                r = report(&p, nul_line, "\\u0000 in a string is not allowed");
+                r = diag_add(p.diag, nul_line, "\\u0000 in a string is not allowed");
                 if (r < 0)
                         goto finish;
         }
@@ -451,5 +435,5 @@ finish:
         cJSON_Delete(root);
         if (r < 0)
                 return r;
-        return p.failed ? -EINVAL : 0;
+        return diag_count(diag) > n_before ? -EINVAL : 0;
 }

@@ -198,32 +198,17 @@ int config_draft_set(RuleDraft *d, const char *what, const char *name, const cha
 
 /* ---- dump ---- */
 
+/* Rules hold no control characters (rules.c refuses them), but escape them anyway. */
 static void json_write_string(FILE *f, const char *s, size_t len) {
         fputc('"', f);
         for (size_t i = 0; i < len; i++) {
                 unsigned char c = (unsigned char) s[i];
-                switch (c) {
-                case '"':
-                        fputs("\\\"", f);
-                        break;
-                case '\\':
-                        fputs("\\\\", f);
-                        break;
-                case '\n':
-                        fputs("\\n", f);
-                        break;
-                case '\t':
-                        fputs("\\t", f);
-                        break;
-                case '\r':
-                        fputs("\\r", f);
-                        break;
-                default:
-                        if (c < 0x20 || c == 0x7f)
-                                fprintf(f, "\\u%04x", c);
-                        else
-                                fputc(c, f);
-                }
+                if (c == '"' || c == '\\')
+                        fprintf(f, "\\%c", c);
+                else if (c < 0x20 || c == 0x7f)
+                        fprintf(f, "\\u%04x", c);
+                else
+                        fputc(c, f);
         }
         fputc('"', f);
 }

@@ -42,6 +42,13 @@ static void diag_dump(const Diag *d) {
                 fprintf(stderr, "  diag: %s\n", d->messages[i]);
 }
 
+static void assert_diag_has(const Diag *d, unsigned line, const char *what) {
+        if (diag_has(d, line, what))
+                return;
+        diag_dump(d);
+        ck_abort_msg("no message \"%s:%u: ...%s...\"", d->file, line, what);
+}
+
 /* Loads path (relative to top_srcdir unless absolute); returns config_load()'s result. */
 static int load(const char *path, RuleSet **ret, Diag *diag) {
         char *p = path[0] == '/' ? strdup(path) : src_path(path);
@@ -298,11 +305,7 @@ START_TEST (test_bad_file) {
         int r = load(bad_files[_i].path, &rs, &diag);
         ck_assert_int_eq(r, bad_files[_i].error);
         ck_assert_ptr_null(rs);
-        if (!diag_has(&diag, bad_files[_i].line, bad_files[_i].reason)) {
-                diag_dump(&diag);
-                ck_abort_msg("no message \"%s:%u: ...%s...\"", diag.file, bad_files[_i].line,
-                             bad_files[_i].reason);
-        }
+        assert_diag_has(&diag, bad_files[_i].line, bad_files[_i].reason);
         diag_done(&diag);
 }
 END_TEST
@@ -321,67 +324,69 @@ START_TEST (test_all_errors_reported) {
 }
 END_TEST
 
-/* ---- what is not a readable regular file ---- */
+/* ---- what is not a readable regular file, made in a temporary directory ---- */
 
-static char *make_temp_dir(void) {
-        char *dir = strdup("/tmp/check-config-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        return dir;
-}
+typedef enum SpecialKind {
+        SPECIAL_DIRECTORY,
+        SPECIAL_FIFO,
+        SPECIAL_SPARSE_HUGE,
+        SPECIAL_SYMLINK_TO_EXAMPLE,
+} SpecialKind;
 
-START_TEST (test_directory_refused) {
-        char *dir = make_temp_dir(), *path;
-        RuleSet *rs = NULL;
-        Diag diag;
-
-        ck_assert_int_ge(asprintf(&path, "%s/rules.ini", dir), 0);
-        ck_assert_int_eq(mkdir(path, 0700), 0);
-        ck_assert_int_eq(load(path, &rs, &diag), -EISDIR);
-        ck_assert(diag_has(&diag, 0, "is a directory"));
-        diag_done(&diag);
-        rmdir(path);
-        rmdir(dir);
-        free(path);
-        free(dir);
-}
-END_TEST
-
-START_TEST (test_fifo_refused_without_blocking) {
-        char *dir = make_temp_dir(), *path;
-        RuleSet *rs = NULL;
-        Diag diag;
-
+static const struct {
+        const char *name;
+        SpecialKind kind;
+        int error;
+        const char *reason;
+} specials[] = {
+        { "rules.ini", SPECIAL_DIRECTORY, -EISDIR, "is a directory" },
         /* No writer ever opens it: a blocking open() would hang the test. */
-        ck_assert_int_ge(asprintf(&path, "%s/rules.json", dir), 0);
-        ck_assert_int_eq(mkfifo(path, 0600), 0);
-        ck_assert_int_eq(load(path, &rs, &diag), -EBADFD);
-        ck_assert(diag_has(&diag, 0, "not a regular file"));
-        diag_done(&diag);
-        unlink(path);
-        rmdir(dir);
-        free(path);
-        free(dir);
-}
-END_TEST
+        { "rules.json", SPECIAL_FIFO, -EBADFD, "not a regular file" },
+        /* Sparse: one byte over the limit costs no disk space. */
+        { "huge.ini", SPECIAL_SPARSE_HUGE, -EFBIG, "file too large" },
+        /* Extensions are case-insensitive. */
+        { "RULES.JSON", SPECIAL_SYMLINK_TO_EXAMPLE, 0, NULL },
+};
 
-START_TEST (test_too_large_refused) {
-        char *dir = make_temp_dir(), *path;
+START_TEST (test_special_file) {
+        char dir[] = "/tmp/check-config-XXXXXX", *path, *example = src_path("examples/example-config.json");
         RuleSet *rs = NULL;
         Diag diag;
+        int fd;
 
-        /* Sparse: one byte over the limit costs no disk space. */
-        ck_assert_int_ge(asprintf(&path, "%s/huge.ini", dir), 0);
-        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-        ck_assert_int_ge(fd, 0);
-        ck_assert_int_eq(ftruncate(fd, (off_t) CONFIG_FILE_MAX + 1), 0);
-        close(fd);
-        ck_assert_int_eq(load(path, &rs, &diag), -EFBIG);
-        ck_assert(diag_has(&diag, 0, "file too large"));
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ck_assert_int_ge(asprintf(&path, "%s/%s", dir, specials[_i].name), 0);
+        switch (specials[_i].kind) {
+        case SPECIAL_DIRECTORY:
+                ck_assert_int_eq(mkdir(path, 0700), 0);
+                break;
+        case SPECIAL_FIFO:
+                ck_assert_int_eq(mkfifo(path, 0600), 0);
+                break;
+        case SPECIAL_SPARSE_HUGE:
+                fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+                ck_assert_int_ge(fd, 0);
+                ck_assert_int_eq(ftruncate(fd, (off_t) CONFIG_FILE_MAX + 1), 0);
+                close(fd);
+                break;
+        case SPECIAL_SYMLINK_TO_EXAMPLE:
+                ck_assert_int_eq(symlink(example, path), 0);
+                break;
+        }
+
+        ck_assert_int_eq(load(path, &rs, &diag), specials[_i].error);
+        if (specials[_i].reason) {
+                ck_assert_ptr_null(rs);
+                assert_diag_has(&diag, 0, specials[_i].reason);
+        } else {
+                ck_assert_uint_eq(rs->n_rules, 5);
+                ruleset_free(rs);
+        }
         diag_done(&diag);
-        unlink(path);
-        rmdir(dir);
+        ck_assert_int_eq(remove(path), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
         free(path);
-        free(dir);
+        free(example);
 }
 END_TEST
 
@@ -394,7 +399,7 @@ START_TEST (test_size_limit_is_inclusive) {
         ck_assert_int_eq(stat(path, &st), 0);
         diag_init(&diag, path);
         ck_assert_int_eq(config_load_limited(path, (size_t) st.st_size - 1, &rs, &diag), -EFBIG);
-        ck_assert(diag_has(&diag, 0, "file too large"));
+        assert_diag_has(&diag, 0, "file too large");
         diag_done(&diag);
 
         diag_init(&diag, path);
@@ -403,25 +408,6 @@ START_TEST (test_size_limit_is_inclusive) {
         ruleset_free(rs);
         diag_done(&diag);
         free(path);
-}
-END_TEST
-
-START_TEST (test_extension_case_insensitive) {
-        char *dir = make_temp_dir(), *path, *src = src_path("examples/example-config.json");
-        RuleSet *rs = NULL;
-        Diag diag;
-
-        ck_assert_int_ge(asprintf(&path, "%s/RULES.JSON", dir), 0);
-        ck_assert_int_eq(symlink(src, path), 0);
-        ck_assert_int_eq(load(path, &rs, &diag), 0);
-        ck_assert_uint_eq(rs->n_rules, 5);
-        ruleset_free(rs);
-        diag_done(&diag);
-        unlink(path);
-        rmdir(dir);
-        free(path);
-        free(src);
-        free(dir);
 }
 END_TEST
 
@@ -502,11 +488,7 @@ START_TEST (test_text) {
                 ruleset_free(rs);
         } else {
                 ck_assert_int_eq(r, -EINVAL);
-                if (!diag_has(&diag, texts[_i].line, texts[_i].reason)) {
-                        diag_dump(&diag);
-                        ck_abort_msg("no message \"%s:%u: ...%s...\"", diag.file, texts[_i].line,
-                                     texts[_i].reason);
-                }
+                assert_diag_has(&diag, texts[_i].line, texts[_i].reason);
         }
         diag_done(&diag);
 }
@@ -575,11 +557,8 @@ int main(void) {
         suite_add_tcase(s, tc);
 
         tc = tcase_create("io");
-        tcase_add_test(tc, test_directory_refused);
-        tcase_add_test(tc, test_fifo_refused_without_blocking);
-        tcase_add_test(tc, test_too_large_refused);
+        tcase_add_loop_test(tc, test_special_file, 0, sizeof specials / sizeof specials[0]);
         tcase_add_test(tc, test_size_limit_is_inclusive);
-        tcase_add_test(tc, test_extension_case_insensitive);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("texts");
