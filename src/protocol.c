@@ -258,14 +258,19 @@ int proto_parse_pairs(const char *text, size_t len, size_t max_pairs, ProtoReque
         const uint8_t *p = (const uint8_t *) text;
 
         request_reset(ret, _PROTO_COMMAND_INVALID);
+        if (len == 0)
+                return 0; /* text may be NULL then, and NULL + 0 is undefined */
         return parse_pairs(p, p + len, max_pairs, ret);
 }
 
 int proto_parse_line(const char *line, size_t len, size_t max_pairs, ProtoRequest *ret) {
-        const uint8_t *p = (const uint8_t *) line, *end = p + len, *word;
+        const uint8_t *p = (const uint8_t *) line, *end, *word;
 
         request_reset(ret, _PROTO_COMMAND_INVALID);
+        if (len == 0)
+                return request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND, REASON_EMPTY);
 
+        end = p + len;
         while (p < end && is_blank(*p))
                 p++;
         if (p >= end)
@@ -321,7 +326,7 @@ size_t proto_format_ok(char *buf, bool allowed, uint64_t credit, int64_t reset) 
         *p++ = ' ';
         if (reset < 0) {
                 *p++ = '-';
-                p = append_u64(p, (uint64_t) - (reset + 1) + 1); /* no overflow for INT64_MIN */
+                p = append_u64(p, UINT64_C(0) - (uint64_t) reset); /* modular: right for INT64_MIN too */
         } else
                 p = append_u64(p, (uint64_t) reset);
         *p++ = '\n';
