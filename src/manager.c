@@ -417,7 +417,7 @@ Manager *manager_free(Manager *m) {
 
         if (m->store) {
                 store_close(m->store); /* commits and syncs */
-                log_info("Store closed");
+                log_debug("Store closed");
         }
         ruleset_free(m->rules);
         free(m);

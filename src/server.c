@@ -18,6 +18,9 @@
 #define SERVER_DEFER_PRIORITY                                                                               \
         (SD_EVENT_PRIORITY_NORMAL + 10) /* below socket IO: every ready socket is read before a batch */
 
+#define SERVER_ERROR_LOG_INTERVAL_USEC                                                                      \
+        (10ULL * 1000ULL * 1000ULL) /* 10 s: store errors repeat for every batch; log them this often */
+
 /* One request of a batch, in arrival order. Pointers are valid for the batch only. */
 typedef struct BatchSlot {
         Connection *conn;
@@ -50,6 +53,7 @@ struct Server {
         StoreHit *hits;       /* SERVER_BATCH_HITS_MAX */
         ProtoRequest request; /* scratch: matching is done before the next line is parsed */
         char store_error_reason[PROTO_REPLY_MAX];
+        uint64_t store_error_logged_usec; /* CLOCK_MONOTONIC of the last store error logged */
 
         ServerCounters counters;
 };
@@ -530,9 +534,18 @@ static void server_run_batch(Server *s) {
         if (n_hits > 0) {
                 int r = store_apply(s->store, s->hits, n_hits, server_now(s, CLOCK_REALTIME));
                 if (r < 0) {
-                        /* Every hit carries the error; its requests answer ERR below. */
+                        /* Every hit carries the error; its requests answer ERR below. A full
+                         * store fails every batch: log once per interval, with a count. */
+                        uint64_t now = server_now(s, CLOCK_MONOTONIC);
                         s->counters.store_errors++;
-                        log_error_errno(r, "Failed to apply %zu hits to the store: %m", n_hits);
+                        if (s->store_error_logged_usec == 0 ||
+                            now - s->store_error_logged_usec >= SERVER_ERROR_LOG_INTERVAL_USEC) {
+                                log_error_errno(r,
+                                                "Failed to apply %zu hits to the store (%" PRIu64
+                                                " failed batches so far): %m",
+                                                n_hits, s->counters.store_errors);
+                                s->store_error_logged_usec = now;
+                        }
                 }
         }
 
