@@ -52,13 +52,13 @@ int proto_next_line(const char *buf, size_t len, size_t line_max, ProtoSlice *re
         }
 
         n = (size_t) (nl - buf);
-        *ret_consumed = n + 1;
         if (n > 0 && buf[n - 1] == '\r')
                 n--;
         if (n > line_max)
                 return -EMSGSIZE;
 
         *ret_line = (ProtoSlice){ .ptr = buf, .len = n };
+        *ret_consumed = (size_t) (nl - buf) + 1;
         return 1;
 }
 
