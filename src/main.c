@@ -166,7 +166,7 @@ int main(int argc, char *argv[]) {
                 { "debug", no_argument, NULL, ARG_DEBUG },
                 {},
         };
-        static ListenAddress listen[LISTEN_MAX];
+        static ListenAddress addresses[LISTEN_MAX];
         size_t n_listen = 0;
         ManagerSettings settings = {
                 .unix_mode = UNIX_MODE_DEFAULT,
@@ -204,7 +204,7 @@ int main(int argc, char *argv[]) {
                                 fprintf(stderr, "divvyd: at most %d --listen options.\n", LISTEN_MAX);
                                 return 2;
                         }
-                        if (listen_address_parse(optarg, &listen[n_listen]) < 0)
+                        if (listen_address_parse(optarg, &addresses[n_listen]) < 0)
                                 return usage_error("--listen (expected tcp:HOST:PORT or unix:PATH)", optarg);
                         n_listen++;
                         break;
@@ -323,13 +323,13 @@ int main(int argc, char *argv[]) {
                         return EXIT_FAILURE;
                 }
                 snprintf(addr, sizeof addr, "tcp:127.0.0.1:%" PRIu64, port);
-                if (listen_address_parse(addr, &listen[0]) < 0)
+                if (listen_address_parse(addr, &addresses[0]) < 0)
                         return EXIT_FAILURE;
                 n_listen = 1;
         }
 
         settings.config_path = path;
-        settings.listen = listen;
+        settings.listen = addresses;
         settings.n_listen = n_listen;
 
         Manager *m = NULL;
