@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/* http.c: the libmicrohttpd endpoint; see http.h. */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "http.h"
+#include "log.h"
+
+#define HTTP_CONTENT_TYPE_METRICS "text/plain; version=0.0.4; charset=utf-8"
+#define HTTP_CONTENT_TYPE_TEXT    "text/plain; charset=utf-8"
+
+struct Http {
+        const Metrics *metrics; /* borrowed */
+        char *metrics_path;
+        struct MHD_Daemon *daemon;
+        uint16_t port;
+};
+
+static enum MHD_Result respond(struct MHD_Connection *connection, unsigned status, const char *type,
+                               void *body, size_t len, enum MHD_ResponseMemoryMode mode) {
+        struct MHD_Response *response = MHD_create_response_from_buffer(len, body, mode);
+        if (!response) {
+                if (mode == MHD_RESPMEM_MUST_FREE)
+                        free(body);
+                return MHD_NO;
+        }
+        (void) MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+        if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+                (void) MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+        enum MHD_Result r = MHD_queue_response(connection, status, response);
+        MHD_destroy_response(response);
+        return r;
+}
+
+static enum MHD_Result respond_static(struct MHD_Connection *connection, unsigned status, const char *body) {
+        return respond(connection, status, HTTP_CONTENT_TYPE_TEXT, (void *) body, strlen(body),
+                       MHD_RESPMEM_PERSISTENT);
+}
+
+/* Runs on libmicrohttpd's thread. */
+static enum MHD_Result http_handler(void *cls, struct MHD_Connection *connection, const char *url,
+                                    const char *method, const char *version, const char *upload_data,
+                                    size_t *upload_data_size, void **con_cls) {
+        Http *h = cls;
+
+        if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+                return respond_static(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+
+        if (strcmp(url, h->metrics_path) == 0) {
+                char *text = NULL;
+                size_t len = 0;
+                if (metrics_render(h->metrics, &text, &len) < 0)
+                        return respond_static(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+                return respond(connection, MHD_HTTP_OK, HTTP_CONTENT_TYPE_METRICS, text, len,
+                               MHD_RESPMEM_MUST_FREE);
+        }
+        if (strcmp(url, HTTP_HEALTH_PATH) == 0) {
+                if (metrics_serving(h->metrics))
+                        return respond_static(connection, MHD_HTTP_OK, "ok\n");
+                return respond_static(connection, MHD_HTTP_SERVICE_UNAVAILABLE, "not serving\n");
+        }
+        return respond_static(connection, MHD_HTTP_NOT_FOUND, "not found\n");
+}
+
+static void http_logger(void *cls, const char *format, va_list ap) {
+        char buf[512];
+        vsnprintf(buf, sizeof buf, format, ap);
+        buf[strcspn(buf, "\n")] = '\0';
+        log_warning("HTTP: %s", buf);
+}
+
+int http_new(const HttpSettings *settings, const Metrics *m, Http **ret, char *errbuf, size_t errbuf_size) {
+        const char *address = settings->address ? settings->address : HTTP_ADDRESS_DEFAULT;
+        struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(settings->port) };
+        struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6, .sin6_port = htons(settings->port) };
+        const struct sockaddr *sa;
+        unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+
+        if (inet_pton(AF_INET, address, &sin.sin_addr) == 1)
+                sa = (const struct sockaddr *) &sin;
+        else if (inet_pton(AF_INET6, address, &sin6.sin6_addr) == 1) {
+                sa = (const struct sockaddr *) &sin6;
+                flags |= MHD_USE_IPv6;
+        } else {
+                if (errbuf)
+                        snprintf(errbuf, errbuf_size,
+                                 "HTTP address \"%s\" is not a numeric IPv4 or IPv6 address", address);
+                return -EINVAL;
+        }
+        if (!settings->metrics_path || settings->metrics_path[0] != '/' ||
+            strlen(settings->metrics_path) > HTTP_PATH_MAX) {
+                if (errbuf)
+                        snprintf(errbuf, errbuf_size,
+                                 "metrics path must start with \"/\" (and be at most %d bytes)",
+                                 HTTP_PATH_MAX);
+                return -EINVAL;
+        }
+
+        Http *h = calloc(1, sizeof *h);
+        if (!h)
+                return -ENOMEM;
+        h->metrics = m;
+        h->metrics_path = strdup(settings->metrics_path);
+        if (!h->metrics_path) {
+                free(h);
+                return -ENOMEM;
+        }
+
+        errno = 0;
+        h->daemon = MHD_start_daemon(
+                flags, settings->port, NULL, NULL, http_handler, h, MHD_OPTION_SOCK_ADDR, sa,
+                MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
+                (unsigned) HTTP_TIMEOUT_SEC, MHD_OPTION_EXTERNAL_LOGGER, http_logger, NULL, MHD_OPTION_END);
+        if (!h->daemon) {
+                int r = errno > 0 ? -errno : -EADDRNOTAVAIL;
+                if (errbuf)
+                        snprintf(errbuf, errbuf_size, "cannot serve HTTP on %s port %u: %s", address,
+                                 settings->port, strerror(-r));
+                http_free(h);
+                return r;
+        }
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+        h->port = info ? info->port : settings->port;
+        *ret = h;
+        return 0;
+}
+
+Http *http_free(Http *h) {
+        if (!h)
+                return NULL;
+        if (h->daemon)
+                MHD_stop_daemon(h->daemon);
+        free(h->metrics_path);
+        free(h);
+        return NULL;
+}
+
+uint16_t http_port(const Http *h) {
+        return h->port;
+}
