@@ -23,7 +23,6 @@ Environment (set by `make check`, all optional):
 Every wait is bounded; no pass/fail decision depends on timing.
 """
 
-import errno
 import os
 import re
 import select
@@ -498,28 +497,27 @@ class DaemonTestCase(unittest.TestCase):
 
     maxDiff = 4000
 
-    def start_daemon(self, config, **kw):
+    @staticmethod
+    def _daemon(add_cleanup, config, start, **kw):
         d = Daemon(config, **kw)
-        self.addCleanup(d.cleanup)
+        add_cleanup(d.cleanup)
         _DAEMONS.append(d)
-        d.start(wait_ready=kw.get("notify", True))
+        if start:
+            d.start(wait_ready=kw.get("notify", True))
         return d
+
+    def start_daemon(self, config, **kw):
+        """A started daemon (READY=1 seen), stopped and checked at the end of the test."""
+        return self._daemon(self.addCleanup, config, True, **kw)
 
     @classmethod
     def start_shared_daemon(cls, config, **kw):
         """One daemon for every test of the class (from setUpClass); stopped after them."""
-        d = Daemon(config, **kw)
-        cls.addClassCleanup(d.cleanup)
-        _DAEMONS.append(d)
-        d.start(wait_ready=kw.get("notify", True))
-        return d
+        return cls._daemon(cls.addClassCleanup, config, True, **kw)
 
     def new_daemon(self, config, **kw):
         """Like start_daemon() without starting it."""
-        d = Daemon(config, **kw)
-        self.addCleanup(d.cleanup)
-        _DAEMONS.append(d)
-        return d
+        return self._daemon(self.addCleanup, config, False, **kw)
 
     def assertHit(self, reply, allowed, credit, reset, msg=None):
         """Exact allowed/credit; reset exact when given an int, else a (lo, hi) range."""
@@ -570,17 +568,18 @@ class _Result(unittest.TextTestResult):
         super().addSuccess(test)
         self.passed += 1
 
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
+    def _append_logs(self, entries):
         logs = self._daemon_logs()
         if logs:
-            self.failures[-1] = (self.failures[-1][0], self.failures[-1][1] + "\n" + logs)
+            entries[-1] = (entries[-1][0], entries[-1][1] + "\n" + logs)
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self._append_logs(self.failures)
 
     def addError(self, test, err):
         super().addError(test, err)
-        logs = self._daemon_logs()
-        if logs:
-            self.errors[-1] = (self.errors[-1][0], self.errors[-1][1] + "\n" + logs)
+        self._append_logs(self.errors)
 
 
 def skip_all(reason):

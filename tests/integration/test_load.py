@@ -6,7 +6,6 @@ Correctness only (order, exact counts); timing belongs in the benchmarks.
 Run one test:  tests/integration/test_load.py Load.test_concurrent_clients
 """
 
-import errno
 import itertools
 import os
 import select

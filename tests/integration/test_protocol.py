@@ -24,9 +24,7 @@ def uid(prefix):
     return "%s-%d-%d" % (prefix, os.getpid(), next(_ids))
 
 
-class _ExampleBase:  # mixin: not a test case by itself
-    """divvy's "Getting Started" transcripts against one of examples/example-config.*"""
-
+class _OnExample:  # mixin: one daemon per class, serving examples/<example>
     example = None
 
     @classmethod
@@ -35,6 +33,10 @@ class _ExampleBase:  # mixin: not a test case by itself
         if not os.path.exists(path):
             raise harness.unittest.SkipTest("%s does not exist" % path)
         cls.d = cls.start_shared_daemon(path)
+
+
+class _ExampleBase(_OnExample):  # mixin: not a test case by itself
+    """divvy's "Getting Started" transcripts against one of examples/example-config.*"""
 
     def test_status_transcript(self):
         # "OK true 999 60", then the credit goes down by one per hit. Only this test touches
@@ -87,17 +89,8 @@ class ExampleJson(_ExampleBase, harness.DaemonTestCase):
     example = "example-config.json"
 
 
-class _CanaryBase:  # mixin: not a test case by itself
+class _CanaryBase(_OnExample):  # mixin: not a test case by itself
     """The "Example canary rule" transcript: the canary is counted, the next rule decides."""
-
-    example = None
-
-    @classmethod
-    def setUpClass(cls):
-        path = example_path(cls.example)
-        if not os.path.exists(path):
-            raise harness.unittest.SkipTest("%s does not exist" % path)
-        cls.d = cls.start_shared_daemon(path)
 
     def test_canary_transcript(self):
         with self.d.connect("tcp") as c:
