@@ -116,10 +116,12 @@ int http_new(const HttpSettings *settings, const Metrics *m, Http **ret, char *e
         }
 
         errno = 0;
-        h->daemon = MHD_start_daemon(
-                flags, settings->port, NULL, NULL, http_handler, h, MHD_OPTION_SOCK_ADDR, sa,
-                MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
-                (unsigned) HTTP_TIMEOUT_SEC, MHD_OPTION_EXTERNAL_LOGGER, http_logger, NULL, MHD_OPTION_END);
+        h->daemon =
+                MHD_start_daemon(flags, settings->port, NULL, NULL, http_handler, h,
+                                 /* first, so that every message goes through it */
+                                 MHD_OPTION_EXTERNAL_LOGGER, http_logger, NULL, MHD_OPTION_SOCK_ADDR, sa,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) HTTP_TIMEOUT_SEC, MHD_OPTION_END);
         if (!h->daemon) {
                 int r = errno > 0 ? -errno : -EADDRNOTAVAIL;
                 if (errbuf)
