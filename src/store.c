@@ -275,12 +275,14 @@ static int store_begin(Store *s, MDB_txn **ret) {
         return errno_from_mdb(r);
 }
 
+/* Commits (and frees) txn. Returns an MDB code, so that callers can tell
+ * MDB_MAP_FULL (grow and retry) from a disk that is full (ENOSPC: give up). */
 static int store_commit(Store *s, MDB_txn *txn) {
         int r;
 
         r = mdb_txn_commit(txn);
         if (r != 0)
-                return errno_from_mdb(r);
+                return r;
         s->commits++;
         if (s->opts.sync == STORE_SYNC_ALWAYS)
                 s->syncs++; /* the commit itself fsync'ed */
@@ -406,17 +408,15 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
                 if (r < 0)
                         goto fail;
                 r = apply_batch(s, txn, hits, n, now_usec);
-                if (r != 0) {
+                if (r != 0)
                         mdb_txn_abort(txn);
-                        r = errno_from_mdb(r);
-                } else
+                else
                         r = store_commit(s, txn); /* frees txn, also on failure */
-                if (r != -ENOSPC)
+                if (r != MDB_MAP_FULL || store_grow(s) < 0)
                         break;
-                /* map full (or, rarely, a page full): grow and redo the whole batch */
-                if (store_grow(s) < 0)
-                        break;
+                /* the map grew: redo the whole batch */
         }
+        r = errno_from_mdb(r);
         if (r == 0)
                 return 0;
 fail:
@@ -510,15 +510,11 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                 if (r < 0)
                         return r;
                 r = sweep_txn(s, txn, now_usec, max_delete, &deleted, &more);
-                if (r != 0) {
-                        mdb_txn_abort(txn);
-                        r = errno_from_mdb(r);
-                } else if (deleted == 0) {
-                        mdb_txn_abort(txn); /* nothing written: nothing to commit */
-                        r = 0;
-                } else
+                if (r != 0 || deleted == 0)
+                        mdb_txn_abort(txn); /* failed, or nothing written: nothing to commit */
+                else
                         r = store_commit(s, txn);
-                if (r != -ENOSPC)
+                if (r != MDB_MAP_FULL)
                         break;
                 /* Even deleting needs fresh pages (copy-on-write). Grow if we may,
                  * else delete less at a time so a full map can still be swept. */
@@ -528,6 +524,7 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                         max_delete /= 2;
                 }
         }
+        r = errno_from_mdb(r);
         if (r < 0)
                 return r;
         s->swept_total += deleted;
