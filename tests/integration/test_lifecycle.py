@@ -63,6 +63,19 @@ class Lifecycle(harness.DaemonTestCase):
         self.assertEqual(d.stop(signal.SIGINT), 0)
         self.assertIn("STOPPING=1", d.note_lines())
 
+    def test_debug_logs_each_hit_with_its_rule(self):
+        for how in ({"args": ["--debug"]}, {"env": {"DEBUG": "express,divvy"}}, {}):
+            with self.subTest(**how):
+                d = self.start_daemon(data_path("itest.ini"), **how)
+                self.assertHit(d.request("HIT path=/probe user=dbg"), True, 9, 3600)
+                self.assertEqual(d.stop(), 0)
+                hits = [l for l in d.log_text().splitlines() if "user=dbg" in l]
+                if how:
+                    self.assertTrue(any(l.startswith("<7>") and "[path=/probe user=*]" in l for l in hits),
+                                    d.log_tail())
+                else:
+                    self.assertEqual(hits, [], "HITs logged without --debug")
+
     def test_watchdog(self):
         d = self.start_daemon(data_path("itest.ini"), env={"WATCHDOG_USEC": "200000"})
         d.wait_note("WATCHDOG=1", timeout=5 * harness.TIMEOUT_SCALE, what="WATCHDOG=1 (WATCHDOG_USEC=200000)")
