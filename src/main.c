@@ -44,6 +44,15 @@ static void help(void) {
                "                           (default 1M)\n"
                "      --sweep-interval=MS  How often expired counters are swept (default 1000)\n"
                "      --debug              Log each HIT with its deciding rule (also DEBUG=divvy)\n"
+               "      --statsd-host=HOST   Send statsd metrics to HOST (also $STATSD_HOST)\n"
+               "      --statsd-port=PORT   ... on PORT (also $STATSD_PORT; both are needed)\n"
+               "      --statsd-prefix=P    Prefix of every statsd name, a '.' is added (also\n"
+               "                           $STATSD_PREFIX)\n"
+               "      --statsd-tcp         Use TCP instead of UDP (also non-empty $STATSD_USE_TCP)\n"
+               "      --statsd-interval=MS Flush aggregated statsd metrics this often (default 1000)\n"
+               "      --http-port=PORT     Serve Prometheus metrics over HTTP (also $HTTP_SERVICE_PORT)\n"
+               "      --http-address=ADDR  ... on this numeric address (default 127.0.0.1)\n"
+               "      --metrics-path=PATH  ... at PATH (also $PROMETHEUS_METRICS_PATH; default /metrics)\n"
                "  -n, --check-config       Validate CONFIG, print a one-line summary, exit\n"
                "      --dump-config        Print CONFIG's rules as normalized JSON, exit\n"
                "  -h, --help               Show this help and exit\n"
@@ -146,6 +155,14 @@ int main(int argc, char *argv[]) {
                 ARG_OUTPUT_LIMIT,
                 ARG_SWEEP_INTERVAL,
                 ARG_DEBUG,
+                ARG_STATSD_HOST,
+                ARG_STATSD_PORT,
+                ARG_STATSD_PREFIX,
+                ARG_STATSD_TCP,
+                ARG_STATSD_INTERVAL,
+                ARG_HTTP_PORT,
+                ARG_HTTP_ADDRESS,
+                ARG_METRICS_PATH,
         };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
@@ -164,6 +181,14 @@ int main(int argc, char *argv[]) {
                 { "output-limit", required_argument, NULL, ARG_OUTPUT_LIMIT },
                 { "sweep-interval", required_argument, NULL, ARG_SWEEP_INTERVAL },
                 { "debug", no_argument, NULL, ARG_DEBUG },
+                { "statsd-host", required_argument, NULL, ARG_STATSD_HOST },
+                { "statsd-port", required_argument, NULL, ARG_STATSD_PORT },
+                { "statsd-prefix", required_argument, NULL, ARG_STATSD_PREFIX },
+                { "statsd-tcp", no_argument, NULL, ARG_STATSD_TCP },
+                { "statsd-interval", required_argument, NULL, ARG_STATSD_INTERVAL },
+                { "http-port", required_argument, NULL, ARG_HTTP_PORT },
+                { "http-address", required_argument, NULL, ARG_HTTP_ADDRESS },
+                { "metrics-path", required_argument, NULL, ARG_METRICS_PATH },
                 {},
         };
         static ListenAddress addresses[LISTEN_MAX];
@@ -181,6 +206,8 @@ int main(int argc, char *argv[]) {
                 .sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC,
         };
         Action action = ACTION_RUN;
+        const char *statsd_port = NULL, *http_port = NULL;
+        bool statsd_tcp = false;
         uint64_t v;
         char *end;
         int c;
@@ -267,6 +294,42 @@ int main(int argc, char *argv[]) {
                 case ARG_DEBUG:
                         settings.server.debug = true;
                         break;
+                case ARG_STATSD_HOST:
+                        if (optarg[0] == '\0')
+                                return usage_error("--statsd-host", optarg);
+                        settings.statsd.host = optarg;
+                        break;
+                case ARG_STATSD_PORT:
+                        if (parse_uint(optarg, 1, 65535, &v) < 0)
+                                return usage_error("--statsd-port", optarg);
+                        statsd_port = optarg;
+                        break;
+                case ARG_STATSD_PREFIX:
+                        if (strlen(optarg) >= STATSD_PREFIX_MAX)
+                                return usage_error("--statsd-prefix (too long)", optarg);
+                        settings.statsd.prefix = optarg;
+                        break;
+                case ARG_STATSD_TCP:
+                        statsd_tcp = true;
+                        break;
+                case ARG_STATSD_INTERVAL:
+                        if (parse_uint(optarg, 10, 3600 * 1000, &v) < 0)
+                                return usage_error("--statsd-interval (10 .. 3600000)", optarg);
+                        settings.statsd.interval_usec = v * 1000;
+                        break;
+                case ARG_HTTP_PORT:
+                        if (parse_uint(optarg, 0, 65535, &v) < 0)
+                                return usage_error("--http-port", optarg);
+                        http_port = optarg;
+                        break;
+                case ARG_HTTP_ADDRESS:
+                        settings.http.address = optarg;
+                        break;
+                case ARG_METRICS_PATH:
+                        if (optarg[0] != '/')
+                                return usage_error("--metrics-path (must start with '/')", optarg);
+                        settings.http.metrics_path = optarg;
+                        break;
                 default:
                         fprintf(stderr, "Try 'divvyd --help'.\n");
                         return 2;
@@ -326,6 +389,53 @@ int main(int argc, char *argv[]) {
                 if (listen_address_parse(addr, &addresses[0]) < 0)
                         return EXIT_FAILURE;
                 n_listen = 1;
+        }
+
+        /* Metrics: divvy's environment variables, unless the options said otherwise. */
+        if (!settings.statsd.host && (e = getenv("STATSD_HOST")) && e[0] != '\0')
+                settings.statsd.host = e;
+        if (!statsd_port && (e = getenv("STATSD_PORT")) && e[0] != '\0')
+                statsd_port = e;
+        if (!settings.statsd.prefix && (e = getenv("STATSD_PREFIX")))
+                settings.statsd.prefix = e;
+        if (!statsd_tcp && (e = getenv("STATSD_USE_TCP")) && e[0] != '\0')
+                statsd_tcp = true;
+        if (settings.statsd.host && statsd_port) {
+                if (parse_uint(statsd_port, 1, 65535, &v) < 0) {
+                        log_error("Invalid statsd port '%s': expected a port number 1..65535", statsd_port);
+                        return EXIT_FAILURE;
+                }
+                settings.statsd.port = (uint16_t) v;
+                settings.statsd.tcp = statsd_tcp;
+        } else {
+                /* Like divvy: statsd needs both. */
+                if (settings.statsd.host || statsd_port)
+                        log_warning("statsd needs both a host and a port (STATSD_HOST, STATSD_PORT); not "
+                                    "sending statsd metrics");
+                settings.statsd.host = NULL;
+        }
+
+        if (!http_port && (e = getenv("HTTP_SERVICE_PORT")) && e[0] != '\0')
+                http_port = e;
+        if (!settings.http.metrics_path && (e = getenv("PROMETHEUS_METRICS_PATH")) && e[0] != '\0')
+                settings.http.metrics_path = e;
+        if (http_port) {
+                if (parse_uint(http_port, 0, 65535, &v) < 0) {
+                        log_error("Invalid HTTP port '%s': expected a port number 0..65535", http_port);
+                        return EXIT_FAILURE;
+                }
+                settings.http.port = (uint16_t) v;
+                if (!settings.http.metrics_path)
+                        settings.http.metrics_path = "/metrics";
+                if (settings.http.metrics_path[0] != '/') {
+                        log_error("Invalid metrics path '%s': must start with '/'",
+                                  settings.http.metrics_path);
+                        return EXIT_FAILURE;
+                }
+        } else {
+                if (settings.http.metrics_path || settings.http.address)
+                        log_warning("No HTTP port (HTTP_SERVICE_PORT or --http-port): not serving metrics");
+                settings.http.metrics_path = NULL;
         }
 
         settings.config_path = path;

@@ -28,6 +28,9 @@ struct Manager {
         Listener **listeners;
         size_t n_listeners;
         Server *server;
+        Metrics *metrics;
+        Statsd *statsd; /* NULL: not configured */
+        Http *http;     /* NULL: not configured */
 
         bool stopping;
         bool reload_failed;
@@ -102,8 +105,14 @@ static int manager_reload(Manager *m) {
         r = manager_load_rules(m, &rules);
         if (r < 0) {
                 m->reload_failed = true;
+                metrics_count_reload(m->metrics, false);
                 log_error("Reload failed: %s; serving previous rules", m->reload_error);
         } else {
+                /* Label slots first, so that no hit on the new rules is counted on the old map;
+                 * a failure only costs per-label counts (they go unlabelled). */
+                if (metrics_set_rules(m->metrics, rules) < 0)
+                        log_warning("Out of memory for per-label metrics, counting new rules unlabelled");
+                metrics_count_reload(m->metrics, true);
                 /* Between batches: nothing points into the old set any more. */
                 server_set_rules(m->server, rules);
                 ruleset_free(m->rules);
@@ -135,6 +144,7 @@ static void manager_stop(Manager *m, const char *why) {
                 return;
         }
         m->stopping = true;
+        metrics_set_serving(m->metrics, false);
         log_info("Received %s, stopping", why);
         (void) sd_notify(false, "STOPPING=1");
 
@@ -178,6 +188,13 @@ static int manager_sync_handler(sd_event_source *s, uint64_t usec, void *userdat
         return sd_event_source_set_time(s, usec + m->settings.store.sync_interval_usec);
 }
 
+/* Store gauges for the metrics, refreshed with every sweep (they cost a read transaction). */
+static void manager_publish_store_stats(Manager *m) {
+        StoreStats st;
+        if (store_get_stats(m->store, &st) >= 0)
+                metrics_set_store(m->metrics, &st);
+}
+
 static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
         uint64_t start = now_usec(CLOCK_MONOTONIC);
@@ -198,6 +215,7 @@ static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userda
         }
         if (total > 0)
                 log_debug("Swept %zu expired counters", total);
+        manager_publish_store_stats(m);
         return sd_event_source_set_time(s, usec + m->settings.sweep_interval_usec);
 }
 
@@ -306,6 +324,13 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         r = manager_load_rules(m, &m->rules);
         if (r < 0)
                 goto fail;
+        r = metrics_new(&m->metrics);
+        if (r >= 0)
+                r = metrics_set_rules(m->metrics, m->rules);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up metrics: %m");
+                goto fail;
+        }
         log_info("Loaded %s: %s", settings->config_path, config_summary(m->rules, summary, sizeof summary));
 
         r = store_open(&m->settings.store, &m->store, errbuf, sizeof errbuf);
@@ -349,6 +374,33 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         }
         server_set_rules(m->server, m->rules);
         server_set_store(m->server, m->store);
+        server_set_metrics(m->server, m->metrics);
+        manager_publish_store_stats(m);
+
+        if (m->settings.statsd.host) {
+                r = statsd_new(m->event, &m->settings.statsd, m->metrics, &m->statsd, errbuf, sizeof errbuf);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to set up statsd: %s", errbuf);
+                        goto fail;
+                }
+                log_info("Sending statsd metrics to %s:%u over %s every %" PRIu64 " ms",
+                         m->settings.statsd.host, m->settings.statsd.port,
+                         m->settings.statsd.tcp ? "TCP" : "UDP",
+                         (uint64_t) (m->settings.statsd.interval_usec ?: STATSD_INTERVAL_DEFAULT_USEC) /
+                                 1000);
+        }
+        if (m->settings.http.metrics_path) {
+                r = http_new(&m->settings.http, m->metrics, &m->http, errbuf, sizeof errbuf);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to set up the HTTP endpoint: %s", errbuf);
+                        goto fail;
+                }
+                log_info("Serving Prometheus metrics on http://%s%s%s:%u%s",
+                         strchr(m->settings.http.address ?: HTTP_ADDRESS_DEFAULT, ':') ? "[" : "",
+                         m->settings.http.address ?: HTTP_ADDRESS_DEFAULT,
+                         strchr(m->settings.http.address ?: HTTP_ADDRESS_DEFAULT, ':') ? "]" : "",
+                         http_port(m->http), m->settings.http.metrics_path);
+        }
 
         r = manager_open_listeners(m);
         if (r < 0)
@@ -388,6 +440,7 @@ int manager_run(Manager *m) {
         int r;
 
         (void) sd_notify(false, "READY=1");
+        metrics_set_serving(m->metrics, true);
         manager_notify_status(m);
         log_info("Serving %zu rules on %zu listeners", m->rules->n_rules, m->n_listeners);
 
@@ -400,6 +453,10 @@ int manager_run(Manager *m) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+
+        /* The HTTP thread reads the metrics: stop it first. statsd sends a last flush. */
+        http_free(m->http);
+        statsd_free(m->statsd);
 
         for (size_t i = 0; i < m->n_listeners; i++)
                 listener_free(m->listeners[i]);
@@ -420,6 +477,7 @@ Manager *manager_free(Manager *m) {
                 log_debug("Store closed");
         }
         ruleset_free(m->rules);
+        metrics_free(m->metrics);
         free(m);
         return NULL;
 }

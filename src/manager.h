@@ -12,8 +12,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "http.h"
 #include "listener.h"
 #include "server.h"
+#include "statsd.h"
 #include "store.h"
 
 #define MANAGER_STOP_TIMEOUT_USEC                                                                           \
@@ -33,6 +35,8 @@ typedef struct ManagerSettings {
         StoreOptions store; /* path must be set */
         ServerSettings server;
         uint64_t sweep_interval_usec;
+        StatsdSettings statsd; /* statsd.host NULL: no statsd */
+        HttpSettings http;     /* http.metrics_path NULL: no HTTP endpoint */
 } ManagerSettings;
 
 typedef struct Manager Manager;

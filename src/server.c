@@ -5,10 +5,12 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "connection.h"
@@ -56,10 +58,39 @@ struct Server {
         uint64_t store_error_logged_usec; /* CLOCK_MONOTONIC of the last store error logged */
 
         ServerCounters counters;
+        Metrics *metrics; /* borrowed; may be NULL */
 };
 
 static void server_run_batch(Server *s);
 static void server_arm_housekeeping(Server *s);
+
+/* Metrics hooks: plain counter updates, no syscall, no allocation. */
+static void server_metrics_hit(Server *s, const Rule *rule, MetricsStatus status) {
+        if (s->metrics)
+                metrics_count_hit(s->metrics, rule->index, status);
+}
+
+static void server_metrics_error(Server *s, ProtoErrorCode code) {
+        if (s->metrics)
+                metrics_count_error(s->metrics, code);
+}
+
+static void server_metrics_connections(Server *s) {
+        if (s->metrics)
+                metrics_set_connections(s->metrics, s->counters.connections_current);
+}
+
+/* The rule a store hit was made for: StoreHit.rule_id points into that Rule. */
+static const Rule *hit_rule(const StoreHit *h) {
+        return (const Rule *) (const void *) (h->rule_id - offsetof(Rule, id));
+}
+
+/* CLOCK_MONOTONIC now (a vDSO call, not a syscall), not the loop's cached time. */
+static uint64_t server_now_precise(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000000ULL + (uint64_t) ts.tv_nsec / 1000ULL;
+}
 
 static uint64_t server_now(Server *s, clockid_t clock) {
         uint64_t now = 0;
@@ -127,6 +158,7 @@ static void server_close(Server *s, Connection *c) {
         if (c->next)
                 c->next->prev = c->prev;
         s->counters.connections_current--;
+        server_metrics_connections(s);
         connection_free(c);
 
         if (s->stopping && !s->connections)
@@ -274,6 +306,7 @@ void server_accept(int fd, bool is_tcp, Server *s) {
                 close(fd);
                 s->counters.connections_rejected++;
                 s->counters.errors[PROTO_ERROR_UNKNOWN]++;
+                server_metrics_error(s, PROTO_ERROR_UNKNOWN);
                 log_debug("Refused a connection: %" PRIu64 " connections open",
                           s->counters.connections_current);
                 return;
@@ -308,6 +341,7 @@ void server_accept(int fd, bool is_tcp, Server *s) {
         s->connections = c;
         s->counters.connections_current++;
         s->counters.connections_accepted++;
+        server_metrics_connections(s);
         log_debug("Connection %" PRIu64 ": accepted (%" PRIu64 " open)", c->id,
                   s->counters.connections_current);
 }
@@ -399,10 +433,13 @@ static void server_take_requests(Server *s, Connection *c, size_t *n_slots, size
                                 /* Always-deny / always-allow: no counter. A canary's verdict is
                                  * known now. */
                                 if (!decider) {
-                                        if (rule->credit_limit == 0)
+                                        if (rule->credit_limit == 0) {
                                                 s->counters.hits_canary_rejected++;
-                                        else
+                                                server_metrics_hit(s, rule, METRICS_STATUS_CANARY_REJECTED);
+                                        } else {
                                                 s->counters.hits_canary_accepted++;
+                                                server_metrics_hit(s, rule, METRICS_STATUS_CANARY_ACCEPTED);
+                                        }
                                 }
                                 continue;
                         }
@@ -447,6 +484,7 @@ static void server_format_reply(Server *s, const BatchSlot *slot) {
         if (slot->is_error) {
                 len = proto_format_error(p, slot->error_code, slot->error_reason);
                 s->counters.errors[slot->error_code]++;
+                server_metrics_error(s, slot->error_code);
                 c->closing = c->err_sent = true;
                 c->out_len += len;
                 log_debug("Connection %" PRIu64 ": \"%.*s\" -> %.*s", c->id,
@@ -461,6 +499,7 @@ static void server_format_reply(Server *s, const BatchSlot *slot) {
         if (error < 0) {
                 len = proto_format_error(p, PROTO_ERROR_UNKNOWN, store_error_reason(s, error));
                 s->counters.errors[PROTO_ERROR_UNKNOWN]++;
+                server_metrics_error(s, PROTO_ERROR_UNKNOWN);
                 c->closing = c->err_sent = true;
                 c->out_len += len;
                 return;
@@ -473,6 +512,9 @@ static void server_format_reply(Server *s, const BatchSlot *slot) {
                         s->counters.hits_canary_accepted++;
                 else
                         s->counters.hits_canary_rejected++;
+                server_metrics_hit(s, hit_rule(&s->hits[i]),
+                                   s->hits[i].allowed ? METRICS_STATUS_CANARY_ACCEPTED
+                                                      : METRICS_STATUS_CANARY_REJECTED);
         }
 
         const Rule *rule = slot->rule;
@@ -492,6 +534,7 @@ static void server_format_reply(Server *s, const BatchSlot *slot) {
                 s->counters.hits_accepted++;
         else
                 s->counters.hits_rejected++;
+        server_metrics_hit(s, rule, allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
         c->out_len += len;
 
         if (s->settings.debug)
@@ -521,6 +564,9 @@ static void server_after_batch(Server *s, Connection *c) {
 static void server_run_batch(Server *s) {
         size_t n_slots = 0, n_hits = 0;
         Connection *c, *last = NULL;
+        /* For the metrics: a HIT's duration is its batch's (parse, match, store, format). */
+        uint64_t start_usec = s->metrics ? server_now_precise() : 0;
+        uint64_t answered = s->counters.hits_accepted + s->counters.hits_rejected;
 
         for (c = s->ready_head; c; c = c->ready_next) {
                 if (n_slots >= SERVER_BATCH_REQUESTS_MAX || n_hits + RULES_MATCH_MAX > SERVER_BATCH_HITS_MAX)
@@ -554,6 +600,10 @@ static void server_run_batch(Server *s) {
 
         s->counters.batches++;
         s->counters.batch_requests += n_slots;
+        if (s->metrics)
+                metrics_observe_batch(s->metrics, n_slots,
+                                      s->counters.hits_accepted + s->counters.hits_rejected - answered,
+                                      server_now_precise() - start_usec);
 
         /* Visit the connections of this batch; those with leftovers go to the tail. */
         for (c = s->ready_head; c;) {
@@ -675,6 +725,11 @@ void server_set_rules(Server *s, const RuleSet *rules) {
 
 void server_set_store(Server *s, Store *store) {
         s->store = store;
+}
+
+void server_set_metrics(Server *s, Metrics *metrics) {
+        s->metrics = metrics;
+        server_metrics_connections(s);
 }
 
 void server_stop(Server *s) {

@@ -17,6 +17,7 @@
 
 #include <systemd/sd-event.h>
 
+#include "metrics.h"
 #include "protocol.h"
 #include "rules.h"
 #include "store.h"
@@ -66,6 +67,9 @@ Server *server_free(Server *s);
  * other event callback is "between batches"). */
 void server_set_rules(Server *s, const RuleSet *rules);
 void server_set_store(Server *s, Store *store);
+/* Borrowed; NULL (the default) counts nothing. The server updates it per hit and per
+ * batch with plain stores, never a syscall (see metrics.h). */
+void server_set_metrics(Server *s, Metrics *metrics);
 
 /* Takes over an accepted socket (a listener_accept_t target: userdata is the Server). */
 void server_accept(int fd, bool is_tcp, Server *s);
