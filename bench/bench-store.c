@@ -3,7 +3,7 @@
 /*
  * Micro-benchmark of the counter store alone (no sockets, no parsing).
  *
- *   bench-store [--quick] [10k] [10m] [sweep]
+ *   bench-store [--quick] [10k] [10m] [sweep] [NUMBER-OF-COUNTERS]
  *
  * For 10 thousand and 10 million live counters: hits/s for batches of 1, 16 and
  * 256 hits (random counters, sync=periodic: commits included, fsync left to the
@@ -194,6 +194,9 @@ out:
 
 int main(int argc, char *argv[]) {
         bool k10 = false, m10 = false, sweep = false, any = false;
+        uint64_t custom = 0;
+
+        setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows while the long cases run */
 
         for (int i = 1; i < argc; i++) {
                 if (strcmp(argv[i], "--quick") == 0 || strcmp(argv[i], "10k") == 0)
@@ -202,8 +205,10 @@ int main(int argc, char *argv[]) {
                         m10 = true;
                 else if (strcmp(argv[i], "sweep") == 0)
                         m10 = sweep = true;
+                else if (argv[i][0] >= '1' && argv[i][0] <= '9')
+                        custom = strtoull(argv[i], NULL, 10);
                 else {
-                        fprintf(stderr, "usage: %s [--quick] [10k] [10m] [sweep]\n", argv[0]);
+                        fprintf(stderr, "usage: %s [--quick] [10k] [10m] [sweep] [COUNTERS]\n", argv[0]);
                         return EXIT_FAILURE;
                 }
                 any = true;
@@ -214,6 +219,8 @@ int main(int argc, char *argv[]) {
         if (k10 && run_case("10k", 10000, false) < 0)
                 return EXIT_FAILURE;
         if (m10 && run_case("10m", 10000000, sweep) < 0)
+                return EXIT_FAILURE;
+        if (custom > 0 && run_case("custom", custom, true) < 0)
                 return EXIT_FAILURE;
         return EXIT_SUCCESS;
 }

@@ -446,19 +446,21 @@ int store_sync(Store *s) {
 
 /* One sweep attempt: deletes up to max expired counters. Returns an MDB code. */
 static int sweep_txn(Store *s, MDB_txn *txn, uint64_t now_usec, size_t max, size_t *deleted, bool *more) {
-        MDB_cursor *c = NULL;
+        MDB_cursor *ci = NULL, *cc = NULL;
         MDB_val k, v;
         int r;
 
         *deleted = 0;
         *more = false;
-        r = mdb_cursor_open(txn, s->dbi_expiry, &c);
+        r = mdb_cursor_open(txn, s->dbi_expiry, &ci);
+        if (r == 0)
+                r = mdb_cursor_open(txn, s->dbi_counters, &cc);
         if (r != 0)
-                return r;
+                goto finish;
         for (;;) {
                 /* MDB_FIRST after each deletion: a few cached page hops, and no reliance
                  * on where a cursor stands after mdb_cursor_del() */
-                r = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+                r = mdb_cursor_get(ci, &k, &v, MDB_FIRST);
                 if (r != 0)
                         break;
                 if (k.mv_size <= STORE_EXPIRY_PREFIX) {
@@ -475,19 +477,23 @@ static int sweep_txn(Store *s, MDB_txn *txn, uint64_t now_usec, size_t max, size
                 MDB_val ck = { .mv_size = k.mv_size - STORE_EXPIRY_PREFIX,
                                .mv_data = (uint8_t *) k.mv_data + STORE_EXPIRY_PREFIX };
                 MDB_val cv;
-                r = mdb_get(txn, s->dbi_counters, &ck, &cv);
+                r = mdb_cursor_get(cc, &ck, &cv, MDB_SET_KEY);
                 if (r == 0 && cv.mv_size == STORE_VALUE_SIZE && get_le64(cv.mv_data) == get_be64(k.mv_data))
-                        r = mdb_del(txn, s->dbi_counters, &ck, NULL);
+                        r = mdb_cursor_del(cc, 0);
                 else if (r == 0 || r == MDB_NOTFOUND)
                         r = 0; /* index entry without its counter: drop only the entry */
                 if (r != 0)
                         break;
-                r = mdb_cursor_del(c, 0);
+                r = mdb_cursor_del(ci, 0);
                 if (r != 0)
                         break;
                 (*deleted)++;
         }
-        mdb_cursor_close(c);
+finish:
+        if (cc)
+                mdb_cursor_close(cc);
+        if (ci)
+                mdb_cursor_close(ci);
         return r == MDB_NOTFOUND ? 0 : r;
 }
 
