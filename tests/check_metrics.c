@@ -11,22 +11,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "http.h"
 #include "metrics.h"
-
-/* A finalized RuleSet from INI text. */
-static RuleSet *load_ini(const char *text) {
-        RuleSet *rs = NULL;
-        Diag diag;
-
-        diag_init(&diag, "t.ini");
-        ck_assert_int_eq(ruleset_new("t.ini", &rs), 0);
-        ck_assert_int_eq(config_ini_parse(text, strlen(text), rs, &diag), 0);
-        ck_assert_int_eq(ruleset_finalize(rs, &diag), 0);
-        diag_done(&diag);
-        return rs;
-}
+#include "metrics-test-util.h"
 
 /* Rule 0 labelled "cookies", 1 canary labelled "canary", 2 unlabelled, 3 default. */
 static const char *const config_a = "[path=/cookies]\ncreditLimit = 1\nresetSeconds = 60\nlabel = cookies\n"

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "metrics-test-util.h"
 #include "statsd.h"
 
 /* Datagrams captured by the packer's emit callback. */
@@ -122,18 +122,6 @@ START_TEST (test_packer_mtu) {
         ck_assert_str_eq(joined, expected);
 }
 END_TEST
-
-static RuleSet *load_ini(const char *text) {
-        RuleSet *rs = NULL;
-        Diag diag;
-
-        diag_init(&diag, "t.ini");
-        ck_assert_int_eq(ruleset_new("t.ini", &rs), 0);
-        ck_assert_int_eq(config_ini_parse(text, strlen(text), rs, &diag), 0);
-        ck_assert_int_eq(ruleset_finalize(rs, &diag), 0);
-        diag_done(&diag);
-        return rs;
-}
 
 static const char *const config = "[path=/cookies]\ncreditLimit = 1\nresetSeconds = 60\nlabel = cookies\n"
                                   "[path=/special]\ncreditLimit = 1\nresetSeconds = 60\nlabel = canary\n"
