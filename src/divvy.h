@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * libdivvy: a small client for divvyd (and any server speaking version 1 of the divvy line
+ * protocol). Installed as <divvy.h>; link with `pkg-config --libs libdivvy`.
+ *
+ * Conventions
+ * - Every fallible function returns >= 0 on success or a negative errno-style code. After a
+ *   failure divvy_last_error() describes it in one line (no trailing newline).
+ * - A handle is thread-compatible, not thread-safe: use one handle per thread (or lock around
+ *   it). The library has no global state, installs no signal handlers and never raises
+ *   SIGPIPE (it sends with MSG_NOSIGNAL).
+ * - The handle connects lazily, on the first request, and keeps the connection open.
+ * - Every call that waits for the network is bounded by the handle's timeout (see
+ *   divvy_set_timeout()); name resolution of a TCP host name (getaddrinfo()) is not.
+ * - Nothing is allocated per request: the handle owns fixed buffers for its pipeline.
+ *
+ * Error codes (besides those documented per function)
+ *   -EINVAL       a key or value the protocol cannot carry ('"', a control character other
+ *                 than tab, invalid UTF-8, an empty key), or a bad argument; nothing was sent
+ *   -E2BIG        more than DIVVY_PAIRS_MAX pairs or a request line over DIVVY_LINE_MAX bytes
+ *   -EPROTO       the server answered "ERR <code> [reason]": see divvy_server_error_code() and
+ *                 divvy_server_error_reason(). The server closes the connection after an ERR
+ *   -ETIMEDOUT    the timeout passed; the connection is closed
+ *   -EBADMSG      the server sent something that is not a divvy reply; the connection is closed
+ *   -ECONNRESET   the connection broke after the request was sent: it MAY have been executed
+ *   -ECANCELED    a pipelined request that the server did not execute because an earlier one
+ *                 on the same connection got an ERR reply
+ *   other         connect()/socket errors (-ENOENT, -ECONNREFUSED, -EACCES, ...)
+ *
+ * Reconnecting: before a request is written on a connection with nothing pending, the handle
+ * checks whether the server has closed the connection in the meantime (a restart, an idle
+ * timeout) and if so reconnects once. A request already written is never sent again, since
+ * the server may have executed it (a hit consumes quota): a connection that breaks while
+ * replies are pending fails those requests with -ECONNRESET and the next request reconnects.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DIVVY_PORT_DEFAULT 8321 /* divvy's TCP port */
+#define DIVVY_TIMEOUT_DEFAULT_USEC                                                                          \
+        (5ULL * 1000000ULL)  /* 5 s: a local daemon answers in microseconds; a stuck one                    \
+                              * should not hang a cron job forever */
+#define DIVVY_LINE_MAX  8192 /* bytes: longest request line divvyd accepts, without "\n" */
+#define DIVVY_PAIRS_MAX 64   /* key=value pairs per request divvyd accepts */
+#define DIVVY_PIPELINE_MAX                                                                                  \
+        1024 /* requests: how many may be sent and not yet read on one handle; bounds the                   \
+              * handle's reply buffer (replies are at most 128 bytes each) */
+
+typedef struct divvy divvy;
+
+/* One key=value pair of an operation. Both are NUL-terminated UTF-8; the library quotes a
+ * string when it must (spaces, tabs, '=', empty value). */
+typedef struct divvy_pair {
+        const char *key;
+        const char *value;
+} divvy_pair;
+
+/* The answer to one hit: "OK <allowed> <credit> <reset>". */
+typedef struct divvy_result {
+        bool allowed;          /* quota was available (and was consumed) */
+        uint64_t credit;       /* credit left after this hit */
+        int64_t reset_seconds; /* seconds until the window resets; 0 for an always-allow rule,
+                                * -1 for an always-deny rule (it never resets) */
+} divvy_result;
+
+/* Creates a handle for address; does not connect. Address forms:
+ *   "unix:/run/divvyd/divvyd.sock"  or  "/run/divvyd/divvyd.sock" (any string starting with '/')
+ *   "tcp:127.0.0.1:8321", "tcp:[::1]:8321", "tcp:localhost"   (port defaults to 8321)
+ *   "127.0.0.1:8321", "[::1]:8321", "divvy.internal:8321", "localhost"
+ * Returns 0 and sets *ret, -EINVAL for a malformed address, -ENAMETOOLONG for a Unix socket
+ * path that does not fit sockaddr_un, -ENOMEM. */
+int divvy_new(const char *address, divvy **ret);
+
+/* Closes the connection and frees the handle. Accepts NULL; returns NULL. Pending results
+ * are dropped. */
+divvy *divvy_free(divvy *d);
+
+/* Sets the timeout for each later call (connect, send, and each wait for a reply), in
+ * microseconds; 0 means wait forever. Default DIVVY_TIMEOUT_DEFAULT_USEC. */
+int divvy_set_timeout(divvy *d, uint64_t usec);
+
+/* Connects now if not connected (otherwise requests connect lazily). Returns 0 or the
+ * connect error. */
+int divvy_connect(divvy *d);
+
+/* Checks that the server is alive and serving, not merely that its socket accepts
+ * connections (the kernel accepts them even for a stopped process): opens a fresh connection,
+ * half-closes it and waits, bounded by the timeout, for the server to close it in turn
+ * without a reply. Any previous connection of the handle is closed first; -EBUSY if results
+ * are pending. Returns 0, -ETIMEDOUT, -EPROTO (e.g. "too many connections") or the connect
+ * error. Executes nothing on the server. */
+int divvy_ping(divvy *d);
+
+/* One hit: sends "HIT key=value ..." and waits for its reply. Returns 0 with *ret filled
+ * (whether allowed or denied), or a negative code (see above); -EBUSY if pipelined results
+ * are pending (read them first). n_pairs may be 0 (the default rule decides). */
+int divvy_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs, divvy_result *ret);
+
+/* Pipelining. divvy_send_hit() queues one request (validated and formatted like divvy_hit())
+ * and writes queued requests out when its buffer fills; divvy_flush() writes every queued
+ * request; divvy_read_result() flushes, then returns the result of the oldest request not yet
+ * read, in the order they were sent. While waiting to write, replies that arrive are kept
+ * (at most DIVVY_PIPELINE_MAX), so neither side can block the other.
+ *
+ * divvy_send_hit() returns -ENOBUFS when DIVVY_PIPELINE_MAX results are pending: read some.
+ * divvy_read_result() returns -ENOMSG when no result is pending. Once a request failed with
+ * -EPROTO, -ECONNRESET, -ETIMEDOUT or -EBADMSG, every later pending request fails too
+ * (-ECANCELED after an ERR, which the server answers by not executing the rest; otherwise the
+ * same code, and those requests may have been executed), so a loop reading n results always
+ * reads n. divvy_pending() is the number of results not read yet. */
+int divvy_send_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs);
+int divvy_flush(divvy *d);
+int divvy_read_result(divvy *d, divvy_result *ret);
+size_t divvy_pending(const divvy *d);
+
+/* The message of the last failure on this handle ("" if none). Owned by the handle, valid
+ * until the next call on it. */
+const char *divvy_last_error(const divvy *d);
+
+/* After -EPROTO: the server's error code ("unknown-command", "unknown", ...) and its reason
+ * without quotes ("" if it gave none). Owned by the handle; "" before any ERR reply. */
+const char *divvy_server_error_code(const divvy *d);
+const char *divvy_server_error_reason(const divvy *d);
+
+/* Returns true if the string can be sent as a key (non-empty) or value, i.e. divvy_hit() would
+ * not refuse it with -EINVAL. */
+bool divvy_string_is_valid(const char *s, bool is_key);
+
+/* The library version, e.g. "0.1.0". */
+const char *divvy_version(void);
+
+#ifdef __cplusplus
+}
+#endif
