@@ -1,0 +1,1008 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * divvy-benchmark: load generator for the divvy protocol, in the spirit of
+ * redis-benchmark, with a Redis baseline mode so that the machine's own ceiling is
+ * measured by the same client in the same run.
+ *
+ * Each thread runs an epoll loop over its share of the connections. A connection
+ * sends a batch of P requests with one write(), waits for its P replies, then sends
+ * the next batch (redis-benchmark's meaning of pipelining). The latency of a request
+ * is from the write of its batch to the read that completed its reply. Every reply
+ * is verified; ERR, malformed replies and lost connections make the exit status 1.
+ *
+ * Not library code: this is a program, it prints.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NSEC_PER_SEC  1000000000ULL
+#define NSEC_PER_MSEC 1000000ULL
+
+#define CONNECTIONS_MAX 10000 /* connections: far beyond any useful run, bounds the arrays */
+#define PIPELINE_MAX    4096  /* requests per batch: bounds the output buffer */
+#define THREADS_MAX     256
+#define TEMPLATE_MAX    1024                /* bytes: longest rendered request or key */
+#define REQUEST_MAX     (TEMPLATE_MAX + 64) /* bytes: one request with its RESP framing */
+#define IN_SIZE         (64u * 1024u) /* bytes: input buffer per connection; replies are short, a read takes many \
+                                       */
+#define REPLY_LINE_MAX 512            /* bytes: a reply line longer than this is malformed */
+#define STALL_NSEC                                                                                          \
+        (10ULL * NSEC_PER_SEC) /* 10 s without any reply while requests are outstanding: the                \
+                                * server is stuck; give up instead of hanging */
+#define EPOLL_TIMEOUT_MSEC 100 /* ms: how often a thread looks at the phase when idle */
+#define EVENTS_MAX         256
+
+/* Histogram: 128 linear sub-buckets per power of two of nanoseconds (< 0.8% error). */
+#define HIST_SUB_BITS 7
+#define HIST_SUB      (1u << HIST_SUB_BITS)
+#define HIST_BUCKETS  ((64u - HIST_SUB_BITS + 1u) * HIST_SUB)
+
+#define DEFAULT_TEMPLATE       "HIT method=GET path=/bench ip={actor}"
+#define DEFAULT_REDIS_TEMPLATE "key{actor}"
+#define PLACEHOLDER            "{actor}"
+
+typedef enum Phase {
+        PHASE_WARMUP,
+        PHASE_MEASURE,
+        PHASE_STOP,
+} Phase;
+
+typedef struct Options {
+        const char *address;
+        bool is_unix;
+        char host[256];
+        char port[16];
+        char path[sizeof(((struct sockaddr_un *) NULL)->sun_path)];
+        unsigned connections;
+        unsigned pipeline;
+        unsigned threads;
+        uint64_t requests;    /* -n; 0: run for duration_ns */
+        uint64_t duration_ns; /* -d */
+        uint64_t warmup_ns;   /* -w */
+        uint64_t actors;      /* -k */
+        bool sequential;      /* actors in order, each connection its stride */
+        bool redis;           /* INCR in RESP instead of divvy HITs */
+        bool quiet;           /* only the machine-readable line */
+        const char *template;
+        const char *label;
+        uint64_t seed;
+} Options;
+
+typedef struct Stats {
+        uint64_t ok_true;   /* OK true (redis: integer replies) */
+        uint64_t ok_false;  /* OK false */
+        uint64_t err;       /* ERR replies (redis: error replies) */
+        uint64_t malformed; /* replies that are neither */
+        uint64_t conn_errors;
+        uint64_t measured;      /* replies to requests sent in the measuring phase */
+        uint64_t last_reply_ns; /* CLOCK_MONOTONIC of the last measured reply */
+        uint64_t max_ns;        /* largest measured latency */
+        uint64_t hist[HIST_BUCKETS];
+} Stats;
+
+typedef struct Conn {
+        int fd;
+        unsigned index; /* 0 .. connections-1 */
+        bool open;
+        bool want_out;
+        uint64_t quota;      /* measured requests still to send (-n); UINT64_MAX with -d */
+        uint64_t seq;        /* requests sent, for --sequential */
+        unsigned pending;    /* replies outstanding for the current batch */
+        bool batch_measured; /* the current batch was sent while measuring */
+        uint64_t batch_ns;   /* when the current batch was written */
+        char *out;
+        size_t out_len, out_pos;
+        char in[IN_SIZE];
+        size_t in_len;
+} Conn;
+
+typedef struct Worker {
+        pthread_t thread;
+        unsigned id;
+        int epfd;
+        Conn *conns;
+        unsigned n_conns;
+        uint64_t rng;
+        Stats stats;
+        bool first_err_printed;
+} Worker;
+
+static Options opt = {
+        .connections = 16,
+        .pipeline = 1,
+        .actors = 10000,
+        .seed = 1,
+};
+
+/* The template split at each "{actor}". */
+static const char *tpl_parts[TEMPLATE_MAX];
+static size_t tpl_lens[TEMPLATE_MAX];
+static size_t tpl_n;
+
+static _Atomic int phase = PHASE_WARMUP;
+static atomic_bool aborting = false;
+static uint64_t measure_start_ns;
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+static uint64_t xorshift(uint64_t *x) {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        return *x;
+}
+
+static unsigned hist_index(uint64_t v) {
+        unsigned e;
+
+        if (v < HIST_SUB)
+                return (unsigned) v;
+        e = 63u - (unsigned) __builtin_clzll(v); /* >= HIST_SUB_BITS */
+        return (e - HIST_SUB_BITS + 1u) * HIST_SUB +
+               (unsigned) ((v >> (e - HIST_SUB_BITS)) & (HIST_SUB - 1u));
+}
+
+/* The middle of bucket i, in ns. */
+static double hist_value(unsigned i) {
+        unsigned shift;
+        uint64_t lo;
+
+        if (i < HIST_SUB)
+                return (double) i;
+        shift = i / HIST_SUB - 1u;
+        lo = (uint64_t) (HIST_SUB + i % HIST_SUB) << shift;
+        return (double) lo + (double) ((1ULL << shift) - 1ULL) / 2.0;
+}
+
+static double hist_percentile(const Stats *s, double q) {
+        uint64_t total = 0, target, seen = 0;
+
+        for (unsigned i = 0; i < HIST_BUCKETS; i++)
+                total += s->hist[i];
+        if (total == 0)
+                return 0.0;
+        target = (uint64_t) ceil(q * (double) total);
+        if (target < 1)
+                target = 1;
+        for (unsigned i = 0; i < HIST_BUCKETS; i++) {
+                seen += s->hist[i];
+                if (seen >= target) {
+                        double v = hist_value(i);
+                        return v > (double) s->max_ns ? (double) s->max_ns : v;
+                }
+        }
+        return (double) s->max_ns;
+}
+
+/* Writes the decimal digits of v at p; returns their number. */
+static size_t put_u64(char *p, uint64_t v) {
+        char tmp[20];
+        size_t n = 0;
+
+        do {
+                tmp[n++] = (char) ('0' + v % 10);
+                v /= 10;
+        } while (v > 0);
+        for (size_t i = 0; i < n; i++)
+                p[i] = tmp[n - 1 - i];
+        return n;
+}
+
+/* Renders the template for actor into p (at least TEMPLATE_MAX + 20 * parts bytes). */
+static size_t render(char *p, uint64_t actor) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < tpl_n; i++) {
+                if (i > 0)
+                        n += put_u64(p + n, actor);
+                memcpy(p + n, tpl_parts[i], tpl_lens[i]);
+                n += tpl_lens[i];
+        }
+        return n;
+}
+
+/* Appends one request for actor to p; returns its length (<= REQUEST_MAX). */
+static size_t put_request(char *p, uint64_t actor) {
+        char key[TEMPLATE_MAX + 64];
+        size_t n, k;
+
+        if (!opt.redis) {
+                n = render(p, actor);
+                p[n++] = '\n';
+                return n;
+        }
+        k = render(key, actor);
+        memcpy(p, "*2\r\n$4\r\nINCR\r\n$", 15);
+        n = 15;
+        n += put_u64(p + n, k);
+        memcpy(p + n, "\r\n", 2);
+        n += 2;
+        memcpy(p + n, key, k);
+        n += k;
+        memcpy(p + n, "\r\n", 2);
+        return n + 2;
+}
+
+static int conn_set_out(Worker *w, Conn *c, bool want_out) {
+        struct epoll_event ev = { .events = EPOLLIN | (want_out ? EPOLLOUT : 0u), .data.ptr = c };
+
+        if (c->want_out == want_out)
+                return 0;
+        c->want_out = want_out;
+        return epoll_ctl(w->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0 ? -errno : 0;
+}
+
+static void conn_close(Worker *w, Conn *c) {
+        if (!c->open)
+                return;
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        c->open = false;
+        c->pending = 0;
+}
+
+static void conn_fail(Worker *w, Conn *c, const char *what, int error) {
+        w->stats.conn_errors++;
+        if (!w->first_err_printed) {
+                w->first_err_printed = true;
+                fprintf(stderr, "divvy-benchmark: connection %u: %s%s%s\n", c->index, what,
+                        error ? ": " : "", error ? strerror(error) : "");
+        }
+        conn_close(w, c);
+}
+
+/* Sends what is left of the output. Returns 0 when all is sent, 1 if the socket is full. */
+static int conn_flush(Worker *w, Conn *c) {
+        while (c->out_pos < c->out_len) {
+                ssize_t k = send(c->fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return conn_set_out(w, c, true) < 0 ? -errno : 1;
+                        return -errno;
+                }
+                c->out_pos += (size_t) k;
+        }
+        return conn_set_out(w, c, false);
+}
+
+/* Starts the next batch, or closes the connection when it is done. */
+static void conn_next_batch(Worker *w, Conn *c) {
+        Phase p = atomic_load_explicit(&phase, memory_order_relaxed);
+        bool measured = p == PHASE_MEASURE;
+        unsigned batch = opt.pipeline;
+        int r;
+
+        if (p == PHASE_STOP || atomic_load_explicit(&aborting, memory_order_relaxed) ||
+            (measured && c->quota == 0)) {
+                conn_close(w, c);
+                return;
+        }
+        if (measured && c->quota < batch)
+                batch = (unsigned) c->quota;
+
+        c->out_len = c->out_pos = 0;
+        for (unsigned i = 0; i < batch; i++) {
+                uint64_t actor;
+
+                if (opt.sequential)
+                        actor = (c->index + (uint64_t) opt.connections * c->seq) % opt.actors;
+                else
+                        actor = xorshift(&w->rng) % opt.actors;
+                c->seq++;
+                c->out_len += put_request(c->out + c->out_len, actor);
+        }
+        if (measured && c->quota != UINT64_MAX)
+                c->quota -= batch;
+        c->pending = batch;
+        c->batch_measured = measured;
+        c->batch_ns = now_ns();
+        r = conn_flush(w, c);
+        if (r < 0)
+                conn_fail(w, c, "send failed", -r);
+}
+
+static void count_reply(Worker *w, Conn *c, uint64_t t) {
+        if (c->batch_measured) {
+                uint64_t lat = t > c->batch_ns ? t - c->batch_ns : 0;
+
+                w->stats.measured++;
+                w->stats.hist[hist_index(lat)]++;
+                if (lat > w->stats.max_ns)
+                        w->stats.max_ns = lat;
+                if (t > w->stats.last_reply_ns)
+                        w->stats.last_reply_ns = t;
+        }
+        c->pending--;
+}
+
+static bool is_uint(const char *p, size_t n, bool allow_minus) {
+        if (n > 0 && allow_minus && p[0] == '-') {
+                p++;
+                n--;
+        }
+        if (n == 0 || n > 20)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (p[i] < '0' || p[i] > '9')
+                        return false;
+        return true;
+}
+
+/* "OK true|false <credit> <reset>": 1 true, 0 false, -1 malformed. */
+static int parse_ok(const char *l, size_t n) {
+        const char *sp;
+        int allowed;
+        size_t skip;
+
+        if (n > 8 && memcmp(l, "OK true ", 8) == 0) {
+                allowed = 1;
+                skip = 8;
+        } else if (n > 9 && memcmp(l, "OK false ", 9) == 0) {
+                allowed = 0;
+                skip = 9;
+        } else
+                return -1;
+        l += skip;
+        n -= skip;
+        sp = memchr(l, ' ', n);
+        if (!sp || !is_uint(l, (size_t) (sp - l), false))
+                return -1;
+        n -= (size_t) (sp - l) + 1;
+        return is_uint(sp + 1, n, true) ? allowed : -1;
+}
+
+static void report_reply(Worker *w, Conn *c, const char *what, const char *l, size_t n) {
+        if (w->first_err_printed)
+                return;
+        w->first_err_printed = true;
+        fprintf(stderr, "divvy-benchmark: connection %u: %s: \"%.*s\"\n", c->index, what,
+                (int) (n > 200 ? 200 : n), l);
+}
+
+/* Handles one complete reply line (without "\n"; with its "\r" for RESP). Returns false
+ * when the connection must be dropped. */
+static bool handle_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t) {
+        if (c->pending == 0) {
+                w->stats.malformed++;
+                report_reply(w, c, "reply without a request", l, n);
+                return false;
+        }
+        count_reply(w, c, t);
+        if (opt.redis) {
+                if (n >= 2 && l[n - 1] == '\r' && l[0] == ':' && is_uint(l + 1, n - 2, true)) {
+                        w->stats.ok_true++;
+                        return true;
+                }
+                if (n >= 1 && l[0] == '-') {
+                        w->stats.err++;
+                        report_reply(w, c, "error reply", l, n);
+                        return true;
+                }
+                w->stats.malformed++;
+                report_reply(w, c, "malformed reply", l, n);
+                return false;
+        }
+        switch (parse_ok(l, n)) {
+        case 1:
+                w->stats.ok_true++;
+                return true;
+        case 0:
+                w->stats.ok_false++;
+                return true;
+        default:
+                break;
+        }
+        if (n >= 3 && memcmp(l, "ERR", 3) == 0 && (n == 3 || l[3] == ' ')) {
+                w->stats.err++;
+                report_reply(w, c, "ERR reply", l, n);
+                return false; /* divvyd closes after an ERR */
+        }
+        w->stats.malformed++;
+        report_reply(w, c, "malformed reply", l, n);
+        return false;
+}
+
+static void conn_readable(Worker *w, Conn *c, uint64_t t) {
+        for (;;) {
+                ssize_t k = recv(c->fd, c->in + c->in_len, IN_SIZE - c->in_len, 0);
+                size_t pos = 0;
+
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return;
+                        conn_fail(w, c, "receive failed", errno);
+                        return;
+                }
+                if (k == 0) {
+                        conn_fail(w, c, "server closed the connection", 0);
+                        return;
+                }
+                c->in_len += (size_t) k;
+                for (;;) {
+                        const char *nl = memchr(c->in + pos, '\n', c->in_len - pos);
+                        if (!nl)
+                                break;
+                        if (!handle_line(w, c, c->in + pos, (size_t) (nl - (c->in + pos)), t)) {
+                                conn_close(w, c);
+                                return;
+                        }
+                        pos = (size_t) (nl - c->in) + 1;
+                        if (c->pending == 0) {
+                                if (pos != c->in_len) {
+                                        w->stats.malformed++;
+                                        report_reply(w, c, "more replies than requests", c->in + pos,
+                                                     c->in_len - pos);
+                                        conn_close(w, c);
+                                        return;
+                                }
+                                c->in_len = 0;
+                                conn_next_batch(w, c);
+                                return; /* the replies cannot be there yet */
+                        }
+                }
+                if (c->in_len - pos > REPLY_LINE_MAX) {
+                        w->stats.malformed++;
+                        report_reply(w, c, "reply line too long", c->in + pos, c->in_len - pos);
+                        conn_close(w, c);
+                        return;
+                }
+                memmove(c->in, c->in + pos, c->in_len - pos);
+                c->in_len -= pos;
+                if ((size_t) k < IN_SIZE / 2)
+                        return; /* most likely drained: let epoll tell */
+        }
+}
+
+static void *worker_run(void *userdata) {
+        Worker *w = userdata;
+        struct epoll_event evs[EVENTS_MAX];
+        uint64_t last_progress = now_ns();
+        unsigned open;
+
+        for (unsigned i = 0; i < w->n_conns; i++)
+                conn_next_batch(w, &w->conns[i]);
+
+        for (;;) {
+                uint64_t before = w->stats.ok_true + w->stats.ok_false + w->stats.err + w->stats.malformed;
+                uint64_t t;
+                int n;
+
+                open = 0;
+                for (unsigned i = 0; i < w->n_conns; i++)
+                        open += w->conns[i].open;
+                if (open == 0)
+                        break;
+
+                n = epoll_wait(w->epfd, evs, EVENTS_MAX, EPOLL_TIMEOUT_MSEC);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        fprintf(stderr, "divvy-benchmark: epoll_wait: %m\n");
+                        atomic_store(&aborting, true);
+                        break;
+                }
+                t = now_ns();
+                for (int i = 0; i < n; i++) {
+                        Conn *c = evs[i].data.ptr;
+
+                        if (!c->open)
+                                continue;
+                        if (evs[i].events & EPOLLOUT) {
+                                int r = conn_flush(w, c);
+                                if (r < 0) {
+                                        conn_fail(w, c, "send failed", -r);
+                                        continue;
+                                }
+                        }
+                        if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                                conn_readable(w, c, t);
+                }
+                if (w->stats.ok_true + w->stats.ok_false + w->stats.err + w->stats.malformed != before)
+                        last_progress = t;
+                else if (t - last_progress > STALL_NSEC || atomic_load(&aborting)) {
+                        for (unsigned i = 0; i < w->n_conns; i++)
+                                if (w->conns[i].open)
+                                        conn_fail(w, &w->conns[i],
+                                                  atomic_load(&aborting) ? "aborted"
+                                                                         : "no reply for 10 s, giving up",
+                                                  0);
+                }
+        }
+        return NULL;
+}
+
+static int parse_address(const char *a) {
+        const char *colon;
+        size_t hl;
+
+        if (strncmp(a, "unix:", 5) == 0) {
+                if (strlen(a + 5) == 0 || strlen(a + 5) >= sizeof(opt.path))
+                        return -EINVAL;
+                strcpy(opt.path, a + 5);
+                opt.is_unix = true;
+                return 0;
+        }
+        if (strncmp(a, "tcp:", 4) == 0)
+                a += 4;
+        colon = strrchr(a, ':');
+        if (!colon || strlen(colon + 1) == 0 || strlen(colon + 1) >= sizeof(opt.port))
+                return -EINVAL;
+        hl = (size_t) (colon - a);
+        if (hl >= 2 && a[0] == '[' && a[hl - 1] == ']') {
+                a++;
+                hl -= 2;
+        }
+        if (hl == 0 || hl >= sizeof(opt.host))
+                return -EINVAL;
+        memcpy(opt.host, a, hl);
+        opt.host[hl] = 0;
+        strcpy(opt.port, colon + 1);
+        return 0;
+}
+
+static int connect_one(void) {
+        int fd, one = 1;
+
+        if (opt.is_unix) {
+                struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+                strcpy(sa.sun_path, opt.path);
+                fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (fd < 0)
+                        return -errno;
+                if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+                        int r = -errno;
+                        close(fd);
+                        return r;
+                }
+        } else {
+                struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+                int r = getaddrinfo(opt.host, opt.port, &hints, &ai);
+
+                if (r != 0)
+                        return -EADDRNOTAVAIL;
+                fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (fd < 0) {
+                        freeaddrinfo(ai);
+                        return -errno;
+                }
+                if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+                        r = -errno;
+                        freeaddrinfo(ai);
+                        close(fd);
+                        return r;
+                }
+                freeaddrinfo(ai);
+                (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
+        /* non-blocking only after connect(): a blocking connect keeps this simple */
+        if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
+static void help(void) {
+        printf("Usage: divvy-benchmark [OPTIONS] [ADDRESS]\n"
+               "Sends divvy HIT requests (or Redis INCRs with --redis) and reports throughput and "
+               "latency.\n\n"
+               "  -a, --address=ADDR     tcp:HOST:PORT, HOST:PORT or unix:PATH (default "
+               "tcp:127.0.0.1:8321,\n"
+               "                         with --redis tcp:127.0.0.1:6379)\n"
+               "  -c, --connections=N    parallel connections (default 16)\n"
+               "  -P, --pipeline=N       requests per batch: write N, wait for N replies (default 1)\n"
+               "  -n, --requests=N       measure N requests (suffixes k, M)\n"
+               "  -d, --duration=SEC     measure for SEC seconds (default 10 when -n is not given)\n"
+               "  -w, --warmup=SEC       send unmeasured load first (default 1 with -d, 0 with -n)\n"
+               "  -k, --actors=N         distinct actors (default 10000; suffixes k, M)\n"
+               "      --sequential       actors in order instead of at random (one hit each with -n = -k)\n"
+               "  -r, --request=TEMPLATE request line; " PLACEHOLDER " becomes the actor number\n"
+               "                         (default '" DEFAULT_TEMPLATE "';\n"
+               "                         with --redis, the key: '" DEFAULT_REDIS_TEMPLATE "')\n"
+               "      --redis            baseline: INCR <key> in the Redis protocol\n"
+               "  -t, --threads=N        client threads (default: half the CPUs, at least 1)\n"
+               "      --label=TEXT       name of this run in the RESULT line (default divvy or redis)\n"
+               "      --seed=N           random seed (default 1)\n"
+               "  -q, --quiet            print only the RESULT line\n"
+               "  -h, --help\n\n"
+               "Exit status: 0 if every reply was OK true/OK false (redis: an integer), 1 on any ERR,\n"
+               "malformed reply or lost connection, 2 on a usage error.\n");
+}
+
+static int parse_count(const char *s, uint64_t *ret) {
+        char *end;
+        unsigned long long v;
+        uint64_t mult = 1;
+
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno != 0 || end == s || s[0] == '-')
+                return -EINVAL;
+        if (*end == 'k' || *end == 'K')
+                mult = 1000, end++;
+        else if (*end == 'm' || *end == 'M')
+                mult = 1000000, end++;
+        if (*end != 0 || v > UINT64_MAX / mult)
+                return -EINVAL;
+        *ret = v * mult;
+        return 0;
+}
+
+static int parse_seconds(const char *s, uint64_t *ret) {
+        char *end;
+        double v;
+
+        errno = 0;
+        v = strtod(s, &end);
+        if (errno != 0 || end == s || *end != 0 || !(v >= 0.0) || v > 1e6)
+                return -EINVAL;
+        *ret = (uint64_t) (v * (double) NSEC_PER_SEC);
+        return 0;
+}
+
+static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret) {
+        uint64_t v;
+
+        if (parse_count(s, &v) < 0 || v < lo || v > hi)
+                return -EINVAL;
+        *ret = (unsigned) v;
+        return 0;
+}
+
+static int split_template(const char *t) {
+        const char *p = t;
+
+        if (strlen(t) == 0 || strlen(t) > TEMPLATE_MAX - 1 || strchr(t, '\n'))
+                return -EINVAL;
+        tpl_n = 0;
+        for (;;) {
+                const char *h = strstr(p, PLACEHOLDER);
+                if (tpl_n >= 16)
+                        return -E2BIG; /* 16 parts bound the rendered length */
+                tpl_parts[tpl_n] = p;
+                tpl_lens[tpl_n] = h ? (size_t) (h - p) : strlen(p);
+                tpl_n++;
+                if (!h)
+                        return 0;
+                p = h + strlen(PLACEHOLDER);
+        }
+}
+
+static int parse_argv(int argc, char **argv) {
+        enum { ARG_SEQUENTIAL = 0x100, ARG_REDIS, ARG_LABEL, ARG_SEED };
+        static const struct option options[] = {
+                { "address", required_argument, NULL, 'a' },
+                { "connections", required_argument, NULL, 'c' },
+                { "pipeline", required_argument, NULL, 'P' },
+                { "requests", required_argument, NULL, 'n' },
+                { "duration", required_argument, NULL, 'd' },
+                { "warmup", required_argument, NULL, 'w' },
+                { "actors", required_argument, NULL, 'k' },
+                { "sequential", no_argument, NULL, ARG_SEQUENTIAL },
+                { "request", required_argument, NULL, 'r' },
+                { "redis", no_argument, NULL, ARG_REDIS },
+                { "threads", required_argument, NULL, 't' },
+                { "label", required_argument, NULL, ARG_LABEL },
+                { "seed", required_argument, NULL, ARG_SEED },
+                { "quiet", no_argument, NULL, 'q' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        bool have_duration = false, have_warmup = false;
+        long ncpu;
+        int c;
+
+        while ((c = getopt_long(argc, argv, "a:c:P:n:d:w:k:r:t:qh", options, NULL)) >= 0) {
+                int r = 0;
+
+                switch (c) {
+                case 'a':
+                        opt.address = optarg;
+                        break;
+                case 'c':
+                        r = parse_uint(optarg, 1, CONNECTIONS_MAX, &opt.connections);
+                        break;
+                case 'P':
+                        r = parse_uint(optarg, 1, PIPELINE_MAX, &opt.pipeline);
+                        break;
+                case 'n':
+                        r = parse_count(optarg, &opt.requests);
+                        if (r >= 0 && opt.requests == 0)
+                                r = -EINVAL;
+                        break;
+                case 'd':
+                        r = parse_seconds(optarg, &opt.duration_ns);
+                        if (r >= 0 && opt.duration_ns == 0)
+                                r = -EINVAL;
+                        have_duration = true;
+                        break;
+                case 'w':
+                        r = parse_seconds(optarg, &opt.warmup_ns);
+                        have_warmup = true;
+                        break;
+                case 'k':
+                        r = parse_count(optarg, &opt.actors);
+                        if (r >= 0 && opt.actors == 0)
+                                r = -EINVAL;
+                        break;
+                case ARG_SEQUENTIAL:
+                        opt.sequential = true;
+                        break;
+                case 'r':
+                        opt.template = optarg;
+                        break;
+                case ARG_REDIS:
+                        opt.redis = true;
+                        break;
+                case 't':
+                        r = parse_uint(optarg, 1, THREADS_MAX, &opt.threads);
+                        break;
+                case ARG_LABEL:
+                        opt.label = optarg;
+                        break;
+                case ARG_SEED:
+                        r = parse_count(optarg, &opt.seed);
+                        break;
+                case 'q':
+                        opt.quiet = true;
+                        break;
+                case 'h':
+                        help();
+                        exit(EXIT_SUCCESS);
+                default:
+                        return -EINVAL;
+                }
+                if (r < 0) {
+                        fprintf(stderr, "divvy-benchmark: invalid value for -%c: '%s'\n",
+                                c < 0x100 ? c : '-', optarg);
+                        return -EINVAL;
+                }
+        }
+        if (optind < argc) {
+                if (opt.address || optind + 1 < argc) {
+                        fprintf(stderr, "divvy-benchmark: one address only\n");
+                        return -EINVAL;
+                }
+                opt.address = argv[optind];
+        }
+        if (!opt.address)
+                opt.address = opt.redis ? "tcp:127.0.0.1:6379" : "tcp:127.0.0.1:8321";
+        if (parse_address(opt.address) < 0) {
+                fprintf(stderr, "divvy-benchmark: invalid address '%s'\n", opt.address);
+                return -EINVAL;
+        }
+        if (opt.requests > 0 && have_duration) {
+                fprintf(stderr, "divvy-benchmark: -n and -d exclude each other\n");
+                return -EINVAL;
+        }
+        if (opt.requests == 0 && !have_duration)
+                opt.duration_ns = 10 * NSEC_PER_SEC;
+        if (!have_warmup)
+                opt.warmup_ns = opt.requests > 0 ? 0 : NSEC_PER_SEC;
+        if (!opt.template)
+                opt.template = opt.redis ? DEFAULT_REDIS_TEMPLATE : DEFAULT_TEMPLATE;
+        if (split_template(opt.template) < 0) {
+                fprintf(stderr,
+                        "divvy-benchmark: request template must be 1..%d bytes, one line, "
+                        "at most 15 " PLACEHOLDER "\n",
+                        TEMPLATE_MAX - 1);
+                return -EINVAL;
+        }
+        if (!opt.label)
+                opt.label = opt.redis ? "redis" : "divvy";
+        if (opt.threads == 0) {
+                ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+                opt.threads = ncpu >= 4 ? (unsigned) (ncpu / 2) : 1;
+        }
+        if (opt.threads > opt.connections)
+                opt.threads = opt.connections;
+        if (opt.requests > 0 && opt.requests < opt.connections)
+                opt.connections = (unsigned) opt.requests; /* no idle connections */
+        if (opt.threads > opt.connections)
+                opt.threads = opt.connections;
+        return 0;
+}
+
+static void merge(Stats *into, const Stats *s) {
+        into->ok_true += s->ok_true;
+        into->ok_false += s->ok_false;
+        into->err += s->err;
+        into->malformed += s->malformed;
+        into->conn_errors += s->conn_errors;
+        into->measured += s->measured;
+        if (s->last_reply_ns > into->last_reply_ns)
+                into->last_reply_ns = s->last_reply_ns;
+        if (s->max_ns > into->max_ns)
+                into->max_ns = s->max_ns;
+        for (unsigned i = 0; i < HIST_BUCKETS; i++)
+                into->hist[i] += s->hist[i];
+}
+
+static void sleep_ns(uint64_t ns) {
+        struct timespec ts = { .tv_sec = (time_t) (ns / NSEC_PER_SEC),
+                               .tv_nsec = (long) (ns % NSEC_PER_SEC) };
+
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+static void on_signal(int sig) {
+        (void) sig;
+        atomic_store(&aborting, true);
+}
+
+int main(int argc, char **argv) {
+        static Stats total;
+        Worker *workers = NULL;
+        Conn *conns = NULL;
+        char *outbufs = NULL;
+        double secs, rps, p50, p90, p99, p999;
+        unsigned started = 0;
+        int ret = EXIT_FAILURE;
+
+        if (parse_argv(argc, argv) < 0)
+                return 2;
+
+        signal(SIGPIPE, SIG_IGN);
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+
+        workers = calloc(opt.threads, sizeof(Worker));
+        conns = calloc(opt.connections, sizeof(Conn));
+        outbufs = malloc((size_t) opt.connections * opt.pipeline * REQUEST_MAX);
+        if (!workers || !conns || !outbufs) {
+                fprintf(stderr, "divvy-benchmark: out of memory\n");
+                goto finish;
+        }
+        for (unsigned i = 0; i < opt.threads; i++) {
+                workers[i].id = i;
+                workers[i].epfd = -1;
+                workers[i].rng = opt.seed * 0x9E3779B97F4A7C15ULL + i + 1;
+                workers[i].conns = conns + (uint64_t) opt.connections * i / opt.threads;
+                workers[i].n_conns = (unsigned) ((uint64_t) opt.connections * (i + 1) / opt.threads -
+                                                 (uint64_t) opt.connections * i / opt.threads);
+        }
+        for (unsigned i = 0; i < opt.connections; i++) {
+                Conn *c = &conns[i];
+                int fd = connect_one();
+
+                if (fd < 0) {
+                        fprintf(stderr, "divvy-benchmark: cannot connect to %s: %s\n", opt.address,
+                                strerror(-fd));
+                        goto finish;
+                }
+                c->fd = fd;
+                c->index = i;
+                c->open = true;
+                c->out = outbufs + (size_t) i * opt.pipeline * REQUEST_MAX;
+                c->quota = UINT64_MAX;
+                if (opt.requests > 0)
+                        c->quota = opt.requests / opt.connections + (i < opt.requests % opt.connections);
+        }
+        for (unsigned i = 0; i < opt.threads; i++) {
+                Worker *w = &workers[i];
+
+                w->epfd = epoll_create1(EPOLL_CLOEXEC);
+                if (w->epfd < 0) {
+                        fprintf(stderr, "divvy-benchmark: epoll_create1: %m\n");
+                        goto finish;
+                }
+                for (unsigned j = 0; j < w->n_conns; j++) {
+                        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &w->conns[j] };
+                        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->conns[j].fd, &ev) < 0) {
+                                fprintf(stderr, "divvy-benchmark: epoll_ctl: %m\n");
+                                goto finish;
+                        }
+                }
+        }
+
+        if (opt.warmup_ns == 0) {
+                measure_start_ns = now_ns();
+                atomic_store(&phase, PHASE_MEASURE);
+        }
+        for (; started < opt.threads; started++) {
+                int r = pthread_create(&workers[started].thread, NULL, worker_run, &workers[started]);
+                if (r != 0) {
+                        fprintf(stderr, "divvy-benchmark: pthread_create: %s\n", strerror(r));
+                        atomic_store(&aborting, true);
+                        break;
+                }
+        }
+        if (opt.warmup_ns > 0 && !atomic_load(&aborting)) {
+                sleep_ns(opt.warmup_ns);
+                measure_start_ns = now_ns();
+                atomic_store(&phase, PHASE_MEASURE);
+        }
+        if (opt.requests == 0 && !atomic_load(&aborting)) {
+                sleep_ns(opt.duration_ns);
+                atomic_store(&phase, PHASE_STOP);
+        }
+        for (unsigned i = 0; i < started; i++)
+                pthread_join(workers[i].thread, NULL);
+        if (started < opt.threads)
+                goto finish;
+
+        for (unsigned i = 0; i < opt.threads; i++)
+                merge(&total, &workers[i].stats);
+
+        secs = total.last_reply_ns > measure_start_ns
+                       ? (double) (total.last_reply_ns - measure_start_ns) / 1e9
+                       : 0.0;
+        rps = secs > 0.0 ? (double) total.measured / secs : 0.0;
+        p50 = hist_percentile(&total, 0.50) / 1e3;
+        p90 = hist_percentile(&total, 0.90) / 1e3;
+        p99 = hist_percentile(&total, 0.99) / 1e3;
+        p999 = hist_percentile(&total, 0.999) / 1e3;
+
+        if (!opt.quiet) {
+                printf("%s at %s: %u connections, pipeline %u, %u thread%s, %" PRIu64 " actors%s\n",
+                       opt.label, opt.address, opt.connections, opt.pipeline, opt.threads,
+                       opt.threads == 1 ? "" : "s", opt.actors, opt.sequential ? " in order" : " at random");
+                printf("  throughput: %" PRIu64 " requests in %.3f s = %.0f requests/s\n", total.measured,
+                       secs, rps);
+                printf("  replies:    %s %" PRIu64 ", OK false %" PRIu64 ", ERR %" PRIu64
+                       ", malformed %" PRIu64 ", lost connections %" PRIu64 "\n",
+                       opt.redis ? "integer" : "OK true", total.ok_true, total.ok_false, total.err,
+                       total.malformed, total.conn_errors);
+                printf("  latency:    p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n",
+                       p50, p90, p99, p999, (double) total.max_ns / 1e3);
+        }
+        printf("RESULT label=%s target=%s address=%s connections=%u pipeline=%u threads=%u actors=%" PRIu64
+               " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok_true=%" PRIu64 " ok_false=%" PRIu64
+               " err=%" PRIu64 " malformed=%" PRIu64 " lost=%" PRIu64
+               " p50_us=%.1f p90_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f\n",
+               opt.label, opt.redis ? "redis" : "divvy", opt.address, opt.connections, opt.pipeline,
+               opt.threads, opt.actors, total.measured, secs, rps, total.ok_true, total.ok_false, total.err,
+               total.malformed, total.conn_errors, p50, p90, p99, p999, (double) total.max_ns / 1e3);
+        fflush(stdout);
+
+        if (total.err == 0 && total.malformed == 0 && total.conn_errors == 0 && total.measured > 0 &&
+            !atomic_load(&aborting))
+                ret = EXIT_SUCCESS;
+finish:
+        if (conns)
+                for (unsigned i = 0; i < opt.connections; i++)
+                        if (conns[i].open)
+                                close(conns[i].fd);
+        if (workers)
+                for (unsigned i = 0; i < opt.threads; i++)
+                        if (workers[i].epfd >= 0)
+                                close(workers[i].epfd);
+        free(outbufs);
+        free(conns);
+        free(workers);
+        return ret;
+}

@@ -1,0 +1,127 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Smoke test of divvy-benchmark against a real divvyd on a Unix socket and on
+# loopback TCP: exit status and the machine-readable RESULT line (reply counts only,
+# never timings). Run by `make check`, which exports top_srcdir and top_builddir.
+set -u
+
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+divvyd=$top_builddir/src/divvyd
+bench=$top_builddir/bench/divvy-benchmark
+rules=$top_srcdir/bench/divvyd-bench.ini
+
+for p in "$divvyd" "$bench"; do
+	if [ ! -x "$p" ]; then
+		echo "$p not built" >&2
+		exit 99
+	fi
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-benchmark.XXXXXX") || exit 99
+pid=""
+cleanup() {
+	if [ -n "$pid" ]; then
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+passed=0
+failed=0
+pass() {
+	passed=$((passed + 1))
+	echo "ok: $1"
+}
+fail() {
+	failed=$((failed + 1))
+	echo "FAIL: $1"
+	for f in "$tmp/out" "$tmp/err"; do
+		[ -s "$f" ] && sed 's/^/    /' "$f"
+	done
+}
+
+# A free loopback port: bind port 0 (python3 is a test dependency already).
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])') || exit 99
+sock=$tmp/divvyd.sock
+"$divvyd" -l "unix:$sock" -l "tcp:127.0.0.1:$port" -d "$tmp/db" "$rules" 2>"$tmp/divvyd.log" &
+pid=$!
+
+# Ready when one request gets through (bounded: 10 s).
+i=0
+until "$bench" -q -n 1 -c 1 "unix:$sock" >/dev/null 2>&1; do
+	i=$((i + 1))
+	if [ $i -ge 100 ] || ! kill -0 "$pid" 2>/dev/null; then
+		echo "divvyd did not start:" >&2
+		cat "$tmp/divvyd.log" >&2
+		exit 99
+	fi
+	sleep 0.1
+done
+
+# field NAME: the value of NAME=... in the RESULT line of $tmp/out.
+field() {
+	sed -n 's/^RESULT .* '"$1"'=\([^ ]*\).*$/\1/p' "$tmp/out"
+}
+
+# expect WHAT STATUS FIELD=VALUE... -- ARGS...: runs divvy-benchmark, checks the status and fields.
+expect() {
+	what=$1
+	want_status=$2
+	shift 2
+	checks=""
+	while [ "$1" != "--" ]; do
+		checks="$checks $1"
+		shift
+	done
+	shift
+	"$bench" "$@" >"$tmp/out" 2>"$tmp/err"
+	status=$?
+	if [ "$status" -ne "$want_status" ]; then
+		echo "    exit status $status, expected $want_status" >>"$tmp/err"
+		fail "$what"
+		return
+	fi
+	if [ "$(grep -c '^RESULT ' "$tmp/out")" -ne 1 ]; then
+		echo "    expected exactly one RESULT line" >>"$tmp/err"
+		fail "$what"
+		return
+	fi
+	for c in $checks; do
+		name=${c%%=*}
+		want=${c#*=}
+		got=$(field "$name")
+		if [ "$got" != "$want" ]; then
+			echo "    $name=$got, expected $want" >>"$tmp/err"
+			fail "$what"
+			return
+		fi
+	done
+	pass "$what"
+}
+
+expect "unix, pipelined: every reply OK true" 0 \
+	requests=200 ok_true=200 ok_false=0 err=0 malformed=0 lost=0 connections=4 pipeline=8 -- \
+	-q -n 200 -c 4 -P 8 -k 50 "unix:$sock"
+expect "tcp, two threads, sequential actors" 0 \
+	requests=100 ok_true=100 err=0 threads=2 target=divvy -- \
+	-n 100 -c 4 -t 2 -k 100 --sequential -a "tcp:127.0.0.1:$port"
+# 3 actors, limit 2, 9 hits in order on 1 connection: 2 allowed and 1 denied per actor.
+expect "OK false is counted, and is not an error" 0 \
+	requests=9 ok_true=6 ok_false=3 err=0 -- \
+	-q -n 9 -c 1 -k 3 --sequential -r 'HIT method=GET path=/bench-limited ip=lim{actor}' "unix:$sock"
+expect "ERR replies make the exit status 1" 1 err=1 -- \
+	-q -n 10 -c 1 -r 'FOO {actor}' "unix:$sock"
+expect "RESP requests to divvyd fail the run (exit 1)" 1 -- \
+	-q -n 5 -c 1 --redis "unix:$sock"
+"$bench" -n 1 -c 1 "unix:$tmp/nothing-here" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "cannot connect" "$tmp/err" && pass "no server: exit 1" || fail "no server: exit 1"
+"$bench" -n 5 -d 1 >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 2 ] && pass "usage error: exit 2" || fail "usage error: exit 2"
+
+kill -0 "$pid" 2>/dev/null && pass "divvyd still running" || fail "divvyd still running"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
