@@ -117,7 +117,7 @@ static int run_hits(Store *s, uint64_t keys, size_t batch, uint64_t total) {
         return 0;
 }
 
-static int run_sweep(Store *s) {
+static int run_sweep(Store *s, size_t chunk) {
         uint64_t worst = 0, sum = 0;
         size_t deleted_total = 0, d;
         int r = 1;
@@ -127,7 +127,7 @@ static int run_sweep(Store *s) {
         while (steps < SWEEP_STEPS && r == 1) {
                 uint64_t t = now_ns(), e;
 
-                r = store_sweep(s, T0 + 120 * SEC, SWEEP_CHUNK, &d);
+                r = store_sweep(s, T0 + 120 * SEC, chunk, &d);
                 e = now_ns() - t;
                 if (r < 0) {
                         fprintf(stderr, "store_sweep: %s\n", strerror(-r));
@@ -138,8 +138,8 @@ static int run_sweep(Store *s) {
                 deleted_total += d;
                 steps++;
         }
-        printf("  sweep: %u steps of up to %d deletions: mean %.3f ms, worst %.3f ms (%zu deleted)\n", steps,
-               SWEEP_CHUNK, sum / 1e6 / steps, worst / 1e6, deleted_total);
+        printf("  sweep: %u steps of up to %zu deletions: mean %.3f ms, worst %.3f ms (%zu deleted)\n",
+               steps, chunk, sum / 1e6 / steps, worst / 1e6, deleted_total);
         return 0;
 }
 
@@ -181,7 +181,9 @@ static int run_case(const char *name, uint64_t keys, bool sweep) {
         if (r == 0)
                 r = run_hits(s, keys, 256, 4000000);
         if (r == 0 && sweep)
-                r = run_sweep(s);
+                r = run_sweep(s, SWEEP_CHUNK);
+        if (r == 0 && sweep)
+                r = run_sweep(s, SWEEP_CHUNK / 10);
         if (r == 0 && store_get_stats(s, &st) == 0)
                 printf("  map %.0f MiB, grows %llu, commits %llu, syncs %llu\n", st.map_size / 1048576.0,
                        (unsigned long long) st.map_grows, (unsigned long long) st.commits,
