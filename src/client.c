@@ -626,6 +626,11 @@ static int receive(divvy *d) {
         int r;
 
         n = recv(d->fd, d->in + d->in_len, sizeof d->in - d->in_len, MSG_DONTWAIT);
+        if (n < 0 && errno == ECONNRESET)
+                /* The server closed with our request unread (e.g. after "ERR ... too many
+                 * connections"): the error is reported once, what it sent before is still
+                 * queued behind it. */
+                n = recv(d->fd, d->in + d->in_len, sizeof d->in - d->in_len, MSG_DONTWAIT);
         if (n < 0) {
                 if (errno == EAGAIN || errno == EINTR)
                         return 0;
@@ -679,6 +684,24 @@ static bool connection_is_dead(divvy *d) {
         return true; /* EOF, or an unsolicited byte (e.g. "too many connections") */
 }
 
+/* After a failed send(): true if the server explained why it closed with an ERR line (e.g.
+ * "ERR unknown \"too many connections\"" sent right after accepting), now in last_error. */
+static bool server_said_err(divvy *d) {
+        char line[REPLY_MAX];
+        char *nl;
+        ssize_t n;
+
+        n = recv(d->fd, line, sizeof line, MSG_DONTWAIT);
+        if (n < 0 && errno == ECONNRESET)
+                n = recv(d->fd, line, sizeof line, MSG_DONTWAIT); /* see receive() */
+        if (n <= 0)
+                return false;
+        nl = memchr(line, '\n', (size_t) n);
+        if (!nl || nl - line < 3 || memcmp(line, "ERR", 3) != 0)
+                return false; /* only an ERR explains; an OK here would answer nothing */
+        return parse_reply(d, line, (size_t) (nl - line)) == -EPROTO;
+}
+
 /* Writes every queued request, reading replies while the socket is not writable. */
 static int flush(divvy *d, uint64_t deadline) {
         bool retried = false;
@@ -725,6 +748,8 @@ static int flush(divvy *d, uint64_t deadline) {
                 }
 
                 r = -errno;
+                if ((r == -EPIPE || r == -ECONNRESET) && server_said_err(d))
+                        return fail_connection(d, -EPROTO, true);
                 if ((r == -EPIPE || r == -ECONNRESET) && !retried && d->out_off == 0 && awaiting(d) == 0) {
                         /* Broken before any byte of ours went out: reconnect once. */
                         retried = true;

@@ -120,6 +120,7 @@ static int parse_args(int argc, char **argv, Args *a, int *ret_exit) {
 
         *a = (Args){ .wait_max = -1, .timeout = -1 };
         *ret_exit = EXIT_ERROR;
+        opterr = 0; /* our own one-line messages */
 
         while ((c = getopt_long(argc, argv, "s:H:p:a:jqw::t:h", options, NULL)) >= 0) {
                 switch (c) {
@@ -158,7 +159,13 @@ static int parse_args(int argc, char **argv, Args *a, int *ret_exit) {
                         printf("divvy %s (libdivvy %s)\n", PACKAGE_VERSION, divvy_version());
                         *ret_exit = EXIT_SUCCESS;
                         return -1;
-                default: /* getopt printed the problem */
+                case '?':
+                        if (optopt && optopt < ARG_VERSION && strchr("sHpat", optopt))
+                                fail("Option -%c needs a value (see divvy --help)", optopt);
+                        else
+                                fail("Invalid option '%s' (see divvy --help)", argv[optind - 1]);
+                        return -1;
+                default:
                         return -1;
                 }
         }

@@ -52,7 +52,7 @@ extern "C" {
 #define DIVVY_PAIRS_MAX 64   /* key=value pairs per request divvyd accepts */
 #define DIVVY_PIPELINE_MAX                                                                                  \
         1024 /* requests: how many may be sent and not yet read on one handle; bounds the                   \
-              * handle's reply buffer (replies are at most 128 bytes each) */
+              * handle's ring of parsed results (24 KiB) */
 
 typedef struct divvy divvy;
 
