@@ -197,24 +197,20 @@ static void manager_publish_store_stats(Manager *m) {
 
 static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
-        uint64_t start = now_usec(CLOCK_MONOTONIC);
-        size_t deleted, total = 0;
+        size_t deleted = 0;
         int r;
 
-        /* A step at a time within a budget: a million expired counters never stall
-         * the loop; what is left waits for the next run. */
-        for (unsigned i = 0; i < 1000; i++) {
-                r = store_sweep(m->store, now_usec(CLOCK_REALTIME), STORE_SWEEP_CHUNK_DEFAULT, &deleted);
-                if (r < 0) {
-                        log_warning_errno(r, "Sweeping expired counters failed, retrying later: %m");
-                        break;
-                }
-                total += deleted;
-                if (r == 0 || now_usec(CLOCK_MONOTONIC) - start >= MANAGER_SWEEP_BUDGET_USEC)
-                        break;
-        }
-        if (total > 0)
-                log_debug("Swept %zu expired counters", total);
+        /* One short step per run, then back to the loop: with a backlog the next step is
+         * due at once, but every batch of requests that became ready in between is served
+         * first, so sweeping a million expired counters never stalls clients. */
+        r = store_sweep(m->store, now_usec(CLOCK_REALTIME), STORE_SWEEP_CHUNK_DEFAULT, &deleted);
+        if (r < 0)
+                log_warning_errno(r, "Sweeping expired counters failed, retrying later: %m");
+        if (deleted > 0)
+                log_debug("Swept %zu expired counters", deleted);
+        if (r > 0)
+                return sd_event_source_set_time(s, usec + MANAGER_SWEEP_BACKLOG_DELAY_USEC);
+
         manager_publish_store_stats(m);
         return sd_event_source_set_time(s, usec + m->settings.sweep_interval_usec);
 }

