@@ -142,7 +142,7 @@ int connection_set_events(Connection *c, uint32_t events) {
         if (events == c->events)
                 return 0;
         if (events != 0) {
-                r = sd_event_source_set_io_events(c->io, events);
+                r = sd_event_source_set_io_events(c->io, events | CONNECTION_EPOLL_FLAGS);
                 if (r < 0)
                         return r;
                 if (c->events == 0) {

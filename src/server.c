@@ -327,7 +327,8 @@ void server_accept(int fd, bool is_tcp, Server *s) {
         c->id = ++s->next_id;
         c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
 
-        r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN, connection_io_handler, c);
+        r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN | CONNECTION_EPOLL_FLAGS, connection_io_handler,
+                            c);
         if (r < 0) {
                 log_warning_errno(r, "Failed to watch a connection, closing it: %m");
                 connection_free(c);
