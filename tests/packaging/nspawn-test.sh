@@ -172,6 +172,16 @@ inside "systemctl restart divvyd.service" >/dev/null 2>&1 || bad "systemctl rest
 expect "hit after systemctl restart" "false 0 3600" "$(inside divvy hit method=GET path=/limited 2>&1 | sed 's/ 3[0-9]*$/ 3600/')"
 expect "socket survives service restarts" "660 root divvy" "$(inside stat -c "'%a %U %G'" /run/divvyd/divvyd.sock 2>&1)"
 
+step "metrics through /etc/default/divvyd, inside the sandbox"
+inside "echo HTTP_SERVICE_PORT=9321 >> /etc/default/divvyd && systemctl restart divvyd.service" >/dev/null 2>&1 ||
+        bad "restart with HTTP_SERVICE_PORT set"
+inside "divvy hit -q method=GET path=/limited" >/dev/null 2>&1 || true
+inside "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:9321/metrics\", timeout=10).read().decode())'" \
+        >"$tmp/metrics.txt" 2>&1 || true
+grep -q '^divvy_hits_total{status="rejected",rule_label="limited"} 1$' "$tmp/metrics.txt" &&
+        ok "Prometheus: $(grep 'rule_label="limited"' "$tmp/metrics.txt" | head -1)" ||
+        { head -n 20 "$tmp/metrics.txt" >&2; bad "no divvy_hits_total on http://127.0.0.1:9321/metrics"; }
+
 step "purge"
 inside "dpkg --purge divvyd libdivvy0" >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log" >&2; bad "dpkg --purge"; }
 expect "units gone" "" "$(inside 'systemctl list-units --all --plain --no-legend "divvyd*"' 2>&1)"

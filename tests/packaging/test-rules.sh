@@ -46,5 +46,14 @@ else
         echo "ok: data/divvyd.default"
 fi
 
+# The RPM's %pre feeds systemd-sysusers the same line as the sysusers.d file it installs.
+want=$(grep '^u ' "$top_srcdir/systemd/sysusers.d/divvyd.conf")
+if grep -qF "echo '$want' |" "$top_srcdir/packaging/divvyd.spec.in"; then
+        echo "ok: the spec's %pre creates the user of sysusers.d/divvyd.conf"
+else
+        echo "FAIL: packaging/divvyd.spec.in %pre does not create: $want" >&2
+        fail=1
+fi
+
 [ "$fail" -eq 0 ] && echo "PASS: rules" || echo "FAIL: rules"
 exit "$fail"
