@@ -182,6 +182,17 @@ grep -q '^divvy_hits_total{status="rejected",rule_label="limited"} 1$' "$tmp/met
         ok "Prometheus: $(grep 'rule_label="limited"' "$tmp/metrics.txt" | head -1)" ||
         { head -n 20 "$tmp/metrics.txt" >&2; bad "no divvy_hits_total on http://127.0.0.1:9321/metrics"; }
 
+step "upgrade (the same packages again): service restarted, socket kept, counters intact"
+sock_since=$(inside systemctl show -P ActiveEnterTimestampMonotonic divvyd.socket)
+pid_before=$(inside systemctl show -P MainPID divvyd.service)
+inside "dpkg -i /root/divvyd-debs/libdivvy0_*.deb /root/divvyd-debs/divvyd_*.deb" >"$tmp/upgrade.log" 2>&1 ||
+        { cat "$tmp/upgrade.log" >&2; bad "dpkg -i over the installed packages"; }
+expect "socket not restarted" "$sock_since" "$(inside systemctl show -P ActiveEnterTimestampMonotonic divvyd.socket)"
+pid_after=$(inside systemctl show -P MainPID divvyd.service)
+[ "$pid_after" != "$pid_before" ] && ok "service restarted ($pid_before -> $pid_after)" ||
+        bad "service not restarted by the upgrade (pid $pid_before -> $pid_after)"
+expect "hit after upgrade (counter kept)" "false 0 3600" "$(inside divvy hit method=GET path=/limited 2>&1 | sed 's/ 3[0-9]*$/ 3600/')"
+
 step "purge"
 inside "dpkg --purge divvyd libdivvy0" >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log" >&2; bad "dpkg --purge"; }
 expect "units gone" "" "$(inside 'systemctl list-units --all --plain --no-legend "divvyd*"' 2>&1)"
