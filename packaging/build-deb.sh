@@ -10,30 +10,13 @@
 set -eu
 
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
-tarball=""
-outdir="$PWD/packages"
-nocheck=""
-while [ $# -gt 0 ]; do
-        case "$1" in
-        --tarball) tarball=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
-        --outdir) mkdir -p "$2"; outdir=$(cd "$2" && pwd); shift 2 ;;
-        --nocheck) nocheck=1; shift ;;
-        *) echo "usage: $0 [--tarball FILE] [--outdir DIR] [--nocheck]" >&2; exit 2 ;;
-        esac
-done
-mkdir -p "$outdir"
+. "$srcdir/packaging/common.sh"
+parse_build_args "$@"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/divvyd-deb.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-if [ -z "$tarball" ]; then
-        echo "build-deb: make dist"
-        [ -x "$srcdir/configure" ] || (cd "$srcdir" && autoreconf -fi)
-        mkdir "$work/dist"
-        (cd "$work/dist" && "$srcdir/configure" -q && make -s dist) >"$work/dist.log" 2>&1 ||
-                { cat "$work/dist.log" >&2; echo "build-deb: make dist failed" >&2; exit 1; }
-        tarball=$(ls "$work"/dist/divvyd-*.tar.gz)
-fi
+[ -n "$tarball" ] || make_dist
 
 name=$(basename "$tarball" .tar.gz)            # divvyd-0.1.0
 version=${name#divvyd-}

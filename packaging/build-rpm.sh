@@ -9,31 +9,14 @@
 set -eu
 
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
-tarball=""
-outdir="$PWD/packages"
-without_check=""
-while [ $# -gt 0 ]; do
-        case "$1" in
-        --tarball) tarball=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
-        --outdir) mkdir -p "$2"; outdir=$(cd "$2" && pwd); shift 2 ;;
-        --nocheck) without_check="--without check"; shift ;;
-        *) echo "usage: $0 [--tarball FILE] [--outdir DIR] [--nocheck]" >&2; exit 2 ;;
-        esac
-done
-mkdir -p "$outdir"
+. "$srcdir/packaging/common.sh"
+parse_build_args "$@"
 command -v rpmbuild >/dev/null 2>&1 || { echo "build-rpm: rpmbuild not found (package rpm)" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/divvyd-rpm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-if [ -z "$tarball" ]; then
-        echo "build-rpm: make dist"
-        [ -x "$srcdir/configure" ] || (cd "$srcdir" && autoreconf -fi)
-        mkdir "$work/dist"
-        (cd "$work/dist" && "$srcdir/configure" -q && make -s dist) >"$work/dist.log" 2>&1 ||
-                { cat "$work/dist.log" >&2; echo "build-rpm: make dist failed" >&2; exit 1; }
-        tarball=$(ls "$work"/dist/divvyd-*.tar.gz)
-fi
+[ -n "$tarball" ] || make_dist
 name=$(basename "$tarball" .tar.gz)
 
 mkdir -p "$work/SOURCES" "$work/SPECS"
@@ -47,6 +30,8 @@ if ! rpm -q rpm >/dev/null 2>&1; then
         # there is no find-debuginfo.
         set -- "$@" --nodeps --define "debug_package %{nil}"
 fi
+without_check=""
+[ -z "$nocheck" ] || without_check="--without check"
 echo "build-rpm: rpmbuild -bb $without_check"
 # shellcheck disable=SC2086 # $without_check is zero or two words
 rpmbuild -bb $without_check "$@" "$work/SPECS/divvyd.spec" >"$work/build.log" 2>&1 ||

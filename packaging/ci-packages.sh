@@ -54,11 +54,8 @@ cleanup() {
         rm -rf "$work"
 }
 trap cleanup EXIT
-[ -x "$srcdir/configure" ] || (cd "$srcdir" && autoreconf -fi >/dev/null)
-mkdir "$work/dist"
-(cd "$work/dist" && "$srcdir/configure" -q && make -s dist) >"$work/dist.log" 2>&1 ||
-        { cat "$work/dist.log" >&2; die "make dist"; }
-tarball=$(ls "$work"/dist/divvyd-*.tar.gz)
+. "$srcdir/packaging/common.sh"
+make_dist
 version=$(basename "$tarball" .tar.gz | sed 's/^divvyd-//')
 ok "$(basename "$tarball")"
 
