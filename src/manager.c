@@ -316,6 +316,9 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
                 m->settings.sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC;
         if (m->settings.store.sync_interval_usec == 0)
                 m->settings.store.sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC;
+        /* periodic and none: batches go to one transaction committed by the sync timer,
+         * journaled so that a crash of the process loses nothing answered (store.h) */
+        m->settings.store.write_back = m->settings.store.sync != STORE_SYNC_ALWAYS;
 
         r = manager_load_rules(m, &m->rules);
         if (r < 0)
@@ -402,7 +405,7 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         if (r < 0)
                 goto fail;
 
-        if (m->settings.store.sync == STORE_SYNC_PERIODIC) {
+        if (m->settings.store.write_back || m->settings.store.sync == STORE_SYNC_PERIODIC) {
                 r = manager_add_periodic(m, &m->sync_timer, m->settings.store.sync_interval_usec,
                                          manager_sync_handler);
                 if (r < 0) {

@@ -58,6 +58,30 @@
  * gives the kernel no ordering at all. Where an OS crash must not risk the database
  * on such a filesystem, use sync=always.
  *
+ * Write-back (opts.write_back, periodic and none): instead of one commit per batch,
+ * batches go into one long write transaction, committed by store_sync() (the
+ * manager's timer, every sync interval), before a sweep, at close, and early after
+ * STORE_WRITE_BACK_HITS_MAX hits. A counter written by many hits between two commits
+ * is written to disk once, and a batch costs no page writes and no syscall at all.
+ * What makes it safe is the journal (STORE_JOURNAL_NAME), a file of JOURNAL_SIZE
+ * bytes allocated once and mapped shared: as a batch is applied, the new value of
+ * every counter it changes is copied into the mapping, before store_apply() returns.
+ * Memory of a shared file mapping belongs to the kernel's page cache, so a crash of
+ * the process loses none of it; the journal is never msync'ed, the sync modes keep
+ * their meaning for crashes of the OS. Each record carries the journal's generation
+ * and a checksum; a commit starts a new generation at offset 0 (and marks the end
+ * there), so replay reads records from offset 0 while they are whole, valid and of
+ * the first record's generation. Replay (idempotent: records hold values, not
+ * increments, in order) happens in store_open(), and in the store itself when the
+ * open transaction is lost (map full, or a failed commit). The journal file is locked
+ * (flock): a second process cannot open the same store in write-back mode (it would
+ * wait forever for LMDB's writer lock, which the open transaction holds).
+ * So, for a batch store_apply() returned:
+ *   always   (no write-back) on disk: survives a process crash, an OS crash, a power cut.
+ *   periodic survives a process crash; an OS crash or power cut loses at most the
+ *            hits since the last sync (about one sync interval), with the caveat below.
+ *   none     survives a process crash; an OS crash loses what the kernel had not written.
+ *
  * Other environment flags: MDB_NOTLS (reader slots belong to transactions, not
  * threads), MDB_NORDAHEAD (every access is a point lookup; kernel readahead on a
  * database larger than RAM only evicts useful pages).
@@ -73,7 +97,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hash.h"
@@ -94,6 +121,13 @@
         128 /* attempts of one batch: each retry follows a map growth (at most 64 doublings) or             \
              * a map resize by another process */
 #define USEC_PER_SEC 1000000ULL
+#define JOURNAL_RECORD_FIXED                                                                                \
+        30 /* bytes: key length (u16), expiry, credit, generation (u64), FNV-1a (u32)                       \
+            */
+#define JOURNAL_RECORD_MAX (JOURNAL_RECORD_FIXED + STORE_KEY_MAX)
+/* bytes (about 15 MB): room for a full write-back transaction of the longest keys;
+ * preallocated, so that a full disk cannot fault a write into the mapping */
+#define JOURNAL_SIZE ((size_t) STORE_WRITE_BACK_HITS_MAX * JOURNAL_RECORD_MAX)
 
 _Static_assert(STORE_INDEX_KEY_MAX <= 511, "LMDB's default maximum key size is 511 bytes");
 _Static_assert(STORE_ACTOR_INLINE_MAX >= HASH128_SIZE,
@@ -106,6 +140,16 @@ struct Store {
         uint64_t map_size; /* current */
         bool dirty;        /* committed since the last sync */
         uint64_t swept_total, map_grows, commits, syncs;
+
+        /* Write-back (opts.write_back): the open transaction, the hits in it, and the
+         * journal of every batch applied to it (see store.h and "Write-back" above). */
+        MDB_txn *wtxn;
+        size_t wtxn_hits;
+        int journal_fd;  /* < 0: no write-back */
+        uint8_t *jmap;   /* the journal, mapped shared */
+        size_t jmap_len; /* >= JOURNAL_SIZE */
+        size_t jpos;     /* end of this generation's records */
+        uint64_t jgen;   /* generation of the records being written */
 };
 
 static int errno_from_mdb(int r) {
@@ -309,8 +353,154 @@ static int index_move(Store *s, MDB_txn *txn, uint8_t *ikey, size_t klen, uint64
         return mdb_put(txn, s->dbi_expiry, &k, &empty, 0);
 }
 
-/* One attempt at the batch inside txn. Returns an MDB error code (not errno). */
-static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_t now_usec) {
+static uint32_t fnv1a32(const uint8_t *p, size_t n) {
+        uint32_t h = 2166136261u;
+
+        for (size_t i = 0; i < n; i++) {
+                h ^= p[i];
+                h *= 16777619u;
+        }
+        return h;
+}
+
+/* Copies the record "counter key now has expiry and credit" into the journal. Returns 0,
+ * or MDB_TXN_FULL if the journal has no room (the caller commits and retries). */
+static int journal_add(Store *s, const uint8_t *key, size_t klen, uint64_t expiry, uint64_t credit) {
+        uint8_t *p = s->jmap + s->jpos;
+        uint32_t check;
+
+        if (s->jmap_len - s->jpos < JOURNAL_RECORD_FIXED + klen + 2)
+                return MDB_TXN_FULL;
+        p[0] = (uint8_t) (klen & 0xff);
+        p[1] = (uint8_t) (klen >> 8);
+        memcpy(p + 2, key, klen);
+        put_le64(p + 2 + klen, expiry);
+        put_le64(p + 10 + klen, credit);
+        put_le64(p + 18 + klen, s->jgen);
+        check = htole32(fnv1a32(p, 26 + klen));
+        memcpy(p + 26 + klen, &check, sizeof check);
+        s->jpos += JOURNAL_RECORD_FIXED + klen;
+        return 0;
+}
+
+/* Marks the end of the journal at pos (a zero key length ends replay). */
+static void journal_mark_end(Store *s, size_t pos) {
+        if (s->jmap_len - pos >= 2)
+                s->jmap[pos] = s->jmap[pos + 1] = 0;
+}
+
+/* Starts a new, empty generation after a commit made everything in the journal redundant. */
+static void journal_reset(Store *s) {
+        if (!s->jmap)
+                return;
+        s->jgen++;
+        s->jpos = 0;
+        journal_mark_end(s, 0);
+}
+
+/* Sets a counter to (expiry, credit), keeping the expiry index in step. Returns an MDB code. */
+static int put_counter(Store *s, MDB_txn *txn, const uint8_t *key, size_t klen, uint64_t expiry,
+                       uint64_t credit) {
+        uint8_t ikey[STORE_INDEX_KEY_MAX];
+        uint8_t buf[STORE_VALUE_SIZE];
+        uint64_t old_expiry = 0;
+        MDB_val k = { .mv_size = klen, .mv_data = ikey + STORE_EXPIRY_PREFIX }, v;
+        int r;
+
+        memcpy(ikey + STORE_EXPIRY_PREFIX, key, klen);
+        r = mdb_get(txn, s->dbi_counters, &k, &v);
+        if (r == 0) {
+                if (v.mv_size != STORE_VALUE_SIZE)
+                        return MDB_CORRUPTED;
+                old_expiry = get_le64(v.mv_data);
+        } else if (r != MDB_NOTFOUND)
+                return r;
+        put_le64(buf, expiry);
+        put_le64(buf + 8, credit);
+        v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
+        r = mdb_put(txn, s->dbi_counters, &k, &v, 0);
+        if (r != 0 || old_expiry == expiry)
+                return r;
+        return index_move(s, txn, ikey, klen, old_expiry, expiry);
+}
+
+/* Applies the valid records of the journal's first len bytes to txn, in order. Returns
+ * an MDB code. */
+static int journal_replay(Store *s, MDB_txn *txn, size_t len, size_t *ret_records) {
+        const uint8_t *data = s->jmap;
+        uint64_t gen = 0;
+        size_t pos = 0;
+        int r = 0;
+
+        *ret_records = 0;
+        while (data && len - pos >= JOURNAL_RECORD_FIXED) {
+                const uint8_t *p = data + pos;
+                size_t klen = (size_t) p[0] | (size_t) p[1] << 8;
+                uint32_t check;
+
+                if (klen <= RULE_ID_SIZE || klen > STORE_KEY_MAX || len - pos < JOURNAL_RECORD_FIXED + klen)
+                        break;
+                if (pos == 0)
+                        gen = get_le64(p + 18 + klen);
+                else if (get_le64(p + 18 + klen) != gen)
+                        break; /* left over from an older generation */
+                memcpy(&check, p + 26 + klen, sizeof check);
+                if (le32toh(check) != fnv1a32(p, 26 + klen))
+                        break; /* torn by an OS crash: nothing after it can be trusted */
+                r = put_counter(s, txn, p + 2, klen, get_le64(p + 2 + klen), get_le64(p + 10 + klen));
+                if (r != 0)
+                        break;
+                pos += JOURNAL_RECORD_FIXED + klen;
+                (*ret_records)++;
+        }
+        return r;
+}
+
+/* Rebuilds what the journal holds in a transaction of its own and commits it, growing
+ * the map if needed; then empties the journal. Used at open and when the write-back
+ * transaction was lost. Returns an MDB code. */
+static int journal_recover(Store *s, size_t len) {
+        int r = 0;
+
+        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
+                size_t records;
+                MDB_txn *txn;
+
+                r = store_begin(s, &txn);
+                if (r < 0)
+                        return -r;
+                r = journal_replay(s, txn, len, &records);
+                if (r != 0 || records == 0)
+                        mdb_txn_abort(txn);
+                else
+                        r = store_commit(s, txn);
+                if (r != MDB_MAP_FULL || store_grow(s) < 0)
+                        break;
+        }
+        if (r == 0)
+                journal_reset(s);
+        return r;
+}
+
+/* Commits the write-back transaction, if one is open, and empties the journal. If the
+ * commit fails the transaction is gone: it is rebuilt from the journal. Returns an MDB code. */
+static int write_back_commit(Store *s) {
+        int r;
+
+        if (!s->wtxn)
+                return 0;
+        r = store_commit(s, s->wtxn); /* frees it, also on failure */
+        s->wtxn = NULL;
+        s->wtxn_hits = 0;
+        if (r != 0)
+                return journal_recover(s, s->jpos);
+        journal_reset(s);
+        return 0;
+}
+
+/* One attempt at the batch inside txn (journal: also record every change in the
+ * journal buffer). Returns an MDB error code (not errno). */
+static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_t now_usec, bool journal) {
         uint8_t ikey[STORE_INDEX_KEY_MAX];
         uint8_t *ckey = ikey + STORE_EXPIRY_PREFIX;
         uint8_t buf[STORE_VALUE_SIZE];
@@ -352,6 +542,8 @@ static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_
                                 put_le64(buf + 8, credit);
                                 v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
                                 r = mdb_cursor_put(c, &k, &v, MDB_CURRENT);
+                                if (r == 0 && journal)
+                                        r = journal_add(s, ckey, klen, expiry, credit);
                                 if (r != 0)
                                         break;
                                 continue;
@@ -372,6 +564,8 @@ static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_
                 if (r != 0)
                         break;
                 r = index_move(s, txn, ikey, klen, old_expiry, expiry);
+                if (r == 0 && journal)
+                        r = journal_add(s, ckey, klen, expiry, credit);
                 if (r != 0)
                         break;
                 h->error = 0;
@@ -388,6 +582,57 @@ static bool hit_valid(const StoreHit *h) {
         return h->rule_id && h->credit_limit > 0 && h->reset_seconds > 0 && (h->actor || h->actor_len == 0);
 }
 
+/* Write-back: applies the batch to the open transaction and journals it. On any
+ * failure the transaction is aborted and rebuilt from the journal (the earlier
+ * batches in it were answered), then the batch is retried: after a map growth, or in
+ * a fresh transaction if the old one was full. Returns an MDB code. */
+static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
+        bool journal = n <= STORE_WRITE_BACK_HITS_MAX; /* else: too big for the journal */
+        int r = 0;
+
+        if (s->wtxn_hits + n > STORE_WRITE_BACK_HITS_MAX) {
+                r = write_back_commit(s);
+                if (r != 0)
+                        return r;
+        }
+        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
+                size_t batch_start = s->jpos;
+                bool grown = false;
+                int k;
+
+                if (!s->wtxn) {
+                        r = store_begin(s, &s->wtxn);
+                        if (r < 0) {
+                                s->wtxn = NULL;
+                                return -r;
+                        }
+                }
+                r = apply_batch(s, s->wtxn, hits, n, now_usec, journal);
+                if (r == 0) {
+                        s->wtxn_hits += n;
+                        journal_mark_end(s, s->jpos);
+                        if (!journal)
+                                return write_back_commit(s); /* not journaled: make it durable now */
+                        return 0;
+                }
+
+                /* The batch failed: forget its records, rebuild the batches before it. */
+                mdb_txn_abort(s->wtxn);
+                s->wtxn = NULL;
+                s->wtxn_hits = 0;
+                s->jpos = batch_start;
+                journal_mark_end(s, batch_start);
+                if (r == MDB_MAP_FULL)
+                        grown = store_grow(s) >= 0;
+                k = journal_recover(s, batch_start);
+                if (k != 0)
+                        return k;
+                if (!(r == MDB_MAP_FULL && grown) && !(r == MDB_TXN_FULL && attempt == 0))
+                        break;
+        }
+        return r;
+}
+
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
         int r = 0;
 
@@ -401,13 +646,19 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
                         goto fail;
                 }
 
+        if (s->jmap) {
+                r = errno_from_mdb(apply_write_back(s, hits, n, now_usec));
+                if (r == 0)
+                        return 0;
+                goto fail;
+        }
         for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
                 MDB_txn *txn;
 
                 r = store_begin(s, &txn);
                 if (r < 0)
                         goto fail;
-                r = apply_batch(s, txn, hits, n, now_usec);
+                r = apply_batch(s, txn, hits, n, now_usec, false);
                 if (r != 0)
                         mdb_txn_abort(txn);
                 else
@@ -434,6 +685,9 @@ int store_sync(Store *s) {
 
         if (!s)
                 return -EINVAL;
+        r = write_back_commit(s);
+        if (r != 0)
+                return errno_from_mdb(r);
         if (s->opts.sync != STORE_SYNC_PERIODIC || !s->dirty)
                 return 0;
         r = mdb_env_sync(s->env, 1);
@@ -508,6 +762,9 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                 return -EINVAL;
         if (max_delete == 0)
                 max_delete = STORE_SWEEP_CHUNK_DEFAULT;
+        r = errno_from_mdb(write_back_commit(s)); /* one writer at a time */
+        if (r < 0)
+                return r;
 
         for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
                 MDB_txn *txn;
@@ -559,12 +816,15 @@ int store_get_stats(Store *s, StoreStats *ret) {
         MDB_stat st_main, st_meta, st_counters, st_expiry;
         MDB_txn *txn = NULL;
         uint64_t fsize = 0;
-        int r;
+        int r = 0;
 
         if (!s || !ret)
                 return -EINVAL;
-        r = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-        if (r == MDB_MAP_RESIZED) {
+        if (s->wtxn)
+                txn = s->wtxn; /* sees everything applied; a read transaction would wait for nothing */
+        else
+                r = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+        if (!s->wtxn && r == MDB_MAP_RESIZED) {
                 r = mdb_env_set_mapsize(s->env, 0);
                 if (r == 0) {
                         store_refresh_map_size(s);
@@ -580,7 +840,8 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 r = mdb_stat(txn, s->dbi_counters, &st_counters);
         if (r == 0)
                 r = mdb_stat(txn, s->dbi_expiry, &st_expiry);
-        mdb_txn_abort(txn);
+        if (txn != s->wtxn)
+                mdb_txn_abort(txn);
         if (r != 0)
                 return errno_from_mdb(r);
         r = file_size(s, &fsize);
@@ -606,10 +867,16 @@ Store *store_close(Store *s) {
         if (!s)
                 return NULL;
         if (s->env) {
+                /* If this commit fails, the journal stays for the next open to replay. */
+                (void) write_back_commit(s);
                 if (s->opts.sync != STORE_SYNC_NONE)
                         (void) mdb_env_sync(s->env, 1);
                 mdb_env_close(s->env);
         }
+        if (s->jmap)
+                munmap(s->jmap, s->jmap_len);
+        if (s->journal_fd >= 0)
+                close(s->journal_fd);
         free((char *) s->opts.path);
         free(s);
         return NULL;
@@ -782,6 +1049,83 @@ static int check_file_size(Store *s, char *errbuf, size_t errbuf_size) {
         return 0;
 }
 
+/* Opens (write-back: creates and preallocates) the journal, locks and maps it, and
+ * replays what a previous run left in it. Without write-back a leftover journal is
+ * replayed and removed. */
+static int journal_open(Store *s, char *errbuf, size_t errbuf_size) {
+        bool wb = s->opts.write_back && s->opts.sync != STORE_SYNC_ALWAYS;
+        struct timespec ts;
+        char p[PATH_MAX];
+        struct stat st;
+        int r;
+
+        if ((size_t) snprintf(p, sizeof p, "%s/" STORE_JOURNAL_NAME, s->opts.path) >= sizeof p) {
+                set_error(errbuf, errbuf_size, "%s: path too long", s->opts.path);
+                return -ENAMETOOLONG;
+        }
+        s->journal_fd = open(p, O_RDWR | O_CLOEXEC | (wb ? O_CREAT : 0), STORE_FILE_MODE);
+        if (s->journal_fd < 0) {
+                r = -errno;
+                s->journal_fd = -EBADF;
+                if (r == -ENOENT && !wb)
+                        return 0;
+                set_error(errbuf, errbuf_size, "cannot open %s: %s", p, strerror(-r));
+                return r;
+        }
+        if (flock(s->journal_fd, LOCK_EX | LOCK_NB) < 0) {
+                r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+                set_error(errbuf, errbuf_size, "cannot lock %s: %s", p,
+                          r == -EBUSY ? "the store is in use by another process" : strerror(-r));
+                return r;
+        }
+        if (wb) {
+                r = posix_fallocate(s->journal_fd, 0, (off_t) JOURNAL_SIZE);
+                if (r != 0) {
+                        set_error(errbuf, errbuf_size, "cannot allocate %zu bytes for %s: %s",
+                                  (size_t) JOURNAL_SIZE, p, strerror(r));
+                        return -r;
+                }
+        }
+        if (fstat(s->journal_fd, &st) < 0) {
+                r = -errno;
+                set_error(errbuf, errbuf_size, "cannot stat %s: %s", p, strerror(-r));
+                return r;
+        }
+        if (st.st_size > 0) {
+                void *m = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->journal_fd,
+                               0);
+                if (m == MAP_FAILED) {
+                        r = -errno;
+                        set_error(errbuf, errbuf_size, "cannot map %s: %s", p, strerror(-r));
+                        return r;
+                }
+                s->jmap = m;
+                s->jmap_len = (size_t) st.st_size;
+        }
+        /* a generation no earlier run used: replay never mistakes their records for ours */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s->jgen = (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
+
+        r = journal_recover(s, s->jmap_len);
+        if (r == 0 && s->opts.sync != STORE_SYNC_NONE && mdb_env_sync(s->env, 1) != 0)
+                r = EIO;
+        if (r != 0) {
+                r = errno_from_mdb(r);
+                set_error(errbuf, errbuf_size, "cannot replay the journal %s: %s", p, strerror(-r));
+                return r;
+        }
+        if (!wb) {
+                (void) unlink(p);
+                if (s->jmap)
+                        munmap(s->jmap, s->jmap_len);
+                s->jmap = NULL;
+                s->jmap_len = 0;
+                close(s->journal_fd);
+                s->journal_fd = -EBADF;
+        }
+        return 0;
+}
+
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
         Store *s = NULL;
         unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
@@ -799,6 +1143,7 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
+        s->journal_fd = -EBADF;
         s->opts = *opts;
         s->opts.path = strdup(opts->path);
         if (!s->opts.path) {
@@ -879,6 +1224,10 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         }
 
         r = open_tables(s, errbuf, errbuf_size);
+        if (r < 0)
+                goto fail;
+
+        r = journal_open(s, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;
 

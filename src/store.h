@@ -34,6 +34,10 @@
 #define STORE_SWEEP_CHUNK_DEFAULT                                                                           \
         100 /* expired counters deleted per sweep step: measured ~0.6 ms per step at 10 million             \
              * counters (1000 took ~7 ms), so a step never holds the write lock long */
+#define STORE_JOURNAL_NAME "journal.divvyd" /* write-back journal, beside data.mdb */
+#define STORE_WRITE_BACK_HITS_MAX                                                                           \
+        32768 /* hits per write-back transaction before it is committed early: bounds its dirty             \
+               * pages (LMDB keeps at most 131072 in memory) and the journal (about 1.5 MB) */
 
 typedef enum StoreSync {
         STORE_SYNC_NONE,     /* never fsync: survives a process crash, an OS crash may
@@ -50,6 +54,14 @@ typedef struct StoreOptions {
         uint64_t map_size_max; /* growth cap in bytes; 0 = default */
         StoreSync sync;
         uint64_t sync_interval_usec; /* STORE_SYNC_PERIODIC; 0 = default */
+        /* Write-back (ignored with STORE_SYNC_ALWAYS): batches are applied to one long
+         * write transaction that store_sync() commits (so do store_sweep(),
+         * store_get_stats(), store_close(), and every STORE_WRITE_BACK_HITS_MAX hits);
+         * each batch's new counter values are appended with one write() to the journal
+         * file beside data.mdb, so a crash of the process loses nothing store_apply()
+         * returned: the journal is replayed by the next store_open() and emptied after
+         * every commit. false: every batch is one LMDB commit. */
+        bool write_back;
 } StoreOptions;
 
 /* One hit of a batch. The caller fills the inputs; store_apply() the outputs. */
@@ -99,11 +111,13 @@ static inline void store_closep(Store **s) {
  * if the batch committed (each hit's outputs set, error 0); on failure returns
  * -errno and sets every hit's error to it (nothing of the batch is kept):
  * -ENOSPC map full at the maximum or disk full, -EIO etc. With STORE_SYNC_ALWAYS
- * the commit is on disk when this returns. */
+ * the commit is on disk when this returns. With write_back, "committed" means
+ * applied to the open transaction and written to the journal (see StoreOptions). */
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec);
 
-/* Periodic mode: fsyncs if anything was committed since the last sync. The server
- * calls this from a timer every sync_interval_usec. Returns 0 or -errno. */
+/* Write-back: commits the open transaction and empties the journal. Periodic mode:
+ * then fsyncs if anything was committed since the last sync. The manager calls this
+ * from a timer every sync_interval_usec. Returns 0 or -errno. */
 int store_sync(Store *s);
 
 /* Deletes up to max_delete expired counters (expiry <= now_usec), oldest first, in
