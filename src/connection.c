@@ -46,10 +46,13 @@ ssize_t connection_read(Connection *c) {
         size_t total = 0;
 
         while (!c->eof && c->in_len < CONNECTION_IN_SIZE) {
-                ssize_t n = read(c->fd, c->in + c->in_len, CONNECTION_IN_SIZE - c->in_len);
+                size_t room = CONNECTION_IN_SIZE - c->in_len;
+                ssize_t n = read(c->fd, c->in + c->in_len, room);
                 if (n > 0) {
                         c->in_len += (size_t) n;
                         total += (size_t) n;
+                        if ((size_t) n < room && !c->peer_shut)
+                                break; /* drained: saves the read() that would say EAGAIN */
                 } else if (n == 0)
                         c->eof = true;
                 else if (errno == EINTR)

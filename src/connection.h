@@ -54,6 +54,7 @@ struct Connection {
         bool on_ready;  /* on the server's ready list */
         bool blocked;   /* not taking requests: unsent output is over the output limit */
         bool err_sent;  /* an ERR reply was formatted: nothing after it is answered */
+        bool peer_shut; /* EPOLLRDHUP/EPOLLHUP/EPOLLERR seen: connection_read() reads to EOF */
 
         Connection *prev, *next;             /* the server's list of all connections */
         Connection *ready_prev, *ready_next; /* the server's ready list */
@@ -67,7 +68,9 @@ int connection_new(int fd, bool is_tcp, size_t out_max, Connection **ret);
 /* Releases the event source, closes the fd, frees the buffers. Accepts NULL. */
 Connection *connection_free(Connection *c);
 
-/* Reads until EAGAIN, EOF or a full input buffer. Returns the bytes read (0 if none);
+/* Reads until EAGAIN, EOF, a full input buffer, or a short read (the socket's queue is
+ * empty then, and new data raises a new edge; unless peer_shut is set: then a FIN may be
+ * queued behind the data, which raises no edge of its own). Returns the bytes read (0 if none);
  * sets c->eof at end of stream. Returns -errno on a read error other than EAGAIN/EINTR
  * (ECONNRESET and friends: the caller closes). */
 ssize_t connection_read(Connection *c);
@@ -96,6 +99,7 @@ static inline size_t connection_unsent(const Connection *c) {
  * every loop iteration's epoll_wait() would return every connection with unread input again
  * (sd-event dispatches one source per iteration), which made 10,000 busy connections cost
  * O(n^2), seconds per batch. So whoever handles EPOLLIN reads until EAGAIN (connection_read()
- * does) or drops EPOLLIN from the mask; setting it again re-arms the edge. */
-#define CONNECTION_EPOLL_FLAGS EPOLLET
+ * does, or to a short read: see there) or drops EPOLLIN from the mask; setting it again
+ * re-arms the edge. EPOLLRDHUP tells a peer's FIN that arrived with its last data. */
+#define CONNECTION_EPOLL_FLAGS (EPOLLET | EPOLLRDHUP)
 int connection_set_events(Connection *c, uint32_t events);

@@ -268,7 +268,9 @@ static int connection_io_handler(sd_event_source *es, int fd, uint32_t revents, 
                         return 0;
         }
 
-        if ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) && (c->events & EPOLLIN)) {
+        if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                c->peer_shut = true;
+        if ((revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && (c->events & EPOLLIN)) {
                 n = connection_read(c);
                 if (n < 0) {
                         log_debug_errno((int) n, "Connection %" PRIu64 ": read failed, closing: %m", c->id);
@@ -284,6 +286,11 @@ static int connection_io_handler(sd_event_source *es, int fd, uint32_t revents, 
                 return 0;
         if (!c->lingering)
                 server_update_events(s, c);
+        /* Answer now rather than from the defer source in a later loop iteration: that would
+         * cost every request one more sd-event iteration and epoll_wait(). With the store's
+         * write-back a batch is cheap, so batching across connections gains little. */
+        if (s->ready_head)
+                server_run_batch(s);
         return 0;
 }
 
@@ -617,8 +624,8 @@ static void server_run_batch(Server *s) {
                 c = next;
         }
 
-        if (s->ready_head)
-                (void) sd_event_source_set_enabled(s->defer, SD_EVENT_ONESHOT);
+        /* Leftovers wait for the defer source; without any, it must not fire for nothing. */
+        (void) sd_event_source_set_enabled(s->defer, s->ready_head ? SD_EVENT_ONESHOT : SD_EVENT_OFF);
 }
 
 static int server_defer_handler(sd_event_source *es, void *userdata) {
