@@ -16,6 +16,7 @@ int connection_new(int fd, bool is_tcp, size_t out_max, Connection **ret) {
         if (!c)
                 return -ENOMEM;
         c->fd = -EBADF;
+        c->epfd = -EBADF;
         c->in = malloc(CONNECTION_IN_SIZE);
         c->out_size = out_max < CONNECTION_OUT_INITIAL ? out_max : CONNECTION_OUT_INITIAL;
         c->out = malloc(c->out_size);
@@ -33,7 +34,8 @@ int connection_new(int fd, bool is_tcp, size_t out_max, Connection **ret) {
 Connection *connection_free(Connection *c) {
         if (!c)
                 return NULL;
-        sd_event_source_disable_unref(c->io);
+        if (c->events != 0 && c->epfd >= 0)
+                (void) epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         if (c->fd >= 0)
                 close(c->fd);
         free(c->in);
@@ -140,26 +142,18 @@ void connection_compact_input(Connection *c) {
 }
 
 int connection_set_events(Connection *c, uint32_t events) {
+        struct epoll_event ev = { .events = events | CONNECTION_EPOLL_FLAGS, .data.ptr = c };
         int r;
 
         if (events == c->events)
                 return 0;
-        if (events != 0) {
-                r = sd_event_source_set_io_events(c->io, events | CONNECTION_EPOLL_FLAGS);
-                if (r < 0)
-                        return r;
-                if (c->events == 0) {
-                        r = sd_event_source_set_enabled(c->io, SD_EVENT_ON);
-                        if (r < 0)
-                                return r;
-                }
-        } else {
-                /* Off rather than an empty mask: epoll reports EPOLLHUP regardless of the
-                 * mask, which would spin a connection we do not want to hear from. */
-                r = sd_event_source_set_enabled(c->io, SD_EVENT_OFF);
-                if (r < 0)
-                        return r;
-        }
+        if (events == 0)
+                r = epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        else
+                /* MOD re-checks readiness, which re-arms the edge */
+                r = epoll_ctl(c->epfd, c->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->fd, &ev);
+        if (r < 0)
+                return -errno;
         c->events = events;
         return 0;
 }

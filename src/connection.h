@@ -33,7 +33,7 @@ struct Connection {
         uint64_t id;    /* for log messages */
         int fd;
         bool is_tcp;
-        sd_event_source *io;
+        int epfd;        /* the server's epoll instance; registered there while events != 0 */
         uint32_t events; /* the epoll mask currently requested */
 
         char *in;      /* CONNECTION_IN_SIZE bytes */
@@ -94,8 +94,9 @@ static inline size_t connection_unsent(const Connection *c) {
         return c->out_len - c->out_pos;
 }
 
-/* Sets the epoll events (EPOLLIN/EPOLLOUT; 0 disables the source). Returns 0 or -errno.
- * The source is edge-triggered (EPOLLET is added here and at registration): level-triggered,
+/* Sets the epoll events (EPOLLIN/EPOLLOUT; 0 removes the connection from c->epfd, so that
+ * an EPOLLHUP cannot spin it). Returns 0 or -errno.
+ * The registration is edge-triggered (EPOLLET is added here and at registration): level-triggered,
  * every loop iteration's epoll_wait() would return every connection with unread input again
  * (sd-event dispatches one source per iteration), which made 10,000 busy connections cost
  * O(n^2), seconds per batch. So whoever handles EPOLLIN reads until EAGAIN (connection_read()

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "log.h"
 #include "server.h"
 
+#define SERVER_EPOLL_EVENTS 256 /* connection events taken per loop iteration: bounds the stack array */
 #define SERVER_DEFER_PRIORITY                                                                               \
         (SD_EVENT_PRIORITY_NORMAL + 10) /* below socket IO: every ready socket is read before a batch */
 
@@ -38,6 +40,8 @@ typedef struct BatchSlot {
 
 struct Server {
         sd_event *event;
+        int epfd;                      /* every connection, edge-triggered (see connection.h) */
+        sd_event_source *epoll_source; /* epfd in the loop: one dispatch serves every ready connection */
         sd_event_source *defer;        /* runs one batch */
         sd_event_source *housekeeping; /* idle and linger timeouts */
         ServerSettings settings;
@@ -250,9 +254,8 @@ static int server_flush(Server *s, Connection *c) {
         return r;
 }
 
-static int connection_io_handler(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
-        Connection *c = userdata;
-        Server *s = c->server;
+/* One connection's epoll event. Closes nothing but c. */
+static void connection_io(Server *s, Connection *c, uint32_t revents) {
         ssize_t n;
         int r;
 
@@ -260,12 +263,12 @@ static int connection_io_handler(sd_event_source *es, int fd, uint32_t revents, 
                 r = connection_discard_input(c);
                 if (r != 0)
                         server_close(s, c);
-                return 0;
+                return;
         }
 
         if ((revents & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && connection_unsent(c) > 0) {
                 if (server_flush(s, c) < 0)
-                        return 0;
+                        return;
         }
 
         if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -275,7 +278,7 @@ static int connection_io_handler(sd_event_source *es, int fd, uint32_t revents, 
                 if (n < 0) {
                         log_debug_errno((int) n, "Connection %" PRIu64 ": read failed, closing: %m", c->id);
                         server_close(s, c);
-                        return 0;
+                        return;
                 }
                 if (n > 0)
                         c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
@@ -283,12 +286,30 @@ static int connection_io_handler(sd_event_source *es, int fd, uint32_t revents, 
         }
 
         if (server_maybe_finish(s, c))
-                return 0;
+                return;
         if (!c->lingering)
                 server_update_events(s, c);
-        /* Answer now rather than from the defer source in a later loop iteration: that would
-         * cost every request one more sd-event iteration and epoll_wait(). With the store's
-         * write-back a batch is cheap, so batching across connections gains little. */
+}
+
+/* The connections have an epoll instance of their own, so that one sd-event dispatch (and
+ * one epoll_wait() of ours) serves every ready connection: sd-event dispatches one source
+ * per loop iteration and calls epoll_wait() for each, which as one source per connection
+ * cost every request a syscall. The batch runs here too, right after the reads, rather
+ * than from the defer source in yet another iteration; that one only takes leftovers. */
+static int server_epoll_handler(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
+        struct epoll_event events[SERVER_EPOLL_EVENTS];
+        Server *s = userdata;
+        int n;
+
+        n = epoll_wait(s->epfd, events, SERVER_EPOLL_EVENTS, 0);
+        if (n < 0) {
+                if (errno != EINTR && errno != EAGAIN)
+                        log_warning_errno(errno, "epoll_wait() on the connections failed, retrying: %m");
+                return 0;
+        }
+        /* Each connection appears once, and its handling closes no other one. */
+        for (int i = 0; i < n; i++)
+                connection_io(s, events[i].data.ptr, events[i].events);
         if (s->ready_head)
                 server_run_batch(s);
         return 0;
@@ -334,14 +355,13 @@ void server_accept(int fd, bool is_tcp, Server *s) {
         c->id = ++s->next_id;
         c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
 
-        r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN | CONNECTION_EPOLL_FLAGS, connection_io_handler,
-                            c);
+        c->epfd = s->epfd;
+        r = connection_set_events(c, EPOLLIN);
         if (r < 0) {
                 log_warning_errno(r, "Failed to watch a connection, closing it: %m");
                 connection_free(c);
                 return;
         }
-        c->events = EPOLLIN;
 
         c->next = s->connections;
         if (s->connections)
@@ -686,6 +706,7 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
         s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
+        s->epfd = -EBADF;
         s->event = sd_event_ref(e);
         s->settings = *settings;
         if (s->settings.output_limit < CONNECTION_OUT_INITIAL)
@@ -697,7 +718,15 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                 return -ENOMEM;
         }
 
-        r = sd_event_add_defer(e, &s->defer, server_defer_handler, s);
+        s->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (s->epfd < 0) {
+                r = -errno;
+                server_free(s);
+                return r;
+        }
+        r = sd_event_add_io(e, &s->epoll_source, s->epfd, EPOLLIN, server_epoll_handler, s);
+        if (r >= 0)
+                r = sd_event_add_defer(e, &s->defer, server_defer_handler, s);
         if (r >= 0)
                 r = sd_event_source_set_priority(s->defer, SERVER_DEFER_PRIORITY);
         if (r >= 0)
@@ -720,6 +749,9 @@ Server *server_free(Server *s) {
                 server_close(s, s->connections);
         sd_event_source_disable_unref(s->defer);
         sd_event_source_disable_unref(s->housekeeping);
+        sd_event_source_disable_unref(s->epoll_source);
+        if (s->epfd >= 0)
+                close(s->epfd);
         free(s->slots);
         free(s->hits);
         sd_event_unref(s->event);
