@@ -122,7 +122,7 @@
              * a map resize by another process */
 #define USEC_PER_SEC 1000000ULL
 #define JOURNAL_RECORD_FIXED                                                                                \
-        30 /* bytes: key length (u16), expiry, credit, generation (u64), FNV-1a (u32)                       \
+        30 /* bytes: key length (u16), expiry, credit, generation (u64), check (u32)                        \
             */
 #define JOURNAL_RECORD_MAX (JOURNAL_RECORD_FIXED + STORE_KEY_MAX)
 /* bytes (about 15 MB): room for a full write-back transaction of the longest keys;
@@ -353,14 +353,23 @@ static int index_move(Store *s, MDB_txn *txn, uint8_t *ikey, size_t klen, uint64
         return mdb_put(txn, s->dbi_expiry, &k, &empty, 0);
 }
 
-static uint32_t fnv1a32(const uint8_t *p, size_t n) {
-        uint32_t h = 2166136261u;
+/* The journal records' checksum: a word-at-a-time multiply-xorshift hash (a byte-wise FNV
+ * cost 6 instructions a byte, a tenth of a HIT's whole budget). Detects torn records; not
+ * cryptographic. */
+static uint32_t journal_check(const uint8_t *p, size_t n) {
+        uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
+        size_t i = 0;
 
-        for (size_t i = 0; i < n; i++) {
-                h ^= p[i];
-                h *= 16777619u;
+        for (; i + 8 <= n; i += 8) {
+                memcpy(&w, p + i, sizeof w);
+                h = (h ^ le64toh(w)) * 0xff51afd7ed558ccdULL;
+                h ^= h >> 32;
         }
-        return h;
+        w = 0;
+        memcpy(&w, p + i, n - i);
+        h = (h ^ le64toh(w)) * 0xc4ceb9fe1a85ec53ULL;
+        h ^= h >> 29;
+        return (uint32_t) h;
 }
 
 /* Copies the record "counter key now has expiry and credit" into the journal. Returns 0,
@@ -377,7 +386,7 @@ static int journal_add(Store *s, const uint8_t *key, size_t klen, uint64_t expir
         put_le64(p + 2 + klen, expiry);
         put_le64(p + 10 + klen, credit);
         put_le64(p + 18 + klen, s->jgen);
-        check = htole32(fnv1a32(p, 26 + klen));
+        check = htole32(journal_check(p, 26 + klen));
         memcpy(p + 26 + klen, &check, sizeof check);
         s->jpos += JOURNAL_RECORD_FIXED + klen;
         return 0;
@@ -445,7 +454,7 @@ static int journal_replay(Store *s, MDB_txn *txn, size_t len, size_t *ret_record
                 else if (get_le64(p + 18 + klen) != gen)
                         break; /* left over from an older generation */
                 memcpy(&check, p + 26 + klen, sizeof check);
-                if (le32toh(check) != fnv1a32(p, 26 + klen))
+                if (le32toh(check) != journal_check(p, 26 + klen))
                         break; /* torn by an OS crash: nothing after it can be trusted */
                 r = put_counter(s, txn, p + 2, klen, get_le64(p + 2 + klen), get_le64(p + 10 + klen));
                 if (r != 0)
