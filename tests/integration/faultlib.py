@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: MIT
+"""Helpers for the hostile-client and fault tests (test_hostile.py, test_faults.py).
+
+Standard library only. Everything here is bounded in time; nothing decides pass/fail on
+timing (latency figures are printed as a benchmark, not asserted).
+"""
+
+import ctypes
+import ctypes.util
+import os
+import resource
+import socket
+import struct
+import threading
+import time
+
+import harness
+
+
+def vmrss_kib(pid):
+    """The process's resident set size in KiB (VmRSS from /proc)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise harness.HarnessError("no VmRSS for pid %d" % pid)
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def wait_for(pred, timeout, what, interval=0.05):
+    """Polls pred() until it is true; raises HarnessError after timeout seconds (scaled)."""
+    deadline = time.monotonic() + timeout * harness.TIMEOUT_SCALE
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise harness.HarnessError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def raise_nofile(n):
+    """Raises this process's RLIMIT_NOFILE soft limit (and the hard one when root) to at least n;
+    children (the daemon) inherit it. Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= n:
+        return soft
+    if hard < n and os.geteuid() == 0:
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                nr_open = int(f.read())
+            hard = min(max(hard, n), nr_open)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            return hard
+        except (OSError, ValueError):
+            pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def reset_close(sock):
+    """Closes with a TCP RST (SO_LINGER 0) instead of a FIN: an abortive disconnect."""
+    try:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
+class LatencyProbe:
+    """A well-behaved client in a thread: one request at a time on its own connection,
+    recording each round trip. Its replies are checked; its latencies are only reported."""
+
+    def __init__(self, daemon, line="HIT path=/open", expect="OK true 5 0", kind="tcp"):
+        self.daemon = daemon
+        self.line = line
+        self.expect = expect
+        self.kind = kind
+        self.samples = []
+        self.errors = []
+        self._stop = threading.Event()
+        self._thread = None
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        try:
+            with self.daemon.connect(self.kind) as c:
+                while not self._stop.is_set() and len(self.samples) < 200000:
+                    t0 = time.perf_counter()
+                    r = c.request(self.line)
+                    self.samples.append(time.perf_counter() - t0)
+                    if r != self.expect:
+                        self.errors.append(r)
+                        return
+                    time.sleep(0.001)  # a steady trickle, not a flood
+        except Exception as e:  # reported by stop()
+            self.errors.append(repr(e))
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(harness.IO_TIMEOUT)
+        return self
+
+    def percentile(self, p):
+        if not self.samples:
+            return float("nan")
+        s = sorted(self.samples)
+        return s[min(len(s) - 1, int(len(s) * p / 100.0))]
+
+    def summary(self):
+        return "%d requests, p50 %.2f ms, p99 %.2f ms, max %.2f ms" % (
+            len(self.samples), self.percentile(50) * 1e3, self.percentile(99) * 1e3,
+            (max(self.samples) if self.samples else float("nan")) * 1e3)
+
+
+def report(name, text):
+    """A figure for the README's Reliability section: printed into the test log."""
+    print("FIGURE %s: %s" % (name, text), flush=True)
+
+
+# --- LMDB through ctypes, to plant a foreign database (stdlib only) ---------------------------
+
+class _MDBVal(ctypes.Structure):
+    _fields_ = [("mv_size", ctypes.c_size_t), ("mv_data", ctypes.c_void_p)]
+
+
+def write_foreign_lmdb(directory, entries):
+    """Creates a valid LMDB environment in directory whose unnamed database holds entries
+    ({bytes: bytes}): a database, but not divvyd's. Returns False if liblmdb is missing."""
+    name = ctypes.util.find_library("lmdb")
+    if not name:
+        return False
+    lib = ctypes.CDLL(name)
+    env, txn, dbi = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint()
+
+    def ok(rc, what):
+        if rc != 0:
+            raise harness.HarnessError("%s failed: %d" % (what, rc))
+
+    ok(lib.mdb_env_create(ctypes.byref(env)), "mdb_env_create")
+    try:
+        ok(lib.mdb_env_open(env, directory.encode(), 0, 0o600), "mdb_env_open")
+        ok(lib.mdb_txn_begin(env, None, 0, ctypes.byref(txn)), "mdb_txn_begin")
+        ok(lib.mdb_dbi_open(txn, None, 0, ctypes.byref(dbi)), "mdb_dbi_open")
+        for k, v in entries.items():
+            kb, vb = ctypes.create_string_buffer(k, len(k)), ctypes.create_string_buffer(v, len(v))
+            key = _MDBVal(len(k), ctypes.cast(kb, ctypes.c_void_p))
+            val = _MDBVal(len(v), ctypes.cast(vb, ctypes.c_void_p))
+            ok(lib.mdb_put(txn, dbi, ctypes.byref(key), ctypes.byref(val), 0), "mdb_put")
+        ok(lib.mdb_txn_commit(txn), "mdb_txn_commit")
+    finally:
+        lib.mdb_env_close(env)
+    return True
