@@ -47,7 +47,10 @@ fail() {
 # A free loopback port: bind port 0 (python3 is a test dependency already).
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])') || exit 99
 sock=$tmp/divvyd.sock
-"$divvyd" -l "unix:$sock" -l "tcp:127.0.0.1:$port" -d "$tmp/db" "$rules" 2>"$tmp/divvyd.log" &
+# divvyd refuses to run as root unless told (CI runs the tests as root).
+allow_root=
+[ "$(id -u)" -eq 0 ] && allow_root=--allow-root
+"$divvyd" $allow_root -l "unix:$sock" -l "tcp:127.0.0.1:$port" -d "$tmp/db" "$rules" 2>"$tmp/divvyd.log" &
 pid=$!
 
 # Ready when one request gets through (bounded: 10 s).

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "diag.h"
@@ -44,6 +45,7 @@ static void help(void) {
                "                           (default 1M)\n"
                "      --sweep-interval=MS  How often expired counters are swept (default 1000)\n"
                "      --debug              Log each HIT with its deciding rule (also DEBUG=divvy)\n"
+               "      --allow-root         Run even as root (refused otherwise: it needs no privilege)\n"
                "      --statsd-host=HOST   Send statsd metrics to HOST (also $STATSD_HOST)\n"
                "      --statsd-port=PORT   ... on PORT (also $STATSD_PORT; both are needed)\n"
                "      --statsd-prefix=P    Prefix of every statsd name, a '.' is added (also\n"
@@ -163,6 +165,7 @@ int main(int argc, char *argv[]) {
                 ARG_HTTP_PORT,
                 ARG_HTTP_ADDRESS,
                 ARG_METRICS_PATH,
+                ARG_ALLOW_ROOT,
         };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
@@ -189,6 +192,7 @@ int main(int argc, char *argv[]) {
                 { "http-port", required_argument, NULL, ARG_HTTP_PORT },
                 { "http-address", required_argument, NULL, ARG_HTTP_ADDRESS },
                 { "metrics-path", required_argument, NULL, ARG_METRICS_PATH },
+                { "allow-root", no_argument, NULL, ARG_ALLOW_ROOT },
                 {},
         };
         static ListenAddress addresses[LISTEN_MAX];
@@ -207,7 +211,7 @@ int main(int argc, char *argv[]) {
         };
         Action action = ACTION_RUN;
         const char *statsd_port = NULL, *http_port = NULL;
-        bool statsd_tcp = false;
+        bool statsd_tcp = false, allow_root = false;
         uint64_t v;
         char *end;
         int c;
@@ -294,6 +298,9 @@ int main(int argc, char *argv[]) {
                 case ARG_DEBUG:
                         settings.server.debug = true;
                         break;
+                case ARG_ALLOW_ROOT:
+                        allow_root = true;
+                        break;
                 case ARG_STATSD_HOST:
                         if (optarg[0] == '\0')
                                 return usage_error("--statsd-host", optarg);
@@ -356,6 +363,19 @@ int main(int argc, char *argv[]) {
                 }
                 ruleset_free(rules);
                 return ret;
+        }
+
+        /* A rate limiter needs no privilege: sockets are passed by systemd or unprivileged, the
+         * database directory is its own. As root, a bug or a hostile client would hold the whole
+         * machine, so root must be asked for. */
+        if (geteuid() == 0) {
+                if (!allow_root) {
+                        log_error("Refusing to run as root: divvyd needs no privileges. Run it as an "
+                                  "unprivileged user (the packaged unit uses User=divvy), or pass "
+                                  "--allow-root.");
+                        return EXIT_FAILURE;
+                }
+                log_warning("Running as root (--allow-root)");
         }
 
         /* Defaults that come from the environment. */

@@ -15,7 +15,9 @@ Run one test:  tests/integration/test_hostile.py Hostile.test_garbage
 import itertools
 import os
 import random
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -358,6 +360,27 @@ class ManyConnections(harness.DaemonTestCase):
         faultlib.wait_for(lambda: faultlib.fd_count(pid) <= fds0, 20, "the daemon to close 10,000 connections")
         # Below the limit again: new clients are accepted.
         self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
+
+
+class Security(harness.DaemonTestCase):
+    def test_refuses_root(self):
+        if os.geteuid() != 0:
+            self.skipTest("SKIPPED LOUDLY: not root, cannot check that divvyd refuses root")
+        tmp = harness.make_tmpdir()
+        self.addCleanup(shutil.rmtree, tmp, True)
+        sock, db = os.path.join(tmp, "s.sock"), os.path.join(tmp, "db")
+        r = subprocess.run([harness.divvyd_path(), "--db", db, "--listen", "unix:" + sock,
+                            data_path("itest.ini")], capture_output=True, text=True,
+                           timeout=harness.STOP_TIMEOUT, stdin=subprocess.DEVNULL)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("Refusing to run as root", r.stderr)
+        self.assertIn("--allow-root", r.stderr)
+        # Refused before touching anything.
+        self.assertFalse(os.path.exists(sock) or os.path.exists(db))
+        # With --allow-root it runs, and says so.
+        d = self.start_daemon(data_path("itest.ini"))
+        self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
+        self.assertIn("Running as root (--allow-root)", d.log_text())
 
 
 if __name__ == "__main__":
