@@ -62,6 +62,15 @@ static int remember_section(IniParser *p, const ProtoRequest *req, unsigned line
         size_t order[PROTO_PAIRS_MAX], canon_len = 0;
         char *canon;
 
+        /* Every section is a rule, and a file with more than RULES_MAX is refused anyway: stop
+         * here, so that 64 MiB of "[a=1]" lines cannot make us keep ten million sections
+         * (over a gigabyte and seconds of sorting for the duplicate check). */
+        if (p->n_sections > RULES_MAX) {
+                (void) diag_add(p->diag, line, "more than %d sections: a config has at most %d rules",
+                                RULES_MAX, RULES_MAX);
+                return -EINVAL;
+        }
+
         /* Insertion sort: at most PROTO_PAIRS_MAX pairs. */
         for (size_t i = 0; i < req->n_pairs; i++) {
                 size_t j = i;

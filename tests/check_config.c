@@ -509,6 +509,32 @@ START_TEST (test_long_section_kept_whole) {
 }
 END_TEST
 
+START_TEST (test_ini_section_count_bounded) {
+        /* Reliability: a huge file of sections stops at RULES_MAX + 1 of them, with a message. */
+        static const char section[] = "[a=1]\n";
+        size_t n = RULES_MAX + 10, len = n * (sizeof section - 1);
+        char *text = malloc(len + 1), want[64];
+        RuleSet *rs = NULL;
+        bool found = false;
+        Diag diag;
+
+        ck_assert_ptr_nonnull(text);
+        for (size_t i = 0; i < n; i++)
+                memcpy(text + i * (sizeof section - 1), section, sizeof section - 1);
+        text[len] = '\0';
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(ruleset_new("t.ini", &rs), 0);
+        ck_assert_int_eq(config_ini_parse(text, len, rs, &diag), -EINVAL);
+        snprintf(want, sizeof want, "t.ini:%d: more than %d sections", RULES_MAX + 2, RULES_MAX);
+        for (size_t i = 0; i < diag.n_messages; i++)
+                found = found || strncmp(diag.messages[i], want, strlen(want)) == 0;
+        ck_assert_msg(found || diag.n_dropped > 0, "no \"%s\" message", want);
+        ruleset_free(rs);
+        diag_done(&diag);
+        free(text);
+}
+END_TEST
+
 START_TEST (test_summary_singular) {
         static const char text[] = DEFAULT_INI "label = all\nactorField = ip\n";
         RuleSet *rs = NULL;
@@ -565,6 +591,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_text, 0, sizeof texts / sizeof texts[0]);
         tcase_add_test(tc, test_long_section_kept_whole);
         tcase_add_test(tc, test_summary_singular);
+        tcase_add_test(tc, test_ini_section_count_bounded);
         tcase_add_test(tc, test_dump_escapes);
         suite_add_tcase(s, tc);
 
