@@ -287,15 +287,34 @@ class BadDatabase(harness.DaemonTestCase):
 
     def test_truncated_data_file(self):
         def setup(db):
-            d = harness.Daemon(data_path("itest.ini"), db=db, listen=("unix",))
-            try:
-                d.start()
-                self.assertEqual(d.request("HIT path=/open", "unix"), "OK true 5 0")
-                self.assertEqual(d.stop(), 0)
-            finally:
-                d._remove()
+            self._make_store(db)
             os.truncate(os.path.join(db, "data.mdb"), 100)
         self._refused(setup, r"data\.mdb is not a valid LMDB database")
+
+    @unittest.expectedFailure
+    def test_corrupt_pages(self):
+        # KNOWN BUG (store.c, reported): everything after the two meta pages overwritten with
+        # 0xff makes LMDB read far past the end of the file at open: SIGBUS, not a message.
+        # LMDB has no page checksums; the fix is a verification pass over every page in a
+        # child process before the real open. Remove this decorator when that is in.
+        def setup(db):
+            self._make_store(db)
+            path = os.path.join(db, "data.mdb")
+            size = os.path.getsize(path)
+            with open(path, "r+b") as f:
+                f.seek(8192)
+                f.write(b"\xff" * (size - 8192))
+        self._refused(setup, r"data\.mdb: MDB_(CORRUPTED|PAGE_NOTFOUND)")
+
+    def _make_store(self, db):
+        d = harness.Daemon(data_path("itest.ini"), db=db, listen=("unix",))
+        try:
+            d.start()
+            with d.connect("unix") as c:
+                c.pipeline(["HIT path=/probe user=%d" % i for i in range(500)])
+            self.assertEqual(d.stop(), 0)
+        finally:
+            d._remove()
 
     def test_data_file_is_a_directory(self):
         self._refused(lambda db: os.makedirs(os.path.join(db, "data.mdb")), r"data\.mdb|Is a directory")
