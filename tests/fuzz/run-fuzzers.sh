@@ -25,24 +25,31 @@ if ! command -v clang >/dev/null 2>&1; then
         echo "run-fuzzers: clang not found (libFuzzer needs it): apt-get install clang" >&2
         exit 1
 fi
-if [ -e "$srcdir/config.status" ]; then
-        echo "run-fuzzers: $srcdir is configured in-tree; out-of-tree builds need a clean tree (make distclean)" >&2
-        exit 1
-fi
-if [ ! -x "$srcdir/configure" ]; then
-        (cd "$srcdir" && autoreconf -fi)
-fi
-
 builddir=${FUZZ_BUILDDIR:-}
 if [ -z "$builddir" ]; then
         builddir=$(mktemp -d "${TMPDIR:-/tmp}/divvyd-fuzz-XXXXXX")
         [ -n "${FUZZ_KEEP:-}" ] || trap 'rm -rf "$builddir"' EXIT
 fi
 mkdir -p "$builddir"
+builddir=$(cd "$builddir" && pwd)
+
+# automake refuses a VPATH build next to an in-place one (CI builds in place first): then
+# fuzz a clone of the committed tree, like CI's sanitizer stage does.
+if [ -e "$srcdir/config.status" ]; then
+        if [ ! -d "$builddir/src-clone" ]; then
+                echo "== $srcdir is configured in place: fuzzing a clone of its committed tree"
+                git clone -q "$srcdir" "$builddir/src-clone"
+        fi
+        srcdir=$builddir/src-clone
+fi
+if [ ! -x "$srcdir/configure" ]; then
+        (cd "$srcdir" && autoreconf -fi >/dev/null)
+fi
 artifacts=${FUZZ_ARTIFACTS:-$builddir/artifacts}
 mkdir -p "$artifacts"
 
-cd "$builddir"
+mkdir -p "$builddir/build"
+cd "$builddir/build"
 if [ ! -f Makefile ]; then
         # No --enable-werror: the gcc builds of CI enforce warnings; clang warns about a few
         # other things, and a warning must not stop the fuzzing.
@@ -55,6 +62,7 @@ make -s -j"${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}" $progs
 total=0
 failed=""
 for t in $targets; do
+        # New inputs go to a copy, never into the source tree's corpus.
         work="$builddir/corpus-work/$t"
         mkdir -p "$work"
         log="$builddir/$t.log"

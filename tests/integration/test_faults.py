@@ -204,22 +204,28 @@ class Full(harness.DaemonTestCase):
         self.assertTrue(d.running())
         report("map-full", "1 MiB map full after %d counters: %s; the daemon stays up" % (created, err))
 
-    @unittest.expectedFailure
     def test_map_full_recovers_by_sweeping(self):
-        # KNOWN BUG (store.c, reported): once the map is full at --map-size-max, the sweeper's
-        # delete transaction itself gets MDB_MAP_FULL, even one counter at a time (copy-on-write
-        # needs pages the freelist cannot yet hand out), so expired counters are never
-        # reclaimed and new counters are refused until a restart with a larger map. Remove
-        # this decorator when the store keeps room for the sweeper.
         d = self._map_full_daemon()
         created, err = self._fill(d, "/fill")
         self.assertEqual(err, STORE_FULL)
+
         # The filler expires after 1 s; the sweeper should reclaim it so that new counters fit.
         def room():
             with d.connect("unix") as c:
                 replies = c.pipeline(["HIT path=/keep user=%s-%d" % (uid("after"), k) for k in range(200)])
             return all(r.startswith("OK true") for r in replies)
-        faultlib.wait_for(room, 10, "room for 200 new counters after the sweeper reclaimed the expired ones")
+        try:
+            faultlib.wait_for(room, 10, "room for 200 new counters after the sweeper reclaimed the expired ones")
+        except harness.HarnessError:
+            # KNOWN BUG (store.c, reported): depending on the freelist at the moment the map
+            # filled up, the sweeper's own delete transaction gets MDB_MAP_FULL, even one counter
+            # at a time (copy-on-write needs pages the freelist cannot hand out yet), and the
+            # store never recovers without a restart with a larger map. The daemon stays up.
+            self.assertTrue(d.running())
+            self.assertEqual(d.request("HIT path=/open", "unix"), "OK true 5 0")
+            self.skipTest("KNOWN BUG, SKIPPED LOUDLY: a map full at --map-size-max was not swept "
+                          "within 10 s (log: %s)" % d.log_text().strip().splitlines()[-1])
+        self.assertTrue(d.running())
 
     def test_filesystem_full(self):
         if os.geteuid() != 0:
