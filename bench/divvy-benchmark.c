@@ -45,9 +45,8 @@
 #define THREADS_MAX     256
 #define TEMPLATE_MAX    1024                /* bytes: longest rendered request or key */
 #define REQUEST_MAX     (TEMPLATE_MAX + 64) /* bytes: one request with its RESP framing */
-#define IN_SIZE         (64u * 1024u) /* bytes: input buffer per connection; replies are short, a read takes many \
-                                       */
-#define REPLY_LINE_MAX 512            /* bytes: a reply line longer than this is malformed */
+#define IN_SIZE         (64u * 1024u)       /* bytes: input buffer per connection, many replies a read */
+#define REPLY_LINE_MAX  512                 /* bytes: a reply line longer than this is malformed */
 #define STALL_NSEC                                                                                          \
         (10ULL * NSEC_PER_SEC) /* 10 s without any reply while requests are outstanding: the                \
                                 * server is stuck; give up instead of hanging */

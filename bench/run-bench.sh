@@ -75,6 +75,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
+# divvyd refuses to run as root without being told
+allow_root=""
+[ "$(id -u)" -ne 0 ] || allow_root=--allow-root
+
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
@@ -108,7 +112,7 @@ start_divvyd() {
 	divvyd_port=$(free_port)
 	divvyd_sock=$tmp/divvyd.sock
 	"$divvyd" -l "tcp:127.0.0.1:$divvyd_port" -l "unix:$divvyd_sock" -d "$1" --sync="$sync" \
-		--map-size=1G "$rules" 2>"$tmp/divvyd.log" &
+		--map-size=1G $allow_root "$rules" 2>"$tmp/divvyd.log" &
 	divvyd_pid=$!
 	wait_for divvyd "unix:$divvyd_sock"
 }
@@ -147,6 +151,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -sr)"
 echo "redis:   $(redis-server --version | sed 's/ sha=.*//')"
 echo "divvyd:  $("$divvyd" --version | head -n 1), --sync=$sync; $runs run(s) of ${duration} s (+${warmup} s warm-up) per point"
+echo "load:    average $(cut -d" " -f1-3 /proc/loadavg) at start (other work on the machine skews every figure)"
 : >"$tmp/results"
 
 points="1,1 16,1 64,1 16,16"

@@ -42,6 +42,9 @@ struct Server {
         sd_event *event;
         int epfd;                      /* every connection, edge-triggered (see connection.h) */
         sd_event_source *epoll_source; /* epfd in the loop: one dispatch serves every ready connection */
+        bool batch_follows; /* in server_epoll_handler(): a batch runs next, no need to arm the defer source
+                             */
+        bool defer_armed;   /* the defer source is enabled (saves sd-event calls that change nothing) */
         sd_event_source *defer;        /* runs one batch */
         sd_event_source *housekeeping; /* idle and linger timeouts */
         ServerSettings settings;
@@ -131,7 +134,11 @@ static void ready_append(Server *s, Connection *c) {
         s->ready_tail = c;
         c->on_ready = true;
 
+        if (s->batch_follows || s->defer_armed)
+                return;
         r = sd_event_source_set_enabled(s->defer, SD_EVENT_ONESHOT);
+        if (r >= 0)
+                s->defer_armed = true;
         if (r < 0)
                 /* Cannot happen for a defer source; if it did, the next arm retries. */
                 log_error_errno(r, "Failed to schedule a batch: %m");
@@ -308,8 +315,10 @@ static int server_epoll_handler(sd_event_source *es, int fd, uint32_t revents, v
                 return 0;
         }
         /* Each connection appears once, and its handling closes no other one. */
+        s->batch_follows = true;
         for (int i = 0; i < n; i++)
                 connection_io(s, events[i].data.ptr, events[i].events);
+        s->batch_follows = false;
         if (s->ready_head)
                 server_run_batch(s);
         return 0;
@@ -645,11 +654,16 @@ static void server_run_batch(Server *s) {
         }
 
         /* Leftovers wait for the defer source; without any, it must not fire for nothing. */
-        (void) sd_event_source_set_enabled(s->defer, s->ready_head ? SD_EVENT_ONESHOT : SD_EVENT_OFF);
+        if (!!s->ready_head != s->defer_armed &&
+            sd_event_source_set_enabled(s->defer, s->ready_head ? SD_EVENT_ONESHOT : SD_EVENT_OFF) >= 0)
+                s->defer_armed = !!s->ready_head;
 }
 
 static int server_defer_handler(sd_event_source *es, void *userdata) {
-        server_run_batch(userdata);
+        Server *s = userdata;
+
+        s->defer_armed = false; /* a oneshot source is off once dispatched */
+        server_run_batch(s);
         return 0;
 }
 

@@ -144,6 +144,7 @@ struct Store {
         /* Write-back (opts.write_back): the open transaction, the hits in it, and the
          * journal of every batch applied to it (see store.h and "Write-back" above). */
         MDB_txn *wtxn;
+        MDB_cursor *wcur; /* on the counters in wtxn, kept across batches; LMDB frees it with wtxn */
         size_t wtxn_hits;
         int journal_fd;  /* < 0: no write-back */
         uint8_t *jmap;   /* the journal, mapped shared */
@@ -500,6 +501,7 @@ static int write_back_commit(Store *s) {
                 return 0;
         r = store_commit(s, s->wtxn); /* frees it, also on failure */
         s->wtxn = NULL;
+        s->wcur = NULL;
         s->wtxn_hits = 0;
         if (r != 0)
                 return journal_recover(s, s->jpos);
@@ -513,12 +515,14 @@ static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_
         uint8_t ikey[STORE_INDEX_KEY_MAX];
         uint8_t *ckey = ikey + STORE_EXPIRY_PREFIX;
         uint8_t buf[STORE_VALUE_SIZE];
-        MDB_cursor *c = NULL;
+        MDB_cursor *c = txn == s->wtxn ? s->wcur : NULL;
         int r;
 
-        r = mdb_cursor_open(txn, s->dbi_counters, &c);
-        if (r != 0)
-                return r;
+        if (!c) {
+                r = mdb_cursor_open(txn, s->dbi_counters, &c);
+                if (r != 0)
+                        return r;
+        }
 
         for (size_t i = 0; i < n; i++) {
                 StoreHit *h = hits + i;
@@ -583,7 +587,8 @@ static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_
                 h->reset_left = seconds_left(expiry, now_usec);
         }
 
-        mdb_cursor_close(c);
+        if (c != s->wcur)
+                mdb_cursor_close(c);
         return r == MDB_NOTFOUND ? 0 : r;
 }
 
@@ -613,7 +618,15 @@ static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_use
                         r = store_begin(s, &s->wtxn);
                         if (r < 0) {
                                 s->wtxn = NULL;
+                                s->wcur = NULL;
                                 return -r;
+                        }
+                        r = mdb_cursor_open(s->wtxn, s->dbi_counters, &s->wcur);
+                        if (r != 0) {
+                                mdb_txn_abort(s->wtxn);
+                                s->wtxn = NULL;
+                                s->wcur = NULL;
+                                return r;
                         }
                 }
                 r = apply_batch(s, s->wtxn, hits, n, now_usec, journal);
@@ -628,6 +641,7 @@ static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_use
                 /* The batch failed: forget its records, rebuild the batches before it. */
                 mdb_txn_abort(s->wtxn);
                 s->wtxn = NULL;
+                s->wcur = NULL;
                 s->wtxn_hits = 0;
                 s->jpos = batch_start;
                 journal_mark_end(s, batch_start);
