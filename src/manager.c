@@ -16,6 +16,7 @@
 #include "diag.h"
 #include "log.h"
 #include "manager.h"
+#include "store-verify.h"
 
 struct Manager {
         ManagerSettings settings;
@@ -332,7 +333,11 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         }
         log_info("Loaded %s: %s", settings->config_path, config_summary(m->rules, summary, sizeof summary));
 
-        r = store_open(&m->settings.store, &m->store, errbuf, sizeof errbuf);
+        /* LMDB keeps no checksums: read the whole database in a child first, so that a damaged
+         * one is refused here rather than crashing us now or at some later HIT. */
+        r = store_verify(m->settings.store.path, errbuf, sizeof errbuf);
+        if (r >= 0)
+                r = store_open(&m->settings.store, &m->store, errbuf, sizeof errbuf);
         if (r < 0) {
                 log_error_errno(r, "Failed to open store '%s': %s", m->settings.store.path,
                                 errbuf[0] ? errbuf : strerror(-r));
