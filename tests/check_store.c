@@ -52,21 +52,34 @@ static char *db_path(char *buf, size_t size, const char *file) {
         return buf;
 }
 
-static Store *open_store_opts(uint64_t map_size, uint64_t map_size_max, StoreSync sync) {
-        char path[128], err[ERRBUF] = "";
+static int open_store_full(uint64_t map_size, uint64_t map_size_max, StoreSync sync, bool write_back,
+                           Store **ret, char *err, size_t err_size) {
+        char path[128];
         StoreOptions o = {
                 .path = db_path(path, sizeof path, NULL),
                 .map_size = map_size,
                 .map_size_max = map_size_max,
                 .sync = sync,
+                .write_back = write_back,
         };
+
+        *ret = NULL;
+        return store_open(&o, ret, err, err_size);
+}
+
+static Store *open_store_wb(uint64_t map_size, uint64_t map_size_max, StoreSync sync, bool write_back) {
+        char err[ERRBUF] = "";
         Store *s = NULL;
         int r;
 
-        r = store_open(&o, &s, err, sizeof err);
+        r = open_store_full(map_size, map_size_max, sync, write_back, &s, err, sizeof err);
         ck_assert_msg(r == 0, "store_open: %d %s", r, err);
         ck_assert_ptr_nonnull(s);
         return s;
+}
+
+static Store *open_store_opts(uint64_t map_size, uint64_t map_size_max, StoreSync sync) {
+        return open_store_wb(map_size, map_size_max, sync, false);
 }
 
 static Store *open_store(void) {
@@ -647,14 +660,24 @@ static unsigned crash_counter(unsigned batch, unsigned i) {
         return (batch * 7 + i * 5) % CRASH_COUNTERS;
 }
 
-static void crash_child(int fd) {
-        char path[128], err[ERRBUF];
+/* The child's store: write-through; write-back never committing on its own (fewer hits than
+ * a transaction holds: everything is in the journal); write-back committing every 100
+ * batches as the sync timer would. */
+typedef enum CrashMode {
+        CRASH_WRITE_THROUGH,
+        CRASH_WRITE_BACK,
+        CRASH_WRITE_BACK_SYNCING,
+        _CRASH_MODE_MAX
+} CrashMode;
+
+static void crash_child(int fd, CrashMode mode) {
+        char err[ERRBUF];
         char keys[CRASH_COUNTERS][8];
-        StoreOptions o = { .path = db_path(path, sizeof path, NULL), .sync = STORE_SYNC_NONE };
         StoreHit b[CRASH_BATCH];
         Store *s = NULL;
 
-        if (store_open(&o, &s, err, sizeof err) < 0)
+        if (open_store_full(0, 0, mode == CRASH_WRITE_THROUGH ? STORE_SYNC_NONE : STORE_SYNC_PERIODIC,
+                            mode != CRASH_WRITE_THROUGH, &s, err, sizeof err) < 0)
                 _exit(2);
         for (unsigned c = 0; c < CRASH_COUNTERS; c++)
                 snprintf(keys[c], sizeof keys[c], "c%u", c);
@@ -665,6 +688,8 @@ static void crash_child(int fd) {
                 }
                 if (store_apply(s, b, CRASH_BATCH, T0 + batch) < 0)
                         _exit(3);
+                if (mode == CRASH_WRITE_BACK_SYNCING && batch % 100 == 99 && store_sync(s) < 0)
+                        _exit(5);
                 if (write(fd, &batch, sizeof batch) != sizeof batch)
                         _exit(4);
         }
@@ -672,8 +697,12 @@ static void crash_child(int fd) {
         _exit(0);
 }
 
+/* _i: kill_after[_i % 4] in mode _i / 4; write-back stores are reopened alternately with
+ * and without write-back (either way the journal is replayed; without, it is removed). */
 START_TEST (test_crash) {
         static const unsigned kill_after[] = { 1, 13, 97, 400 };
+        CrashMode mode = (CrashMode) (_i / 4);
+        bool reopen_wb = mode != CRASH_WRITE_THROUGH && _i % 2 == 0;
         unsigned acked = 0, hits[CRASH_COUNTERS] = { 0 }, extra[CRASH_COUNTERS] = { 0 };
         int fds[2], status;
         uint32_t batch;
@@ -685,7 +714,7 @@ START_TEST (test_crash) {
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
                 close(fds[0]);
-                crash_child(fds[1]);
+                crash_child(fds[1], mode);
         }
         close(fds[1]);
 
@@ -697,13 +726,13 @@ START_TEST (test_crash) {
                 ck_assert_int_eq(l, sizeof batch);
                 ck_assert_uint_eq(batch, acked);
                 acked++;
-                if (acked == kill_after[_i])
+                if (acked == kill_after[_i % 4])
                         ck_assert_int_eq(kill(pid, SIGKILL), 0);
         }
         close(fds[0]);
         ck_assert_int_eq(waitpid(pid, &status, 0), pid);
         ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child status %d", status);
-        ck_assert_uint_ge(acked, kill_after[_i]);
+        ck_assert_uint_ge(acked, kill_after[_i % 4]);
         ck_assert_uint_lt(acked, CRASH_BATCHES);
 
         for (unsigned b = 0; b < acked; b++)
@@ -713,7 +742,7 @@ START_TEST (test_crash) {
         for (unsigned i = 0; i < CRASH_BATCH; i++)
                 extra[crash_counter(acked, i)]++;
 
-        s = open_store();
+        s = open_store_wb(0, 0, STORE_SYNC_PERIODIC, reopen_wb);
         for (unsigned c = 0; c < CRASH_COUNTERS; c++) {
                 char key[8];
                 StoreHit h;
@@ -728,6 +757,194 @@ START_TEST (test_crash) {
                               "counter %u has phantom hits: credit %llu, %u acked", c,
                               (unsigned long long) h.credit, hits[c]);
         }
+        store_close(s);
+        if (mode != CRASH_WRITE_THROUGH && !reopen_wb) {
+                char path[128];
+                ck_assert_int_eq(access(db_path(path, sizeof path, STORE_JOURNAL_NAME), F_OK), -1);
+        }
+}
+END_TEST
+
+/* ---- write-back (StoreOptions.write_back) ---- */
+
+START_TEST (test_write_back_commit_points) {
+        Store *s = open_store_wb(0, 0, STORE_SYNC_PERIODIC, true);
+        char path[128];
+        struct stat st;
+        StoreStats before, after;
+        size_t deleted;
+
+        /* the journal is preallocated beside data.mdb */
+        ck_assert_int_eq(stat(db_path(path, sizeof path, STORE_JOURNAL_NAME), &st), 0);
+        ck_assert_int_ge(st.st_size, 1024 * 1024);
+
+        ck_assert_int_eq(store_get_stats(s, &before), 0);
+        expect_hit(s, RULE_A, "a", 1, 10, 60, T0, true, 9, 60);
+        expect_hit(s, RULE_A, "a", 1, 10, 60, T0, true, 8, 60);
+        expect_hit(s, RULE_A, "b", 1, 10, 60, T0, true, 9, 60);
+        /* applied and visible to the stats, not committed yet */
+        ck_assert_int_eq(store_get_stats(s, &after), 0);
+        ck_assert_uint_eq(after.counters, 2);
+        ck_assert_uint_eq(after.commits, before.commits);
+
+        ck_assert_int_eq(store_sync(s), 0);
+        ck_assert_int_eq(store_sync(s), 0); /* nothing new: no commit, no fsync */
+        ck_assert_int_eq(store_get_stats(s, &after), 0);
+        ck_assert_uint_eq(after.commits, before.commits + 1);
+        ck_assert_uint_eq(after.syncs, before.syncs + 1);
+
+        /* a full transaction is committed without waiting for the timer */
+        hit_many(s, "many-", 0, STORE_WRITE_BACK_HITS_MAX + 1000, 60, T0, 0);
+        ck_assert_int_eq(store_get_stats(s, &after), 0);
+        ck_assert_uint_ge(after.commits, before.commits + 2);
+        ck_assert_uint_eq(after.counters, 2 + STORE_WRITE_BACK_HITS_MAX + 1000);
+
+        /* a sweep commits first (one writer at a time) and sees everything */
+        ck_assert_int_eq(store_sweep(s, T0 + 61 * SEC, 100000, &deleted), 0);
+        ck_assert_uint_eq(deleted, 2 + STORE_WRITE_BACK_HITS_MAX + 1000);
+        ck_assert_uint_eq(stat_counters(s), 0);
+
+        expect_hit(s, RULE_A, "a", 1, 10, 60, T0 + 61 * SEC, true, 9, 60); /* a new window */
+        store_close(s);
+        s = open_store_wb(0, 0, STORE_SYNC_NONE, true);
+        expect_hit(s, RULE_A, "a", 1, 10, 60, T0 + 62 * SEC, true, 8, 59); /* close committed */
+        store_close(s);
+}
+END_TEST
+
+START_TEST (test_write_back_oversized_batch) {
+        static char keys[STORE_WRITE_BACK_HITS_MAX + 1][16];
+        static StoreHit b[STORE_WRITE_BACK_HITS_MAX + 1];
+        Store *s = open_store_wb(0, 64 << 20, STORE_SYNC_NONE, true);
+        StoreStats st;
+        uint64_t commits;
+
+        ck_assert_int_eq(store_get_stats(s, &st), 0);
+        commits = st.commits;
+        for (unsigned i = 0; i <= STORE_WRITE_BACK_HITS_MAX; i++) {
+                snprintf(keys[i], sizeof keys[i], "big-%u", i);
+                b[i] = mkhit(RULE_A, keys[i], strlen(keys[i]), 3, 60);
+        }
+        ck_assert_int_eq(store_apply(s, b, STORE_WRITE_BACK_HITS_MAX + 1, T0), 0);
+        for (unsigned i = 0; i <= STORE_WRITE_BACK_HITS_MAX; i++)
+                ck_assert(b[i].error == 0 && b[i].allowed && b[i].credit == 2);
+        /* too big for the journal, so committed at once */
+        ck_assert_int_eq(store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.commits, commits + 1);
+        expect_hit(s, RULE_A, "big-0", 5, 3, 60, T0, true, 1, 60);
+        store_close(s);
+}
+END_TEST
+
+START_TEST (test_write_back_map_growth) {
+        Store *s = open_store_wb(64 * 1024, 64 << 20, STORE_SYNC_NONE, true);
+        StoreStats st;
+
+        /* each growth rebuilds the transaction from the journal: still exactly once */
+        hit_many(s, "grow-", 0, 20000, 60, T0, 0);
+        ck_assert_int_eq(store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.counters, 20000);
+        ck_assert_uint_gt(st.map_grows, 0);
+        expect_hit(s, RULE_A, "grow-0", 6, 5, 60, T0, true, 3, 60);
+        expect_hit(s, RULE_A, "grow-19999", 10, 5, 60, T0, true, 3, 60);
+        store_close(s);
+}
+END_TEST
+
+START_TEST (test_write_back_map_full) {
+        Store *s = open_store_wb(128 * 1024, 512 * 1024, STORE_SYNC_NONE, true);
+        static char keys[100][32];
+        unsigned i;
+        int r = 0;
+
+        /* the failing batch is refused whole, the ones before it are kept */
+        for (i = 0; i < 1000; i++) {
+                StoreHit b[100];
+
+                for (unsigned j = 0; j < 100; j++) {
+                        snprintf(keys[j], sizeof keys[j], "full-%u-%u", i, j);
+                        b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
+                }
+                r = store_apply(s, b, 100, T0);
+                if (r < 0) {
+                        for (unsigned j = 0; j < 100; j++)
+                                ck_assert_int_eq(b[j].error, -ENOSPC);
+                        break;
+                }
+        }
+        ck_assert_int_eq(r, -ENOSPC);
+        ck_assert_uint_eq(stat_counters(s), i * 100);
+        expect_hit(s, RULE_A, "full-0-0", 8, 5, 1, T0, true, 3, 1); /* still usable */
+        store_close(s);
+        s = open_store_wb(128 * 1024, 512 * 1024, STORE_SYNC_NONE, true);
+        ck_assert_uint_eq(stat_counters(s), i * 100);
+        expect_hit(s, RULE_A, "full-0-0", 8, 5, 1, T0, true, 2, 1);
+        /* the sweeper frees the room */
+        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), i * 100);
+        expect_hit(s, RULE_A, "after", 5, 5, 1, T0 + SEC, true, 4, 1);
+        store_close(s);
+}
+END_TEST
+
+START_TEST (test_write_back_locked) {
+        Store *s = open_store_wb(0, 0, STORE_SYNC_NONE, true);
+        int status;
+        pid_t pid;
+
+        /* a second process: its open fails instead of waiting for LMDB's writer lock */
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                char err[ERRBUF] = "";
+                Store *t;
+                int r = open_store_full(0, 0, STORE_SYNC_ALWAYS, false, &t, err, sizeof err);
+                _exit(r == -EBUSY && !t && strstr(err, "in use") ? 0 : 1);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "second open was not refused with EBUSY");
+        store_close(s);
+}
+END_TEST
+
+/* A journal torn by an OS crash in the middle of a record is replayed up to the tear. */
+START_TEST (test_write_back_torn_journal) {
+        /* records: key length (2), key (rule id, tag, actor), expiry, credit, generation, check */
+        const off_t record = 2 + RULE_ID_SIZE + 1 + strlen("first") + 8 + 8 + 8 + 4;
+        char path[128], c;
+        int status, fd;
+        pid_t pid;
+        Store *s;
+
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                char err[ERRBUF];
+
+                if (open_store_full(0, 0, STORE_SYNC_NONE, true, &s, err, sizeof err) < 0)
+                        _exit(2);
+                for (unsigned i = 0; i < 3; i++) {
+                        const char *actor = i < 2 ? "first" : "other";
+                        StoreHit h = mkhit(RULE_A, actor, strlen(actor), 10, 60);
+                        if (store_apply(s, &h, 1, T0) < 0)
+                                _exit(3);
+                }
+                raise(SIGKILL);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFSIGNALED(status));
+
+        /* flip a byte inside the third record */
+        fd = open(db_path(path, sizeof path, STORE_JOURNAL_NAME), O_RDWR);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(pread(fd, &c, 1, 2 * record + 10), 1);
+        c ^= 0x55;
+        ck_assert_int_eq(pwrite(fd, &c, 1, 2 * record + 10), 1);
+        close(fd);
+
+        s = open_store_wb(0, 0, STORE_SYNC_NONE, true);
+        expect_hit(s, RULE_A, "first", 5, 10, 60, T0, true, 7, 60); /* both its records replayed */
+        expect_hit(s, RULE_A, "other", 5, 10, 60, T0, true, 9, 60); /* its torn one not */
         store_close(s);
 }
 END_TEST
@@ -786,7 +1003,13 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_map_full);
         tcase_add_test(tc, test_sweep_chunks);
         tcase_add_test(tc, test_churn_file_stops_growing);
-        tcase_add_loop_test(tc, test_crash, 0, 4);
+        tcase_add_loop_test(tc, test_crash, 0, 4 * _CRASH_MODE_MAX);
+        tcase_add_test(tc, test_write_back_commit_points);
+        tcase_add_test(tc, test_write_back_oversized_batch);
+        tcase_add_test(tc, test_write_back_map_growth);
+        tcase_add_test(tc, test_write_back_map_full);
+        tcase_add_test(tc, test_write_back_locked);
+        tcase_add_test(tc, test_write_back_torn_journal);
         tcase_add_test(tc, test_open_errors);
         tcase_add_test(tc, test_dir_created);
         suite_add_tcase(su, tc);
