@@ -111,11 +111,8 @@ start_redis() {
 start_divvyd() {
 	divvyd_port=$(free_port)
 	divvyd_sock=$tmp/divvyd.sock
-	# divvyd refuses to run as root unless told.
-	allow_root=
-	[ "$(id -u)" -eq 0 ] && allow_root=--allow-root
 	"$divvyd" $allow_root -l "tcp:127.0.0.1:$divvyd_port" -l "unix:$divvyd_sock" -d "$1" --sync="$sync" \
-		--map-size=1G $allow_root "$rules" 2>"$tmp/divvyd.log" &
+		--map-size=1G "$rules" 2>"$tmp/divvyd.log" &
 	divvyd_pid=$!
 	wait_for divvyd "unix:$divvyd_sock"
 }
