@@ -493,7 +493,9 @@ static int journal_recover(Store *s, size_t len) {
 }
 
 /* Commits the write-back transaction, if one is open, and empties the journal. If the
- * commit fails the transaction is gone: it is rebuilt from the journal. Returns an MDB code. */
+ * commit fails the transaction is gone: what the journal holds is rebuilt (or, if that
+ * fails too, left to the next store_apply() or store_open()), and the commit's error is
+ * returned all the same. Returns an MDB code. */
 static int write_back_commit(Store *s) {
         int r;
 
@@ -503,8 +505,10 @@ static int write_back_commit(Store *s) {
         s->wtxn = NULL;
         s->wcur = NULL;
         s->wtxn_hits = 0;
-        if (r != 0)
-                return journal_recover(s, s->jpos);
+        if (r != 0) {
+                (void) journal_recover(s, s->jpos);
+                return r;
+        }
         journal_reset(s);
         return 0;
 }
@@ -603,6 +607,14 @@ static bool hit_valid(const StoreHit *h) {
 static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
         bool journal = n <= STORE_WRITE_BACK_HITS_MAX; /* else: too big for the journal */
         int r = 0;
+
+        if (!s->wtxn && s->jpos > 0) {
+                /* answered batches that are in no transaction (a rebuild failed, the map is
+                 * full): nothing new is taken before they are committed */
+                r = journal_recover(s, s->jpos);
+                if (r != 0)
+                        return r;
+        }
 
         if (s->wtxn_hits + n > STORE_WRITE_BACK_HITS_MAX) {
                 r = write_back_commit(s);
