@@ -797,9 +797,29 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                 return -EINVAL;
         if (max_delete == 0)
                 max_delete = STORE_SWEEP_CHUNK_DEFAULT;
-        r = errno_from_mdb(write_back_commit(s)); /* one writer at a time */
-        if (r < 0)
-                return r;
+
+        if (s->wtxn) {
+                /* Write-back: sweep inside the open transaction (one writer at a time), rather
+                 * than commit it early. Deletions need no journal: an expired counter is absent
+                 * whether or not it was deleted, and one that a replay brings back is expired. */
+                r = sweep_txn(s, s->wtxn, now_usec, max_delete, &deleted, &more);
+                if (r == 0) {
+                        s->swept_total += deleted;
+                        if (ret_deleted)
+                                *ret_deleted = deleted;
+                        return more ? 1 : 0;
+                }
+                /* the transaction is broken (a full map): rebuild it, then sweep on our own */
+                mdb_txn_abort(s->wtxn);
+                s->wtxn = NULL;
+                s->wcur = NULL;
+                s->wtxn_hits = 0;
+                r = journal_recover(s, s->jpos);
+                if (r != 0)
+                        return errno_from_mdb(r);
+                deleted = 0;
+                more = false;
+        }
 
         for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
                 MDB_txn *txn;

@@ -799,9 +799,14 @@ START_TEST (test_write_back_commit_points) {
         ck_assert_uint_ge(after.commits, before.commits + 2);
         ck_assert_uint_eq(after.counters, 2 + STORE_WRITE_BACK_HITS_MAX + 1000);
 
-        /* a sweep commits first (one writer at a time) and sees everything */
+        /* a sweep runs inside the open transaction: it sees everything, commits nothing */
+        ck_assert_int_eq(store_get_stats(s, &before), 0);
         ck_assert_int_eq(store_sweep(s, T0 + 61 * SEC, 100000, &deleted), 0);
         ck_assert_uint_eq(deleted, 2 + STORE_WRITE_BACK_HITS_MAX + 1000);
+        ck_assert_int_eq(store_get_stats(s, &after), 0);
+        ck_assert_uint_eq(after.counters, 0);
+        ck_assert_uint_eq(after.commits, before.commits);
+        ck_assert_int_eq(store_sync(s), 0);
         ck_assert_uint_eq(stat_counters(s), 0);
 
         expect_hit(s, RULE_A, "a", 1, 10, 60, T0 + 61 * SEC, true, 9, 60); /* a new window */
