@@ -18,12 +18,18 @@ parse_build_args() {
         mkdir -p "$outdir"
 }
 
-# make_dist: configure $srcdir in $work/dist and make the tarball there; sets $tarball.
+# make_dist: make the tarball from $srcdir into $work/dist; sets $tarball. A tree configured in
+# place (the quick start and CI build there) makes it itself: automake refuses a second,
+# out-of-tree configuration beside an in-place one.
 make_dist() {
         echo "$(basename "$0"): make dist"
         [ -x "$srcdir/configure" ] || (cd "$srcdir" && autoreconf -fi >/dev/null)
         mkdir "$work/dist"
-        (cd "$work/dist" && "$srcdir/configure" -q && make -s dist) >"$work/dist.log" 2>&1 || {
+        if [ -e "$srcdir/config.status" ]; then
+                (cd "$srcdir" && rm -f divvyd-*.tar.gz && make -s dist && mv divvyd-*.tar.gz "$work/dist/")
+        else
+                (cd "$work/dist" && "$srcdir/configure" -q && make -s dist)
+        fi >"$work/dist.log" 2>&1 || {
                 cat "$work/dist.log" >&2
                 echo "$(basename "$0"): make dist failed" >&2
                 exit 1
