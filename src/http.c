@@ -71,7 +71,8 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *connection
         return respond_static(connection, MHD_HTTP_NOT_FOUND, "not found\n");
 }
 
-static void http_logger(void *cls, const char *format, va_list ap) {
+/* libmicrohttpd hands us its own printf-style format strings. */
+__attribute__((format(printf, 2, 0))) static void http_logger(void *cls, const char *format, va_list ap) {
         char buf[512];
         vsnprintf(buf, sizeof buf, format, ap);
         buf[strcspn(buf, "\n")] = '\0';
