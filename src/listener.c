@@ -73,7 +73,7 @@ int listen_address_parse(const char *s, ListenAddress *ret) {
                 if (!close || close[1] != ':')
                         return -EINVAL;
                 host_len = (size_t) (close - s - 1);
-                if (host_len == 0 || !memchr(s + 1, ':', host_len))
+                if (host_len == 0 || host_len >= sizeof a.host || !memchr(s + 1, ':', host_len))
                         return -EINVAL; /* brackets are for IPv6 literals only */
                 memcpy(a.host, s + 1, host_len);
                 colon = close + 1;
@@ -82,12 +82,10 @@ int listen_address_parse(const char *s, ListenAddress *ret) {
                 if (!colon)
                         return -EINVAL;
                 host_len = (size_t) (colon - s);
-                if (host_len == 0 || memchr(s, ':', host_len))
+                if (host_len == 0 || host_len >= sizeof a.host || memchr(s, ':', host_len))
                         return -EINVAL; /* bare IPv6 literals need brackets */
                 memcpy(a.host, s, host_len);
         }
-        if (host_len >= sizeof a.host)
-                return -EINVAL;
         a.host[host_len] = '\0';
 
         if (parse_port(colon + 1, &a.port) < 0)

@@ -88,6 +88,26 @@ START_TEST (test_address_unix_path_length) {
 }
 END_TEST
 
+START_TEST (test_address_host_length) {
+        char s[LISTEN_ADDRESS_MAX];
+        ListenAddress a;
+
+        /* The host is checked against host[] before it is copied there. */
+        for (unsigned bracket = 0; bracket < 2; bracket++)
+                for (size_t n = sizeof a.host - 8; n < sizeof a.host + 200; n++) {
+                        size_t k = 0;
+
+                        k += (size_t) snprintf(s + k, sizeof s - k, "tcp:%s", bracket ? "[:" : "");
+                        memset(s + k, 'h', n - bracket);
+                        k += n - bracket;
+                        snprintf(s + k, sizeof s - k, "%s:80", bracket ? "]" : "");
+                        ck_assert_int_eq(listen_address_parse(s, &a), n < sizeof a.host ? 0 : -EINVAL);
+                        if (n < sizeof a.host)
+                                ck_assert_uint_eq(strlen(a.host), n);
+                }
+}
+END_TEST
+
 /* ---- the server over a socketpair ---- */
 
 static const char RULES[] = "[a=1]\n"
@@ -323,6 +343,7 @@ int main(void) {
         tc = tcase_create("address");
         tcase_add_loop_test(tc, test_address_parse, 0, sizeof addresses / sizeof addresses[0]);
         tcase_add_test(tc, test_address_unix_path_length);
+        tcase_add_test(tc, test_address_host_length);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("server");
