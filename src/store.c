@@ -67,11 +67,13 @@
  * bytes allocated once and mapped shared: as a batch is applied, the new value of
  * every counter it changes is copied into the mapping, before store_apply() returns.
  * Memory of a shared file mapping belongs to the kernel's page cache, so a crash of
- * the process loses none of it; the journal is never msync'ed, the sync modes keep
- * their meaning for crashes of the OS. Each record carries the journal's generation
- * and a checksum; a commit starts a new generation at offset 0 (and marks the end
- * there), so replay reads records from offset 0 while they are whole, valid and of
- * the first record's generation. Replay (idempotent: records hold values, not
+ * the process loses none of it; the records are never msync'ed, the sync modes keep
+ * their meaning for crashes of the OS (only the first page, with the end mark a commit
+ * left there, is msync'ed after each fsync of the database, so that an OS crash cannot
+ * bring back a generation older than the database on disk). Each record carries the
+ * journal's generation and a checksum; a commit starts a new generation at offset 0
+ * (and marks the end there), so replay reads records from offset 0 while they are
+ * whole, valid and of the first record's generation. Replay (idempotent: records hold values, not
  * increments, in order) happens in store_open(), and in the store itself when the
  * open transaction is lost (map full, or a failed commit). The journal file is locked
  * (flock): a second process cannot open the same store in write-back mode (it would
@@ -397,6 +399,16 @@ static int journal_add(Store *s, const uint8_t *key, size_t klen, uint64_t expir
 static void journal_mark_end(Store *s, size_t pos) {
         if (s->jmap_len - pos >= 2)
                 s->jmap[pos] = s->jmap[pos + 1] = 0;
+}
+
+/* Writes the journal's first page (its end mark after a commit) to disk. Called after every
+ * fsync of the database: else the file on disk could still hold a generation the kernel wrote
+ * back long before (tens of seconds), whose replay after an OS crash would set its counters
+ * back to those older values. Returns 0 or -errno. */
+static int journal_sync_head(Store *s) {
+        if (!s->jmap)
+                return 0;
+        return msync(s->jmap, 2, MS_SYNC) < 0 ? -errno : 0;
 }
 
 /* Starts a new, empty generation after a commit made everything in the journal redundant. */
@@ -730,7 +742,7 @@ int store_sync(Store *s) {
                 return errno_from_mdb(r);
         s->dirty = false;
         s->syncs++;
-        return 0;
+        return journal_sync_head(s);
 }
 
 /* One sweep attempt: deletes up to max expired counters. Returns an MDB code. */
@@ -924,8 +936,8 @@ Store *store_close(Store *s) {
         if (s->env) {
                 /* If this commit fails, the journal stays for the next open to replay. */
                 (void) write_back_commit(s);
-                if (s->opts.sync != STORE_SYNC_NONE)
-                        (void) mdb_env_sync(s->env, 1);
+                if (s->opts.sync != STORE_SYNC_NONE && mdb_env_sync(s->env, 1) == 0)
+                        (void) journal_sync_head(s);
                 mdb_env_close(s->env);
         }
         if (s->jmap)
@@ -1162,7 +1174,8 @@ static int journal_open(Store *s, char *errbuf, size_t errbuf_size) {
         s->jgen = (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
 
         r = journal_recover(s, s->jmap_len);
-        if (r == 0 && s->opts.sync != STORE_SYNC_NONE && mdb_env_sync(s->env, 1) != 0)
+        if (r == 0 && s->opts.sync != STORE_SYNC_NONE &&
+            (mdb_env_sync(s->env, 1) != 0 || journal_sync_head(s) < 0))
                 r = EIO;
         if (r != 0) {
                 r = errno_from_mdb(r);

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -373,6 +375,54 @@ START_TEST (test_periodic_sync_counts) {
         ck_assert_int_eq(store_sync(s), 0);
         ck_assert_int_eq(store_get_stats(s, &st), 0);
         ck_assert_uint_eq(st.syncs, 0);
+        store_close(s);
+}
+END_TEST
+
+/* Kilobytes of our mapping of the journal not yet written to disk (from /proc/self/smaps). */
+static unsigned long journal_dirty_kb(void) {
+        char path[128], line[512];
+        unsigned long total = 0, kb;
+        bool in = false, found = false;
+        FILE *f;
+
+        db_path(path, sizeof path, STORE_JOURNAL_NAME);
+        f = fopen("/proc/self/smaps", "re");
+        ck_assert_ptr_nonnull(f);
+        while (fgets(line, sizeof line, f)) {
+                unsigned long from, to;
+
+                if (sscanf(line, "%lx-%lx ", &from, &to) == 2) { /* a mapping's first line */
+                        in = strstr(line, path) != NULL;
+                        found = found || in;
+                        continue;
+                }
+                if (in && (sscanf(line, "Shared_Dirty: %lu kB", &kb) == 1 ||
+                           sscanf(line, "Private_Dirty: %lu kB", &kb) == 1))
+                        total += kb;
+        }
+        fclose(f);
+        ck_assert_msg(found, "journal mapping not found");
+        return total;
+}
+
+/* After the periodic fsync the journal's end mark is on disk too: else an OS crash could
+ * replay a generation the kernel wrote back long before over the newer database. */
+START_TEST (test_periodic_sync_journal_head) {
+        Store *s = open_store_wb(0, 0, STORE_SYNC_PERIODIC, true);
+        struct statfs fs;
+
+        ck_assert_int_eq(statfs(tmpdir, &fs), 0);
+        if (fs.f_type == TMPFS_MAGIC) {
+                fprintf(stderr, "SKIP test_periodic_sync_journal_head: %s is on tmpfs\n", tmpdir);
+                store_close(s);
+                return;
+        }
+        expect_hit(s, RULE_A, "a", 1, 10, 60, T0, true, 9, 60);
+        expect_hit(s, RULE_A, "a", 1, 10, 60, T0, true, 8, 60);
+        ck_assert_uint_gt(journal_dirty_kb(), 0); /* the records, in the page cache only */
+        ck_assert_int_eq(store_sync(s), 0);
+        ck_assert_uint_eq(journal_dirty_kb(), 0); /* the end mark that replaced them: on disk */
         store_close(s);
 }
 END_TEST
@@ -1000,6 +1050,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_distinct_counters);
         tcase_add_test(tc, test_reopen);
         tcase_add_test(tc, test_periodic_sync_counts);
+        tcase_add_test(tc, test_periodic_sync_journal_head);
         tcase_add_test(tc, test_incompatible_version);
         tcase_add_test(tc, test_foreign_lmdb);
         tcase_add_loop_test(tc, test_corrupt_random, 0, 2);
