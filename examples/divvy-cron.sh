@@ -9,8 +9,9 @@
 #   resetSeconds = 31536000
 #   actorField = user
 #
-# Input: one "USER EMAIL" per line on stdin (the users due today). crontab:
-#   0 9 * * *  list-birthdays | /usr/share/doc/divvyd/examples/divvy-cron.sh
+# Input: one "USER EMAIL" per line on stdin (the users due today). crontab, with this script
+# copied to /usr/local/bin (the packages do not install it):
+#   0 9 * * *  list-birthdays | /usr/local/bin/divvy-cron.sh
 set -u
 
 # divvy's exit status: 0 allowed, 1 denied, 2 error (the daemon is down, a bad value, ...).
