@@ -4,7 +4,7 @@
 # the same connections, pipelining and key count, in the same run.
 #
 #   bench/run-bench.sh [--runs N] [--duration SEC] [--sync MODE] [--10m] [--only-10m]
-#                      [--divvyd PATH] [--benchmark PATH] [--rules FILE] [--keep]
+#                      [--big-actors N] [--divvyd PATH] [--benchmark PATH] [--rules FILE] [--keep]
 #
 # Starts redis-server (persistence off) and divvyd (temporary database, --sync MODE,
 # default periodic) on free loopback ports and a Unix socket in a temporary directory,
@@ -44,7 +44,7 @@ while [ $# -gt 0 ]; do
 	--rules) rules=$2; shift ;;
 	--keep) keep=yes ;;
 	-h | --help)
-		sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		sed -n '3,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0 ;;
 	*) echo "run-bench.sh: unknown option $1" >&2; exit 2 ;;
 	esac
