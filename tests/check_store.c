@@ -420,7 +420,8 @@ START_TEST (test_periodic_sync_journal_head) {
         }
         expect_hit(s, RULE_A, "a", 1, 10, 60, T0, true, 9, 60);
         expect_hit(s, RULE_A, "a", 1, 10, 60, T0, true, 8, 60);
-        ck_assert_uint_gt(journal_dirty_kb(), 0); /* the records, in the page cache only */
+        /* the records are in the page cache only (not asserted: the kernel may write them
+         * back at any time) */
         ck_assert_int_eq(store_sync(s), 0);
         ck_assert_uint_eq(journal_dirty_kb(), 0); /* the end mark that replaced them: on disk */
         store_close(s);
