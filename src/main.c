@@ -36,7 +36,7 @@ static void help(void) {
                "      --unix-mode=MODE     Octal mode of Unix sockets we create (default 0%o)\n"
                "  -d, --db=DIR             LMDB directory (default $STATE_DIRECTORY, else %s)\n"
                "      --map-size=BYTES     Initial LMDB map size, suffixes K M G (default 64M)\n"
-               "      --map-size-max=BYTES Map growth cap (default 16G)\n"
+               "      --map-size-max=BYTES Map growth cap (default 16G; hits may use 7/8 of it)\n"
                "      --sync=MODE          none, periodic or always (default periodic)\n"
                "      --sync-interval=MS   Periodic mode: fsync at most this often (default 100)\n"
                "      --max-connections=N  Refuse clients beyond N (default %d)\n"

@@ -283,21 +283,45 @@ const StoreOptions *store_options(const Store *s) {
         return s ? &s->opts : NULL;
 }
 
-/* Grows the map after MDB_MAP_FULL (no transaction may be open). Returns 0 if it
- * grew, -ENOSPC if already at the maximum, or -errno. */
-static int store_grow(Store *s) {
+/* How far new hits may grow the map: all but the last eighth of map_size_max. The rest
+ * is kept for what must not fail for lack of room once hits were answered: rebuilding
+ * the write-back transaction from the journal (at open too) and sweeping, which needs
+ * fresh pages even to delete (copy-on-write). Without it a map full at its maximum
+ * could refuse its own journal and never be swept. */
+static uint64_t store_hits_map_max(const Store *s) {
+        uint64_t cap = s->opts.map_size_max - s->opts.map_size_max / 8;
+        return cap < s->opts.map_size ? s->opts.map_size : cap;
+}
+
+/* Grows the map after MDB_MAP_FULL (no transaction may be open), up to
+ * store_hits_map_max() for new hits, or up to map_size_max for a recovery (journal
+ * rebuild, sweep). Returns 0 if it grew, -ENOSPC if already at that limit, or -errno. */
+static int store_grow(Store *s, bool recovery) {
+        uint64_t max = recovery ? s->opts.map_size_max : store_hits_map_max(s);
         uint64_t n;
         int r;
 
-        if (s->map_size >= s->opts.map_size_max)
+        if (s->map_size >= max)
                 return -ENOSPC;
-        n = s->map_size > s->opts.map_size_max / 2 ? s->opts.map_size_max : s->map_size * 2;
+        n = s->map_size > max / 2 ? max : s->map_size * 2;
         r = mdb_env_set_mapsize(s->env, (size_t) n);
         if (r != 0)
                 return errno_from_mdb(r);
         s->map_size = n;
         s->map_grows++;
         return 0;
+}
+
+/* After a recovery grew the map into the reserve, hands new hits the smaller map again
+ * (LMDB keeps at least what is in use). No transaction may be open. */
+static void store_unreserve(Store *s) {
+        uint64_t max = store_hits_map_max(s);
+        MDB_envinfo info;
+
+        if (s->map_size <= max || mdb_env_set_mapsize(s->env, (size_t) max) != 0)
+                return;
+        if (mdb_env_info(s->env, &info) == 0)
+                s->map_size = info.me_mapsize;
 }
 
 static void store_refresh_map_size(Store *s) {
@@ -496,11 +520,12 @@ static int journal_recover(Store *s, size_t len) {
                         mdb_txn_abort(txn);
                 else
                         r = store_commit(s, txn);
-                if (r != MDB_MAP_FULL || store_grow(s) < 0)
+                if (r != MDB_MAP_FULL || store_grow(s, true) < 0)
                         break;
         }
         if (r == 0)
                 journal_reset(s);
+        store_unreserve(s);
         return r;
 }
 
@@ -670,7 +695,7 @@ static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_use
                 s->jpos = batch_start;
                 journal_mark_end(s, batch_start);
                 if (r == MDB_MAP_FULL)
-                        grown = store_grow(s) >= 0;
+                        grown = store_grow(s, false) >= 0;
                 k = journal_recover(s, batch_start);
                 if (k != 0)
                         return k;
@@ -710,7 +735,7 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
                         mdb_txn_abort(txn);
                 else
                         r = store_commit(s, txn); /* frees txn, also on failure */
-                if (r != MDB_MAP_FULL || store_grow(s) < 0)
+                if (r != MDB_MAP_FULL || store_grow(s, false) < 0)
                         break;
                 /* the map grew: redo the whole batch */
         }
@@ -848,12 +873,13 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                         break;
                 /* Even deleting needs fresh pages (copy-on-write). Grow if we may,
                  * else delete less at a time so a full map can still be swept. */
-                if (store_grow(s) < 0) {
+                if (store_grow(s, true) < 0) {
                         if (max_delete == 1)
                                 break;
                         max_delete /= 2;
                 }
         }
+        store_unreserve(s);
         r = errno_from_mdb(r);
         if (r < 0)
                 return r;
