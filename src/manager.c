@@ -334,7 +334,11 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         log_info("Loaded %s: %s", settings->config_path, config_summary(m->rules, summary, sizeof summary));
 
         /* LMDB keeps no checksums: read the whole database in a child first, so that a damaged
-         * one is refused here rather than crashing us now or at some later HIT. */
+         * one is refused here rather than crashing us now or at some later HIT. That read
+         * can outlast systemd's start timeout on a large, uncached database: ask for time. */
+        (void) sd_notifyf(false, "STATUS=Checking the database in %s\nEXTEND_TIMEOUT_USEC=%llu",
+                          m->settings.store.path,
+                          (unsigned long long) (STORE_VERIFY_TIMEOUT_SEC + 30) * 1000000ULL);
         r = store_verify(m->settings.store.path, errbuf, sizeof errbuf);
         if (r >= 0)
                 r = store_open(&m->settings.store, &m->store, errbuf, sizeof errbuf);
