@@ -33,7 +33,9 @@ typedef struct BatchSlot {
         uint32_t first_hit; /* this request's store hits: canaries, then the decider */
         uint32_t n_hits;
         int32_t decider_hit; /* index into hits, or -1 when the decider needs no store */
-        bool is_error;       /* answer with error_code/error_reason */
+        uint32_t first_free; /* this request's canaries that need no counter, in free_canaries */
+        uint32_t n_free;
+        bool is_error; /* answer with error_code/error_reason */
         ProtoErrorCode error_code;
         const char *error_reason; /* static */
 } BatchSlot;
@@ -58,8 +60,11 @@ struct Server {
         bool stopping;
 
         /* Preallocated once: a batch allocates nothing. */
-        BatchSlot *slots;     /* SERVER_BATCH_REQUESTS_MAX */
-        StoreHit *hits;       /* SERVER_BATCH_HITS_MAX */
+        BatchSlot *slots;           /* SERVER_BATCH_REQUESTS_MAX */
+        StoreHit *hits;             /* SERVER_BATCH_HITS_MAX */
+        const Rule **free_canaries; /* SERVER_BATCH_HITS_MAX: canaries without a counter, counted
+                                     * with their request's reply (not if it is an ERR or skipped) */
+        size_t n_free_canaries;
         ProtoRequest request; /* scratch: matching is done before the next line is parsed */
         char store_error_reason[PROTO_REPLY_MAX];
         uint64_t store_error_logged_usec; /* CLOCK_MONOTONIC of the last store error logged */
@@ -403,7 +408,8 @@ static void server_take_requests(Server *s, Connection *c, size_t *n_slots, size
         unsigned taken = 0;
 
         while (taken < SERVER_LINES_PER_CONNECTION && *n_slots < SERVER_BATCH_REQUESTS_MAX &&
-               *n_hits + RULES_MATCH_MAX <= SERVER_BATCH_HITS_MAX) {
+               *n_hits + RULES_MATCH_MAX <= SERVER_BATCH_HITS_MAX &&
+               s->n_free_canaries + RULES_MATCH_MAX <= SERVER_BATCH_HITS_MAX) {
                 const Rule *matched[RULES_MATCH_MAX];
                 ProtoSlice line;
                 size_t consumed = 0, n_matched;
@@ -444,7 +450,11 @@ static void server_take_requests(Server *s, Connection *c, size_t *n_slots, size
                 taken++;
                 slot = &s->slots[(*n_slots)++];
                 *slot = (BatchSlot){
-                        .conn = c, .line = line, .decider_hit = -1, .first_hit = (uint32_t) *n_hits
+                        .conn = c,
+                        .line = line,
+                        .decider_hit = -1,
+                        .first_hit = (uint32_t) *n_hits,
+                        .first_free = (uint32_t) s->n_free_canaries,
                 };
 
                 if (r < 0) {
@@ -468,16 +478,9 @@ static void server_take_requests(Server *s, Connection *c, size_t *n_slots, size
 
                         if (rule->credit_limit == 0 || rule->reset_seconds == 0) {
                                 /* Always-deny / always-allow: no counter. A canary's verdict is
-                                 * known now. */
-                                if (!decider) {
-                                        if (rule->credit_limit == 0) {
-                                                s->counters.hits_canary_rejected++;
-                                                server_metrics_hit(s, rule, METRICS_STATUS_CANARY_REJECTED);
-                                        } else {
-                                                s->counters.hits_canary_accepted++;
-                                                server_metrics_hit(s, rule, METRICS_STATUS_CANARY_ACCEPTED);
-                                        }
-                                }
+                                 * known now, but counted only if the request is answered OK. */
+                                if (!decider)
+                                        s->free_canaries[s->n_free_canaries++] = rule;
                                 continue;
                         }
 
@@ -494,6 +497,7 @@ static void server_take_requests(Server *s, Connection *c, size_t *n_slots, size
                         (*n_hits)++;
                 }
                 slot->n_hits = (uint32_t) (*n_hits - slot->first_hit);
+                slot->n_free = (uint32_t) (s->n_free_canaries - slot->first_free);
                 slot->rule = matched[n_matched - 1];
         }
 }
@@ -508,15 +512,15 @@ static void server_log_hit(const BatchSlot *slot, const char *reply, size_t repl
 }
 
 /* Phase 3 for one slot: formats its reply at the end of its connection's output
- * (room was reserved in phase 1). */
-static void server_format_reply(Server *s, const BatchSlot *slot) {
+ * (room was reserved in phase 1). Returns false if the request is not answered. */
+static bool server_format_reply(Server *s, const BatchSlot *slot) {
         Connection *c = slot->conn;
         char *p = c->out + c->out_len;
         size_t len;
         int error = 0;
 
         if (c->err_sent)
-                return; /* an earlier reply of this batch was an ERR: nothing after it is answered */
+                return false; /* an earlier reply of this batch was an ERR: nothing after it is answered */
 
         if (slot->is_error) {
                 len = proto_format_error(p, slot->error_code, slot->error_reason);
@@ -527,7 +531,7 @@ static void server_format_reply(Server *s, const BatchSlot *slot) {
                 log_debug("Connection %" PRIu64 ": \"%.*s\" -> %.*s", c->id,
                           (int) (slot->line.len > 200 ? 200 : slot->line.len), slot->line.ptr, (int) len - 1,
                           p);
-                return;
+                return true;
         }
 
         for (uint32_t i = slot->first_hit; i < slot->first_hit + slot->n_hits; i++)
@@ -539,9 +543,19 @@ static void server_format_reply(Server *s, const BatchSlot *slot) {
                 server_metrics_error(s, PROTO_ERROR_UNKNOWN);
                 c->closing = c->err_sent = true;
                 c->out_len += len;
-                return;
+                return true;
         }
 
+        for (uint32_t i = slot->first_free; i < slot->first_free + slot->n_free; i++) {
+                const Rule *canary = s->free_canaries[i];
+                if (canary->credit_limit == 0) {
+                        s->counters.hits_canary_rejected++;
+                        server_metrics_hit(s, canary, METRICS_STATUS_CANARY_REJECTED);
+                } else {
+                        s->counters.hits_canary_accepted++;
+                        server_metrics_hit(s, canary, METRICS_STATUS_CANARY_ACCEPTED);
+                }
+        }
         for (uint32_t i = slot->first_hit; i < slot->first_hit + slot->n_hits; i++) {
                 if ((int32_t) i == slot->decider_hit)
                         continue;
@@ -576,6 +590,7 @@ static void server_format_reply(Server *s, const BatchSlot *slot) {
 
         if (s->settings.debug)
                 server_log_hit(slot, p, len);
+        return true;
 }
 
 /* Phase 4 for one connection: drops consumed input, sends the replies with one
@@ -599,14 +614,16 @@ static void server_after_batch(Server *s, Connection *c) {
 }
 
 static void server_run_batch(Server *s) {
-        size_t n_slots = 0, n_hits = 0;
+        size_t n_slots = 0, n_hits = 0, n_answered = 0;
         Connection *c, *last = NULL;
         /* For the metrics: a HIT's duration is its batch's (parse, match, store, format). */
         uint64_t start_usec = s->metrics ? server_now_precise() : 0;
         uint64_t answered = s->counters.hits_accepted + s->counters.hits_rejected;
 
         for (c = s->ready_head; c; c = c->ready_next) {
-                if (n_slots >= SERVER_BATCH_REQUESTS_MAX || n_hits + RULES_MATCH_MAX > SERVER_BATCH_HITS_MAX)
+                if (n_slots >= SERVER_BATCH_REQUESTS_MAX ||
+                    n_hits + RULES_MATCH_MAX > SERVER_BATCH_HITS_MAX ||
+                    s->n_free_canaries + RULES_MATCH_MAX > SERVER_BATCH_HITS_MAX)
                         break;
                 last = c;
                 server_take_requests(s, c, &n_slots, &n_hits);
@@ -633,12 +650,14 @@ static void server_run_batch(Server *s) {
         }
 
         for (size_t i = 0; i < n_slots; i++)
-                server_format_reply(s, &s->slots[i]);
+                if (server_format_reply(s, &s->slots[i]))
+                        n_answered++;
+        s->n_free_canaries = 0;
 
         s->counters.batches++;
-        s->counters.batch_requests += n_slots;
+        s->counters.batch_requests += n_answered;
         if (s->metrics)
-                metrics_observe_batch(s->metrics, n_slots,
+                metrics_observe_batch(s->metrics, n_answered,
                                       s->counters.hits_accepted + s->counters.hits_rejected - answered,
                                       server_now_precise() - start_usec);
 
@@ -727,7 +746,8 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                 s->settings.output_limit = CONNECTION_OUT_INITIAL;
         s->slots = calloc(SERVER_BATCH_REQUESTS_MAX, sizeof *s->slots);
         s->hits = calloc(SERVER_BATCH_HITS_MAX, sizeof *s->hits);
-        if (!s->slots || !s->hits) {
+        s->free_canaries = calloc(SERVER_BATCH_HITS_MAX, sizeof *s->free_canaries);
+        if (!s->slots || !s->hits || !s->free_canaries) {
                 server_free(s);
                 return -ENOMEM;
         }
@@ -768,6 +788,7 @@ Server *server_free(Server *s) {
                 close(s->epfd);
         free(s->slots);
         free(s->hits);
+        free(s->free_canaries);
         sd_event_unref(s->event);
         free(s);
         return NULL;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -127,6 +128,16 @@ static const char RULES[] = "[a=1]\n"
                             "[d=1]\n"
                             "creditLimit = 0\n"
                             "resetSeconds = 60\n"
+                            "\n"
+                            "[e=1]\n"
+                            "creditLimit = 0\n"
+                            "resetSeconds = 60\n"
+                            "matchPolicy = canary\n"
+                            "\n"
+                            "[f=*]\n"
+                            "creditLimit = 5\n"
+                            "resetSeconds = 60\n"
+                            "actorField = f\n"
                             "\n"
                             "[default]\n"
                             "creditLimit = 5\n"
@@ -334,6 +345,90 @@ START_TEST (test_too_many_connections) {
 }
 END_TEST
 
+/* Swaps the fixture's store for one whose map is full; returns in actor a value of f whose
+ * counter the store cannot create ("HIT f=<actor>" is answered ERR). */
+static void use_full_store(char actor[static 32]) {
+        static const char probe[] = "HIT f=x";
+        char err[256] = "", path[96], keys[100][32];
+        const Rule *matched[RULES_MATCH_MAX];
+        StoreOptions o = { .map_size = 128 * 1024, .map_size_max = 512 * 1024, .sync = STORE_SYNC_NONE };
+        ProtoRequest req;
+        struct timespec ts;
+        unsigned n = 100;
+        int r = 0;
+
+        ck_assert_int_eq(proto_parse_line(probe, strlen(probe), PROTO_PAIRS_MAX, &req), 0);
+        const Rule *rule = matched[ruleset_match(rules, &req, matched) - 1];
+        ck_assert_uint_eq(rule->reset_seconds, 60);
+        ck_assert_int_eq(clock_gettime(CLOCK_REALTIME, &ts), 0);
+        uint64_t now_usec = (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+
+        store = store_close(store);
+        snprintf(path, sizeof path, "%s/full", tmpdir);
+        o.path = path;
+        ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        /* New counters in batches of 100, then one at a time, until one does not fit: the
+         * store is left as it was, so the same counter fails again. */
+        for (unsigned i = 0; i < 100000; i++) {
+                StoreHit b[100];
+                for (unsigned j = 0; j < n; j++) {
+                        snprintf(keys[j], sizeof keys[j], "z%u-%u", i, j);
+                        b[j] = (StoreHit){ .rule_id = rule->id,
+                                           .actor = keys[j],
+                                           .actor_len = strlen(keys[j]),
+                                           .credit_limit = 5,
+                                           .reset_seconds = 60 };
+                }
+                r = store_apply(store, b, n, now_usec);
+                if (r < 0 && n == 1)
+                        break;
+                if (r < 0)
+                        n = 1;
+        }
+        ck_assert_int_eq(r, -ENOSPC);
+        strcpy(actor, keys[0]);
+        server_set_store(server, store);
+}
+
+START_TEST (test_store_error_counts_nothing_answered_ok) {
+        /* A request answered ERR (the store failed), and a request after it skipped: neither
+         * counts its canaries that need no counter, and only the ERR is a request answered. */
+        char actor[32], input[128];
+
+        use_full_store(actor);
+        for (unsigned i = 0; i < 2; i++) {
+                int fd = client_connect();
+
+                snprintf(input, sizeof input, i == 0 ? "HIT e=1 f=%s\n" : "HIT f=%s\nHIT e=1\n", actor);
+                send_all(fd, input, strlen(input));
+                ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+                char *out = collect_until_eof(fd);
+                ck_assert_msg(strncmp(out, "ERR unknown ", 12) == 0 &&
+                                      strchr(out, '\n') == out + strlen(out) - 1,
+                              "got \"%s\"", out);
+                free(out);
+                close(fd);
+                ck_assert_uint_eq(server_counters(server)->hits_canary_rejected, 0);
+                ck_assert_uint_eq(server_counters(server)->batch_requests, i + 1);
+        }
+}
+END_TEST
+
+START_TEST (test_canary_without_counter_counted) {
+        /* A canary that needs no counter counts with its request's OK reply. (Not for an ERR or
+         * a skipped request: that needs a failing store, which this fixture cannot make at will.) */
+        int fd = client_connect();
+        send_all(fd, "HIT e=1\n", 8);
+        ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+        char *out = collect_until_eof(fd);
+        ck_assert_str_eq(out, "OK true 5 0\n");
+        free(out);
+        close(fd);
+        ck_assert_uint_eq(server_counters(server)->hits_canary_rejected, 1);
+        ck_assert_uint_eq(server_counters(server)->batch_requests, 1);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("server");
         TCase *tc;
@@ -352,6 +447,8 @@ int main(void) {
         tcase_add_test(tc, test_pipelining_spans_batches);
         tcase_add_test(tc, test_two_clients_share_counters);
         tcase_add_test(tc, test_too_many_connections);
+        tcase_add_test(tc, test_canary_without_counter_counted);
+        tcase_add_test(tc, test_store_error_counts_nothing_answered_ok);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
