@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -111,6 +112,8 @@ static int verify_child(const char *path, int fd) {
 
 int store_verify(const char *path, char *errbuf, size_t errbuf_size) {
         char data[4096], msg[VERIFY_MESSAGE_MAX] = "";
+        struct sigaction sa_chld_old = {};
+        bool chld_ignored;
         struct stat st;
         int fds[2], status = 0, r;
         ssize_t n;
@@ -125,19 +128,37 @@ int store_verify(const char *path, char *errbuf, size_t errbuf_size) {
 
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return -errno;
-        pid = fork();
-        if (pid < 0) {
+        /* With SIGCHLD ignored the kernel would reap the child and waitpid() fail with ECHILD:
+         * default it meanwhile (any other disposition is left alone). */
+        (void) sigaction(SIGCHLD, NULL, &sa_chld_old);
+        chld_ignored = sa_chld_old.sa_handler == SIG_IGN || (sa_chld_old.sa_flags & SA_NOCLDWAIT);
+        if (chld_ignored && sigaction(SIGCHLD, &(struct sigaction){ .sa_handler = SIG_DFL }, NULL) < 0) {
                 r = -errno;
                 close(fds[0]);
                 close(fds[1]);
                 return r;
         }
+        pid = fork();
+        if (pid < 0) {
+                r = -errno;
+                if (chld_ignored)
+                        (void) sigaction(SIGCHLD, &sa_chld_old, NULL);
+                close(fds[0]);
+                close(fds[1]);
+                return r;
+        }
         if (pid == 0) {
+                sigset_t alrm;
+
                 /* A crash here is the answer, not an event: no core, no sanitizer report. */
                 (void) setrlimit(RLIMIT_CORE, &(struct rlimit){ 0, 0 });
                 signal(SIGSEGV, SIG_DFL);
                 signal(SIGBUS, SIG_DFL);
                 signal(SIGALRM, SIG_DFL);
+                /* The timeout must fire even if the caller blocks SIGALRM (the mask is inherited). */
+                sigemptyset(&alrm);
+                sigaddset(&alrm, SIGALRM);
+                (void) sigprocmask(SIG_UNBLOCK, &alrm, NULL);
                 close(fds[0]);
                 alarm(STORE_VERIFY_TIMEOUT_SEC);
                 _exit(verify_child(path, fds[1]));
@@ -146,9 +167,13 @@ int store_verify(const char *path, char *errbuf, size_t errbuf_size) {
         n = read(fds[0], msg, sizeof msg - 1);
         msg[n > 0 ? n : 0] = '\0';
         close(fds[0]);
-        while (waitpid(pid, &status, 0) < 0)
-                if (errno != EINTR)
-                        return -errno;
+        while ((r = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
+                ;
+        r = r < 0 ? -errno : 0;
+        if (chld_ignored)
+                (void) sigaction(SIGCHLD, &sa_chld_old, NULL);
+        if (r < 0)
+                return r;
 
         if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 2))
                 return 0;
