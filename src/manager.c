@@ -186,7 +186,8 @@ static int manager_sync_handler(sd_event_source *s, uint64_t usec, void *userdat
         r = store_sync(m->store);
         if (r < 0)
                 log_warning_errno(r, "Failed to sync the store, retrying: %m");
-        return sd_event_source_set_time(s, usec + m->settings.store.sync_interval_usec);
+        /* From now, not from when it was due: after a stall or a suspend, no catch-up burst. */
+        return sd_event_source_set_time_relative(s, m->settings.store.sync_interval_usec);
 }
 
 /* Store gauges for the metrics, refreshed with every sweep (they cost a read transaction). */
@@ -210,17 +211,17 @@ static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userda
         if (deleted > 0)
                 log_debug("Swept %zu expired counters", deleted);
         if (r > 0)
-                return sd_event_source_set_time(s, usec + MANAGER_SWEEP_BACKLOG_DELAY_USEC);
+                return sd_event_source_set_time_relative(s, MANAGER_SWEEP_BACKLOG_DELAY_USEC);
 
         manager_publish_store_stats(m);
-        return sd_event_source_set_time(s, usec + m->settings.sweep_interval_usec);
+        return sd_event_source_set_time_relative(s, m->settings.sweep_interval_usec);
 }
 
 static int manager_status_handler(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
 
         manager_notify_status(m);
-        return sd_event_source_set_time(s, usec + MANAGER_STATUS_INTERVAL_USEC);
+        return sd_event_source_set_time_relative(s, MANAGER_STATUS_INTERVAL_USEC);
 }
 
 static void manager_on_accept(Listener *l, int fd, bool is_tcp, void *userdata) {
