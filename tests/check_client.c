@@ -6,6 +6,7 @@
  */
 
 #include "divvy.h"
+#include "check-run.h"
 
 #include <check.h>
 #include <errno.h>
@@ -617,11 +618,5 @@ static Suite *client_suite(void) {
 }
 
 int main(void) {
-        SRunner *sr = srunner_create(client_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(client_suite());
 }

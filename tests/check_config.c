@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "check-run.h"
 
 /* ---- helpers ---- */
 
@@ -595,9 +596,5 @@ int main(void) {
         tcase_add_test(tc, test_dump_escapes);
         suite_add_tcase(s, tc);
 
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(s);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hash.h"
+#include "check-run.h"
 
 static const struct {
         size_t len;
@@ -67,9 +68,5 @@ int main(void) {
         tcase_add_test(tc, test_all_tail_lengths_differ);
         suite_add_tcase(s, tc);
 
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(s);
 }

@@ -14,6 +14,7 @@
 #include "http.h"
 #include "metrics.h"
 #include "metrics-test-util.h"
+#include "check-run.h"
 
 /* Rule 0 labelled "cookies", 1 canary labelled "canary", 2 unlabelled, 3 default. */
 static const char *const config_a = "[path=/cookies]\ncreditLimit = 1\nresetSeconds = 60\nlabel = cookies\n"
@@ -520,9 +521,5 @@ static Suite *metrics_suite(void) {
 }
 
 int main(void) {
-        SRunner *sr = srunner_create(metrics_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(metrics_suite());
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "protocol.h"
+#include "check-run.h"
 
 #define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
 #define LINE(s)       s, sizeof(s) - 1 /* a literal and its length, embedded NULs included */
@@ -851,9 +852,5 @@ int main(void) {
         tcase_add_test(tc, test_fuzz_frame);
         suite_add_tcase(s, tc);
 
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(s);
 }

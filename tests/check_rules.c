@@ -5,6 +5,7 @@
 
 #include "hash.h"
 #include "rules.h"
+#include "check-run.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -1233,9 +1234,5 @@ static Suite *rules_suite(void) {
 }
 
 int main(void) {
-        SRunner *sr = srunner_create(rules_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(rules_suite());
 }

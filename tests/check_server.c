@@ -17,6 +17,7 @@
 #include "listener.h"
 #include "server.h"
 #include "store.h"
+#include "check-run.h"
 
 /* ---- listen_address_parse() ---- */
 
@@ -432,8 +433,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("server");
         TCase *tc;
-        SRunner *sr;
-        int failed;
 
         tc = tcase_create("address");
         tcase_add_loop_test(tc, test_address_parse, 0, sizeof addresses / sizeof addresses[0]);
@@ -451,9 +450,5 @@ int main(void) {
         tcase_add_test(tc, test_store_error_counts_nothing_answered_ok);
         suite_add_tcase(s, tc);
 
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(s);
 }

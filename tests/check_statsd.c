@@ -14,6 +14,7 @@
 
 #include "metrics-test-util.h"
 #include "statsd.h"
+#include "check-run.h"
 
 /* Datagrams captured by the packer's emit callback. */
 typedef struct Capture {
@@ -470,9 +471,5 @@ static Suite *statsd_suite(void) {
 }
 
 int main(void) {
-        SRunner *sr = srunner_create(statsd_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(statsd_suite());
 }

@@ -17,6 +17,7 @@
 
 #include "store.h"
 #include "store-verify.h"
+#include "check-run.h"
 
 #define SEC       1000000ULL            /* usec per second */
 #define T0        (1700000000ULL * SEC) /* an arbitrary wall-clock start */
@@ -1131,11 +1132,5 @@ static Suite *store_suite(void) {
 }
 
 int main(void) {
-        SRunner *sr = srunner_create(store_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return check_run_suite(store_suite());
 }
