@@ -30,19 +30,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-passed=0
-failed=0
-pass() {
-	passed=$((passed + 1))
-	echo "ok: $1"
-}
-fail() {
-	failed=$((failed + 1))
-	echo "FAIL: $1"
-	for f in "$tmp/out" "$tmp/err"; do
-		[ -s "$f" ] && sed 's/^/    /' "$f"
-	done
-}
+. "$top_srcdir/tests/shell-checks.sh"
 
 # A free loopback port: bind port 0 (python3 is a test dependency already).
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])') || exit 99
@@ -126,5 +114,4 @@ expect "RESP requests to divvyd fail the run (exit 1)" 1 -- \
 [ $? -eq 2 ] && pass "usage error: exit 2" || fail "usage error: exit 2"
 
 kill -0 "$pid" 2>/dev/null && pass "divvyd still running" || fail "divvyd still running"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -20,21 +20,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-cli.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 1' INT TERM
 
-passed=0
-failed=0
-
-pass() {
-	passed=$((passed + 1))
-	echo "ok: $1"
-}
-
-fail() {
-	failed=$((failed + 1))
-	echo "FAIL: $1"
-	for f in "$tmp/out" "$tmp/err"; do
-		[ -s "$f" ] && sed 's/^/    /' "$f"
-	done
-}
+. "$top_srcdir/tests/shell-checks.sh"
 
 # run EXPECTED_STATUS DESCRIPTION ARGS...: runs divvyd, output in $tmp/out and $tmp/err.
 run() {
@@ -151,5 +137,4 @@ if run 2 "no CONFIG argument exits 2" --check-config; then
 	pass "no CONFIG argument exits 2"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
