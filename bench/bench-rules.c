@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rules.h"
+#include "core/rules.h"
 
 #define SPEC_MAX 64 /* bytes: longest pattern value built here */
 

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "store/store.h"
 
 #define SEC          1000000ULL            /* usec per second */
 #define T0           (1700000000ULL * SEC) /* wall-clock time the benchmark pretends it is */

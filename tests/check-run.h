@@ -11,7 +11,7 @@ static inline int check_run_suite(Suite *s) {
         SRunner *sr = srunner_create(s);
         int failed;
 
-        srunner_run_all(sr, CK_NORMAL);
+        srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY, default normal */
         failed = srunner_ntests_failed(sr);
         srunner_free(sr);
         return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Sourced by the shell tests (tests/test-cli.sh, bench/test-benchmark.sh): counting checks
+# Sourced by the shell tests (tests/cli/test-cli.sh, tests/check-layout.sh, bench/test-benchmark.sh): counting checks
 # and the closing "N passed, N failed" line. The caller sets $tmp; a failure prints the
 # $tmp/out and $tmp/err of the command that was checked.
 

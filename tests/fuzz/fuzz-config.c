@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "fuzz.h"
 
 #define FUZZ_CONFIG_INPUT_MAX                                                                               \

@@ -22,11 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "fuzz.h"
-#include "log.h"
-#include "server.h"
-#include "store.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "store/store.h"
 
 #define FUZZ_INPUT_MAX       (256u * 1024u) /* bytes: larger inputs are skipped */
 #define FUZZ_STEPS_MAX       20000          /* loop iterations per input before we call it a hang */

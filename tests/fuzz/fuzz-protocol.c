@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "protocol.h"
+#include "core/protocol.h"
 
 /* True if s[0..len) is well-formed UTF-8 (leniently checked) without control bytes; in
  * a request, tab and DEL are allowed (the parser takes them), in a reply neither is. */

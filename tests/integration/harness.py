@@ -65,8 +65,8 @@ def divvyd_path():
 
 
 def data_path(name):
-    """A fixture of this suite (tests/integration/data/NAME)."""
-    return os.path.join(top_srcdir(), "tests", "integration", "data", name)
+    """A fixture of this suite (tests/data/NAME)."""
+    return os.path.join(top_srcdir(), "tests", "data", name)
 
 
 def example_path(name):

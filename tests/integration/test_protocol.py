@@ -142,7 +142,7 @@ class ReadmeActorsJson(_ReadmeActorsBase, harness.DaemonTestCase):
 
 
 class Rules(harness.DaemonTestCase):
-    """Rule semantics on tests/integration/data/itest.ini."""
+    """Rule semantics on tests/data/itest.ini."""
 
     @classmethod
     def setUpClass(cls):

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The real divvy Node.js client (@button/divvy-client) against divvyd.
 // Started by tests/integration/test_node.py with DIVVYD_HOST and DIVVYD_PORT set, a daemon
-// serving tests/integration/data/itest.ini. Prints one line per check, then
+// serving tests/data/itest.ini. Prints one line per check, then
 // "N passed, N failed"; exits 1 on any failure.
 'use strict';
 

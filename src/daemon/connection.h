@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * connection.c: one client connection's socket and buffers. An input buffer
+ * (fixed, allocated at accept: one maximal line plus read slack) and an output
+ * buffer (grown by doubling, never beyond out_max); the syscalls that fill and
+ * drain them, EINTR/EAGAIN handled. No policy: the server decides what is
+ * read when, and what the bytes mean.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+#include <systemd/sd-event.h>
+
+#include "core/protocol.h"
+
+#define CONNECTION_READ_SLACK                                                                               \
+        (16u * 1024u) /* bytes of input buffer beyond one maximal line: lets pipelining clients             \
+                       * hand us many short requests per read() */
+#define CONNECTION_IN_SIZE (PROTO_LINE_MAX + 2u + CONNECTION_READ_SLACK) /* +2: the "\r\n" */
+#define CONNECTION_OUT_INITIAL                                                                              \
+        (4u * 1024u) /* bytes: first output buffer; enough for a request/response client forever */
+
+typedef struct Server Server;
+typedef struct Connection Connection;
+
+struct Connection {
+        Server *server; /* owner; opaque here */
+        uint64_t id;    /* for log messages */
+        int fd;
+        bool is_tcp;
+        int epfd;        /* the server's epoll instance; registered there while events != 0 */
+        uint32_t events; /* the epoll mask currently requested */
+
+        char *in;      /* CONNECTION_IN_SIZE bytes */
+        size_t in_len; /* bytes received */
+        size_t in_pos; /* bytes consumed by the current batch (compacted after it) */
+        char *out;     /* out_size bytes */
+        size_t out_size;
+        size_t out_max; /* growth cap */
+        size_t out_len; /* bytes of replies */
+        size_t out_pos; /* bytes of them sent */
+
+        uint64_t last_activity_usec; /* CLOCK_MONOTONIC: last read or write progress */
+        uint64_t linger_until_usec;  /* CLOCK_MONOTONIC: lingering connections close then */
+
+        bool eof;       /* the peer sent FIN (or the read side failed): no more input */
+        bool closing;   /* no more requests (after an ERR, or stopping): close once flushed */
+        bool lingering; /* flushed and shut down for writing; discarding input until EOF */
+        bool on_ready;  /* on the server's ready list */
+        bool blocked;   /* not taking requests: unsent output is over the output limit */
+        bool err_sent;  /* an ERR reply was formatted: nothing after it is answered */
+        bool peer_shut; /* EPOLLRDHUP/EPOLLHUP/EPOLLERR seen: connection_read() reads to EOF */
+
+        Connection *prev, *next;             /* the server's list of all connections */
+        Connection *ready_prev, *ready_next; /* the server's ready list */
+};
+
+/* Allocates a connection owning fd (closed by connection_free()), with its input
+ * buffer and a CONNECTION_OUT_INITIAL output buffer; out_max caps the latter. Does
+ * not register it with an event loop. Returns 0 or -ENOMEM (fd is not closed then). */
+int connection_new(int fd, bool is_tcp, size_t out_max, Connection **ret);
+
+/* Releases the event source, closes the fd, frees the buffers. Accepts NULL. */
+Connection *connection_free(Connection *c);
+
+/* Reads until EAGAIN, EOF, a full input buffer, or a short read (the socket's queue is
+ * empty then, and new data raises a new edge; unless peer_shut is set: then a FIN may be
+ * queued behind the data, which raises no edge of its own). Returns the bytes read (0 if none);
+ * sets c->eof at end of stream. Returns -errno on a read error other than EAGAIN/EINTR
+ * (ECONNRESET and friends: the caller closes). */
+ssize_t connection_read(Connection *c);
+
+/* Reads and throws away until EAGAIN or EOF (for lingering connections). Returns 1 at
+ * EOF, 0 otherwise, -errno on error. */
+int connection_discard_input(Connection *c);
+
+/* Sends the unsent output with one send(). Returns 0 when everything is sent, 1 when
+ * some is left (the socket is full), -errno on error (EPIPE, ECONNRESET: peer gone). */
+int connection_flush(Connection *c);
+
+/* Makes room for n more bytes of output (moves unsent bytes to the front, grows up to
+ * out_max). Returns a pointer to write at, or NULL if n bytes do not fit (or no memory). */
+char *connection_reserve(Connection *c, size_t n);
+
+/* Drops consumed input (in_pos bytes) from the front of the buffer. */
+void connection_compact_input(Connection *c);
+
+static inline size_t connection_unsent(const Connection *c) {
+        return c->out_len - c->out_pos;
+}
+
+/* Sets the epoll events (EPOLLIN/EPOLLOUT; 0 removes the connection from c->epfd, so that
+ * an EPOLLHUP cannot spin it). Returns 0 or -errno.
+ * The registration is edge-triggered (EPOLLET is added here and at registration): level-triggered,
+ * every loop iteration's epoll_wait() would return every connection with unread input again
+ * (sd-event dispatches one source per iteration), which made 10,000 busy connections cost
+ * O(n^2), seconds per batch. So whoever handles EPOLLIN reads until EAGAIN (connection_read()
+ * does, or to a short read: see there) or drops EPOLLIN from the mask; setting it again
+ * re-arms the edge. EPOLLRDHUP tells a peer's FIN that arrived with its last data. */
+#define CONNECTION_EPOLL_FLAGS (EPOLLET | EPOLLRDHUP)
+int connection_set_events(Connection *c, uint32_t events);

@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: MIT */
+/* manager.c: event loop, signals, reload, periodic jobs, sd_notify; see manager.h. */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <systemd/sd-daemon.h>
+#include <systemd/sd-event.h>
+
+#include "core/config.h"
+#include "core/diag.h"
+#include "log.h"
+#include "manager.h"
+
+#include "shared/clock.h"
+#include "store/store-verify.h"
+
+struct Manager {
+        ManagerSettings settings;
+        sd_event *event;
+        sd_event_source *sigterm, *sigint, *sighup;
+        sd_event_source *sync_timer, *sweep_timer, *status_timer, *stop_timer;
+
+        RuleSet *rules;
+        Store *store;
+        Listener **listeners;
+        size_t n_listeners;
+        Server *server;
+        Metrics *metrics;
+        Statsd *statsd; /* NULL: not configured */
+        Http *http;     /* NULL: not configured */
+
+        bool stopping;
+        bool reload_failed;
+        char reload_error[512]; /* first diag message of the failed reload */
+
+        uint64_t status_hits; /* hits at the last STATUS, for the rate */
+        uint64_t status_usec; /* CLOCK_MONOTONIC of the last STATUS */
+};
+
+/* Loads path; on failure logs every problem and keeps the first for STATUS. */
+static int manager_load_rules(Manager *m, RuleSet **ret) {
+        const char *path = m->settings.config_path;
+        Diag diag;
+        int r;
+
+        diag_init(&diag, path);
+        r = config_load(path, ret, &diag);
+        if (r < 0) {
+                for (size_t i = 0; i < diag.n_messages; i++)
+                        log_error("%s", diag.messages[i]);
+                if (diag.n_dropped > 0)
+                        log_error("%s: ... and %zu more errors", path, diag.n_dropped);
+                if (diag.n_messages > 0)
+                        snprintf(m->reload_error, sizeof m->reload_error, "%s", diag.messages[0]);
+                else {
+                        snprintf(m->reload_error, sizeof m->reload_error, "%s: %s", path, strerror(-r));
+                        log_error("%s", m->reload_error);
+                }
+        }
+        diag_done(&diag);
+        return r;
+}
+
+static void manager_notify_status(Manager *m) {
+        const ServerCounters *k = server_counters(m->server);
+        uint64_t now = clock_usec(CLOCK_MONOTONIC), hits = k->hits_accepted + k->hits_rejected;
+        double rate = 0;
+
+        if (m->status_usec > 0 && now > m->status_usec)
+                rate = (double) (hits - m->status_hits) * 1e6 / (double) (now - m->status_usec);
+        m->status_hits = hits;
+        m->status_usec = now;
+
+        if (m->reload_failed)
+                (void) sd_notifyf(false, "STATUS=Reload failed: %s; serving previous rules",
+                                  m->reload_error);
+        else if (m->stopping)
+                (void) sd_notifyf(false, "STATUS=Stopping, %" PRIu64 " connections left",
+                                  k->connections_current);
+        else
+                (void) sd_notifyf(false,
+                                  "STATUS=Serving %zu rules on %zu listeners, %" PRIu64
+                                  " connections, %.0f hits/s",
+                                  m->rules->n_rules, m->n_listeners, k->connections_current, rate);
+}
+
+static int manager_reload(Manager *m) {
+        RuleSet *rules = NULL;
+        char summary[256];
+        int r;
+
+        (void) sd_notifyf(false, "RELOADING=1\nSTATUS=Reloading %s\nMONOTONIC_USEC=%" PRIu64,
+                          m->settings.config_path, clock_usec(CLOCK_MONOTONIC));
+        log_info("Reloading %s", m->settings.config_path);
+
+        r = manager_load_rules(m, &rules);
+        if (r < 0) {
+                m->reload_failed = true;
+                metrics_count_reload(m->metrics, false);
+                log_error("Reload failed: %s; serving previous rules", m->reload_error);
+        } else {
+                /* Label slots first, so that no hit on the new rules is counted on the old map;
+                 * a failure only costs per-label counts (they go unlabelled). */
+                if (metrics_set_rules(m->metrics, rules) < 0)
+                        log_warning("Out of memory for per-label metrics, counting new rules unlabelled");
+                metrics_count_reload(m->metrics, true);
+                /* Between batches: nothing points into the old set any more. */
+                server_set_rules(m->server, rules);
+                ruleset_free(m->rules);
+                m->rules = rules;
+                m->reload_failed = false;
+                log_info("Reloaded %s: %s", m->settings.config_path,
+                         config_summary(rules, summary, sizeof summary));
+        }
+
+        (void) sd_notify(false, "READY=1");
+        manager_notify_status(m);
+        return r;
+}
+
+static int manager_stop_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+
+        log_warning("Clients did not take their last replies within %llu s, closing them",
+                    (unsigned long long) (MANAGER_STOP_TIMEOUT_USEC / 1000000ULL));
+        return sd_event_exit(m->event, 0);
+}
+
+static void manager_stop(Manager *m, const char *why) {
+        int r;
+
+        if (m->stopping) {
+                log_info("Second %s, stopping now", why);
+                (void) sd_event_exit(m->event, 0);
+                return;
+        }
+        m->stopping = true;
+        metrics_set_serving(m->metrics, false);
+        log_info("Received %s, stopping", why);
+        (void) sd_notify(false, "STOPPING=1");
+
+        for (size_t i = 0; i < m->n_listeners; i++)
+                listener_free(m->listeners[i]);
+        m->n_listeners = 0;
+
+        r = sd_event_add_time_relative(m->event, &m->stop_timer, CLOCK_MONOTONIC, MANAGER_STOP_TIMEOUT_USEC,
+                                       100 * 1000, manager_stop_timeout, m);
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the stop timer, ignoring: %m");
+
+        server_stop(m->server); /* exits the loop once every connection is done */
+}
+
+static int manager_signal_handler(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        Manager *m = userdata;
+
+        switch (si->ssi_signo) {
+        case SIGHUP:
+                if (!m->stopping)
+                        (void) manager_reload(m);
+                break;
+        case SIGTERM:
+                manager_stop(m, "SIGTERM");
+                break;
+        case SIGINT:
+                manager_stop(m, "SIGINT");
+                break;
+        }
+        return 0;
+}
+
+static int manager_sync_handler(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+        int r;
+
+        r = store_sync(m->store);
+        if (r < 0)
+                log_warning_errno(r, "Failed to sync the store, retrying: %m");
+        /* From now, not from when it was due: after a stall or a suspend, no catch-up burst. */
+        return sd_event_source_set_time_relative(s, m->settings.store.sync_interval_usec);
+}
+
+/* Store gauges for the metrics, refreshed with every sweep (they cost a read transaction). */
+static void manager_publish_store_stats(Manager *m) {
+        StoreStats st;
+        if (store_get_stats(m->store, &st) >= 0)
+                metrics_set_store(m->metrics, &st);
+}
+
+static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+        size_t deleted = 0;
+        int r;
+
+        /* One short step per run, then back to the loop: with a backlog the next step is
+         * due at once, but every batch of requests that became ready in between is served
+         * first, so sweeping a million expired counters never stalls clients. */
+        r = store_sweep(m->store, clock_usec(CLOCK_REALTIME), STORE_SWEEP_CHUNK_DEFAULT, &deleted);
+        if (r < 0)
+                log_warning_errno(r, "Sweeping expired counters failed, retrying later: %m");
+        if (deleted > 0)
+                log_debug("Swept %zu expired counters", deleted);
+        if (r > 0)
+                return sd_event_source_set_time_relative(s, MANAGER_SWEEP_BACKLOG_DELAY_USEC);
+
+        manager_publish_store_stats(m);
+        return sd_event_source_set_time_relative(s, m->settings.sweep_interval_usec);
+}
+
+static int manager_status_handler(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+
+        manager_notify_status(m);
+        return sd_event_source_set_time_relative(s, MANAGER_STATUS_INTERVAL_USEC);
+}
+
+static void manager_on_accept(Listener *l, int fd, bool is_tcp, void *userdata) {
+        Manager *m = userdata;
+        server_accept(fd, is_tcp, m->server);
+}
+
+static int manager_add_listener(Manager *m, Listener *l) {
+        Listener **a = realloc(m->listeners, (m->n_listeners + 1) * sizeof *a);
+        if (!a) {
+                listener_free(l);
+                return log_error_errno(ENOMEM, "Out of memory");
+        }
+        m->listeners = a;
+        m->listeners[m->n_listeners++] = l;
+        return 0;
+}
+
+static int manager_open_listeners(Manager *m) {
+        char **names = NULL;
+        int n, r = 0;
+
+        n = sd_listen_fds_with_names(true, &names);
+        if (n < 0)
+                return log_error_errno(n, "Failed to receive sockets from the service manager: %m");
+
+        if (n > 0) {
+                for (int i = 0; i < n; i++) {
+                        int fd = SD_LISTEN_FDS_START + i;
+                        const char *name = names ? names[i] : NULL;
+                        Listener *l = NULL;
+
+                        if (r >= 0) {
+                                r = listener_adopt(m->event, fd, name, manager_on_accept, m, &l);
+                                if (r < 0)
+                                        log_error_errno(r,
+                                                        "Socket fd %d (%s) passed by the service manager is "
+                                                        "not usable: %m",
+                                                        fd, name ?: "unnamed");
+                                else {
+                                        r = manager_add_listener(m, l);
+                                        if (r >= 0)
+                                                log_info("Listening on %s (socket activation)",
+                                                         listener_name(l));
+                                }
+                        }
+                        free(names ? names[i] : NULL);
+                }
+                free(names);
+                return r;
+        }
+        free(names);
+
+        for (size_t i = 0; i < m->settings.n_listen; i++) {
+                char errbuf[256] = "", name[LISTEN_ADDRESS_MAX + 8];
+                Listener *l = NULL;
+
+                listen_address_to_string(&m->settings.listen[i], name, sizeof name);
+                r = listener_new(m->event, &m->settings.listen[i], m->settings.unix_mode, manager_on_accept,
+                                 m, &l, errbuf, sizeof errbuf);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to listen on %s: %s", name, errbuf);
+                r = manager_add_listener(m, l);
+                if (r < 0)
+                        return r;
+                log_info("Listening on %s", name);
+        }
+        return 0;
+}
+
+static int manager_add_periodic(Manager *m, sd_event_source **s, uint64_t interval,
+                                sd_event_time_handler_t cb) {
+        /* 10% slack, at most 50 ms: explicit, since 0 would mean sd-event's 250 ms. */
+        uint64_t accuracy = interval / 10 > 50000 ? 50000 : (interval / 10 ?: 1);
+        int r;
+
+        r = sd_event_add_time_relative(m->event, s, CLOCK_MONOTONIC, interval, accuracy, cb, m);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(*s, SD_EVENT_ON);
+        return r;
+}
+
+int manager_new(const ManagerSettings *settings, Manager **ret) {
+        char summary[256], errbuf[512] = "";
+        sigset_t mask;
+        Manager *m;
+        int r;
+
+        m = calloc(1, sizeof *m);
+        if (!m)
+                return log_error_errno(ENOMEM, "Out of memory");
+        m->settings = *settings;
+        if (m->settings.sweep_interval_usec == 0)
+                m->settings.sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC;
+        if (m->settings.store.sync_interval_usec == 0)
+                m->settings.store.sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC;
+        /* periodic and none: batches go to one transaction committed by the sync timer,
+         * journaled so that a crash of the process loses nothing answered (store.h) */
+        m->settings.store.write_back = m->settings.store.sync != STORE_SYNC_ALWAYS;
+
+        r = manager_load_rules(m, &m->rules);
+        if (r < 0)
+                goto fail;
+        r = metrics_new(&m->metrics);
+        if (r >= 0)
+                r = metrics_set_rules(m->metrics, m->rules);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up metrics: %m");
+                goto fail;
+        }
+        log_info("Loaded %s: %s", settings->config_path, config_summary(m->rules, summary, sizeof summary));
+
+        /* LMDB keeps no checksums: read the whole database in a child first, so that a damaged
+         * one is refused here rather than crashing us now or at some later HIT. That read
+         * can outlast systemd's start timeout on a large, uncached database: ask for time. */
+        (void) sd_notifyf(false, "STATUS=Checking the database in %s\nEXTEND_TIMEOUT_USEC=%llu",
+                          m->settings.store.path,
+                          (unsigned long long) (STORE_VERIFY_TIMEOUT_SEC + 30) * 1000000ULL);
+        r = store_verify(m->settings.store.path, errbuf, sizeof errbuf);
+        if (r >= 0)
+                r = store_open(&m->settings.store, &m->store, errbuf, sizeof errbuf);
+        if (r < 0) {
+                log_error_errno(r, "Failed to open store '%s': %s", m->settings.store.path,
+                                errbuf[0] ? errbuf : strerror(-r));
+                goto fail;
+        }
+
+        r = sd_event_new(&m->event);
+        if (r < 0) {
+                log_error_errno(r, "Failed to create the event loop: %m");
+                goto fail;
+        }
+
+        /* Signals arrive through signalfd; SIGPIPE never (we send with MSG_NOSIGNAL, but
+         * a stray write must not kill the daemon). */
+        signal(SIGPIPE, SIG_IGN);
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0) {
+                r = log_error_errno(errno, "Failed to block signals: %m");
+                goto fail;
+        }
+        r = sd_event_add_signal(m->event, &m->sigterm, SIGTERM, manager_signal_handler, m);
+        if (r >= 0)
+                r = sd_event_add_signal(m->event, &m->sigint, SIGINT, manager_signal_handler, m);
+        if (r >= 0)
+                r = sd_event_add_signal(m->event, &m->sighup, SIGHUP, manager_signal_handler, m);
+        if (r < 0) {
+                log_error_errno(r, "Failed to watch signals: %m");
+                goto fail;
+        }
+
+        r = server_new(m->event, &settings->server, &m->server);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up the server: %m");
+                goto fail;
+        }
+        server_set_rules(m->server, m->rules);
+        server_set_store(m->server, m->store);
+        server_set_metrics(m->server, m->metrics);
+        manager_publish_store_stats(m);
+
+        if (m->settings.statsd.host) {
+                r = statsd_new(m->event, &m->settings.statsd, m->metrics, &m->statsd, errbuf, sizeof errbuf);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to set up statsd: %s", errbuf);
+                        goto fail;
+                }
+                log_info("Sending statsd metrics to %s:%u over %s every %" PRIu64 " ms",
+                         m->settings.statsd.host, m->settings.statsd.port,
+                         m->settings.statsd.tcp ? "TCP" : "UDP",
+                         (uint64_t) (m->settings.statsd.interval_usec ?: STATSD_INTERVAL_DEFAULT_USEC) /
+                                 1000);
+        }
+        if (m->settings.http.metrics_path) {
+                r = http_new(&m->settings.http, m->metrics, &m->http, errbuf, sizeof errbuf);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to set up the HTTP endpoint: %s", errbuf);
+                        goto fail;
+                }
+                log_info("Serving Prometheus metrics on http://%s%s%s:%u%s",
+                         strchr(m->settings.http.address ?: HTTP_ADDRESS_DEFAULT, ':') ? "[" : "",
+                         m->settings.http.address ?: HTTP_ADDRESS_DEFAULT,
+                         strchr(m->settings.http.address ?: HTTP_ADDRESS_DEFAULT, ':') ? "]" : "",
+                         http_port(m->http), m->settings.http.metrics_path);
+        }
+
+        r = manager_open_listeners(m);
+        if (r < 0)
+                goto fail;
+
+        if (m->settings.store.write_back || m->settings.store.sync == STORE_SYNC_PERIODIC) {
+                r = manager_add_periodic(m, &m->sync_timer, m->settings.store.sync_interval_usec,
+                                         manager_sync_handler);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to set up the sync timer: %m");
+                        goto fail;
+                }
+        }
+        r = manager_add_periodic(m, &m->sweep_timer, m->settings.sweep_interval_usec, manager_sweep_handler);
+        if (r >= 0)
+                r = manager_add_periodic(m, &m->status_timer, MANAGER_STATUS_INTERVAL_USEC,
+                                         manager_status_handler);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up timers: %m");
+                goto fail;
+        }
+
+        r = sd_event_set_watchdog(m->event, true);
+        if (r < 0) {
+                log_error_errno(r, "Failed to enable the watchdog: %m");
+                goto fail;
+        }
+
+        *ret = m;
+        return 0;
+fail:
+        manager_free(m);
+        return r;
+}
+
+int manager_run(Manager *m) {
+        int r;
+
+        (void) sd_notify(false, "READY=1");
+        metrics_set_serving(m->metrics, true);
+        manager_notify_status(m);
+        log_info("Serving %zu rules on %zu listeners", m->rules->n_rules, m->n_listeners);
+
+        r = sd_event_loop(m->event);
+        if (r < 0)
+                return log_error_errno(r, "Event loop failed: %m");
+        return r > 0 ? -r : 0;
+}
+
+Manager *manager_free(Manager *m) {
+        if (!m)
+                return NULL;
+
+        /* The HTTP thread reads the metrics: stop it first. statsd sends a last flush. */
+        http_free(m->http);
+        statsd_free(m->statsd);
+
+        for (size_t i = 0; i < m->n_listeners; i++)
+                listener_free(m->listeners[i]);
+        free(m->listeners);
+        server_free(m->server);
+
+        sd_event_source_disable_unref(m->sigterm);
+        sd_event_source_disable_unref(m->sigint);
+        sd_event_source_disable_unref(m->sighup);
+        sd_event_source_disable_unref(m->sync_timer);
+        sd_event_source_disable_unref(m->sweep_timer);
+        sd_event_source_disable_unref(m->status_timer);
+        sd_event_source_disable_unref(m->stop_timer);
+        sd_event_unref(m->event);
+
+        if (m->store) {
+                store_close(m->store); /* commits and syncs */
+                log_debug("Store closed");
+        }
+        ruleset_free(m->rules);
+        metrics_free(m->metrics);
+        free(m);
+        return NULL;
+}

@@ -1,0 +1,823 @@
+/* SPDX-License-Identifier: MIT */
+/* server.c: connections and the batch engine; see server.h. */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "connection.h"
+#include "log.h"
+#include "server.h"
+
+#include "shared/clock.h"
+
+#define SERVER_EPOLL_EVENTS 256 /* connection events taken per loop iteration: bounds the stack array */
+#define SERVER_DEFER_PRIORITY                                                                               \
+        (SD_EVENT_PRIORITY_NORMAL + 10) /* below socket IO: every ready socket is read before a batch */
+
+#define SERVER_ERROR_LOG_INTERVAL_USEC                                                                      \
+        (10ULL * 1000ULL * 1000ULL) /* 10 s: store errors repeat for every batch; log them this often */
+
+/* One request of a batch, in arrival order. Pointers are valid for the batch only. */
+typedef struct BatchSlot {
+        Connection *conn;
+        ProtoSlice line;    /* the request, for --debug */
+        const Rule *rule;   /* deciding rule; NULL for an error slot */
+        uint32_t first_hit; /* this request's store hits: canaries, then the decider */
+        uint32_t n_hits;
+        int32_t decider_hit; /* index into hits, or -1 when the decider needs no store */
+        uint32_t first_free; /* this request's canaries that need no counter, in free_canaries */
+        uint32_t n_free;
+        bool is_error; /* answer with error_code/error_reason */
+        ProtoErrorCode error_code;
+        const char *error_reason; /* static */
+} BatchSlot;
+
+struct Server {
+        sd_event *event;
+        int epfd;                      /* every connection, edge-triggered (see connection.h) */
+        sd_event_source *epoll_source; /* epfd in the loop: one dispatch serves every ready connection */
+        bool batch_follows; /* in server_epoll_handler(): a batch runs next, no need to arm the defer source
+                             */
+        bool defer_armed;   /* the defer source is enabled (saves sd-event calls that change nothing) */
+        sd_event_source *defer;        /* runs one batch */
+        sd_event_source *housekeeping; /* idle and linger timeouts */
+        ServerSettings settings;
+        const RuleSet *rules; /* borrowed */
+        Store *store;         /* borrowed */
+
+        Connection *connections; /* all of them */
+        Connection *ready_head, *ready_tail;
+        size_t n_lingering;
+        uint64_t next_id;
+        bool stopping;
+
+        /* Preallocated once: a batch allocates nothing. */
+        BatchSlot *slots;           /* SERVER_BATCH_REQUESTS_MAX */
+        StoreHit *hits;             /* SERVER_BATCH_HITS_MAX */
+        const Rule **free_canaries; /* SERVER_BATCH_HITS_MAX: canaries without a counter, counted
+                                     * with their request's reply (not if it is an ERR or skipped) */
+        size_t n_free_canaries;
+        ProtoRequest request; /* scratch: matching is done before the next line is parsed */
+        char store_error_reason[PROTO_REPLY_MAX];
+        uint64_t store_error_logged_usec; /* CLOCK_MONOTONIC of the last store error logged */
+
+        ServerCounters counters;
+        Metrics *metrics; /* borrowed; may be NULL */
+};
+
+static void server_run_batch(Server *s);
+static void server_arm_housekeeping(Server *s);
+
+/* Metrics hooks: plain counter updates, no syscall, no allocation. */
+static void server_metrics_hit(Server *s, const Rule *rule, MetricsStatus status) {
+        if (s->metrics)
+                metrics_count_hit(s->metrics, rule->index, status);
+}
+
+static void server_metrics_error(Server *s, ProtoErrorCode code) {
+        if (s->metrics)
+                metrics_count_error(s->metrics, code);
+}
+
+static void server_metrics_connections(Server *s) {
+        if (s->metrics)
+                metrics_set_connections(s->metrics, s->counters.connections_current);
+}
+
+/* The rule a store hit was made for: StoreHit.rule_id points into that Rule. */
+static const Rule *hit_rule(const StoreHit *h) {
+        return (const Rule *) (const void *) (h->rule_id - offsetof(Rule, id));
+}
+
+static uint64_t server_now(Server *s, clockid_t clock) {
+        uint64_t now = 0;
+        (void) sd_event_now(s->event, clock, &now);
+        return now;
+}
+
+static void ready_remove(Server *s, Connection *c) {
+        if (!c->on_ready)
+                return;
+        if (c->ready_prev)
+                c->ready_prev->ready_next = c->ready_next;
+        else
+                s->ready_head = c->ready_next;
+        if (c->ready_next)
+                c->ready_next->ready_prev = c->ready_prev;
+        else
+                s->ready_tail = c->ready_prev;
+        c->ready_prev = c->ready_next = NULL;
+        c->on_ready = false;
+}
+
+static void ready_append(Server *s, Connection *c) {
+        int r;
+
+        if (c->on_ready)
+                return;
+        c->ready_prev = s->ready_tail;
+        c->ready_next = NULL;
+        if (s->ready_tail)
+                s->ready_tail->ready_next = c;
+        else
+                s->ready_head = c;
+        s->ready_tail = c;
+        c->on_ready = true;
+
+        if (s->batch_follows || s->defer_armed)
+                return;
+        r = sd_event_source_set_enabled(s->defer, SD_EVENT_ONESHOT);
+        if (r >= 0)
+                s->defer_armed = true;
+        if (r < 0)
+                /* Cannot happen for a defer source; if it did, the next arm retries. */
+                log_error_errno(r, "Failed to schedule a batch: %m");
+}
+
+/* True if the input holds a complete request (or an over-long line to refuse, or an
+ * unterminated last line after EOF). */
+static bool connection_has_request(const Connection *c) {
+        ProtoSlice line;
+        size_t consumed;
+
+        if (c->in_len <= c->in_pos)
+                return false;
+        if (c->eof)
+                return true;
+        return proto_next_line(c->in + c->in_pos, c->in_len - c->in_pos, PROTO_LINE_MAX, &line, &consumed) !=
+               0;
+}
+
+static void server_close(Server *s, Connection *c) {
+        ready_remove(s, c);
+        if (c->lingering)
+                s->n_lingering--;
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                s->connections = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        s->counters.connections_current--;
+        server_metrics_connections(s);
+        connection_free(c);
+
+        if (s->stopping && !s->connections)
+                (void) sd_event_exit(s->event, 0);
+}
+
+static void server_update_events(Server *s, Connection *c) {
+        uint32_t events = 0;
+        int r;
+
+        if (c->lingering)
+                events = EPOLLIN;
+        else if (!c->eof && !c->closing && !s->stopping && !c->blocked && c->in_len < CONNECTION_IN_SIZE)
+                events = EPOLLIN;
+        if (connection_unsent(c) > 0)
+                events |= EPOLLOUT;
+
+        r = connection_set_events(c, events);
+        if (r < 0) {
+                log_warning_errno(r, "Connection %" PRIu64 ": failed to update event mask, closing: %m",
+                                  c->id);
+                server_close(s, c);
+        }
+}
+
+static void server_queue(Server *s, Connection *c) {
+        if (c->on_ready || c->closing || c->blocked || c->lingering)
+                return;
+        if (connection_has_request(c))
+                ready_append(s, c);
+}
+
+/* Closes c if it has nothing left to do: its peer is done (EOF) and every request is
+ * answered and sent, or it must close (after an ERR, or when stopping). A peer that
+ * may still be sending gets a half-close and lingers until its EOF, so that our last
+ * replies are not destroyed by a reset. Returns true if c was closed. */
+static bool server_maybe_finish(Server *s, Connection *c) {
+        int r;
+
+        if (c->lingering || c->on_ready || c->blocked || connection_unsent(c) > 0)
+                return false;
+        if (!c->closing && !s->stopping && !(c->eof && !connection_has_request(c)))
+                return false;
+
+        if (c->eof) {
+                server_close(s, c);
+                return true;
+        }
+
+        if (shutdown(c->fd, SHUT_WR) < 0) {
+                log_debug_errno(errno, "Connection %" PRIu64 ": shutdown failed, closing: %m", c->id);
+                server_close(s, c);
+                return true;
+        }
+        c->lingering = true;
+        c->linger_until_usec = server_now(s, CLOCK_MONOTONIC) + SERVER_LINGER_USEC;
+        c->in_len = c->in_pos = 0;
+        s->n_lingering++;
+        r = connection_set_events(c, EPOLLIN);
+        if (r < 0) {
+                server_close(s, c);
+                return true;
+        }
+        server_arm_housekeeping(s);
+        return false;
+}
+
+/* Sends pending output. Returns 0 or 1 (see connection_flush()), or -errno after
+ * closing c (peer gone). */
+static int server_flush(Server *s, Connection *c) {
+        size_t before = connection_unsent(c);
+        int r;
+
+        if (before == 0)
+                return 0;
+        r = connection_flush(c);
+        if (r < 0) {
+                /* EPIPE, ECONNRESET: the client left; nothing to tell anyone. */
+                log_debug_errno(r, "Connection %" PRIu64 ": write failed, closing: %m", c->id);
+                server_close(s, c);
+                return r;
+        }
+        if (connection_unsent(c) < before)
+                c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
+        if (c->blocked && connection_unsent(c) < s->settings.output_limit) {
+                c->blocked = false;
+                server_queue(s, c);
+        }
+        return r;
+}
+
+/* One connection's epoll event. Closes nothing but c. */
+static void connection_io(Server *s, Connection *c, uint32_t revents) {
+        ssize_t n;
+        int r;
+
+        if (c->lingering) {
+                r = connection_discard_input(c);
+                if (r != 0)
+                        server_close(s, c);
+                return;
+        }
+
+        if ((revents & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && connection_unsent(c) > 0) {
+                if (server_flush(s, c) < 0)
+                        return;
+        }
+
+        if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                c->peer_shut = true;
+        if ((revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && (c->events & EPOLLIN)) {
+                n = connection_read(c);
+                if (n < 0) {
+                        log_debug_errno((int) n, "Connection %" PRIu64 ": read failed, closing: %m", c->id);
+                        server_close(s, c);
+                        return;
+                }
+                if (n > 0)
+                        c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
+                server_queue(s, c);
+        }
+
+        if (server_maybe_finish(s, c))
+                return;
+        if (!c->lingering)
+                server_update_events(s, c);
+}
+
+/* The connections have an epoll instance of their own, so that one sd-event dispatch (and
+ * one epoll_wait() of ours) serves every ready connection: sd-event dispatches one source
+ * per loop iteration and calls epoll_wait() for each, which as one source per connection
+ * cost every request a syscall. The batch runs here too, right after the reads, rather
+ * than from the defer source in yet another iteration; that one only takes leftovers. */
+static int server_epoll_handler(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
+        struct epoll_event events[SERVER_EPOLL_EVENTS];
+        Server *s = userdata;
+        int n;
+
+        n = epoll_wait(s->epfd, events, SERVER_EPOLL_EVENTS, 0);
+        if (n < 0) {
+                if (errno != EINTR && errno != EAGAIN)
+                        log_warning_errno(errno, "epoll_wait() on the connections failed, retrying: %m");
+                return 0;
+        }
+        /* Each connection appears once, and its handling closes no other one. */
+        s->batch_follows = true;
+        for (int i = 0; i < n; i++)
+                connection_io(s, events[i].data.ptr, events[i].events);
+        s->batch_follows = false;
+        if (s->ready_head)
+                server_run_batch(s);
+        return 0;
+}
+
+void server_accept(int fd, bool is_tcp, Server *s) {
+        Connection *c = NULL;
+        int r;
+
+        if (s->stopping) {
+                close(fd);
+                return;
+        }
+
+        if (s->counters.connections_current >= s->settings.max_connections) {
+                char buf[PROTO_REPLY_MAX];
+                size_t len = proto_format_error(buf, PROTO_ERROR_UNKNOWN, "too many connections");
+
+                /* Best effort: a fresh socket has room for one short line. */
+                (void) send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                (void) shutdown(fd, SHUT_WR);
+                close(fd);
+                s->counters.connections_rejected++;
+                s->counters.errors[PROTO_ERROR_UNKNOWN]++;
+                server_metrics_error(s, PROTO_ERROR_UNKNOWN);
+                log_debug("Refused a connection: %" PRIu64 " connections open",
+                          s->counters.connections_current);
+                return;
+        }
+
+        if (is_tcp)
+                /* Replies are small and latency matters: no Nagle. Harmless if refused. */
+                (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
+
+        r = connection_new(fd, is_tcp,
+                           s->settings.output_limit + SERVER_LINES_PER_CONNECTION * PROTO_REPLY_MAX, &c);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to allocate a connection, closing it: %m");
+                close(fd);
+                return;
+        }
+        c->server = s;
+        c->id = ++s->next_id;
+        c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
+
+        c->epfd = s->epfd;
+        r = connection_set_events(c, EPOLLIN);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to watch a connection, closing it: %m");
+                connection_free(c);
+                return;
+        }
+
+        c->next = s->connections;
+        if (s->connections)
+                s->connections->prev = c;
+        s->connections = c;
+        s->counters.connections_current++;
+        s->counters.connections_accepted++;
+        server_metrics_connections(s);
+        log_debug("Connection %" PRIu64 ": accepted (%" PRIu64 " open)", c->id,
+                  s->counters.connections_current);
+}
+
+static const char *store_error_reason(Server *s, int error) {
+        if (error == -ENOSPC)
+                return "store full";
+        snprintf(s->store_error_reason, sizeof s->store_error_reason, "store error: %s", strerror(-error));
+        return s->store_error_reason;
+}
+
+static void slot_set_error(BatchSlot *slot, ProtoErrorCode code, const char *reason) {
+        slot->is_error = true;
+        slot->error_code = code;
+        slot->error_reason = reason;
+}
+
+/* Phase 1 for one connection: frames, parses and matches up to
+ * SERVER_LINES_PER_CONNECTION requests, appending slots and store hits. Output room
+ * for every reply is reserved here, so formatting cannot fail later. */
+static void server_take_requests(Server *s, Connection *c, size_t *n_slots, size_t *n_hits) {
+        unsigned taken = 0;
+
+        while (taken < SERVER_LINES_PER_CONNECTION && *n_slots < SERVER_BATCH_REQUESTS_MAX &&
+               *n_hits + RULES_MATCH_MAX <= SERVER_BATCH_HITS_MAX &&
+               s->n_free_canaries + RULES_MATCH_MAX <= SERVER_BATCH_HITS_MAX) {
+                const Rule *matched[RULES_MATCH_MAX];
+                ProtoSlice line;
+                size_t consumed = 0, n_matched;
+                BatchSlot *slot;
+                int r;
+
+                if (connection_unsent(c) >= s->settings.output_limit) {
+                        c->blocked = true;
+                        break;
+                }
+
+                r = proto_next_line(c->in + c->in_pos, c->in_len - c->in_pos, PROTO_LINE_MAX, &line,
+                                    &consumed);
+                if (r == 0) {
+                        if (!c->eof || c->in_pos >= c->in_len)
+                                break;
+                        /* An unterminated last line at EOF is answered as if it had its "\n". */
+                        line.ptr = c->in + c->in_pos;
+                        line.len = consumed = c->in_len - c->in_pos;
+                        if (line.ptr[line.len - 1] == '\r')
+                                line.len--;
+                } else if (r < 0) {
+                        line.ptr = c->in + c->in_pos;
+                        line.len = 0;
+                        consumed = c->in_len - c->in_pos;
+                }
+
+                if (!connection_reserve(c, (size_t) (taken + 1) * PROTO_REPLY_MAX)) {
+                        if (taken > 0)
+                                break; /* answer what we have; the rest waits for the next batch */
+                        log_warning("Connection %" PRIu64 ": out of memory for replies, closing", c->id);
+                        c->closing = true;
+                        c->in_pos = c->in_len;
+                        break;
+                }
+
+                c->in_pos += consumed;
+                taken++;
+                slot = &s->slots[(*n_slots)++];
+                *slot = (BatchSlot){
+                        .conn = c,
+                        .line = line,
+                        .decider_hit = -1,
+                        .first_hit = (uint32_t) *n_hits,
+                        .first_free = (uint32_t) s->n_free_canaries,
+                };
+
+                if (r < 0) {
+                        slot_set_error(slot, PROTO_ERROR_UNKNOWN, "line too long");
+                        c->closing = true;
+                        break;
+                }
+
+                r = proto_parse_line(line.ptr, line.len, PROTO_PAIRS_MAX, &s->request);
+                if (r < 0) {
+                        slot_set_error(slot, s->request.error_code, s->request.error_reason);
+                        c->closing = true; /* lines after a bad one are not executed */
+                        c->in_pos = c->in_len;
+                        break;
+                }
+
+                n_matched = ruleset_match(s->rules, &s->request, matched);
+                for (size_t i = 0; i < n_matched; i++) {
+                        const Rule *rule = matched[i];
+                        bool decider = i == n_matched - 1;
+
+                        if (rule->credit_limit == 0 || rule->reset_seconds == 0) {
+                                /* Always-deny / always-allow: no counter. A canary's verdict is
+                                 * known now, but counted only if the request is answered OK. */
+                                if (!decider)
+                                        s->free_canaries[s->n_free_canaries++] = rule;
+                                continue;
+                        }
+
+                        ProtoSlice actor = rule_actor(rule, &s->request);
+                        s->hits[*n_hits] = (StoreHit){
+                                .rule_id = rule->id,
+                                .actor = actor.ptr,
+                                .actor_len = actor.len,
+                                .credit_limit = rule->credit_limit,
+                                .reset_seconds = rule->reset_seconds,
+                        };
+                        if (decider)
+                                slot->decider_hit = (int32_t) *n_hits;
+                        (*n_hits)++;
+                }
+                slot->n_hits = (uint32_t) (*n_hits - slot->first_hit);
+                slot->n_free = (uint32_t) (s->n_free_canaries - slot->first_free);
+                slot->rule = matched[n_matched - 1];
+        }
+}
+
+static void server_log_hit(const BatchSlot *slot, const char *reply, size_t reply_len) {
+        char desc[256];
+
+        log_debug("Connection %" PRIu64 ": \"%.*s\" -> %.*s by rule %s%s%s%s", slot->conn->id,
+                  (int) (slot->line.len > 200 ? 200 : slot->line.len), slot->line.ptr, (int) reply_len - 1,
+                  reply, rule_describe(slot->rule, desc, sizeof desc), slot->rule->comment ? " (" : "",
+                  slot->rule->comment ?: "", slot->rule->comment ? ")" : "");
+}
+
+/* Phase 3 for one slot: formats its reply at the end of its connection's output
+ * (room was reserved in phase 1). Returns false if the request is not answered. */
+static bool server_format_reply(Server *s, const BatchSlot *slot) {
+        Connection *c = slot->conn;
+        char *p = c->out + c->out_len;
+        size_t len;
+        int error = 0;
+
+        if (c->err_sent)
+                return false; /* an earlier reply of this batch was an ERR: nothing after it is answered */
+
+        if (slot->is_error) {
+                len = proto_format_error(p, slot->error_code, slot->error_reason);
+                s->counters.errors[slot->error_code]++;
+                server_metrics_error(s, slot->error_code);
+                c->closing = c->err_sent = true;
+                c->out_len += len;
+                log_debug("Connection %" PRIu64 ": \"%.*s\" -> %.*s", c->id,
+                          (int) (slot->line.len > 200 ? 200 : slot->line.len), slot->line.ptr, (int) len - 1,
+                          p);
+                return true;
+        }
+
+        for (uint32_t i = slot->first_hit; i < slot->first_hit + slot->n_hits; i++)
+                if (s->hits[i].error < 0)
+                        error = s->hits[i].error;
+        if (error < 0) {
+                len = proto_format_error(p, PROTO_ERROR_UNKNOWN, store_error_reason(s, error));
+                s->counters.errors[PROTO_ERROR_UNKNOWN]++;
+                server_metrics_error(s, PROTO_ERROR_UNKNOWN);
+                c->closing = c->err_sent = true;
+                c->out_len += len;
+                return true;
+        }
+
+        for (uint32_t i = slot->first_free; i < slot->first_free + slot->n_free; i++) {
+                const Rule *canary = s->free_canaries[i];
+                if (canary->credit_limit == 0) {
+                        s->counters.hits_canary_rejected++;
+                        server_metrics_hit(s, canary, METRICS_STATUS_CANARY_REJECTED);
+                } else {
+                        s->counters.hits_canary_accepted++;
+                        server_metrics_hit(s, canary, METRICS_STATUS_CANARY_ACCEPTED);
+                }
+        }
+        for (uint32_t i = slot->first_hit; i < slot->first_hit + slot->n_hits; i++) {
+                if ((int32_t) i == slot->decider_hit)
+                        continue;
+                if (s->hits[i].allowed)
+                        s->counters.hits_canary_accepted++;
+                else
+                        s->counters.hits_canary_rejected++;
+                server_metrics_hit(s, hit_rule(&s->hits[i]),
+                                   s->hits[i].allowed ? METRICS_STATUS_CANARY_ACCEPTED
+                                                      : METRICS_STATUS_CANARY_REJECTED);
+        }
+
+        const Rule *rule = slot->rule;
+        bool allowed;
+        if (rule->credit_limit == 0) {
+                allowed = false;
+                len = proto_format_ok(p, false, 0, -1);
+        } else if (rule->reset_seconds == 0) {
+                allowed = true;
+                len = proto_format_ok(p, true, rule->credit_limit, 0);
+        } else {
+                const StoreHit *h = &s->hits[slot->decider_hit];
+                allowed = h->allowed;
+                len = proto_format_ok(p, h->allowed, h->credit, (int64_t) h->reset_left);
+        }
+        if (allowed)
+                s->counters.hits_accepted++;
+        else
+                s->counters.hits_rejected++;
+        server_metrics_hit(s, rule, allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
+        c->out_len += len;
+
+        if (s->settings.debug)
+                server_log_hit(slot, p, len);
+        return true;
+}
+
+/* Phase 4 for one connection: drops consumed input, sends the replies with one
+ * send(), and decides whether it stays on the ready list (moved to the tail, for
+ * fairness) or is done. */
+static void server_after_batch(Server *s, Connection *c) {
+        if (c->closing)
+                c->in_pos = c->in_len = 0; /* lines after an ERR are discarded */
+        connection_compact_input(c);
+
+        if (server_flush(s, c) < 0)
+                return; /* closed */
+
+        ready_remove(s, c);
+        server_queue(s, c);
+
+        if (server_maybe_finish(s, c))
+                return;
+        if (!c->lingering)
+                server_update_events(s, c);
+}
+
+static void server_run_batch(Server *s) {
+        size_t n_slots = 0, n_hits = 0, n_answered = 0;
+        Connection *c, *last = NULL;
+        /* For the metrics: a HIT's duration is its batch's (parse, match, store, format). */
+        uint64_t start_usec = s->metrics ? clock_usec(CLOCK_MONOTONIC) : 0;
+        uint64_t answered = s->counters.hits_accepted + s->counters.hits_rejected;
+
+        for (c = s->ready_head; c; c = c->ready_next) {
+                if (n_slots >= SERVER_BATCH_REQUESTS_MAX ||
+                    n_hits + RULES_MATCH_MAX > SERVER_BATCH_HITS_MAX ||
+                    s->n_free_canaries + RULES_MATCH_MAX > SERVER_BATCH_HITS_MAX)
+                        break;
+                last = c;
+                server_take_requests(s, c, &n_slots, &n_hits);
+        }
+        if (!last)
+                return;
+
+        if (n_hits > 0) {
+                int r = store_apply(s->store, s->hits, n_hits, server_now(s, CLOCK_REALTIME));
+                if (r < 0) {
+                        /* Every hit carries the error; its requests answer ERR below. A full
+                         * store fails every batch: log once per interval, with a count. */
+                        uint64_t now = server_now(s, CLOCK_MONOTONIC);
+                        s->counters.store_errors++;
+                        if (s->store_error_logged_usec == 0 ||
+                            now - s->store_error_logged_usec >= SERVER_ERROR_LOG_INTERVAL_USEC) {
+                                log_error_errno(r,
+                                                "Failed to apply %zu hits to the store (%" PRIu64
+                                                " failed batches so far): %m",
+                                                n_hits, s->counters.store_errors);
+                                s->store_error_logged_usec = now;
+                        }
+                }
+        }
+
+        for (size_t i = 0; i < n_slots; i++)
+                if (server_format_reply(s, &s->slots[i]))
+                        n_answered++;
+        s->n_free_canaries = 0;
+
+        s->counters.batches++;
+        s->counters.batch_requests += n_answered;
+        if (s->metrics)
+                metrics_observe_batch(s->metrics, n_answered,
+                                      s->counters.hits_accepted + s->counters.hits_rejected - answered,
+                                      clock_usec(CLOCK_MONOTONIC) - start_usec);
+
+        /* Visit the connections of this batch; those with leftovers go to the tail. */
+        for (c = s->ready_head; c;) {
+                Connection *next = c->ready_next;
+                bool at_last = c == last;
+
+                server_after_batch(s, c);
+                if (at_last)
+                        break;
+                c = next;
+        }
+
+        /* Leftovers wait for the defer source; without any, it must not fire for nothing. */
+        if (!!s->ready_head != s->defer_armed &&
+            sd_event_source_set_enabled(s->defer, s->ready_head ? SD_EVENT_ONESHOT : SD_EVENT_OFF) >= 0)
+                s->defer_armed = !!s->ready_head;
+}
+
+static int server_defer_handler(sd_event_source *es, void *userdata) {
+        Server *s = userdata;
+
+        s->defer_armed = false; /* a oneshot source is off once dispatched */
+        server_run_batch(s);
+        return 0;
+}
+
+static int server_housekeeping_handler(sd_event_source *es, uint64_t usec, void *userdata) {
+        Server *s = userdata;
+        uint64_t now = server_now(s, CLOCK_MONOTONIC);
+
+        for (Connection *c = s->connections, *next; c; c = next) {
+                next = c->next;
+                if (c->lingering) {
+                        if (now >= c->linger_until_usec) {
+                                log_debug("Connection %" PRIu64 ": peer did not close, closing", c->id);
+                                server_close(s, c);
+                        }
+                } else if (s->settings.idle_timeout_usec > 0 &&
+                           now - c->last_activity_usec >= s->settings.idle_timeout_usec) {
+                        log_debug("Connection %" PRIu64 ": idle, closing", c->id);
+                        server_close(s, c);
+                }
+        }
+        server_arm_housekeeping(s);
+        return 0;
+}
+
+/* The timer runs only while something can time out. */
+static void server_arm_housekeeping(Server *s) {
+        int r;
+
+        if (s->settings.idle_timeout_usec == 0 && s->n_lingering == 0)
+                return;
+        if (!s->housekeeping) {
+                r = sd_event_add_time_relative(s->event, &s->housekeeping, CLOCK_MONOTONIC,
+                                               SERVER_HOUSEKEEPING_USEC, 50 * 1000,
+                                               server_housekeeping_handler, s);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to arm the connection timer, ignoring: %m");
+                return;
+        }
+        int enabled = SD_EVENT_OFF;
+        (void) sd_event_source_get_enabled(s->housekeeping, &enabled);
+        if (enabled != SD_EVENT_OFF)
+                return;
+        r = sd_event_source_set_time_relative(s->housekeeping, SERVER_HOUSEKEEPING_USEC);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->housekeeping, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the connection timer, ignoring: %m");
+}
+
+int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
+        Server *s;
+        int r;
+
+        s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->epfd = -EBADF;
+        s->event = sd_event_ref(e);
+        s->settings = *settings;
+        if (s->settings.output_limit < CONNECTION_OUT_INITIAL)
+                s->settings.output_limit = CONNECTION_OUT_INITIAL;
+        s->slots = calloc(SERVER_BATCH_REQUESTS_MAX, sizeof *s->slots);
+        s->hits = calloc(SERVER_BATCH_HITS_MAX, sizeof *s->hits);
+        s->free_canaries = calloc(SERVER_BATCH_HITS_MAX, sizeof *s->free_canaries);
+        if (!s->slots || !s->hits || !s->free_canaries) {
+                server_free(s);
+                return -ENOMEM;
+        }
+
+        s->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (s->epfd < 0) {
+                r = -errno;
+                server_free(s);
+                return r;
+        }
+        r = sd_event_add_io(e, &s->epoll_source, s->epfd, EPOLLIN, server_epoll_handler, s);
+        if (r >= 0)
+                r = sd_event_add_defer(e, &s->defer, server_defer_handler, s);
+        if (r >= 0)
+                r = sd_event_source_set_priority(s->defer, SERVER_DEFER_PRIORITY);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->defer, SD_EVENT_OFF);
+        if (r < 0) {
+                server_free(s);
+                return r;
+        }
+        server_arm_housekeeping(s);
+
+        *ret = s;
+        return 0;
+}
+
+Server *server_free(Server *s) {
+        if (!s)
+                return NULL;
+        s->stopping = false; /* no sd_event_exit() from here */
+        while (s->connections)
+                server_close(s, s->connections);
+        sd_event_source_disable_unref(s->defer);
+        sd_event_source_disable_unref(s->housekeeping);
+        sd_event_source_disable_unref(s->epoll_source);
+        if (s->epfd >= 0)
+                close(s->epfd);
+        free(s->slots);
+        free(s->hits);
+        free(s->free_canaries);
+        sd_event_unref(s->event);
+        free(s);
+        return NULL;
+}
+
+void server_set_rules(Server *s, const RuleSet *rules) {
+        s->rules = rules;
+}
+
+void server_set_store(Server *s, Store *store) {
+        s->store = store;
+}
+
+void server_set_metrics(Server *s, Metrics *metrics) {
+        s->metrics = metrics;
+        server_metrics_connections(s);
+}
+
+void server_stop(Server *s) {
+        s->stopping = true;
+
+        /* Requests already read are answered by the batches still to come (the
+         * defer source stays armed); nothing more is read. */
+        for (Connection *c = s->connections, *next; c; c = next) {
+                next = c->next;
+                if (server_maybe_finish(s, c))
+                        continue;
+                if (!c->lingering)
+                        server_update_events(s, c);
+        }
+        if (!s->connections)
+                (void) sd_event_exit(s->event, 0);
+}
+
+const ServerCounters *server_counters(const Server *s) {
+        return &s->counters;
+}

@@ -1,0 +1,512 @@
+/* SPDX-License-Identifier: MIT */
+/* statsd.c: aggregation, packing and the UDP/TCP sender; see statsd.h. */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "statsd.h"
+
+#include "shared/clock.h"
+
+#define STATSD_TIMER_ACCURACY_USEC (10ULL * 1000ULL) /* 10 ms: slack for the flush timer */
+#define STATSD_WARN_INTERVAL_USEC                                                                           \
+        (60ULL * 1000ULL * 1000ULL) /* 60 s: at most one "send failed" warning per minute */
+
+/* ---- packing ------------------------------------------------------------ */
+
+void statsd_packer_init(StatsdPacker *p, size_t max_payload, StatsdEmit emit, void *userdata) {
+        *p = (StatsdPacker){
+                .max_payload = max_payload > 0 && max_payload <= STATSD_PAYLOAD_MAX ? max_payload
+                                                                                    : STATSD_PAYLOAD_MAX,
+                .emit = emit,
+                .userdata = userdata,
+        };
+}
+
+void statsd_packer_finish(StatsdPacker *p) {
+        if (p->n_lines == 0)
+                return;
+        p->emit(p->buf, p->len, p->n_lines, p->userdata);
+        p->n_datagrams++;
+        p->len = 0;
+        p->n_lines = 0;
+}
+
+int statsd_packer_add(StatsdPacker *p, const char *line, size_t len) {
+        if (len == 0 || len > p->max_payload) {
+                p->n_oversized++;
+                return -EMSGSIZE;
+        }
+        /* "\n" between lines, none after the last. */
+        if (p->n_lines > 0 && p->len + 1 + len > p->max_payload)
+                statsd_packer_finish(p);
+        if (p->n_lines > 0)
+                p->buf[p->len++] = '\n';
+        memcpy(p->buf + p->len, line, len);
+        p->len += len;
+        p->n_lines++;
+        return 0;
+}
+
+int statsd_packer_addf(StatsdPacker *p, const char *format, ...) {
+        char line[STATSD_LINE_MAX];
+        va_list ap;
+
+        va_start(ap, format);
+        int n = vsnprintf(line, sizeof line, format, ap);
+        va_end(ap);
+        if (n < 0 || (size_t) n >= sizeof line) {
+                p->n_oversized++;
+                return -EMSGSIZE;
+        }
+        return statsd_packer_add(p, line, (size_t) n);
+}
+
+int statsd_normalize_prefix(const char *prefix, char *buf, size_t size) {
+        if (!prefix)
+                prefix = "";
+        size_t len = strlen(prefix);
+        bool dot = len > 0 && prefix[len - 1] != '.';
+        size_t total = len + (dot ? 1 : 0);
+        if (total > STATSD_PREFIX_MAX || total + 1 > size)
+                return -ENAMETOOLONG;
+        memcpy(buf, prefix, len);
+        if (dot)
+                buf[len++] = '.';
+        buf[len] = '\0';
+        return 0;
+}
+
+/* ---- aggregation -------------------------------------------------------- */
+
+struct StatsdAggregator {
+        char prefix[STATSD_PREFIX_MAX + 1];
+        uint64_t (*last)[_METRICS_STATUS_MAX]; /* per label slot: counts already sent */
+        size_t n_last;
+        uint64_t last_errors[_PROTO_ERROR_MAX];
+};
+
+int statsd_aggregator_new(const char *prefix, StatsdAggregator **ret) {
+        StatsdAggregator *a = calloc(1, sizeof *a);
+        if (!a)
+                return -ENOMEM;
+        int r = statsd_normalize_prefix(prefix, a->prefix, sizeof a->prefix);
+        if (r < 0) {
+                free(a);
+                return r;
+        }
+        *ret = a;
+        return 0;
+}
+
+StatsdAggregator *statsd_aggregator_free(StatsdAggregator *a) {
+        if (!a)
+                return NULL;
+        free(a->last);
+        free(a);
+        return NULL;
+}
+
+int statsd_aggregator_collect(StatsdAggregator *a, Metrics *m, StatsdPacker *p) {
+        size_t n_labels = metrics_n_labels(m);
+        if (n_labels > a->n_last) {
+                uint64_t(*last)[_METRICS_STATUS_MAX] = realloc(a->last, n_labels * sizeof *last);
+                if (!last)
+                        return -ENOMEM;
+                memset(last + a->n_last, 0, (n_labels - a->n_last) * sizeof *last);
+                a->last = last;
+                a->n_last = n_labels;
+        }
+
+        /* Growth since the last flush, per slot and in total. */
+        uint64_t totals[_METRICS_STATUS_MAX] = { 0 };
+        for (size_t i = 0; i < n_labels; i++)
+                for (int st = 0; st < _METRICS_STATUS_MAX; st++)
+                        totals[st] += metrics_label_hits(m, i, (MetricsStatus) st) - a->last[i][st];
+
+        int n = 0;
+        for (int st = 0; st < _METRICS_STATUS_MAX; st++)
+                if (totals[st] > 0 &&
+                    statsd_packer_addf(p, "%shit.%s:%" PRIu64 "|c", a->prefix,
+                                       metrics_status_to_string((MetricsStatus) st), totals[st]) >= 0)
+                        n++;
+
+        for (size_t i = 0; i < n_labels; i++)
+                for (int st = 0; st < _METRICS_STATUS_MAX; st++) {
+                        uint64_t v = metrics_label_hits(m, i, (MetricsStatus) st);
+                        uint64_t delta = v - a->last[i][st];
+                        a->last[i][st] = v;
+                        /* Slot 0 (unlabelled rules) only has the plain hit.<status> counter. */
+                        if (i == 0 || delta == 0)
+                                continue;
+                        if (statsd_packer_addf(p, "%shit.%s.%s:%" PRIu64 "|c", a->prefix,
+                                               metrics_status_to_string((MetricsStatus) st),
+                                               metrics_label_name(m, i), delta) >= 0)
+                                n++;
+                }
+
+        for (int c = 0; c < _PROTO_ERROR_MAX; c++) {
+                uint64_t v = metrics_errors(m, (ProtoErrorCode) c);
+                uint64_t delta = v - a->last_errors[c];
+                a->last_errors[c] = v;
+                if (delta > 0 &&
+                    statsd_packer_addf(p, "%serror.%s:%" PRIu64 "|c", a->prefix,
+                                       proto_error_code_to_string((ProtoErrorCode) c), delta) >= 0)
+                        n++;
+        }
+
+        uint64_t samples[METRICS_HIT_SAMPLES_MAX], hits = 0;
+        size_t n_samples = metrics_take_hit_samples(m, samples, METRICS_HIT_SAMPLES_MAX, &hits);
+        char rate[32] = "";
+        if (n_samples > 0 && n_samples < hits)
+                snprintf(rate, sizeof rate, "|@%.6g", (double) n_samples / (double) hits);
+        for (size_t i = 0; i < n_samples; i++)
+                if (statsd_packer_addf(p, "%shit:%" PRIu64 ".%03" PRIu64 "|ms%s", a->prefix,
+                                       samples[i] / 1000, samples[i] % 1000, rate) >= 0)
+                        n++;
+
+        if (statsd_packer_addf(p, "%sconnections:%" PRIu64 "|g", a->prefix, metrics_connections(m)) >= 0)
+                n++;
+        return n;
+}
+
+/* ---- the sender --------------------------------------------------------- */
+
+struct Statsd {
+        sd_event *event;
+        Metrics *metrics; /* borrowed */
+        StatsdAggregator *aggregator;
+        uint64_t interval_usec;
+        bool tcp;
+        struct sockaddr_storage addr;
+        socklen_t addr_len;
+        char name[256]; /* "host:port", for messages */
+
+        int fd;
+        sd_event_source *timer;
+        /* TCP */
+        sd_event_source *io;
+        sd_event_source *reconnect;
+        bool connected; /* TCP: handshake done */
+        uint64_t backoff_usec;
+        char *out; /* STATSD_TCP_BUFFER_MAX */
+        size_t out_len;
+        uint64_t warned_usec; /* CLOCK_MONOTONIC of the last "send failed" warning */
+};
+
+static void statsd_tcp_close(Statsd *s, int error);
+
+static void statsd_count_dropped(Statsd *s, size_t n_lines) {
+        if (n_lines > 0)
+                metrics_add_statsd_dropped(s->metrics, n_lines);
+}
+
+static size_t count_lines(const char *buf, size_t len) {
+        size_t n = 0;
+        for (size_t i = 0; i < len; i++)
+                if (buf[i] == '\n')
+                        n++;
+        return n;
+}
+
+static int statsd_tcp_update_events(Statsd *s) {
+        uint32_t events = EPOLLIN | EPOLLRDHUP;
+        if (!s->connected || s->out_len > 0)
+                events |= EPOLLOUT;
+        return sd_event_source_set_io_events(s->io, events);
+}
+
+static void statsd_tcp_write(Statsd *s) {
+        while (s->connected && s->out_len > 0) {
+                ssize_t n = send(s->fd, s->out, s->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN || errno == EWOULDBLOCK)
+                                break;
+                        statsd_tcp_close(s, -errno);
+                        return;
+                }
+                memmove(s->out, s->out + n, s->out_len - (size_t) n);
+                s->out_len -= (size_t) n;
+        }
+        if (s->io)
+                (void) statsd_tcp_update_events(s);
+}
+
+static int statsd_io_handler(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
+        Statsd *s = userdata;
+
+        if (!s->connected) {
+                int error = 0;
+                socklen_t len = sizeof error;
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) < 0)
+                        error = errno;
+                if (error != 0 || (revents & (EPOLLERR | EPOLLHUP))) {
+                        statsd_tcp_close(s, -(error ? error : ECONNREFUSED));
+                        return 0;
+                }
+                if (!(revents & EPOLLOUT))
+                        return 0;
+                s->connected = true;
+                s->backoff_usec = 0;
+                log_info("Connected to statsd at %s.", s->name);
+        }
+
+        if (revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+                /* statsd never talks back: anything readable is EOF or an error. */
+                char buf[256];
+                ssize_t n;
+                do
+                        n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+                while (n > 0);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                        statsd_tcp_close(s, n == 0 ? -ECONNRESET : -errno);
+                        return 0;
+                }
+        }
+        statsd_tcp_write(s);
+        return 0;
+}
+
+static int statsd_reconnect_handler(sd_event_source *es, uint64_t usec, void *userdata);
+
+static int statsd_tcp_connect(Statsd *s) {
+        int r;
+
+        s->fd = socket(s->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (s->fd < 0)
+                return -errno;
+        if (connect(s->fd, (struct sockaddr *) &s->addr, s->addr_len) < 0 && errno != EINPROGRESS) {
+                r = -errno;
+                statsd_tcp_close(s, r);
+                return 0; /* retried by the backoff timer */
+        }
+        s->connected = false;
+        r = sd_event_add_io(s->event, &s->io, s->fd, EPOLLOUT | EPOLLIN | EPOLLRDHUP, statsd_io_handler, s);
+        if (r < 0) {
+                close(s->fd);
+                s->fd = -1;
+                return r;
+        }
+        return 0;
+}
+
+/* Drops the connection and what it had not sent, and schedules a reconnect. */
+static void statsd_tcp_close(Statsd *s, int error) {
+        /* Warn when a working connection breaks or the first attempt fails; the retries that
+         * follow only at debug level. */
+        log_full_errno(s->connected || s->backoff_usec == 0 ? LOG_WARNING : LOG_DEBUG, error,
+                       "statsd connection to %s failed, retrying with backoff: %m", s->name);
+        s->io = sd_event_source_disable_unref(s->io);
+        if (s->fd >= 0)
+                close(s->fd);
+        s->fd = -1;
+        s->connected = false;
+        statsd_count_dropped(s, count_lines(s->out, s->out_len));
+        s->out_len = 0;
+
+        s->backoff_usec = s->backoff_usec == 0 ? STATSD_BACKOFF_MIN_USEC : s->backoff_usec * 2;
+        if (s->backoff_usec > STATSD_BACKOFF_MAX_USEC)
+                s->backoff_usec = STATSD_BACKOFF_MAX_USEC;
+        if (!s->event)
+                return;
+        uint64_t now;
+        if (sd_event_now(s->event, CLOCK_MONOTONIC, &now) < 0)
+                return;
+        if (s->reconnect) {
+                (void) sd_event_source_set_time(s->reconnect, now + s->backoff_usec);
+                (void) sd_event_source_set_enabled(s->reconnect, SD_EVENT_ONESHOT);
+        } else
+                (void) sd_event_add_time(s->event, &s->reconnect, CLOCK_MONOTONIC, now + s->backoff_usec,
+                                         STATSD_TIMER_ACCURACY_USEC, statsd_reconnect_handler, s);
+}
+
+static int statsd_reconnect_handler(sd_event_source *es, uint64_t usec, void *userdata) {
+        Statsd *s = userdata;
+        if (s->fd < 0) {
+                int r = statsd_tcp_connect(s);
+                if (r < 0)
+                        statsd_tcp_close(s, r);
+        }
+        return 0;
+}
+
+static void statsd_emit(const char *payload, size_t len, size_t n_lines, void *userdata) {
+        Statsd *s = userdata;
+
+        if (s->tcp) {
+                /* Buffered while connecting, so the first interval is not lost; dropped
+                 * while disconnected or when the buffer is full. */
+                if (s->fd < 0 || s->out_len + len + 1 > STATSD_TCP_BUFFER_MAX) {
+                        statsd_count_dropped(s, n_lines);
+                        return;
+                }
+                memcpy(s->out + s->out_len, payload, len);
+                s->out[s->out_len + len] = '\n';
+                s->out_len += len + 1;
+                return;
+        }
+
+        ssize_t n;
+        do
+                n = send(s->fd, payload, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        if (n < 0) {
+                /* ECONNREFUSED: an earlier datagram met a closed port; EAGAIN: the socket
+                 * buffer is full. Either way this datagram is gone. */
+                int error = -errno;
+                uint64_t now = clock_usec(CLOCK_MONOTONIC);
+                /* A closed port fails every other datagram (the ICMP error of one is reported
+                 * by the next send): warn once a minute, not at every flush. */
+                if (s->warned_usec == 0 || now - s->warned_usec >= STATSD_WARN_INTERVAL_USEC) {
+                        log_warning_errno(error, "statsd send to %s failed, dropping metrics: %m", s->name);
+                        s->warned_usec = now;
+                } else
+                        log_debug_errno(error, "statsd send to %s failed, dropping metrics: %m", s->name);
+                statsd_count_dropped(s, n_lines);
+        }
+}
+
+int statsd_flush(Statsd *s) {
+        StatsdPacker p;
+
+        statsd_packer_init(&p, STATSD_PAYLOAD_MAX, statsd_emit, s);
+        int n = statsd_aggregator_collect(s->aggregator, s->metrics, &p);
+        statsd_packer_finish(&p);
+        statsd_count_dropped(s, p.n_oversized);
+        if (s->tcp)
+                statsd_tcp_write(s);
+        return n;
+}
+
+static int statsd_timer_handler(sd_event_source *es, uint64_t usec, void *userdata) {
+        Statsd *s = userdata;
+        (void) statsd_flush(s);
+        (void) sd_event_source_set_time(es, usec + s->interval_usec);
+        return 0;
+}
+
+int statsd_new(sd_event *e, const StatsdSettings *settings, Metrics *m, Statsd **ret, char *errbuf,
+               size_t errbuf_size) {
+        struct addrinfo hints = { .ai_socktype = settings->tcp ? SOCK_STREAM : SOCK_DGRAM }, *ai = NULL;
+        char port[8];
+        int r;
+
+        if (!settings->host || !*settings->host || settings->port == 0) {
+                if (errbuf)
+                        snprintf(errbuf, errbuf_size, "statsd needs a host and a port");
+                return -EINVAL;
+        }
+
+        Statsd *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->fd = -1;
+        s->metrics = m;
+        s->tcp = settings->tcp;
+        s->interval_usec = settings->interval_usec ? settings->interval_usec : STATSD_INTERVAL_DEFAULT_USEC;
+        snprintf(s->name, sizeof s->name, "%s:%u", settings->host, settings->port);
+
+        r = statsd_aggregator_new(settings->prefix, &s->aggregator);
+        if (r < 0) {
+                if (errbuf)
+                        snprintf(errbuf, errbuf_size, "statsd prefix is longer than %d bytes",
+                                 STATSD_PREFIX_MAX);
+                goto fail;
+        }
+
+        snprintf(port, sizeof port, "%u", settings->port);
+        r = getaddrinfo(settings->host, port, &hints, &ai);
+        if (r != 0) {
+                if (errbuf)
+                        snprintf(errbuf, errbuf_size, "cannot resolve statsd host \"%s\": %s",
+                                 settings->host, r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
+                r = -EADDRNOTAVAIL;
+                goto fail;
+        }
+        memcpy(&s->addr, ai->ai_addr, ai->ai_addrlen);
+        s->addr_len = ai->ai_addrlen;
+        freeaddrinfo(ai);
+
+        if (e)
+                s->event = sd_event_ref(e);
+
+        if (s->tcp) {
+                s->out = malloc(STATSD_TCP_BUFFER_MAX);
+                if (!s->out) {
+                        r = -ENOMEM;
+                        goto fail_errno;
+                }
+                if (!s->event) {
+                        r = -EINVAL;
+                        goto fail_errno;
+                }
+                r = statsd_tcp_connect(s);
+                if (r < 0)
+                        goto fail_errno;
+        } else {
+                s->fd = socket(s->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                if (s->fd < 0) {
+                        r = -errno;
+                        goto fail_errno;
+                }
+                /* Connected, so that an ICMP port unreachable comes back as ECONNREFUSED
+                 * instead of going unnoticed. */
+                if (connect(s->fd, (struct sockaddr *) &s->addr, s->addr_len) < 0) {
+                        r = -errno;
+                        goto fail_errno;
+                }
+        }
+
+        if (s->event) {
+                uint64_t now;
+                r = sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+                if (r < 0)
+                        goto fail_errno;
+                r = sd_event_add_time(s->event, &s->timer, CLOCK_MONOTONIC, now + s->interval_usec,
+                                      STATSD_TIMER_ACCURACY_USEC, statsd_timer_handler, s);
+                if (r < 0)
+                        goto fail_errno;
+                r = sd_event_source_set_enabled(s->timer, SD_EVENT_ON);
+                if (r < 0)
+                        goto fail_errno;
+        }
+
+        *ret = s;
+        return 0;
+
+fail_errno:
+        if (errbuf)
+                snprintf(errbuf, errbuf_size, "cannot set up statsd to %s: %s", s->name, strerror(-r));
+fail:
+        statsd_free(s);
+        return r;
+}
+
+Statsd *statsd_free(Statsd *s) {
+        if (!s)
+                return NULL;
+        if (s->fd >= 0 && s->aggregator && (!s->tcp || s->connected))
+                (void) statsd_flush(s);
+        s->timer = sd_event_source_disable_unref(s->timer);
+        s->io = sd_event_source_disable_unref(s->io);
+        s->reconnect = sd_event_source_disable_unref(s->reconnect);
+        if (s->fd >= 0)
+                close(s->fd);
+        statsd_aggregator_free(s->aggregator);
+        free(s->out);
+        sd_event_unref(s->event);
+        free(s);
+        return NULL;
+}

@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Returns the length (2..4) of the well-formed UTF-8 sequence that starts with the non-ASCII byte
+ * at p (p[0] >= 0x80), or 0 if it is invalid: a stray continuation byte, an overlong form, a
+ * surrogate, a code point above U+10FFFF or a sequence cut short by end. Ranges from RFC 3629,
+ * section 4. The one validator of the daemon's parser and of libdivvy's request builder. */
+size_t utf8_sequence_len(const uint8_t *p, const uint8_t *end);

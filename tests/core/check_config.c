@@ -1,0 +1,600 @@
+/* SPDX-License-Identifier: MIT */
+/* config.c, config-ini.c, config-json.c: the examples and fixtures in both formats,
+ * every error path with its file:line message, INI/JSON equivalence, dump round trips. */
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "check-run.h"
+
+/* ---- helpers ---- */
+
+static char *src_path(const char *rel) {
+        const char *top = getenv("top_srcdir");
+        char *p;
+        ck_assert_int_ge(asprintf(&p, "%s/%s", top ? top : ".", rel), 0);
+        return p;
+}
+
+/* True if some message is exactly "<file>:<line>: ..." (line 0: "<file>: ...")
+ * and contains what. */
+static bool diag_has(const Diag *d, unsigned line, const char *what) {
+        char prefix[4096];
+
+        if (line > 0)
+                snprintf(prefix, sizeof prefix, "%s:%u: ", d->file, line);
+        else
+                snprintf(prefix, sizeof prefix, "%s: ", d->file);
+        for (size_t i = 0; i < d->n_messages; i++)
+                if (strncmp(d->messages[i], prefix, strlen(prefix)) == 0 && strstr(d->messages[i], what))
+                        return true;
+        return false;
+}
+
+static void diag_dump(const Diag *d) {
+        for (size_t i = 0; i < d->n_messages; i++)
+                fprintf(stderr, "  diag: %s\n", d->messages[i]);
+}
+
+static void assert_diag_has(const Diag *d, unsigned line, const char *what) {
+        if (diag_has(d, line, what))
+                return;
+        diag_dump(d);
+        ck_abort_msg("no message \"%s:%u: ...%s...\"", d->file, line, what);
+}
+
+/* Loads path (relative to top_srcdir unless absolute); returns config_load()'s result. */
+static int load(const char *path, RuleSet **ret, Diag *diag) {
+        char *p = path[0] == '/' ? strdup(path) : src_path(path);
+        diag_init(diag, p);
+        int r = config_load(p, ret, diag);
+        free(p);
+        return r;
+}
+
+static void assert_rules_equal(const RuleSet *a, const RuleSet *b) {
+        ck_assert_uint_eq(a->n_rules, b->n_rules);
+        for (size_t i = 0; i < a->n_rules; i++) {
+                const Rule *x = &a->rules[i], *y = &b->rules[i];
+                ck_assert_mem_eq(x->id, y->id, RULE_ID_SIZE);
+                ck_assert_uint_eq(x->n_patterns, y->n_patterns);
+                for (size_t j = 0; j < x->n_patterns; j++) {
+                        ck_assert_str_eq(x->patterns[j].key, y->patterns[j].key);
+                        ck_assert_str_eq(x->patterns[j].value, y->patterns[j].value);
+                        ck_assert_int_eq(x->patterns[j].kind, y->patterns[j].kind);
+                }
+                ck_assert_uint_eq(x->credit_limit, y->credit_limit);
+                ck_assert_uint_eq(x->reset_seconds, y->reset_seconds);
+                ck_assert_int_eq(x->match_policy, y->match_policy);
+                ck_assert_pstr_eq(x->actor_field, y->actor_field);
+                ck_assert_pstr_eq(x->label, y->label);
+                ck_assert_pstr_eq(x->comment, y->comment);
+        }
+}
+
+static char *dump(const RuleSet *rs, size_t *ret_len) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_eq(config_dump_json(rs, f), 0);
+        ck_assert_int_eq(fclose(f), 0);
+        *ret_len = len;
+        return buf;
+}
+
+/* Parses text with the given loader and finalizes; returns the first error. */
+static int parse_text(bool json, const char *text, size_t len, RuleSet **ret, Diag *diag) {
+        RuleSet *rs = NULL;
+        int r;
+
+        ck_assert_int_eq(ruleset_new(diag->file, &rs), 0);
+        r = json ? config_json_parse(text, len, rs, diag) : config_ini_parse(text, len, rs, diag);
+        if (r >= 0)
+                r = ruleset_finalize(rs, diag);
+        if (r < 0 || !ret)
+                ruleset_free(rs);
+        else
+                *ret = rs;
+        return r;
+}
+
+/* ---- files that load ---- */
+
+static const struct {
+        const char *path;
+        const char *summary;
+} good_files[] = {
+        { "examples/example-config.ini", "5 rules (0 canary, 3 with actor, 2 labelled)" },
+        { "examples/example-config.json", "5 rules (0 canary, 3 with actor, 2 labelled)" },
+        { "examples/canary-config.ini", "4 rules (1 canary, 2 with actor, 1 labelled)" },
+        { "examples/canary-config.json", "4 rules (1 canary, 2 with actor, 1 labelled)" },
+        { "tests/data/quoting.ini", "4 rules (1 canary, 1 with actor, 1 labelled)" },
+        { "tests/data/quoting.json", "4 rules (1 canary, 1 with actor, 1 labelled)" },
+        { "tests/data/non-string-operation.json", "2 rules (0 canary, 0 with actor, 0 labelled)" },
+};
+
+START_TEST (test_good_file_loads) {
+        RuleSet *rs = NULL;
+        char buf[128];
+        Diag diag;
+
+        int r = load(good_files[_i].path, &rs, &diag);
+        if (r < 0)
+                diag_dump(&diag);
+        ck_assert_int_eq(r, 0);
+        ck_assert_uint_eq(diag_count(&diag), 0);
+        ck_assert(rs->finalized);
+        ck_assert_str_eq(config_summary(rs, buf, sizeof buf), good_files[_i].summary);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+/* Dump, read the dump back: an equal set; dump that: the same bytes. */
+START_TEST (test_dump_round_trip) {
+        RuleSet *rs = NULL, *back = NULL;
+        size_t len1, len2;
+        Diag diag, diag2;
+
+        ck_assert_int_eq(load(good_files[_i].path, &rs, &diag), 0);
+        char *text1 = dump(rs, &len1);
+
+        diag_init(&diag2, "dump.json");
+        int r = parse_text(true, text1, len1, &back, &diag2);
+        if (r < 0) {
+                diag_dump(&diag2);
+                fprintf(stderr, "%s\n", text1);
+        }
+        ck_assert_int_eq(r, 0);
+        assert_rules_equal(rs, back);
+
+        char *text2 = dump(back, &len2);
+        ck_assert_uint_eq(len1, len2);
+        ck_assert_str_eq(text1, text2);
+
+        free(text1);
+        free(text2);
+        ruleset_free(rs);
+        ruleset_free(back);
+        diag_done(&diag);
+        diag_done(&diag2);
+}
+END_TEST
+
+static const struct {
+        const char *ini, *json;
+} equivalent[] = {
+        { "examples/example-config.ini", "examples/example-config.json" },
+        { "examples/canary-config.ini", "examples/canary-config.json" },
+        { "tests/data/quoting.ini", "tests/data/quoting.json" },
+};
+
+START_TEST (test_ini_json_equivalent) {
+        RuleSet *a = NULL, *b = NULL;
+        Diag da, db;
+
+        ck_assert_int_eq(load(equivalent[_i].ini, &a, &da), 0);
+        ck_assert_int_eq(load(equivalent[_i].json, &b, &db), 0);
+        assert_rules_equal(a, b);
+        ruleset_free(a);
+        ruleset_free(b);
+        diag_done(&da);
+        diag_done(&db);
+}
+END_TEST
+
+START_TEST (test_quoting_and_comments) {
+        RuleSet *rs = NULL;
+        Diag diag;
+
+        ck_assert_int_eq(load("tests/data/quoting.ini", &rs, &diag), 0);
+        const Rule *r = &rs->rules[0];
+        ck_assert_uint_eq(r->n_patterns, 2);
+        ck_assert_str_eq(r->patterns[0].key, "method");
+        ck_assert_str_eq(r->patterns[1].key, "path");
+        ck_assert_str_eq(r->patterns[1].value, "/a b");
+        ck_assert_uint_eq(r->credit_limit, 5);
+        ck_assert_uint_eq(r->reset_seconds, 60);
+        ck_assert_str_eq(r->comment, "has # and ; inside quotes");
+        ck_assert_str_eq(r->label, "quoted-op");
+
+        r = &rs->rules[1];
+        ck_assert_str_eq(r->patterns[1].value, "/issue#42");
+        ck_assert_uint_eq(r->credit_limit, 2);
+        ck_assert_uint_eq(r->reset_seconds, 30);
+        ck_assert_str_eq(r->actor_field, "ip");
+        ck_assert_str_eq(r->comment, "issue#42;kept whole");
+
+        /* divvy README: "matchPolicy = canary  # <----- Canary this rule, ..." */
+        ck_assert_int_eq(rs->rules[2].match_policy, MATCH_POLICY_CANARY);
+        ck_assert_uint_eq(rs->rules[3].n_patterns, 0);
+        ck_assert_str_eq(rs->rules[3].comment, "Default accept!");
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+START_TEST (test_json_operation_values_stringified) {
+        static const char *const want[][2] = {
+                { "beta", "true" }, { "big", "1000" }, { "ratio", "0.5" }, { "version", "3" }
+        };
+        RuleSet *rs = NULL;
+        Diag diag;
+
+        ck_assert_int_eq(load("tests/data/non-string-operation.json", &rs, &diag), 0);
+        const Rule *r = &rs->rules[0];
+        ck_assert_uint_eq(r->n_patterns, 4);
+        for (size_t i = 0; i < 4; i++) {
+                ck_assert_str_eq(r->patterns[i].key, want[i][0]);
+                ck_assert_str_eq(r->patterns[i].value, want[i][1]);
+        }
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+/* ---- files that do not load: each expected message, by file and line ---- */
+
+static const struct {
+        const char *path;
+        int error;
+        unsigned line; /* 0: a message about the whole file */
+        const char *reason;
+} bad_files[] = {
+        { "tests/data/rules.yaml", -EPROTONOSUPPORT, 0, "unknown file extension, expected .ini or .json" },
+        { "tests/data/no-such-file.ini", -ENOENT, 0, "cannot open: No such file or directory" },
+        { "tests/data/unknown-key.ini", -EINVAL, 4,
+          "unknown attribute \"maxBurst\" (accepted: creditLimit," },
+        { "tests/data/typo-creditlimit.ini", -EINVAL, 3,
+          "unknown attribute \"creditlimit\" (did you mean \"creditLimit\"?)" },
+        { "tests/data/duplicate-section.ini", -EINVAL, 10,
+          "duplicate section: same operation as the section on line 1" },
+        { "tests/data/duplicate-key.ini", -EINVAL, 4, "sets creditLimit twice (first on line 2)" },
+        { "tests/data/bad-number.ini", -EINVAL, 2,
+          "creditLimit \"10k\" is not a non-negative decimal integer" },
+        { "tests/data/bad-number.ini", -EINVAL, 7, "rule [default] resetSeconds \"-1\"" },
+        { "tests/data/bad-label.ini", -EINVAL, 4, "invalid label \"not a slug!\"" },
+        { "tests/data/bad-policy.ini", -EINVAL, 4, "unknown matchPolicy \"sometimes\"" },
+        { "tests/data/missing-default.ini", -EINVAL, 5, "is the last rule but not a default" },
+        { "tests/data/default-not-last.ini", -EINVAL, 5, "rule [default] must be the last rule" },
+        { "tests/data/unreachable.ini", -EINVAL, 6,
+          "rule [method=GET path=/pantry/cookies/*] is unreachable: rule [method=GET path=/pantry/*] (line "
+          "1)" },
+        { "tests/data/syntax.ini", -EINVAL, 1, "'creditLimit = 1' outside of any section" },
+        { "tests/data/syntax.ini", -EINVAL, 2, "section header without closing ']'" },
+        { "tests/data/syntax.ini", -EINVAL, 4, "section [method=GET path=/x]: unexpected text after ']'" },
+        { "tests/data/syntax.ini", -EINVAL, 5, "section [method==GET]: invalid operation" },
+        { "tests/data/syntax.ini", -EINVAL, 6, "section [ip=1 ip=2]: a key appears twice in the operation" },
+        { "tests/data/syntax.ini", -EINVAL, 7, "empty section header []; the catch-all rule is [default]" },
+        { "tests/data/syntax.ini", -EINVAL, 9,
+          "rule [method=PUT]: expected 'key = value', got 'creditLimit'" },
+        { "tests/data/syntax.ini", -EINVAL, 10,
+          "rule [method=PUT]: resetSeconds: unterminated quoted value" },
+        { "tests/data/syntax.ini", -EINVAL, 11, "comment: unexpected text after the closing quote" },
+        { "tests/data/syntax.json", -EINVAL, 7, "JSON syntax error" },
+        { "tests/data/missing-default.json", -EINVAL, 0, "missing \"default\" rule" },
+        { "tests/data/not-an-object.json", -EINVAL, 1,
+          "expected an object with \"overrides\" and \"default\"" },
+        { "tests/data/wrong-types.json", -EINVAL, 4,
+          "overrides[0]: operation: 'tags': expected a string, number or boolean, got an array" },
+        { "tests/data/wrong-types.json", -EINVAL, 10,
+          "rule [method=PUT]: creditLimit: expected a number, got a boolean" },
+        { "tests/data/wrong-types.json", -EINVAL, 12,
+          "rule [method=PUT]: label: expected a string, got a number" },
+        { "tests/data/wrong-types.json", -EINVAL, 15,
+          "overrides[2]: operation: expected an object, got a string" },
+        { "tests/data/wrong-types.json", -EINVAL, 19, "overrides[3]: missing \"operation\"" },
+        { "tests/data/wrong-types.json", -EINVAL, 22, "overrides[3] has an unknown attribute \"maxBurst\"" },
+        { "tests/data/wrong-types.json", -EINVAL, 24, "overrides[4]: expected an object, got a string" },
+        { "tests/data/wrong-types.json", -EINVAL, 26, "default: operation: must be empty" },
+        { "tests/data/wrong-types.json", -EINVAL, 27,
+          "unknown key 'version' (accepted: overrides, default)" },
+};
+
+START_TEST (test_bad_file) {
+        RuleSet *rs = NULL;
+        Diag diag;
+
+        int r = load(bad_files[_i].path, &rs, &diag);
+        ck_assert_int_eq(r, bad_files[_i].error);
+        ck_assert_ptr_null(rs);
+        assert_diag_has(&diag, bad_files[_i].line, bad_files[_i].reason);
+        diag_done(&diag);
+}
+END_TEST
+
+/* Every problem of a file is reported, not just the first. */
+START_TEST (test_all_errors_reported) {
+        RuleSet *rs = NULL;
+        Diag diag;
+
+        ck_assert_int_eq(load("tests/data/syntax.ini", &rs, &diag), -EINVAL);
+        ck_assert_uint_eq(diag_count(&diag), 11);
+        diag_done(&diag);
+        ck_assert_int_eq(load("tests/data/wrong-types.json", &rs, &diag), -EINVAL);
+        ck_assert_uint_eq(diag_count(&diag), 9);
+        diag_done(&diag);
+}
+END_TEST
+
+/* ---- what is not a readable regular file, made in a temporary directory ---- */
+
+typedef enum SpecialKind {
+        SPECIAL_DIRECTORY,
+        SPECIAL_FIFO,
+        SPECIAL_SPARSE_HUGE,
+        SPECIAL_SYMLINK_TO_EXAMPLE,
+} SpecialKind;
+
+static const struct {
+        const char *name;
+        SpecialKind kind;
+        int error;
+        const char *reason;
+} specials[] = {
+        { "rules.ini", SPECIAL_DIRECTORY, -EISDIR, "is a directory" },
+        /* No writer ever opens it: a blocking open() would hang the test. */
+        { "rules.json", SPECIAL_FIFO, -EBADFD, "not a regular file" },
+        /* Sparse: one byte over the limit costs no disk space. */
+        { "huge.ini", SPECIAL_SPARSE_HUGE, -EFBIG, "file too large" },
+        /* Extensions are case-insensitive. */
+        { "RULES.JSON", SPECIAL_SYMLINK_TO_EXAMPLE, 0, NULL },
+};
+
+START_TEST (test_special_file) {
+        char dir[] = "/tmp/check-config-XXXXXX", *path, *example = src_path("examples/example-config.json");
+        RuleSet *rs = NULL;
+        Diag diag;
+        int fd;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ck_assert_int_ge(asprintf(&path, "%s/%s", dir, specials[_i].name), 0);
+        switch (specials[_i].kind) {
+        case SPECIAL_DIRECTORY:
+                ck_assert_int_eq(mkdir(path, 0700), 0);
+                break;
+        case SPECIAL_FIFO:
+                ck_assert_int_eq(mkfifo(path, 0600), 0);
+                break;
+        case SPECIAL_SPARSE_HUGE:
+                fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+                ck_assert_int_ge(fd, 0);
+                ck_assert_int_eq(ftruncate(fd, (off_t) CONFIG_FILE_MAX + 1), 0);
+                close(fd);
+                break;
+        case SPECIAL_SYMLINK_TO_EXAMPLE:
+                ck_assert_int_eq(symlink(example, path), 0);
+                break;
+        }
+
+        ck_assert_int_eq(load(path, &rs, &diag), specials[_i].error);
+        if (specials[_i].reason) {
+                ck_assert_ptr_null(rs);
+                assert_diag_has(&diag, 0, specials[_i].reason);
+        } else {
+                ck_assert_uint_eq(rs->n_rules, 5);
+                ruleset_free(rs);
+        }
+        diag_done(&diag);
+        ck_assert_int_eq(remove(path), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
+        free(path);
+        free(example);
+}
+END_TEST
+
+START_TEST (test_size_limit_is_inclusive) {
+        char *path = src_path("examples/example-config.ini");
+        RuleSet *rs = NULL;
+        struct stat st;
+        Diag diag;
+
+        ck_assert_int_eq(stat(path, &st), 0);
+        diag_init(&diag, path);
+        ck_assert_int_eq(config_load_limited(path, (size_t) st.st_size - 1, &rs, &diag), -EFBIG);
+        assert_diag_has(&diag, 0, "file too large");
+        diag_done(&diag);
+
+        diag_init(&diag, path);
+        ck_assert_int_eq(config_load_limited(path, (size_t) st.st_size, &rs, &diag), 0);
+        ck_assert_uint_eq(rs->n_rules, 5);
+        ruleset_free(rs);
+        diag_done(&diag);
+        free(path);
+}
+END_TEST
+
+/* ---- texts: edge cases of each syntax ---- */
+
+#define DEFAULT_INI "[default]\ncreditLimit = 0\nresetSeconds = 0\n"
+#define LONG40      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define NUL_INI     "[a=1]\ncreditLimit = 1\x00\nresetSeconds = 1\n" DEFAULT_INI
+#define NUL_JSON    "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}\x00junk"
+
+static const struct {
+        bool json;
+        const char *text;
+        size_t len;    /* 0: strlen(text) */
+        unsigned line; /* of the expected message; 0 with reason NULL: loads */
+        const char *reason;
+} texts[] = {
+        /* inih would truncate this section name to 49 bytes and split the long line. */
+        { false, "[path=/" LONG40 LONG40 " ip=*]\ncreditLimit = 1\nresetSeconds = 1\n"
+                 "comment = '" LONG40 LONG40 LONG40 LONG40 LONG40 LONG40 "'\n" DEFAULT_INI },
+        { false, "\xef\xbb\xbf[method=GET]\r\ncreditLimit = 1\r\nresetSeconds = 1\r\n" DEFAULT_INI },
+        { false, "[path=\"/a]b\"]\ncreditLimit=1\nresetSeconds=1\n" DEFAULT_INI },
+        { false,
+          "[default]\ncreditLimit = 0\nresetSeconds = 0\n\n[default]\ncreditLimit = 1\nresetSeconds = 0\n",
+          0, 5, "duplicate section: same operation as the section on line 1" },
+        { false, NUL_INI, sizeof NUL_INI - 1, 2, "NUL byte in line" },
+        { false, "", 0, 0, "no rules" },
+        { false, "[a=1]\n= 3\n" DEFAULT_INI, 0, 2, "missing key before '='" },
+        { true, "{\"overrides\": [], \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}" },
+        { true, "\xef\xbb\xbf{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0, \"operation\": {}}}" },
+        { true, "", 0, 1, "JSON syntax error at column 1: unexpected end of file" },
+        { true, "{\n\"default\": {\"creditLimit\": 0,\n \"resetSeconds\": 0}", 0, 3,
+          "unexpected end of file" },
+        { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}\n\nx", 0, 3,
+          "JSON syntax error at column 1" },
+        { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0, \"comment\": \"a\\u0000b\"}}", 0, 1,
+          "\\u0000 in a string is not allowed" },
+        { true, NUL_JSON, sizeof NUL_JSON - 1, 1, "NUL byte in file" },
+        { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0},\n\"default\": {}}", 0, 2,
+          "duplicate key 'default' (first on line 1)" },
+        { true, "{\"overrides\": {}, \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}", 0, 1,
+          "overrides: expected an array, got an object" },
+        { true, "{\"default\": {\"creditLimit\": 1.5, \"resetSeconds\": -2}}", 0, 1,
+          "creditLimit \"1.5\" is not a non-negative decimal integer" },
+        { true, "{\"default\": {\"creditLimit\": 1e300, \"resetSeconds\": 0}}", 0, 1,
+          "creditLimit \"1e+300\"" },
+        { true, "{\"default\": {\"creditLimit\": \"7\", \"resetSeconds\": 0, \"creditLimit\": 8}}", 0, 1,
+          "sets creditLimit twice" },
+        { true,
+          "{\"overrides\": [\n\n  {\"operation\": {\"a\": \"x\", \"a\": \"y\"},\n   \"creditLimit\": 1, "
+          "\"resetSeconds\": 1}],\n \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}",
+          0, 3, "operation: 'a': appears twice" },
+        { true,
+          "{\"overrides\": [{\"operation\": {\"a\": null}, \"creditLimit\": 1, \"resetSeconds\": 1}],\n"
+          " \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}",
+          0, 1, "got null" },
+        /* Lines of rules after multi-line strings and escaped quotes still match. */
+        { true,
+          "{\"overrides\": [\n {\"operation\": {\"k\": \"a\\\"b\\\\\"},\n  \"creditLimit\": 1, "
+          "\"resetSeconds\": 1, "
+          "\"comment\": \"x\"},\n {\"operation\": {\"k\": \"z\"},\n  \"creditLimit\": \"many\", "
+          "\"resetSeconds\": 1}],\n \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}",
+          0, 5, "creditLimit \"many\"" },
+};
+
+START_TEST (test_text) {
+        size_t len = texts[_i].len ? texts[_i].len : strlen(texts[_i].text);
+        RuleSet *rs = NULL;
+        Diag diag;
+
+        diag_init(&diag, texts[_i].json ? "t.json" : "t.ini");
+        int r = parse_text(texts[_i].json, texts[_i].text, len, &rs, &diag);
+        if (!texts[_i].reason) {
+                if (r < 0)
+                        diag_dump(&diag);
+                ck_assert_int_eq(r, 0);
+                ck_assert_uint_eq(diag_count(&diag), 0);
+                ruleset_free(rs);
+        } else {
+                ck_assert_int_eq(r, -EINVAL);
+                assert_diag_has(&diag, texts[_i].line, texts[_i].reason);
+        }
+        diag_done(&diag);
+}
+END_TEST
+
+START_TEST (test_long_section_kept_whole) {
+        static const char text[] =
+                "[path=/" LONG40 LONG40 " ip=*]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI;
+        RuleSet *rs = NULL;
+        Diag diag;
+
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        ck_assert_uint_eq(rs->rules[0].n_patterns, 2);
+        ck_assert_str_eq(rs->rules[0].patterns[1].value, "/" LONG40 LONG40);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+START_TEST (test_ini_section_count_bounded) {
+        /* Reliability: a huge file of sections stops at RULES_MAX + 1 of them, with a message. */
+        static const char section[] = "[a=1]\n";
+        size_t n = RULES_MAX + 10, len = n * (sizeof section - 1);
+        char *text = malloc(len + 1), want[64];
+        RuleSet *rs = NULL;
+        bool found = false;
+        Diag diag;
+
+        ck_assert_ptr_nonnull(text);
+        for (size_t i = 0; i < n; i++)
+                memcpy(text + i * (sizeof section - 1), section, sizeof section - 1);
+        text[len] = '\0';
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(ruleset_new("t.ini", &rs), 0);
+        ck_assert_int_eq(config_ini_parse(text, len, rs, &diag), -EINVAL);
+        snprintf(want, sizeof want, "t.ini:%d: more than %d sections", RULES_MAX + 2, RULES_MAX);
+        for (size_t i = 0; i < diag.n_messages; i++)
+                found = found || strncmp(diag.messages[i], want, strlen(want)) == 0;
+        ck_assert_msg(found || diag.n_dropped > 0, "no \"%s\" message", want);
+        ruleset_free(rs);
+        diag_done(&diag);
+        free(text);
+}
+END_TEST
+
+START_TEST (test_summary_singular) {
+        static const char text[] = DEFAULT_INI "label = all\nactorField = ip\n";
+        RuleSet *rs = NULL;
+        char buf[128];
+        Diag diag;
+
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        ck_assert_str_eq(config_summary(rs, buf, sizeof buf), "1 rule (0 canary, 1 with actor, 1 labelled)");
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+START_TEST (test_dump_escapes) {
+        static const char text[] = "[path=\"a\\\\b\" q=\"x y\"]\ncreditLimit = 1\nresetSeconds = 1\n"
+                                   "comment = 'caf\xc3\xa9 \"quoted\" back\\\\slash'\n" DEFAULT_INI;
+        RuleSet *rs = NULL, *back = NULL;
+        size_t len;
+        Diag diag;
+
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        char *json = dump(rs, &len);
+        ck_assert_ptr_nonnull(strstr(json, "\"comment\": \"caf\xc3\xa9 \\\"quoted\\\" back\\\\\\\\slash\""));
+        ck_assert_int_eq(parse_text(true, json, len, &back, &diag), 0);
+        assert_rules_equal(rs, back);
+        free(json);
+        ruleset_free(rs);
+        ruleset_free(back);
+        diag_done(&diag);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("config");
+
+        TCase *tc = tcase_create("files");
+        tcase_add_loop_test(tc, test_good_file_loads, 0, sizeof good_files / sizeof good_files[0]);
+        tcase_add_loop_test(tc, test_dump_round_trip, 0, sizeof good_files / sizeof good_files[0]);
+        tcase_add_loop_test(tc, test_ini_json_equivalent, 0, sizeof equivalent / sizeof equivalent[0]);
+        tcase_add_test(tc, test_quoting_and_comments);
+        tcase_add_test(tc, test_json_operation_values_stringified);
+        tcase_add_loop_test(tc, test_bad_file, 0, sizeof bad_files / sizeof bad_files[0]);
+        tcase_add_test(tc, test_all_errors_reported);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("io");
+        tcase_add_loop_test(tc, test_special_file, 0, sizeof specials / sizeof specials[0]);
+        tcase_add_test(tc, test_size_limit_is_inclusive);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("texts");
+        tcase_add_loop_test(tc, test_text, 0, sizeof texts / sizeof texts[0]);
+        tcase_add_test(tc, test_long_section_kept_whole);
+        tcase_add_test(tc, test_summary_singular);
+        tcase_add_test(tc, test_ini_section_count_bounded);
+        tcase_add_test(tc, test_dump_escapes);
+        suite_add_tcase(s, tc);
+
+        return check_run_suite(s);
+}

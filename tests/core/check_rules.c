@@ -1,0 +1,1238 @@
+/* SPDX-License-Identifier: MIT */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/hash.h"
+#include "core/rules.h"
+#include "check-run.h"
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+#define SPECS_MAX 64
+
+/* Fills req from a NULL-terminated list of "key", "value" strings. */
+static void req_fill(ProtoRequest *req, const char *const *kv) {
+        *req = (ProtoRequest){ .command = PROTO_COMMAND_HIT };
+        for (size_t i = 0; kv[i]; i += 2) {
+                ck_assert_ptr_nonnull(kv[i + 1]);
+                ck_assert_uint_lt(req->n_pairs, PROTO_PAIRS_MAX);
+                req->pairs[req->n_pairs++] = (ProtoPair){
+                        .key = { kv[i], strlen(kv[i]) },
+                        .value = { kv[i + 1], strlen(kv[i + 1]) },
+                };
+        }
+}
+
+/* Builds a RuleSet from rule specs "key=value key=value ; attr=value attr=value"
+ * ("default" for the empty operation; '~' in an attribute value stands for a space).
+ * Rule i starts on line 10*(i+1); its k-th attribute is on line 10*(i+1)+k+1.
+ * Returns the first failure of rule_draft_set/ruleset_add (without finalizing),
+ * else the result of ruleset_finalize() (or 0 if !finalize). */
+static int build(const char *const *specs, bool finalize, RuleSet **ret, Diag *diag) {
+        RuleSet *rs = NULL;
+        int r, first = 0;
+
+        ck_assert_int_eq(ruleset_new("test", &rs), 0);
+        for (size_t i = 0; specs[i]; i++) {
+                char *buf = strdup(specs[i]), *attrs = strchr(buf, ';'), *save = NULL;
+                unsigned line = 10 * (unsigned) (i + 1), k = 0;
+                RuleDraft d;
+
+                ck_assert_ptr_nonnull(attrs);
+                *attrs++ = '\0';
+                rule_draft_init(&d, line);
+                for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                        if (strcmp(t, "default") == 0) {
+                                d.is_default = true;
+                                continue;
+                        }
+                        char *eq = strchr(t, '=');
+                        ck_assert_ptr_nonnull(eq);
+                        ck_assert_int_eq(
+                                rule_draft_add_pattern(&d, t, (size_t) (eq - t), eq + 1, strlen(eq + 1)), 0);
+                }
+                for (char *t = strtok_r(attrs, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                        char *eq = strchr(t, '=');
+                        ck_assert_ptr_nonnull(eq);
+                        *eq = '\0';
+                        for (char *p = eq + 1; *p; p++)
+                                if (*p == '~')
+                                        *p = ' ';
+                        r = rule_draft_set_diag(&d, t, eq + 1, line + ++k, diag);
+                        if (r < 0 && first == 0)
+                                first = r;
+                }
+                if (first == 0) {
+                        r = ruleset_add(rs, &d, diag);
+                        if (r < 0)
+                                first = r;
+                }
+                free(buf);
+        }
+        if (first == 0 && finalize)
+                first = ruleset_finalize(rs, diag);
+        *ret = rs;
+        return first;
+}
+
+static bool diag_has(const Diag *d, const char *needle) {
+        for (size_t i = 0; i < d->n_messages; i++)
+                if (strstr(d->messages[i], needle))
+                        return true;
+        return false;
+}
+
+static void diag_dump(const Diag *d) {
+        for (size_t i = 0; i < d->n_messages; i++)
+                fprintf(stderr, "  diag: %s\n", d->messages[i]);
+}
+
+/* A brute-force matcher: every rule in order, no index. */
+static size_t linear_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]) {
+        size_t n = 0;
+        for (size_t i = 0; i < rs->n_rules; i++) {
+                const Rule *r = &rs->rules[i];
+                bool ok = true;
+                for (size_t j = 0; j < r->n_patterns && ok; j++) {
+                        const RulePattern *p = &r->patterns[j];
+                        const ProtoSlice *v = NULL;
+                        for (size_t k = 0; k < req->n_pairs; k++)
+                                if (req->pairs[k].key.len == p->key_len &&
+                                    memcmp(req->pairs[k].key.ptr, p->key, p->key_len) == 0)
+                                        v = &req->pairs[k].value;
+                        ok = v && rule_pattern_match(p, v->ptr, v->len);
+                }
+                if (!ok)
+                        continue;
+                out[n++] = r;
+                if (r->match_policy == MATCH_POLICY_STOP)
+                        break;
+        }
+        return n;
+}
+
+/* Matches kv against rs and checks the matched rules' labels, in order ("a,b"). */
+static void expect_match(const RuleSet *rs, const char *const *kv, const char *labels) {
+        const Rule *out[RULES_MATCH_MAX], *lin[RULES_MATCH_MAX];
+        ProtoRequest req;
+        char got[512] = "";
+
+        req_fill(&req, kv);
+        size_t n = ruleset_match(rs, &req, out);
+        ck_assert_uint_ge(n, 1);
+        for (size_t i = 0; i < n; i++) {
+                if (i > 0)
+                        strcat(got, ",");
+                strcat(got, out[i]->label ? out[i]->label : "?");
+        }
+        ck_assert_str_eq(got, labels);
+        ck_assert_uint_eq(linear_match(rs, &req, lin), n);
+        for (size_t i = 0; i < n; i++)
+                ck_assert_ptr_eq(lin[i], out[i]);
+}
+
+#define KV(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+/* ---- names ------------------------------------------------------------------------ */
+
+START_TEST (test_names) {
+        ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_CREDIT_LIMIT), "creditLimit");
+        ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_COMMENT), "comment");
+        ck_assert_ptr_null(rule_attr_to_string(_RULE_ATTR_MAX));
+        ck_assert_ptr_null(rule_attr_to_string(_RULE_ATTR_INVALID));
+        for (int a = 0; a < _RULE_ATTR_MAX; a++) {
+                ck_assert_int_eq(rule_attr_from_string(rule_attr_to_string((RuleAttr) a)), a);
+                ck_assert_ptr_nonnull(strstr(rule_attr_names(), rule_attr_to_string((RuleAttr) a)));
+        }
+        ck_assert_int_eq(rule_attr_from_string("creditlimit"), -EINVAL);
+        ck_assert_int_eq(rule_attr_from_string(NULL), -EINVAL);
+        ck_assert_str_eq(rule_attr_suggest("creditlimit"), "creditLimit");
+        ck_assert_str_eq(rule_attr_suggest("ACTORFIELD"), "actorField");
+        ck_assert_ptr_null(rule_attr_suggest("credit"));
+
+        ck_assert_str_eq(match_policy_to_string(MATCH_POLICY_STOP), "stop");
+        ck_assert_str_eq(match_policy_to_string(MATCH_POLICY_CANARY), "canary");
+        ck_assert_ptr_null(match_policy_to_string(_MATCH_POLICY_MAX));
+        ck_assert_int_eq(match_policy_from_string("canary"), MATCH_POLICY_CANARY);
+        ck_assert_int_eq(match_policy_from_string("stop"), MATCH_POLICY_STOP);
+        ck_assert_int_eq(match_policy_from_string("Stop"), -EINVAL);
+        ck_assert_int_eq(match_policy_from_string(""), -EINVAL);
+        ck_assert_int_eq(match_policy_from_string(NULL), -EINVAL);
+}
+END_TEST
+
+/* ---- drafts ------------------------------------------------------------------------ */
+
+START_TEST (test_draft) {
+        static char big[RULE_TEXT_MAX + 1];
+        char keys[RULE_PATTERNS_MAX + 1][8];
+        RuleDraft d;
+        Diag diag;
+
+        memset(big, 'x', sizeof big);
+        rule_draft_init(&d, 7);
+        ck_assert_uint_eq(d.line, 7);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "a", 1, "1", 1), 0);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "a", 1, "2", 1), -EEXIST);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "", 0, "2", 1), -EINVAL);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, NULL, 0, "2", 1), -EINVAL);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, big, sizeof big, "2", 1), -EINVAL);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "b", 1, big, sizeof big), -EINVAL);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "b", 1, big, RULE_TEXT_MAX), 0);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "c", 1, NULL, 0), 0); /* empty value */
+        ck_assert_uint_eq(d.n_patterns, 3);
+
+        rule_draft_init(&d, 1);
+        for (size_t i = 0; i <= RULE_PATTERNS_MAX; i++) {
+                snprintf(keys[i], sizeof keys[i], "k%zu", i);
+                ck_assert_int_eq(rule_draft_add_pattern(&d, keys[i], strlen(keys[i]), "v", 1),
+                                 i < RULE_PATTERNS_MAX ? 0 : -E2BIG);
+        }
+
+        rule_draft_init(&d, 3);
+        ck_assert_int_eq(rule_draft_set(&d, "creditLimit", "1", 4), 0);
+        ck_assert_str_eq(d.attrs[RULE_ATTR_CREDIT_LIMIT], "1");
+        ck_assert_uint_eq(d.attr_lines[RULE_ATTR_CREDIT_LIMIT], 4);
+        ck_assert_int_eq(rule_draft_set(&d, "creditLimit", "2", 5), -EEXIST);
+        ck_assert_int_eq(rule_draft_set(&d, "creditlimit", "2", 5), -ENOENT);
+        ck_assert_int_eq(rule_draft_set(&d, "operation", "x", 5), -ENOENT);
+        ck_assert_int_eq(rule_draft_set(&d, "label", NULL, 5), -EINVAL);
+
+        /* The loader helper reports what went wrong, with a hint. */
+        diag_init(&diag, "r.ini");
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "method", 6, "GET", 3), 0);
+        ck_assert_int_eq(rule_draft_set_diag(&d, "creditlimit", "2", 8, &diag), -ENOENT);
+        ck_assert_int_eq(rule_draft_set_diag(&d, "limit", "2", 9, &diag), -ENOENT);
+        ck_assert_int_eq(rule_draft_set_diag(&d, "creditLimit", "2", 10, &diag), -EEXIST);
+        ck_assert_int_eq(rule_draft_set_diag(&d, "label", "x", 11, &diag), 0);
+        ck_assert_uint_eq(diag.n_messages, 3);
+        ck_assert_str_eq(diag.messages[0],
+                         "r.ini:8: rule [method=GET] has an unknown attribute \"creditlimit\" (did you mean "
+                         "\"creditLimit\"?)");
+        ck_assert_str_eq(diag.messages[1], "r.ini:9: rule [method=GET] has an unknown attribute \"limit\" "
+                                           "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, "
+                                           "label, comment)");
+        ck_assert_str_eq(diag.messages[2],
+                         "r.ini:10: rule [method=GET] sets creditLimit twice (first on line 4)");
+        diag_done(&diag);
+}
+END_TEST
+
+/* ---- numbers --------------------------------------------------------------------------- */
+
+static const struct {
+        const char *text;
+        bool credit_ok, reset_ok;
+        uint64_t value;
+        const char *error;
+} number_cases[] = {
+        { "10", true, true, 10, NULL },
+        { "0", true, true, 0, NULL },
+        { "007", true, true, 7, NULL },
+        { "3155760000", true, true, 3155760000ULL, NULL },
+        { "3155760001", true, false, 3155760001ULL, "is above the maximum 3155760000" },
+        { "9007199254740991", true, false, 9007199254740991ULL, "is above the maximum 3155760000" },
+        { "9007199254740992", false, false, 0, "is above the maximum" },
+        { "18446744073709551616", false, false, 0, "is above the maximum" }, /* 2^64: must not wrap to 0 */
+        { "99999999999999999999999", false, false, 0, "is above the maximum" },
+        { "", false, false, 0, "\"\" is not a non-negative decimal integer" },
+        { "-1", false, false, 0, "\"-1\" is not a non-negative decimal integer" },
+        { "+1", false, false, 0, "is not a non-negative" },
+        { "1.5", false, false, 0, "is not a non-negative" },
+        { "1e3", false, false, 0, "is not a non-negative" },
+        { "0x10", false, false, 0, "is not a non-negative" },
+        { " 1", false, false, 0, "is not a non-negative" },
+        { "1 ", false, false, 0, "is not a non-negative" },
+        { "ten", false, false, 0, "is not a non-negative" },
+        { "99999999999999999999x", false, false, 0, "is not a non-negative" }, /* malformed beats too big */
+};
+
+START_TEST (test_numbers) {
+        /* The same cases for both attributes (resetSeconds has the smaller maximum). */
+        for (int which = 0; which < 2; which++) {
+                RuleAttr a = which ? RULE_ATTR_RESET_SECONDS : RULE_ATTR_CREDIT_LIMIT;
+                RuleAttr other = which ? RULE_ATTR_CREDIT_LIMIT : RULE_ATTR_RESET_SECONDS;
+                const char *t = number_cases[_i].text;
+                RuleSet *rs;
+                RuleDraft d;
+                Diag diag;
+
+                diag_init(&diag, "n.ini");
+                ck_assert_int_eq(ruleset_new(NULL, &rs), 0);
+                rule_draft_init(&d, 5);
+                d.attrs[a] = t;
+                d.attr_lines[a] = 6;
+                d.attrs[other] = "1";
+                int r = ruleset_add(rs, &d, &diag);
+                if (which ? number_cases[_i].reset_ok : number_cases[_i].credit_ok) {
+                        ck_assert_int_eq(r, 0);
+                        ck_assert_uint_eq(diag.n_messages, 0);
+                        uint64_t v = which ? rs->rules[0].reset_seconds : rs->rules[0].credit_limit;
+                        ck_assert_uint_eq(v, number_cases[_i].value);
+                } else {
+                        ck_assert_int_eq(r, -EINVAL);
+                        ck_assert_uint_eq(rs->n_rules, 0);
+                        ck_assert_uint_eq(diag.n_messages, 1);
+                        ck_assert_msg(strncmp(diag.messages[0], "n.ini:6: rule [default] ", 24) == 0, "%s",
+                                      diag.messages[0]);
+                        ck_assert_ptr_nonnull(strstr(diag.messages[0], rule_attr_to_string(a)));
+                        ck_assert_msg(strstr(diag.messages[0], number_cases[_i].error), "%s",
+                                      diag.messages[0]);
+                }
+                ruleset_free(rs);
+                diag_done(&diag);
+        }
+}
+END_TEST
+
+START_TEST (test_number_limits) {
+        RuleSet *rs;
+        Diag diag;
+
+        diag_init(&diag, NULL);
+        ck_assert_int_eq(build(KV("default ; creditLimit=9007199254740991 resetSeconds=3155760000"), true,
+                               &rs, &diag),
+                         0);
+        ck_assert_uint_eq(rs->rules[0].credit_limit, RULE_CREDIT_LIMIT_MAX);
+        ck_assert_uint_eq(rs->rules[0].reset_seconds, RULE_RESET_SECONDS_MAX);
+        ruleset_free(rs);
+        ck_assert_int_eq(
+                build(KV("default ; creditLimit=9007199254740992 resetSeconds=1"), true, &rs, &diag),
+                -EINVAL);
+        ck_assert(diag_has(&diag, "<config>:11: rule [default] creditLimit 9007199254740992 is above the "
+                                  "maximum 9007199254740991"));
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+/* ---- validation ------------------------------------------------------------------------- */
+
+static const struct {
+        const char *name;
+        const char *specs[8];
+        int ret;         /* of build() */
+        const char *msg; /* expected in some message; NULL: no message */
+} validation_cases[] = {
+        { "minimal", { "default ; creditLimit=0 resetSeconds=0" }, 0, NULL },
+        { "no rules", { NULL }, -EINVAL, "test: no rules: a config needs at least a final [default] rule" },
+        { "missing creditLimit",
+          { "a=1 ; resetSeconds=1", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:10: rule [a=1] has no creditLimit (it is required)" },
+        { "missing resetSeconds",
+          { "a=1 ; creditLimit=1", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:10: rule [a=1] has no resetSeconds (it is required)" },
+        { "unknown attribute",
+          { "a=1 ; creditLimit=1 resetSeconds=1 creditlimit=3" },
+          -ENOENT,
+          "test:13: rule [a=1] has an unknown attribute \"creditlimit\" (did you mean \"creditLimit\"?)" },
+        { "last not default",
+          { "a=1 ; creditLimit=1 resetSeconds=1" },
+          -EINVAL,
+          "test:10: rule [a=1] is the last rule but not a default" },
+        { "default not last",
+          { "default ; creditLimit=1 resetSeconds=1", "a=1 ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:10: rule [default] must be the last rule: it matches every request, so the 2 rules after it "
+          "are unreachable" },
+        { "two defaults",
+          { "default ; creditLimit=1 resetSeconds=1", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:10: rule [default] must be the last rule" },
+        { "default canary",
+          { "default ; creditLimit=1 resetSeconds=1 matchPolicy=canary" },
+          -EINVAL,
+          "test:13: rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
+        { "empty canary before default",
+          { "; creditLimit=1 resetSeconds=1 matchPolicy=canary", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "must have matchPolicy stop" },
+        { "unknown matchPolicy",
+          { "a=1 ; creditLimit=1 resetSeconds=1 matchPolicy=Canary",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] has an unknown matchPolicy \"Canary\" (accepted: stop, canary)" },
+        { "bad label",
+          { "a=1 ; creditLimit=1 resetSeconds=1 label=a.b", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] has an invalid label \"a.b\": use 1 to 255 of a-z A-Z 0-9 _ -" },
+        { "empty label",
+          { "a=1 ; creditLimit=1 resetSeconds=1 label=", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "has an invalid label \"\"" },
+        { "label with space",
+          { "a=1 ; creditLimit=1 resetSeconds=1 label=a~b", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "has an invalid label \"a b\"" },
+        { "duplicate label",
+          { "a=1 ; creditLimit=1 resetSeconds=1 label=x", "a=2 ; creditLimit=1 resetSeconds=1",
+            "a=3 ; creditLimit=1 resetSeconds=1 label=x", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:33: rule [a=3] has the label \"x\" of rule [a=1] (line 10): labels must be unique" },
+        { "empty actorField",
+          { "a=1 ; creditLimit=1 resetSeconds=1 actorField=", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] has an empty actorField" },
+        { "actorField not in operation is fine",
+          { "a=1 ; creditLimit=1 resetSeconds=1 actorField=ip", "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "comment with spaces is fine",
+          { "a=1 ; creditLimit=1 resetSeconds=1 comment=hello~world",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        /* Shadowing, after divvy's own examples. */
+        { "any before exact",
+          { "a=* ; creditLimit=1 resetSeconds=1", "a=1 ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [a=1] is unreachable: rule [a=*] (line 10) matches every request it matches" },
+        { "exact before any",
+          { "a=1 ; creditLimit=1 resetSeconds=1", "a=* ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "glob before exact",
+          { "path=/x/* ; creditLimit=1 resetSeconds=1", "path=/x/y ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "rule [path=/x/y] is unreachable: rule [path=/x/*] (line 10)" },
+        { "exact before glob",
+          { "path=/x/y ; creditLimit=1 resetSeconds=1", "path=/x/* ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "wider glob before narrower glob",
+          { "path=/x/* ; creditLimit=1 resetSeconds=1", "path=/x/y/* ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "rule [path=/x/y/*] is unreachable" },
+        { "overlapping globs are fine",
+          { "path=/x/*/a ; creditLimit=1 resetSeconds=1", "path=/x/y/* ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "fewer keys shadow more keys",
+          { "method=GET ; creditLimit=1 resetSeconds=1",
+            "method=GET path=/pantry/* ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [method=GET path=/pantry/*] is unreachable: rule [method=GET] (line 10) matches "
+          "every "
+          "request it matches" },
+        { "more keys do not shadow fewer",
+          { "method=GET path=/pantry/* ; creditLimit=1 resetSeconds=1",
+            "method=GET ; creditLimit=1 resetSeconds=1", "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "exact duplicate",
+          { "a=1 b=2 ; creditLimit=1 resetSeconds=1", "b=2 a=1 ; creditLimit=5 resetSeconds=9",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [a=1 b=2] is unreachable: rule [a=1 b=2] (line 10)" },
+        { "canary before anything",
+          { "a=* ; creditLimit=1 resetSeconds=1 matchPolicy=canary", "a=1 ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "canary shadowed by stop",
+          { "a=* ; creditLimit=1 resetSeconds=1", "a=1 ; creditLimit=1 resetSeconds=1 matchPolicy=canary",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [a=1] is unreachable" },
+        { "star-only glob shadows any",
+          { "a=** ; creditLimit=1 resetSeconds=1", "a=* ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "rule [a=*] is unreachable: rule [a=**]" },
+        { "marked default with operation",
+          { "default a=1 ; creditLimit=1 resetSeconds=1" },
+          -EINVAL,
+          "test:10: rule [a=1] is marked default but has an operation" },
+};
+
+START_TEST (test_validation) {
+        RuleSet *rs;
+        Diag diag;
+
+        diag_init(&diag, "test");
+        int r = build(validation_cases[_i].specs, true, &rs, &diag);
+        if (r != validation_cases[_i].ret ||
+            (validation_cases[_i].msg && !diag_has(&diag, validation_cases[_i].msg)) ||
+            (!validation_cases[_i].msg && diag.n_messages > 0)) {
+                diag_dump(&diag);
+                ck_abort_msg("case \"%s\": got %d, expected %d and \"%s\"", validation_cases[_i].name, r,
+                             validation_cases[_i].ret, validation_cases[_i].msg ?: "");
+        }
+        ck_assert(rs->finalized == (r == 0));
+        if (r != 0)
+                ck_assert_ptr_null(rs->index);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+/* Problems that need long or odd input: built by hand. */
+START_TEST (test_validation_text) {
+        static char big[RULE_TEXT_MAX + 2];
+        RuleSet *rs;
+        RuleDraft d;
+        Diag diag;
+
+        memset(big, 'c', RULE_TEXT_MAX + 1);
+        diag_init(&diag, "t");
+        ck_assert_int_eq(ruleset_new(NULL, &rs), 0);
+
+        rule_draft_init(&d, 1);
+        d.attrs[RULE_ATTR_CREDIT_LIMIT] = d.attrs[RULE_ATTR_RESET_SECONDS] = "1";
+        d.attrs[RULE_ATTR_COMMENT] = big;
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert(diag_has(&diag, "t:1: rule [default] comment is longer than 4096 bytes"));
+
+        d.attrs[RULE_ATTR_COMMENT] = "tab\there";
+        d.attr_lines[RULE_ATTR_COMMENT] = 2;
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert(diag_has(&diag, "t:2: rule [default] comment contains control characters"));
+
+        d.attrs[RULE_ATTR_COMMENT] = NULL;
+        d.attrs[RULE_ATTR_ACTOR_FIELD] = big;
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert(diag_has(&diag, "actorField is longer than 4096 bytes"));
+        d.attrs[RULE_ATTR_ACTOR_FIELD] = NULL;
+
+        /* A hand-filled draft that bypassed rule_draft_add_pattern(). */
+        d.patterns[0] = (ProtoPair){ { "k", 1 }, { "a\0b", 3 } };
+        d.patterns[1] = (ProtoPair){ { "k", 1 }, { "x", 1 } };
+        d.n_patterns = 2;
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert(diag_has(&diag, "has a NUL byte in an operation key or value"));
+        d.patterns[0] = (ProtoPair){ { "k", 1 }, { "y", 1 } };
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert(diag_has(&diag, "t:1: rule [k=y k=x] has the operation key \"k\" twice"));
+        d.patterns[1] = (ProtoPair){ { "", 0 }, { "x", 1 } };
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert(diag_has(&diag, "has an operation key or value that is empty or longer than 4096 bytes"));
+
+        /* Every problem of a rule is reported, not just the first. */
+        size_t before = diag.n_messages;
+        rule_draft_init(&d, 9);
+        d.attrs[RULE_ATTR_CREDIT_LIMIT] = "x";
+        d.attrs[RULE_ATTR_MATCH_POLICY] = "sometimes";
+        d.attrs[RULE_ATTR_LABEL] = "no way";
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert_uint_eq(diag.n_messages - before, 4); /* creditLimit, resetSeconds, policy, label */
+
+        ck_assert_uint_eq(rs->n_rules, 0);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+START_TEST (test_canary_limit) {
+        const char *specs[RULES_CANARY_MAX + 3] = { 0 };
+        char bufs[RULES_CANARY_MAX + 2][64];
+        RuleSet *rs;
+        Diag diag;
+
+        for (int n = RULES_CANARY_MAX; n <= RULES_CANARY_MAX + 1; n++) {
+                for (int i = 0; i < n; i++) {
+                        snprintf(bufs[i], sizeof bufs[i],
+                                 "a=%d ; creditLimit=1 resetSeconds=1 matchPolicy=canary", i);
+                        specs[i] = bufs[i];
+                }
+                specs[n] = "default ; creditLimit=0 resetSeconds=0";
+                specs[n + 1] = NULL;
+                diag_init(&diag, "t");
+                int r = build(specs, true, &rs, &diag);
+                if (n == RULES_CANARY_MAX)
+                        ck_assert_int_eq(r, 0);
+                else {
+                        ck_assert_int_eq(r, -EINVAL);
+                        ck_assert(diag_has(&diag,
+                                           "t:330: rule [a=32] is one canary rule too many: a config has "
+                                           "at most 32"));
+                }
+                ruleset_free(rs);
+                diag_done(&diag);
+        }
+}
+END_TEST
+
+START_TEST (test_rules_max) {
+        RuleSet *rs;
+        RuleDraft d;
+        Diag diag;
+
+        diag_init(&diag, "t");
+        ck_assert_int_eq(ruleset_new(NULL, &rs), 0);
+        rule_draft_init(&d, 1);
+        d.attrs[RULE_ATTR_CREDIT_LIMIT] = d.attrs[RULE_ATTR_RESET_SECONDS] = "1";
+        for (size_t i = 0; i < RULES_MAX; i++)
+                ck_assert_int_eq(ruleset_add(rs, &d, &diag), 0);
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert(diag_has(&diag, "t:1: rule [default] is one too many: a config has at most 100000 rules"));
+        ck_assert_uint_eq(rs->n_rules, RULES_MAX);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+START_TEST (test_finalize_twice) {
+        RuleSet *rs;
+        RuleDraft d;
+
+        ck_assert_int_eq(build(KV("default ; creditLimit=1 resetSeconds=0"), true, &rs, NULL), 0);
+        ck_assert_int_eq(ruleset_finalize(rs, NULL), -EBUSY);
+        rule_draft_init(&d, 1);
+        ck_assert_int_eq(ruleset_add(rs, &d, NULL), -EBUSY);
+        ck_assert_ptr_null(ruleset_free(rs));
+        ck_assert_ptr_null(ruleset_free(NULL));
+}
+END_TEST
+
+/* ---- globs ---------------------------------------------------------------------------- */
+
+static const struct {
+        const char *pattern, *value;
+        bool match;
+} glob_cases[] = {
+        { "*", "", true },
+        { "*", "anything", true },
+        { "/a/*", "/a/", true },
+        { "/a/*", "/a/b", true },
+        { "/a/*", "/a/b/c", true },
+        { "/a/*", "/a", false },
+        { "/a/*", "/b/a/", false },
+        { "*/c", "/c", true },
+        { "*/c", "/a/b/c", true },
+        { "*/c", "/a/b/c/", false },
+        { "*/c", "/a/b/cd", false },
+        { "/a/*/c", "/a/b/c", true },
+        { "/a/*/c", "/a//c", true },
+        { "/a/*/c", "/a/b/x/c", true },
+        { "/a/*/c", "/a/b/c/d", false }, /* divvy's prefix-only bug: must not match */
+        { "/a/*/c", "/a/c", false },     /* the two anchors may not overlap */
+        { "a*b*c", "abc", true },
+        { "a*b*c", "aXbYc", true },
+        { "a*b*c", "acb", false },
+        { "a*b*c", "abcb", false },
+        { "a*b*c", "abcbc", true },
+        { "a*a", "a", false },
+        { "a*a", "aa", true },
+        { "**", "", true },
+        { "**", "x", true },
+        { "a**b", "ab", true },
+        { "a**b", "aXYb", true },
+        { "a**b", "aXYbc", false },
+        { "*a*", "bab", true },
+        { "*a*", "bbb", false },
+        { "*ab*ab*", "abab", true },
+        { "*ab*ab*", "aba", false },
+        { "x*y*z", "xyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyz", true },
+        { "x*y*y*y*y*y*y*z", "xyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", false },
+        { "/caf\xc3\xa9/*", "/caf\xc3\xa9/cr\xc3\xa8me", true }, /* multibyte: bytes compare */
+        { "*\xc3\xa8me", "/caf\xc3\xa9/cr\xc3\xa8me", true },
+        { "/caf\xc3\xa9/*", "/cafe/x", false },
+        { "\xe2\x98\x83*\xe2\x98\x83", "\xe2\x98\x83\xe2\x98\x83", true },
+        { "exact", "exact", true },
+        { "exact", "exac", false },
+        { "exact", "exactt", false },
+        { "", "", true },
+        { "", "x", false },
+};
+
+START_TEST (test_globs) {
+        const char *pat = glob_cases[_i].pattern, *val = glob_cases[_i].value;
+        RuleSet *rs;
+        RuleDraft d;
+
+        ck_assert_int_eq(ruleset_new(NULL, &rs), 0);
+        rule_draft_init(&d, 1);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "k", 1, pat, strlen(pat)), 0);
+        d.attrs[RULE_ATTR_CREDIT_LIMIT] = d.attrs[RULE_ATTR_RESET_SECONDS] = "1";
+        ck_assert_int_eq(ruleset_add(rs, &d, NULL), 0);
+
+        const RulePattern *p = &rs->rules[0].patterns[0];
+        ck_assert_int_eq(p->kind, strcmp(pat, "*") == 0 ? PATTERN_ANY
+                                  : strchr(pat, '*')    ? PATTERN_GLOB
+                                                        : PATTERN_EXACT);
+        ck_assert_msg(rule_pattern_match(p, val, strlen(val)) == glob_cases[_i].match, "\"%s\" ~ \"%s\"",
+                      pat, val);
+        ruleset_free(rs);
+}
+END_TEST
+
+START_TEST (test_glob_segments) {
+        static const struct {
+                const char *pattern;
+                size_t n;
+                const char *segs[3];
+                bool start, end;
+        } cases[] = {
+                { "/a/*", 1, { "/a/" }, true, false },         { "*/c", 1, { "/c" }, false, true },
+                { "a*b*c", 3, { "a", "b", "c" }, true, true }, { "**", 0, { NULL }, false, false },
+                { "*x**y*", 2, { "x", "y" }, false, false },
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                RuleSet *rs;
+                RuleDraft d;
+
+                ck_assert_int_eq(ruleset_new(NULL, &rs), 0);
+                rule_draft_init(&d, 1);
+                ck_assert_int_eq(
+                        rule_draft_add_pattern(&d, "k", 1, cases[c].pattern, strlen(cases[c].pattern)), 0);
+                d.attrs[RULE_ATTR_CREDIT_LIMIT] = d.attrs[RULE_ATTR_RESET_SECONDS] = "1";
+                ck_assert_int_eq(ruleset_add(rs, &d, NULL), 0);
+                const RulePattern *p = &rs->rules[0].patterns[0];
+                ck_assert_int_eq(p->kind, PATTERN_GLOB);
+                ck_assert_uint_eq(p->n_segments, cases[c].n);
+                ck_assert(p->anchored_start == cases[c].start);
+                ck_assert(p->anchored_end == cases[c].end);
+                for (size_t i = 0; i < p->n_segments; i++) {
+                        ck_assert_uint_eq(p->segments[i].len, strlen(cases[c].segs[i]));
+                        ck_assert(memcmp(p->segments[i].ptr, cases[c].segs[i], p->segments[i].len) == 0);
+                        /* segments point into the pattern's own value */
+                        ck_assert(p->segments[i].ptr >= p->value &&
+                                  p->segments[i].ptr < p->value + p->value_len);
+                }
+                ruleset_free(rs);
+        }
+}
+END_TEST
+
+/* ---- matching: the README's examples ------------------------------------------------------- */
+
+START_TEST (test_readme_pantry) {
+        RuleSet *rs;
+        Diag diag;
+        const Rule *out[RULES_MATCH_MAX];
+        ProtoRequest req;
+
+        diag_init(&diag, "example.ini");
+        ck_assert_int_eq(
+                build(KV("method=GET path=/status ; creditLimit=1000 resetSeconds=60 label=status",
+                         "method=GET path=/pantry/cookies/special-cookie ; creditLimit=1 resetSeconds=86400 "
+                         "matchPolicy=canary label=special",
+                         "method=GET path=/pantry/cookies/* ip=* ; creditLimit=3 resetSeconds=3600 "
+                         "actorField=ip "
+                         "label=cookies",
+                         "method=GET path=/pantry/* ip=* ; creditLimit=1 resetSeconds=3600 actorField=ip "
+                         "label=pantry",
+                         "method=GET path=/crisper/carrots userId=* ; creditLimit=10 resetSeconds=60 "
+                         "actorField=userId label=carrots",
+                         "default ; creditLimit=0 resetSeconds=0 label=deny"),
+                      true, &rs, &diag),
+                0);
+        ck_assert_uint_eq(diag.n_messages, 0);
+
+        expect_match(rs, KV("method", "GET", "path", "/status"), "status");
+        expect_match(rs, KV("path", "/status", "method", "GET", "extra", "ignored"), "status");
+        expect_match(rs, KV("method", "POST", "path", "/status"), "deny");
+        expect_match(rs, KV("method", "GET", "path", "/pantry/cookies/chocolate-chip", "ip", "192.168.1.1"),
+                     "cookies");
+        expect_match(rs, KV("method", "GET", "path", "/pantry/cookies/oatmeal", "ip", "4.3.2.1"), "cookies");
+        /* The canary is returned first, then the rule that answers. */
+        expect_match(rs, KV("method", "GET", "path", "/pantry/cookies/special-cookie", "ip", "192.168.1.1"),
+                     "special,cookies");
+        /* Without ip the canary still counts; the answer falls to the default. */
+        expect_match(rs, KV("method", "GET", "path", "/pantry/cookies/special-cookie"), "special,deny");
+        expect_match(rs, KV("method", "GET", "path", "/pantry/jam", "ip", "1.1.1.1"), "pantry");
+        expect_match(rs, KV("method", "GET", "path", "/pantry/jam"), "deny"); /* '*' needs the key present */
+        expect_match(rs, KV("method", "GET", "path", "/pantry/", "ip", ""), "pantry");
+        expect_match(rs, KV("method", "GET", "path", "/crisper/carrots", "userId", "u1"), "carrots");
+        expect_match(rs, KV("method", "GET", "path", "/crisper/carrots/baby", "userId", "u1"), "deny");
+        expect_match(rs, KV("x", "y"), "deny");
+        expect_match(rs, KV("a", "b"), "deny");
+
+        /* Actors. */
+        req_fill(&req, KV("method", "GET", "path", "/pantry/cookies/oatmeal", "ip", "4.3.2.1"));
+        ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
+        ProtoSlice a = rule_actor(out[0], &req);
+        ck_assert_uint_eq(a.len, 7);
+        ck_assert(memcmp(a.ptr, "4.3.2.1", 7) == 0);
+        req_fill(&req, KV("method", "GET", "path", "/crisper/carrots", "userId", "alice", "ip", "1.2.3.4"));
+        ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
+        a = rule_actor(out[0], &req);
+        ck_assert_uint_eq(a.len, 5);
+        ck_assert(memcmp(a.ptr, "alice", 5) == 0);
+        req_fill(&req, KV("method", "GET", "path", "/status"));
+        ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
+        ck_assert_ptr_null(rule_actor(out[0], &req).ptr); /* no actorField: one shared counter */
+
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+START_TEST (test_actor_absent) {
+        const Rule *out[RULES_MATCH_MAX];
+        ProtoRequest req;
+        RuleSet *rs;
+
+        ck_assert_int_eq(build(KV("method=GET ; creditLimit=5 resetSeconds=60 actorField=ip label=get",
+                                  "default ; creditLimit=1 resetSeconds=0 label=accept"),
+                               true, &rs, NULL),
+                         0);
+        req_fill(&req, KV("method", "GET"));
+        ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
+        ProtoSlice a = rule_actor(out[0], &req);
+        ck_assert_ptr_nonnull(a.ptr); /* '' when the field is absent: not "no actor" */
+        ck_assert_uint_eq(a.len, 0);
+        expect_match(rs, KV("method", "POST"), "accept");
+        ruleset_free(rs);
+}
+END_TEST
+
+START_TEST (test_birthday_cake) {
+        RuleSet *rs;
+        Diag diag;
+
+        diag_init(&diag, "cake.ini");
+        ck_assert_int_eq(
+                build(KV("method=POST path=/kitchen/oven/birthday-cake ; creditLimit=1 "
+                         "resetSeconds=31536000 "
+                         "actorField=userId label=one-cake-a-year "
+                         "comment=one~birthday~cake~per~user~per~year",
+                         "method=POST path=/kitchen/oven/*-cake ; creditLimit=3 resetSeconds=86400 "
+                         "label=cakes",
+                         "method=POST path=/kitchen/oven/* ; creditLimit=10 resetSeconds=3600 label=oven",
+                         "method=GET path=/kitchen/* ; creditLimit=1 resetSeconds=0 label=look",
+                         "default ; creditLimit=1 resetSeconds=0 label=accept"),
+                      true, &rs, &diag),
+                0);
+        expect_match(rs, KV("method", "POST", "path", "/kitchen/oven/birthday-cake", "userId", "u"),
+                     "one-cake-a-year");
+        expect_match(rs, KV("method", "POST", "path", "/kitchen/oven/carrot-cake"), "cakes");
+        expect_match(rs, KV("method", "POST", "path", "/kitchen/oven/cake"), "oven");
+        expect_match(rs, KV("method", "POST", "path", "/kitchen/oven/carrot-cake/slice"), "oven");
+        expect_match(rs, KV("method", "GET", "path", "/kitchen/oven/birthday-cake"), "look");
+        expect_match(rs, KV("method", "PUT", "path", "/kitchen/oven/birthday-cake"), "accept");
+        ck_assert_str_eq(rs->rules[0].comment, "one birthday cake per user per year");
+        ck_assert_int_eq(rs->rules[2].match_policy, MATCH_POLICY_STOP);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+START_TEST (test_default_deny_accept) {
+        RuleSet *rs;
+
+        ck_assert_int_eq(
+                build(KV("default ; creditLimit=0 resetSeconds=0 comment=Default~deny!"), true, &rs, NULL),
+                0);
+        ck_assert_uint_eq(rs->rules[0].credit_limit, 0);
+        ck_assert_uint_eq(rs->rules[0].reset_seconds, 0);
+        ck_assert_str_eq(rs->rules[0].comment, "Default deny!");
+        ck_assert_ptr_null(rs->rules[0].label);
+        ck_assert_ptr_null(rs->rules[0].actor_field);
+        const Rule *out[RULES_MATCH_MAX];
+        ProtoRequest req;
+        req_fill(&req, KV("method", "GET"));
+        ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
+        ck_assert_ptr_eq(out[0], &rs->rules[0]);
+        req_fill(&req, KV(NULL, NULL));
+        ck_assert_uint_eq(ruleset_match(rs, &req, out), 1); /* a HIT with no pairs */
+        ruleset_free(rs);
+
+        ck_assert_int_eq(build(KV("default ; creditLimit=1 resetSeconds=0"), true, &rs, NULL), 0);
+        ck_assert_uint_eq(rs->rules[0].credit_limit, 1);
+        ruleset_free(rs);
+}
+END_TEST
+
+/* ---- describe --------------------------------------------------------------------------------- */
+
+START_TEST (test_describe) {
+        char buf[RULE_DESCRIBE_MAX], small[16];
+        RuleSet *rs;
+        RuleDraft d;
+
+        ck_assert_int_eq(ruleset_new(NULL, &rs), 0);
+        rule_draft_init(&d, 1);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "path", 4, "/x", 2), 0);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "method", 6, "GET", 3), 0);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "q", 1, "a b", 3), 0);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "e", 1, "", 0), 0);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "x=y", 3, "1=2", 3), 0);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "z", 1, "say \"hi\"\n", 9), 0);
+        d.attrs[RULE_ATTR_CREDIT_LIMIT] = d.attrs[RULE_ATTR_RESET_SECONDS] = "1";
+        const char *expect = "[e=\"\" method=GET path=/x q=\"a b\" \"x=y\"=\"1=2\" z=\"say ?hi??\"]";
+        ck_assert_str_eq(rule_draft_describe(&d, buf, sizeof buf), expect);
+        ck_assert_int_eq(ruleset_add(rs, &d, NULL), 0);
+        ck_assert_str_eq(rule_describe(&rs->rules[0], buf, sizeof buf), expect);
+
+        /* Truncation: always NUL-terminated, ends in "...]", fits. */
+        ck_assert_str_eq(rule_describe(&rs->rules[0], small, sizeof small), "[e=\"\" metho...]");
+        for (size_t size = 1; size <= strlen(expect) + 1; size++) {
+                char b[128];
+                memset(b, 'Z', sizeof b);
+                rule_describe(&rs->rules[0], b, size);
+                ck_assert_uint_lt(strlen(b), size);
+                ck_assert_int_eq(b[size], 'Z');
+                if (size >= 5 && size <= strlen(expect))
+                        ck_assert_str_eq(b + strlen(b) - 4, "...]");
+        }
+        ck_assert_ptr_eq(rule_describe(&rs->rules[0], small, 0), small);
+        ruleset_free(rs);
+
+        /* Cutting never splits a UTF-8 character. */
+        ck_assert_int_eq(ruleset_new(NULL, &rs), 0);
+        rule_draft_init(&d, 1);
+        ck_assert_int_eq(rule_draft_add_pattern(&d, "k", 1, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 8), 0);
+        d.attrs[RULE_ATTR_CREDIT_LIMIT] = d.attrs[RULE_ATTR_RESET_SECONDS] = "1";
+        ck_assert_int_eq(ruleset_add(rs, &d, NULL), 0);
+        char b10[10], b11[11];
+        ck_assert_str_eq(rule_describe(&rs->rules[0], b10, sizeof b10), "[k=\xc3\xa9...]");
+        ck_assert_str_eq(rule_describe(&rs->rules[0], b11, sizeof b11),
+                         "[k=\xc3\xa9...]"); /* not mid-char */
+        ruleset_free(rs);
+
+        rule_draft_init(&d, 1);
+        ck_assert_str_eq(rule_draft_describe(&d, buf, sizeof buf), "[default]");
+}
+END_TEST
+
+/* ---- identity --------------------------------------------------------------------------------- */
+
+static void rule_id_of(const char *spec, uint8_t id[RULE_ID_SIZE]) {
+        RuleSet *rs;
+        ck_assert_int_eq(build((const char *const[]){ spec, NULL }, false, &rs, NULL), 0);
+        ck_assert_uint_eq(rs->n_rules, 1);
+        memcpy(id, rs->rules[0].id, RULE_ID_SIZE);
+        ruleset_free(rs);
+}
+
+static const struct {
+        const char *a, *b;
+        bool same;
+} identity_cases[] = {
+        { "a=1 b=2 ; creditLimit=5 resetSeconds=60", "b=2 a=1 ; creditLimit=5 resetSeconds=60", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 label=x comment=c",
+          "a=1 ; creditLimit=5 resetSeconds=60 label=y comment=d", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=60 matchPolicy=canary",
+          true },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; resetSeconds=60 creditLimit=005", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=6 resetSeconds=60", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=61", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=2 ; creditLimit=5 resetSeconds=60", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "b=1 ; creditLimit=5 resetSeconds=60", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 b=2 ; creditLimit=5 resetSeconds=60", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=60 actorField=ip",
+          false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 actorField=ip",
+          "a=1 ; creditLimit=5 resetSeconds=60 actorField=ua", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=* ; creditLimit=5 resetSeconds=60", false },
+        /* Unambiguous encoding: moving bytes between key and value changes the id. */
+        { "ab=c ; creditLimit=5 resetSeconds=60", "a=bc ; creditLimit=5 resetSeconds=60", false },
+        { "a=1 b=2 ; creditLimit=5 resetSeconds=60", "a=1b=2 ; creditLimit=5 resetSeconds=60", false },
+        { "a=1 ; creditLimit=60 resetSeconds=5", "a=1 ; creditLimit=5 resetSeconds=60", false },
+        { "default ; creditLimit=0 resetSeconds=0", "default ; creditLimit=0 resetSeconds=0 comment=x",
+          true },
+        { "default ; creditLimit=0 resetSeconds=0", "default ; creditLimit=1 resetSeconds=0", false },
+};
+
+START_TEST (test_identity) {
+        uint8_t a[RULE_ID_SIZE], b[RULE_ID_SIZE];
+        rule_id_of(identity_cases[_i].a, a);
+        rule_id_of(identity_cases[_i].b, b);
+        ck_assert_msg((memcmp(a, b, RULE_ID_SIZE) == 0) == identity_cases[_i].same, "%s | %s",
+                      identity_cases[_i].a, identity_cases[_i].b);
+}
+END_TEST
+
+START_TEST (test_identity_reorder) {
+        RuleSet *x, *y;
+        ck_assert_int_eq(build(KV("a=1 ; creditLimit=5 resetSeconds=60 label=one",
+                                  "b=2 ; creditLimit=5 resetSeconds=60 label=two",
+                                  "default ; creditLimit=0 resetSeconds=0"),
+                               true, &x, NULL),
+                         0);
+        ck_assert_int_eq(build(KV("b=2 ; creditLimit=5 resetSeconds=60 label=deux",
+                                  "a=1 ; creditLimit=5 resetSeconds=60 label=un comment=moved",
+                                  "default ; creditLimit=0 resetSeconds=0"),
+                               true, &y, NULL),
+                         0);
+        ck_assert(memcmp(x->rules[0].id, y->rules[1].id, RULE_ID_SIZE) == 0);
+        ck_assert(memcmp(x->rules[1].id, y->rules[0].id, RULE_ID_SIZE) == 0);
+        ck_assert(memcmp(x->rules[0].id, x->rules[1].id, RULE_ID_SIZE) != 0);
+        ck_assert_uint_eq(y->rules[1].index, 1);
+        ck_assert_uint_eq(y->rules[1].line, 20);
+        ruleset_free(x);
+        ruleset_free(y);
+}
+END_TEST
+
+/* The exact on-disk encoding: a golden value, so an accidental change fails here. */
+START_TEST (test_identity_golden) {
+        static const uint8_t enc[] = {
+                'd', 'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l', 'e',
+                '-', 'i', 'd', '-', 'v', '1', 2,   0,   0,   0,   /* n_patterns */
+                1,   0,   0,   0,   'a', 1,   0,   0,   0,   '1', /* a=1 */
+                1,   0,   0,   0,   'b', 1,   0,   0,   0,   '*', /* b=* */
+                5,   0,   0,   0,   0,   0,   0,   0,             /* creditLimit */
+                60,  0,   0,   0,   0,   0,   0,   0,             /* resetSeconds */
+                1,   2,   0,   0,   0,   'i', 'p',                /* actorField */
+        };
+        uint8_t want[RULE_ID_SIZE], got[RULE_ID_SIZE];
+        hash128(enc, sizeof enc, want);
+        rule_id_of("b=* a=1 ; creditLimit=5 resetSeconds=60 actorField=ip", got);
+        ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+
+        static const uint8_t enc_default[] = {
+                'd', 'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l', 'e', '-', 'i', 'd', '-', 'v', '1', 0, 0,
+                0,   0,   1,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0, 0,
+        };
+        hash128(enc_default, sizeof enc_default, want);
+        rule_id_of("default ; creditLimit=1 resetSeconds=0", got);
+        ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+}
+END_TEST
+
+/* ---- index --------------------------------------------------------------------------------- */
+
+static uint64_t rng_state;
+static uint32_t rng(void) {
+        /* xorshift64*: deterministic across platforms */
+        rng_state ^= rng_state >> 12;
+        rng_state ^= rng_state << 25;
+        rng_state ^= rng_state >> 27;
+        return (uint32_t) ((rng_state * UINT64_C(2685821657736338717)) >> 32);
+}
+
+static const char *const rand_keys[] = { "path", "method", "ip", "user" };
+static const char *const rand_values[] = {
+        "/a", "/b", "/a/b", "/a/c", "GET", "POST", "1", "2", "", "/a/b/c"
+};
+static const char *const rand_globs[] = { "/a/*", "*/b", "/a/*/c", "/api/1*", "*c", "/api/*7", "/api/*1*" };
+
+static void rand_value(char *buf, size_t size, bool allow_glob) {
+        unsigned r = rng() % 16;
+        if (allow_glob && r == 0)
+                snprintf(buf, size, "*");
+        else if (allow_glob && r == 1)
+                snprintf(buf, size, "%s", rand_globs[rng() % (sizeof rand_globs / sizeof rand_globs[0])]);
+        else if (r < 10)
+                snprintf(buf, size, "/api/%u", rng() % 400);
+        else
+                snprintf(buf, size, "%s", rand_values[rng() % (sizeof rand_values / sizeof rand_values[0])]);
+}
+
+/* A random rule spec: usually an exact path, plus 0-2 other keys. */
+static void rand_spec(char *buf, size_t size, bool canary) {
+        char v[32];
+        size_t n = 0;
+        bool used[4] = { 0 };
+        unsigned n_keys = 1 + rng() % 3;
+
+        for (unsigned k = 0; k < n_keys; k++) {
+                unsigned key = k == 0 && rng() % 4 != 0 ? 0 : rng() % 4;
+                if (used[key])
+                        continue;
+                used[key] = true;
+                rand_value(v, sizeof v, !(key == 0 && rng() % 3 != 0));
+                if (v[0] == '\0')
+                        continue; /* the spec syntax cannot carry empty values */
+                n += (size_t) snprintf(buf + n, size - n, "%s=%s ", rand_keys[key], v);
+        }
+        snprintf(buf + n, size - n, "; creditLimit=%u resetSeconds=60%s", rng() % 1000,
+                 canary ? " matchPolicy=canary" : "");
+}
+
+START_TEST (test_index_random) {
+        enum { N_CONFIGS = 6, N_RULES = 80, N_REQUESTS = 400 };
+        static char specs_buf[N_RULES + 1][160];
+        const char *specs[N_RULES + 2];
+
+        rng_state = UINT64_C(0x9e3779b97f4a7c15) + (uint64_t) _i;
+        for (int c = 0; c < N_CONFIGS; c++) {
+                size_t n = 0, n_canary = 0;
+                RuleSet *rs;
+
+                /* Grow a valid config one rule at a time: keep a candidate only if the
+                 * config with it (and a default) still validates. */
+                for (int attempt = 0; attempt < N_RULES * 4 && n < N_RULES; attempt++) {
+                        bool canary = n_canary < RULES_CANARY_MAX && rng() % 8 == 0;
+                        rand_spec(specs_buf[n], sizeof specs_buf[n], canary);
+                        for (size_t i = 0; i <= n; i++)
+                                specs[i] = specs_buf[i];
+                        specs[n + 1] = "default ; creditLimit=0 resetSeconds=0";
+                        specs[n + 2] = NULL;
+                        if (build(specs, true, &rs, NULL) == 0) {
+                                n++;
+                                n_canary += canary;
+                        }
+                        ruleset_free(rs);
+                }
+                /* Not vacuous: many rules survive validation, some of them canaries. */
+                ck_assert_uint_gt(n, N_RULES / 3);
+                ck_assert_uint_gt(n_canary, 0);
+                for (size_t i = 0; i < n; i++)
+                        specs[i] = specs_buf[i];
+                specs[n] = "default ; creditLimit=0 resetSeconds=0";
+                specs[n + 1] = NULL;
+                ck_assert_int_eq(build(specs, true, &rs, NULL), 0);
+
+                for (int q = 0; q < N_REQUESTS; q++) {
+                        const Rule *got[RULES_MATCH_MAX], *want[RULES_MATCH_MAX];
+                        char vals[6][32];
+                        const char *kv[16];
+                        size_t m = 0;
+                        ProtoRequest req;
+
+                        for (unsigned k = 0; k < 4; k++) {
+                                if (rng() % 4 == 0)
+                                        continue;
+                                /* glob and '*' strings also appear literally in requests */
+                                rand_value(vals[k], sizeof vals[k], rng() % 8 == 0);
+                                kv[m++] = rand_keys[k];
+                                kv[m++] = vals[k];
+                        }
+                        if (rng() % 2) {
+                                kv[m++] = "extra";
+                                kv[m++] = "x";
+                        }
+                        kv[m] = NULL;
+                        req_fill(&req, kv);
+                        size_t ng = ruleset_match(rs, &req, got), nw = linear_match(rs, &req, want);
+                        ck_assert_uint_eq(ng, nw);
+                        ck_assert_uint_ge(ng, 1);
+                        for (size_t i = 0; i < ng; i++)
+                                ck_assert_ptr_eq(got[i], want[i]);
+                        ck_assert_int_eq(got[ng - 1]->match_policy, MATCH_POLICY_STOP);
+                }
+                ruleset_free(rs);
+        }
+}
+END_TEST
+
+START_TEST (test_index_large) {
+        enum { N = 10000 };
+        char(*bufs)[96] = malloc((N + 4) * sizeof(*bufs));
+        const char **specs = malloc((N + 5) * sizeof(char *));
+        char desc[256];
+        RuleSet *rs;
+        size_t n = 0;
+
+        ck_assert_ptr_nonnull(bufs);
+        ck_assert_ptr_nonnull(specs);
+        for (int i = 0; i < N; i++) {
+                snprintf(bufs[n], sizeof bufs[n],
+                         "path=/api/%d method=GET ; creditLimit=%d resetSeconds=60 label=r%d", i, i, i);
+                specs[n] = bufs[n];
+                n++;
+        }
+        specs[n++] = "path=/api/* method=GET ; creditLimit=1 resetSeconds=60 label=api-get";
+        specs[n++] = "path=/static/* ; creditLimit=1 resetSeconds=0 label=static";
+        specs[n++] = "method=* ip=* ; creditLimit=5 resetSeconds=1 actorField=ip label=by-ip";
+        specs[n++] = "default ; creditLimit=0 resetSeconds=0 label=deny";
+        specs[n] = NULL;
+        ck_assert_int_eq(build(specs, true, &rs, NULL), 0);
+        ck_assert_str_eq(ruleset_index_describe(rs, desc, sizeof desc),
+                         "index on \"path\": 10000 rules under 10000 values, 4 other rules");
+
+        expect_match(rs, KV("method", "GET", "path", "/api/777"), "r777");
+        expect_match(rs, KV("method", "GET", "path", "/api/9999", "ip", "1"), "r9999");
+        expect_match(rs, KV("method", "GET", "path", "/api/10000"), "api-get");
+        expect_match(rs, KV("method", "POST", "path", "/api/1", "ip", "1"), "by-ip");
+        expect_match(rs, KV("path", "/static/x.css"), "static");
+        expect_match(rs, KV("path", "/api/1"), "deny");
+        ruleset_free(rs);
+        free(specs);
+        free(bufs);
+}
+END_TEST
+
+START_TEST (test_index_pick) {
+        char desc[256];
+        RuleSet *rs;
+
+        /* path is constrained exactly by more rules than method. */
+        ck_assert_int_eq(
+                build(KV("path=/a method=GET ; creditLimit=1 resetSeconds=1",
+                         "path=/b ; creditLimit=1 resetSeconds=1", "path=/c ; creditLimit=1 resetSeconds=1",
+                         "path=/c/* method=POST ; creditLimit=1 resetSeconds=1",
+                         "default ; creditLimit=0 resetSeconds=0"),
+                      true, &rs, NULL),
+                0);
+        ck_assert_str_eq(ruleset_index_describe(rs, desc, sizeof desc),
+                         "index on \"path\": 3 rules under 3 values, 2 other rules");
+        ruleset_free(rs);
+
+        ck_assert_int_eq(
+                build(KV("path=* ; creditLimit=1 resetSeconds=1", "default ; creditLimit=0 resetSeconds=0"),
+                      true, &rs, NULL),
+                0);
+        ck_assert_str_eq(ruleset_index_describe(rs, desc, sizeof desc),
+                         "no index key: 2 rules checked in order");
+        ruleset_free(rs);
+
+        ck_assert_int_eq(build(KV("default ; creditLimit=0 resetSeconds=0"), false, &rs, NULL), 0);
+        ck_assert_str_eq(ruleset_index_describe(rs, desc, sizeof desc), "no index (not finalized)");
+        ruleset_free(rs);
+}
+END_TEST
+
+/* The shadow check also works when the index sees many values. */
+START_TEST (test_index_shadow) {
+        Diag diag;
+        RuleSet *rs;
+
+        diag_init(&diag, "s");
+        ck_assert_int_eq(
+                build(KV("path=/a ; creditLimit=1 resetSeconds=1", "path=/b ; creditLimit=1 resetSeconds=1",
+                         "path=/a method=GET ; creditLimit=1 resetSeconds=1",
+                         "path=/b/* ; creditLimit=1 resetSeconds=1",
+                         "default ; creditLimit=0 resetSeconds=0"),
+                      true, &rs, &diag),
+                -EINVAL);
+        ck_assert_uint_eq(diag.n_messages, 1);
+        ck_assert(
+                diag_has(&diag, "s:30: rule [method=GET path=/a] is unreachable: rule [path=/a] (line 10)"));
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+static Suite *rules_suite(void) {
+        Suite *s = suite_create("rules");
+        TCase *tc = tcase_create("core");
+
+        tcase_add_test(tc, test_names);
+        tcase_add_test(tc, test_draft);
+        tcase_add_loop_test(tc, test_numbers, 0, sizeof number_cases / sizeof number_cases[0]);
+        tcase_add_test(tc, test_number_limits);
+        tcase_add_loop_test(tc, test_validation, 0, sizeof validation_cases / sizeof validation_cases[0]);
+        tcase_add_test(tc, test_validation_text);
+        tcase_add_test(tc, test_canary_limit);
+        tcase_add_test(tc, test_finalize_twice);
+        tcase_add_loop_test(tc, test_globs, 0, sizeof glob_cases / sizeof glob_cases[0]);
+        tcase_add_test(tc, test_glob_segments);
+        tcase_add_test(tc, test_readme_pantry);
+        tcase_add_test(tc, test_actor_absent);
+        tcase_add_test(tc, test_birthday_cake);
+        tcase_add_test(tc, test_default_deny_accept);
+        tcase_add_test(tc, test_describe);
+        tcase_add_loop_test(tc, test_identity, 0, sizeof identity_cases / sizeof identity_cases[0]);
+        tcase_add_test(tc, test_identity_reorder);
+        tcase_add_test(tc, test_identity_golden);
+        tcase_add_loop_test(tc, test_index_random, 0, 4);
+        tcase_add_test(tc, test_index_pick);
+        tcase_add_test(tc, test_index_shadow);
+        suite_add_tcase(s, tc);
+
+        TCase *big = tcase_create("big");
+        tcase_set_timeout(big, 120);
+        tcase_add_test(big, test_rules_max);
+        tcase_add_test(big, test_index_large);
+        suite_add_tcase(s, big);
+        return s;
+}
+
+int main(void) {
+        return check_run_suite(rules_suite());
+}

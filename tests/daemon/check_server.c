@@ -1,0 +1,454 @@
+/* SPDX-License-Identifier: MIT */
+/* listener.c's address parser, and server.c's batch engine driven over a socketpair
+ * with a real store and real rules (no network, no sleeps: the loop is run step by step). */
+
+#include <check.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "daemon/listener.h"
+#include "daemon/server.h"
+#include "store/store.h"
+#include "check-run.h"
+
+/* ---- listen_address_parse() ---- */
+
+static const struct {
+        const char *input;
+        int ret;
+        ListenKind kind;
+        const char *host_or_path;
+        unsigned port;
+        const char *canonical; /* listen_address_to_string(); NULL: same as input */
+} addresses[] = {
+        { "tcp:127.0.0.1:8321", 0, LISTEN_TCP, "127.0.0.1", 8321, NULL },
+        { "tcp:localhost:1", 0, LISTEN_TCP, "localhost", 1, NULL },
+        { "tcp:[::1]:65535", 0, LISTEN_TCP, "::1", 65535, NULL },
+        { "tcp:[::]:8321", 0, LISTEN_TCP, "::", 8321, NULL },
+        { "tcp:0.0.0.0:80", 0, LISTEN_TCP, "0.0.0.0", 80, NULL },
+        { "unix:/run/divvyd.sock", 0, LISTEN_UNIX, "/run/divvyd.sock", 0, NULL },
+        { "unix:rel/x.sock", 0, LISTEN_UNIX, "rel/x.sock", 0, NULL },
+        { "tcp:127.0.0.1:0", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:127.0.0.1:65536", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:127.0.0.1:", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:127.0.0.1:80x", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:127.0.0.1:-1", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:127.0.0.1:+80", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:127.0.0.1", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp::80", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:::1:80", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:[::1]80", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:[::1:80", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:[]:80", -EINVAL, 0, NULL, 0, NULL },
+        { "tcp:[1.2.3.4]:80", -EINVAL, 0, NULL, 0, NULL },
+        { "127.0.0.1:8321", -EINVAL, 0, NULL, 0, NULL },
+        { "8321", -EINVAL, 0, NULL, 0, NULL },
+        { "udp:127.0.0.1:8321", -EINVAL, 0, NULL, 0, NULL },
+        { "unix:", -EINVAL, 0, NULL, 0, NULL },
+        { "", -EINVAL, 0, NULL, 0, NULL },
+};
+
+START_TEST (test_address_parse) {
+        ListenAddress a;
+        char buf[LISTEN_ADDRESS_MAX + 16];
+        int r = listen_address_parse(addresses[_i].input, &a);
+
+        ck_assert_msg(r == addresses[_i].ret, "%s: got %d", addresses[_i].input, r);
+        if (r < 0)
+                return;
+        ck_assert_int_eq(a.kind, addresses[_i].kind);
+        if (a.kind == LISTEN_TCP) {
+                ck_assert_str_eq(a.host, addresses[_i].host_or_path);
+                ck_assert_uint_eq(a.port, addresses[_i].port);
+        } else
+                ck_assert_str_eq(a.path, addresses[_i].host_or_path);
+        ck_assert_str_eq(listen_address_to_string(&a, buf, sizeof buf),
+                         addresses[_i].canonical ?: addresses[_i].input);
+}
+END_TEST
+
+START_TEST (test_address_unix_path_length) {
+        char s[sizeof(((struct sockaddr_un *) 0)->sun_path) + 16] = "unix:";
+        ListenAddress a;
+
+        /* sun_path holds 107 bytes and the NUL. */
+        memset(s + 5, 'p', 107);
+        s[5 + 107] = '\0';
+        ck_assert_int_eq(listen_address_parse(s, &a), 0);
+        ck_assert_uint_eq(strlen(a.path), 107);
+        s[5 + 107] = 'p';
+        s[5 + 108] = '\0';
+        ck_assert_int_eq(listen_address_parse(s, &a), -EINVAL);
+}
+END_TEST
+
+START_TEST (test_address_host_length) {
+        char s[LISTEN_ADDRESS_MAX];
+        ListenAddress a;
+
+        /* The host is checked against host[] before it is copied there. */
+        for (unsigned bracket = 0; bracket < 2; bracket++)
+                for (size_t n = sizeof a.host - 8; n < sizeof a.host + 200; n++) {
+                        size_t k = 0;
+
+                        k += (size_t) snprintf(s + k, sizeof s - k, "tcp:%s", bracket ? "[:" : "");
+                        memset(s + k, 'h', n - bracket);
+                        k += n - bracket;
+                        snprintf(s + k, sizeof s - k, "%s:80", bracket ? "]" : "");
+                        ck_assert_int_eq(listen_address_parse(s, &a), n < sizeof a.host ? 0 : -EINVAL);
+                        if (n < sizeof a.host)
+                                ck_assert_uint_eq(strlen(a.host), n);
+                }
+}
+END_TEST
+
+/* ---- the server over a socketpair ---- */
+
+static const char RULES[] = "[a=1]\n"
+                            "creditLimit = 2\n"
+                            "resetSeconds = 60\n"
+                            "\n"
+                            "[c=* ip=*]\n"
+                            "creditLimit = 1\n"
+                            "resetSeconds = 60\n"
+                            "matchPolicy = canary\n"
+                            "actorField = ip\n"
+                            "\n"
+                            "[c=*]\n"
+                            "creditLimit = 3\n"
+                            "resetSeconds = 60\n"
+                            "\n"
+                            "[d=1]\n"
+                            "creditLimit = 0\n"
+                            "resetSeconds = 60\n"
+                            "\n"
+                            "[e=1]\n"
+                            "creditLimit = 0\n"
+                            "resetSeconds = 60\n"
+                            "matchPolicy = canary\n"
+                            "\n"
+                            "[f=*]\n"
+                            "creditLimit = 5\n"
+                            "resetSeconds = 60\n"
+                            "actorField = f\n"
+                            "\n"
+                            "[default]\n"
+                            "creditLimit = 5\n"
+                            "resetSeconds = 0\n";
+
+static char tmpdir[64];
+static sd_event *event;
+static Store *store;
+static RuleSet *rules;
+static Server *server;
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        return remove(path);
+}
+
+static void server_setup(void) {
+        char err[256] = "";
+        StoreOptions o = { .sync = STORE_SYNC_NONE };
+        ServerSettings settings = { .max_connections = 8, .output_limit = 4096 };
+        Diag diag;
+
+        strcpy(tmpdir, "/tmp/check-server-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+        o.path = tmpdir;
+        ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+
+        diag_init(&diag, "rules.ini");
+        ck_assert_int_eq(ruleset_new("rules.ini", &rules), 0);
+        ck_assert_int_eq(config_ini_parse(RULES, sizeof RULES - 1, rules, &diag), 0);
+        ck_assert_int_eq(ruleset_finalize(rules, &diag), 0);
+        diag_done(&diag);
+
+        ck_assert_int_eq(sd_event_new(&event), 0);
+        ck_assert_int_eq(server_new(event, &settings, &server), 0);
+        server_set_rules(server, rules);
+        server_set_store(server, store);
+}
+
+static void server_teardown(void) {
+        server = server_free(server);
+        event = sd_event_unref(event);
+        store = store_close(store);
+        rules = ruleset_free(rules);
+        (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Opens a client connection to the server; returns the client's end. */
+static int client_connect(void) {
+        int sv[2];
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+        server_accept(sv[0], false, server);
+        return sv[1];
+}
+
+static void send_all(int fd, const char *data, size_t len) {
+        for (size_t done = 0; done < len;) {
+                ssize_t n = send(fd, data + done, len - done, MSG_NOSIGNAL);
+                if (n < 0 && errno == EAGAIN) {
+                        ck_assert_int_ge(sd_event_run(event, 0), 0); /* let the server drain */
+                        continue;
+                }
+                ck_assert_int_gt(n, 0);
+                done += (size_t) n;
+        }
+}
+
+/* Runs the loop until the server closes fd's peer; returns everything it sent
+ * (NUL-terminated, caller frees). Bounded: fails after a few thousand steps. */
+static char *collect_until_eof(int fd) {
+        size_t size = 1 << 16, len = 0;
+        char *out = malloc(size);
+
+        ck_assert_ptr_nonnull(out);
+        for (unsigned i = 0; i < 5000; i++) {
+                ck_assert_int_ge(sd_event_run(event, 1000), 0);
+                for (;;) {
+                        if (len + 4096 > size) {
+                                size *= 2;
+                                out = realloc(out, size);
+                                ck_assert_ptr_nonnull(out);
+                        }
+                        ssize_t n = recv(fd, out + len, size - len - 1, MSG_DONTWAIT);
+                        if (n == 0) {
+                                out[len] = '\0';
+                                return out;
+                        }
+                        if (n < 0) {
+                                ck_assert_int_eq(errno, EAGAIN);
+                                break;
+                        }
+                        len += (size_t) n;
+                }
+        }
+        ck_abort_msg("server did not close the connection");
+        return NULL;
+}
+
+static const struct {
+        const char *name;
+        const char *input;
+        const char *output;
+} conversations[] = {
+        { "counting", "HIT a=1\nHIT a=1\nHIT a=1\n", "OK true 1 60\nOK true 0 60\nOK false 0 60\n" },
+        { "crlf and unterminated last line", "HIT a=1\r\nHIT a=1", "OK true 1 60\nOK true 0 60\n" },
+        { "always allow, always deny", "HIT x=1\nHIT d=1\n", "OK true 5 0\nOK false 0 -1\n" },
+        { "canary counted, does not decide", "HIT c=1 ip=a\nHIT c=1 ip=a\nHIT c=1 ip=b\nHIT c=1 ip=b\n",
+          "OK true 2 60\nOK true 1 60\nOK true 0 60\nOK false 0 60\n" },
+        { "error stops the pipeline", "HIT a=1\nBOGUS\nHIT a=1\n",
+          "OK true 1 60\nERR unknown-command \"unknown command\"\n" },
+        { "line too long", NULL, "OK true 5 0\nERR unknown \"line too long\"\n" },
+        { "empty input", "", "" },
+};
+
+START_TEST (test_conversation) {
+        static char long_input[PROTO_LINE_MAX + 64];
+        const char *input = conversations[_i].input;
+        int fd = client_connect();
+
+        if (!input) {
+                strcpy(long_input, "HIT x=1\nHIT x=");
+                memset(long_input + strlen(long_input), 'v', PROTO_LINE_MAX);
+                input = long_input;
+        }
+        send_all(fd, input, strlen(input));
+        ck_assert_int_eq(shutdown(fd, SHUT_WR), 0); /* a half-close still gets every reply */
+
+        char *out = collect_until_eof(fd);
+        ck_assert_msg(strcmp(out, conversations[_i].output) == 0, "%s: got \"%s\"", conversations[_i].name,
+                      out);
+        free(out);
+        close(fd);
+        ck_assert_uint_eq(server_counters(server)->connections_current, 0);
+}
+END_TEST
+
+START_TEST (test_pipelining_spans_batches) {
+        /* More requests than one connection may put in a batch, and more replies than
+         * the output limit: all answered, in order. */
+        enum { N = 3 * SERVER_LINES_PER_CONNECTION + 7 };
+        static char input[N * 16], expected[N * 16];
+        size_t in_len = 0, exp_len = 0;
+        int fd = client_connect();
+
+        for (unsigned i = 0; i < N; i++) {
+                in_len += (size_t) sprintf(input + in_len, "HIT n=%u\n", i);
+                exp_len += (size_t) sprintf(expected + exp_len, "OK true 5 0\n");
+        }
+        send_all(fd, input, in_len);
+        ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+
+        char *out = collect_until_eof(fd);
+        ck_assert_str_eq(out, expected);
+        free(out);
+        close(fd);
+        ck_assert_uint_ge(server_counters(server)->batches, 4);
+        ck_assert_uint_eq(server_counters(server)->hits_accepted, N);
+}
+END_TEST
+
+START_TEST (test_two_clients_share_counters) {
+        int a = client_connect(), b = client_connect();
+
+        send_all(a, "HIT a=1\n", 8);
+        send_all(b, "HIT a=1\nHIT a=1\n", 16);
+        shutdown(a, SHUT_WR);
+        shutdown(b, SHUT_WR);
+
+        char *out_a = collect_until_eof(a), *out_b = collect_until_eof(b);
+        /* Three hits on a limit of 2, in one batch or two: exactly one is refused. */
+        size_t total = strlen(out_a) + strlen(out_b);
+        ck_assert_uint_eq(total, strlen("OK true 1 60\n"
+                                        "OK true 0 60\n"
+                                        "OK false 0 60\n"));
+        ck_assert_uint_eq(server_counters(server)->hits_accepted, 2);
+        ck_assert_uint_eq(server_counters(server)->hits_rejected, 1);
+        free(out_a);
+        free(out_b);
+        close(a);
+        close(b);
+}
+END_TEST
+
+START_TEST (test_too_many_connections) {
+        int fds[9];
+
+        for (unsigned i = 0; i < 8; i++)
+                fds[i] = client_connect();
+        fds[8] = client_connect();
+
+        char *out = collect_until_eof(fds[8]);
+        ck_assert_str_eq(out, "ERR unknown \"too many connections\"\n");
+        free(out);
+        ck_assert_uint_eq(server_counters(server)->connections_current, 8);
+        ck_assert_uint_eq(server_counters(server)->connections_rejected, 1);
+
+        /* The others still work. */
+        send_all(fds[0], "HIT x=1\n", 8);
+        shutdown(fds[0], SHUT_WR);
+        out = collect_until_eof(fds[0]);
+        ck_assert_str_eq(out, "OK true 5 0\n");
+        free(out);
+        for (unsigned i = 0; i < 9; i++)
+                close(fds[i]);
+}
+END_TEST
+
+/* Swaps the fixture's store for one whose map is full; returns in actor a value of f whose
+ * counter the store cannot create ("HIT f=<actor>" is answered ERR). */
+static void use_full_store(char actor[static 32]) {
+        static const char probe[] = "HIT f=x";
+        char err[256] = "", path[96], keys[100][32];
+        const Rule *matched[RULES_MATCH_MAX];
+        StoreOptions o = { .map_size = 128 * 1024, .map_size_max = 512 * 1024, .sync = STORE_SYNC_NONE };
+        ProtoRequest req;
+        struct timespec ts;
+        unsigned n = 100;
+        int r = 0;
+
+        ck_assert_int_eq(proto_parse_line(probe, strlen(probe), PROTO_PAIRS_MAX, &req), 0);
+        const Rule *rule = matched[ruleset_match(rules, &req, matched) - 1];
+        ck_assert_uint_eq(rule->reset_seconds, 60);
+        ck_assert_int_eq(clock_gettime(CLOCK_REALTIME, &ts), 0);
+        uint64_t now_usec = (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+
+        store = store_close(store);
+        snprintf(path, sizeof path, "%s/full", tmpdir);
+        o.path = path;
+        ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        /* New counters in batches of 100, then one at a time, until one does not fit: the
+         * store is left as it was, so the same counter fails again. */
+        for (unsigned i = 0; i < 100000; i++) {
+                StoreHit b[100];
+                for (unsigned j = 0; j < n; j++) {
+                        snprintf(keys[j], sizeof keys[j], "z%u-%u", i, j);
+                        b[j] = (StoreHit){ .rule_id = rule->id,
+                                           .actor = keys[j],
+                                           .actor_len = strlen(keys[j]),
+                                           .credit_limit = 5,
+                                           .reset_seconds = 60 };
+                }
+                r = store_apply(store, b, n, now_usec);
+                if (r < 0 && n == 1)
+                        break;
+                if (r < 0)
+                        n = 1;
+        }
+        ck_assert_int_eq(r, -ENOSPC);
+        strcpy(actor, keys[0]);
+        server_set_store(server, store);
+}
+
+START_TEST (test_store_error_counts_nothing_answered_ok) {
+        /* A request answered ERR (the store failed), and a request after it skipped: neither
+         * counts its canaries that need no counter, and only the ERR is a request answered. */
+        char actor[32], input[128];
+
+        use_full_store(actor);
+        for (unsigned i = 0; i < 2; i++) {
+                int fd = client_connect();
+
+                snprintf(input, sizeof input, i == 0 ? "HIT e=1 f=%s\n" : "HIT f=%s\nHIT e=1\n", actor);
+                send_all(fd, input, strlen(input));
+                ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+                char *out = collect_until_eof(fd);
+                ck_assert_msg(strncmp(out, "ERR unknown ", 12) == 0 &&
+                                      strchr(out, '\n') == out + strlen(out) - 1,
+                              "got \"%s\"", out);
+                free(out);
+                close(fd);
+                ck_assert_uint_eq(server_counters(server)->hits_canary_rejected, 0);
+                ck_assert_uint_eq(server_counters(server)->batch_requests, i + 1);
+        }
+}
+END_TEST
+
+START_TEST (test_canary_without_counter_counted) {
+        /* A canary that needs no counter counts with its request's OK reply. (Not for an ERR or
+         * a skipped request: that needs a failing store, which this fixture cannot make at will.) */
+        int fd = client_connect();
+        send_all(fd, "HIT e=1\n", 8);
+        ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+        char *out = collect_until_eof(fd);
+        ck_assert_str_eq(out, "OK true 5 0\n");
+        free(out);
+        close(fd);
+        ck_assert_uint_eq(server_counters(server)->hits_canary_rejected, 1);
+        ck_assert_uint_eq(server_counters(server)->batch_requests, 1);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("server");
+        TCase *tc;
+
+        tc = tcase_create("address");
+        tcase_add_loop_test(tc, test_address_parse, 0, sizeof addresses / sizeof addresses[0]);
+        tcase_add_test(tc, test_address_unix_path_length);
+        tcase_add_test(tc, test_address_host_length);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("server");
+        tcase_add_checked_fixture(tc, server_setup, server_teardown);
+        tcase_add_loop_test(tc, test_conversation, 0, sizeof conversations / sizeof conversations[0]);
+        tcase_add_test(tc, test_pipelining_spans_batches);
+        tcase_add_test(tc, test_two_clients_share_counters);
+        tcase_add_test(tc, test_too_many_connections);
+        tcase_add_test(tc, test_canary_without_counter_counted);
+        tcase_add_test(tc, test_store_error_counts_nothing_answered_ok);
+        suite_add_tcase(s, tc);
+
+        return check_run_suite(s);
+}
