@@ -293,7 +293,7 @@ static int parse_key_value(IniParser *p, char *s, size_t n, unsigned line) {
         *key_end = '\0';
         *v_end = '\0';
 
-        r = config_draft_set(&p->draft, p->section_ok ? NULL : p->what, s, v, line, p->diag);
+        r = rule_draft_set_diag(&p->draft, p->section_ok ? NULL : p->what, s, v, line, p->diag);
         /* Other failures are in diag already, which is how the caller knows. */
         return r == -ENOMEM ? r : 0;
 }

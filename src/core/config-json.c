@@ -316,7 +316,7 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                         ok = false;
                         continue;
                 }
-                r = config_draft_set(&d, operation_ok ? NULL : what, m->string, v, line, p->diag);
+                r = rule_draft_set_diag(&d, operation_ok ? NULL : what, m->string, v, line, p->diag);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0)
@@ -331,9 +331,19 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
         return r == -ENOMEM ? r : 0;
 }
 
+/* 1-based line number of text[offset]: for what cJSON reports as a position. */
+static unsigned text_line_of(const char *text, size_t offset) {
+        unsigned line = 1;
+
+        for (size_t i = 0; i < offset; i++)
+                if (text[i] == '\n')
+                        line++;
+        return line;
+}
+
 static int report_syntax_error(JsonParser *p, const char *text, size_t len, const char *at) {
         size_t offset = at && at >= text && at <= text + len ? (size_t) (at - text) : len;
-        unsigned line = config_line_of(text, offset);
+        unsigned line = text_line_of(text, offset);
         size_t bol = offset;
 
         while (bol > 0 && text[bol - 1] != '\n')
@@ -409,7 +419,7 @@ int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
 
         const char *nul = memchr(text, '\0', len);
         if (nul) {
-                r = diag_add(p.diag, config_line_of(text, (size_t) (nul - text)), "NUL byte in file");
+                r = diag_add(p.diag, text_line_of(text, (size_t) (nul - text)), "NUL byte in file");
                 return r < 0 ? r : -EINVAL;
         }
 

@@ -162,40 +162,6 @@ int config_load(const char *path, RuleSet **ret, Diag *diag) {
         return config_load_limited(path, CONFIG_FILE_MAX, ret, diag);
 }
 
-unsigned config_line_of(const char *text, size_t offset) {
-        unsigned line = 1;
-
-        for (size_t i = 0; i < offset; i++)
-                if (text[i] == '\n')
-                        line++;
-        return line;
-}
-
-int config_draft_set(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
-                     Diag *diag) {
-        int r, q;
-
-        if (!what)
-                return rule_draft_set_diag(d, name, value, line, diag);
-
-        r = rule_draft_set(d, name, value, line);
-        if (r == -ENOENT) {
-                const char *suggestion = rule_attr_suggest(name);
-                if (suggestion)
-                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (did you mean \"%s\"?)",
-                                     what, name, suggestion);
-                else
-                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (accepted: %s)", what,
-                                     name, rule_attr_names());
-        } else if (r == -EEXIST) {
-                RuleAttr a = rule_attr_from_string(name);
-                q = diag_add(diag, line, "%s sets %s twice (first on line %u)", what, name,
-                             d->attr_lines[a]);
-        } else
-                return r;
-        return q < 0 ? q : r;
-}
-
 /* ---- dump ---- */
 
 /* Rules hold no control characters (rules.c refuses them), but escape them anyway. */

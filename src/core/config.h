@@ -6,6 +6,8 @@
  * extension (".ini" -> config-ini.c, ".json" -> config-json.c), and writes a
  * RuleSet back out as normalized JSON (--dump-config).
  * Pure apart from reading the one file; never logs: every problem goes to diag.
+ * Calls go one way: config.c calls the loaders, the loaders call down into rules.c
+ * (drafts and their messages), never back into config.c (tests/check-layout.sh).
  */
 
 #include <stdio.h>
@@ -38,16 +40,5 @@ int config_dump_json(const RuleSet *rs, FILE *f);
  * "12 rules (2 canary, 3 with actor, 1 labelled)". */
 const char *config_summary(const RuleSet *rs, char *buf, size_t size);
 
-/* ---- internal to config*.c ---- */
-
 /* config_load() with another size limit (tests use a small one). */
 int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag);
-
-/* 1-based line number of text[offset]. */
-unsigned config_line_of(const char *text, size_t offset);
-
-/* rule_draft_set_diag(), but for a draft whose operation could not be read:
- * messages then name the rule by what ("overrides[3]", "section [a==b]"), since
- * the draft alone would describe itself as "[default]". */
-int config_draft_set(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
-                     Diag *diag);

@@ -312,31 +312,37 @@ int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned l
         return 0;
 }
 
-int rule_draft_set_diag(RuleDraft *d, const char *name, const char *value, unsigned line, Diag *diag) {
-        char desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
+static unsigned attr_line(const RuleDraft *d, RuleAttr a) {
+        return d->attr_lines[a] ? d->attr_lines[a] : d->line;
+}
+
+int rule_draft_set_diag(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
+                        Diag *diag) {
+        char who[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
         const char *suggestion;
         int r, q;
 
         r = rule_draft_set(d, name, value, line);
-        if (r >= 0)
+        if (r >= 0 || !diag)
                 return r;
 
-        rule_draft_describe(d, desc, sizeof desc);
+        if (what)
+                snprintf(who, sizeof who, "%s", what);
+        else
+                snprintf(who, sizeof who, "rule %s", rule_draft_describe(d, desc, sizeof desc));
         if (r == -ENOENT) {
                 suggestion = rule_attr_suggest(name);
                 if (suggestion)
-                        q = report(diag, line, desc,
-                                   "has an unknown attribute \"%s\" (did you mean \"%s\"?)",
-                                   excerpt(name ? name : "", ex), suggestion);
+                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (did you mean \"%s\"?)",
+                                     who, excerpt(name ? name : "", ex), suggestion);
                 else
-                        q = report(diag, line, desc, "has an unknown attribute \"%s\" (accepted: %s)",
-                                   excerpt(name ? name : "", ex), rule_attr_names());
-        } else if (r == -EEXIST) {
-                RuleAttr a = rule_attr_from_string(name);
-                unsigned first = d->attr_lines[a] ? d->attr_lines[a] : d->line;
-                q = report(diag, line, desc, "sets %s twice (first on line %u)", name, first);
-        } else
-                q = report(diag, line, desc, "has no value for %s", name);
+                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (accepted: %s)", who,
+                                     excerpt(name ? name : "", ex), rule_attr_names());
+        } else if (r == -EEXIST)
+                q = diag_add(diag, line, "%s sets %s twice (first on line %u)", who, name,
+                             attr_line(d, rule_attr_from_string(name)));
+        else
+                q = diag_add(diag, line, "%s has no value for %s", who, name ? name : "");
         return q < 0 ? q : r;
 }
 
@@ -588,10 +594,6 @@ RuleSet *ruleset_free(RuleSet *rs) {
         free(rs->source);
         free(rs);
         return NULL;
-}
-
-static unsigned attr_line(const RuleDraft *d, RuleAttr a) {
-        return d->attr_lines[a] ? d->attr_lines[a] : d->line;
 }
 
 /* Parses a required number attribute. Returns 1 if valid, 0 if reported, -ENOMEM. */

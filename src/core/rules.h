@@ -189,11 +189,15 @@ const char *rule_attr_suggest(const char *s);
 /* rule_describe() for a draft: its patterns so far, keys sorted, or "[default]". */
 const char *rule_draft_describe(const RuleDraft *d, char *buf, size_t size);
 
-/* rule_draft_set() that also reports a failure into diag at line, in the same format
- * as ruleset_add(): 'rule [op] has an unknown attribute "creditlimit" (did you mean
- * "creditLimit"?)', '... (accepted: creditLimit, ...)', or '... sets label twice
- * (first on line N)'. Returns what rule_draft_set() returns, or -ENOMEM. */
-int rule_draft_set_diag(RuleDraft *d, const char *name, const char *value, unsigned line, Diag *diag);
+/* rule_draft_set() that also reports a failure into diag (which may be NULL) at line,
+ * in the same format as ruleset_add(): 'rule [op] has an unknown attribute "creditlimit"
+ * (did you mean "creditLimit"?)', '... (accepted: creditLimit, ...)', '... sets label
+ * twice (first on line N)' or '... has no value for label'. what, if not NULL, names the
+ * rule instead of "rule [op]": a loader passes it ("overrides[3]", "section [a==b]")
+ * while the operation could not be read, since the draft alone would then describe
+ * itself as "[default]". Returns what rule_draft_set() returns, or -ENOMEM. */
+int rule_draft_set_diag(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
+                        Diag *diag);
 
 /* One line about the match index of a finalized set, for --debug and benchmarks:
  * 'index on "path": 9990 rules under 9990 values, 11 other rules'. */

@@ -437,6 +437,10 @@ static const struct {
         { false, NUL_INI, sizeof NUL_INI - 1, 2, "NUL byte in line" },
         { false, "", 0, 0, "no rules" },
         { false, "[a=1]\n= 3\n" DEFAULT_INI, 0, 2, "missing key before '='" },
+        /* A rule named by its section (the operation did not parse) quotes a long unknown
+         * name cut, like any rule does, not whole. */
+        { false, "[a==b]\n" LONG40 LONG40 " = 1\n" DEFAULT_INI, 0, 2,
+          "section [a==b] has an unknown attribute \"" LONG40 "aaaaaaaaaaaaaaaaaaaaaaaa...\" (accepted: " },
         { true, "{\"overrides\": [], \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}" },
         { true, "\xef\xbb\xbf{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0, \"operation\": {}}}" },
         { true, "", 0, 1, "JSON syntax error at column 1: unexpected end of file" },
@@ -457,6 +461,10 @@ static const struct {
           "creditLimit \"1e+300\"" },
         { true, "{\"default\": {\"creditLimit\": \"7\", \"resetSeconds\": 0, \"creditLimit\": 8}}", 0, 1,
           "sets creditLimit twice" },
+        { true,
+          "{\"overrides\": [{\"creditLimit\": 1,\n \"creditLimit\": 2, \"resetSeconds\": 1}],\n"
+          " \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}",
+          0, 2, "overrides[0] sets creditLimit twice (first on line 1)" },
         { true,
           "{\"overrides\": [\n\n  {\"operation\": {\"a\": \"x\", \"a\": \"y\"},\n   \"creditLimit\": 1, "
           "\"resetSeconds\": 1}],\n \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}",

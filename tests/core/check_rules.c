@@ -59,7 +59,7 @@ static int build(const char *const *specs, bool finalize, RuleSet **ret, Diag *d
                         for (char *p = eq + 1; *p; p++)
                                 if (*p == '~')
                                         *p = ' ';
-                        r = rule_draft_set_diag(&d, t, eq + 1, line + ++k, diag);
+                        r = rule_draft_set_diag(&d, NULL, t, eq + 1, line + ++k, diag);
                         if (r < 0 && first == 0)
                                 first = r;
                 }
@@ -202,10 +202,10 @@ START_TEST (test_draft) {
         /* The loader helper reports what went wrong, with a hint. */
         diag_init(&diag, "r.ini");
         ck_assert_int_eq(rule_draft_add_pattern(&d, "method", 6, "GET", 3), 0);
-        ck_assert_int_eq(rule_draft_set_diag(&d, "creditlimit", "2", 8, &diag), -ENOENT);
-        ck_assert_int_eq(rule_draft_set_diag(&d, "limit", "2", 9, &diag), -ENOENT);
-        ck_assert_int_eq(rule_draft_set_diag(&d, "creditLimit", "2", 10, &diag), -EEXIST);
-        ck_assert_int_eq(rule_draft_set_diag(&d, "label", "x", 11, &diag), 0);
+        ck_assert_int_eq(rule_draft_set_diag(&d, NULL, "creditlimit", "2", 8, &diag), -ENOENT);
+        ck_assert_int_eq(rule_draft_set_diag(&d, NULL, "limit", "2", 9, &diag), -ENOENT);
+        ck_assert_int_eq(rule_draft_set_diag(&d, NULL, "creditLimit", "2", 10, &diag), -EEXIST);
+        ck_assert_int_eq(rule_draft_set_diag(&d, NULL, "label", "x", 11, &diag), 0);
         ck_assert_uint_eq(diag.n_messages, 3);
         ck_assert_str_eq(diag.messages[0],
                          "r.ini:8: rule [method=GET] has an unknown attribute \"creditlimit\" (did you mean "
