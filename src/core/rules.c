@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "hash.h"
+#include "number.h"
 
 #define EXCERPT_MAX 64 /* bytes of a user-supplied value quoted in a message */
 
@@ -114,27 +115,6 @@ static const char *excerpt(const char *s, char buf[static EXCERPT_MAX + 4]) {
                 memcpy(buf + n, "...", 3), n += 3;
         buf[n] = '\0';
         return buf;
-}
-
-/* Strict non-negative decimal: digits only (leading zeros allowed, "007" is 7), no
- * sign, space, fraction, exponent or base prefix. -EINVAL if malformed, -ERANGE if
- * above max (never wraps). */
-static int parse_uint(const char *s, uint64_t max, uint64_t *ret) {
-        uint64_t v = 0;
-
-        if (!s || !*s)
-                return -EINVAL;
-        for (const char *p = s; *p; p++)
-                if (*p < '0' || *p > '9')
-                        return -EINVAL;
-        for (const char *p = s; *p; p++) {
-                unsigned d = (unsigned) (*p - '0');
-                if (v > (max - d) / 10)
-                        return -ERANGE;
-                v = v * 10 + d;
-        }
-        *ret = v;
-        return 0;
 }
 
 static bool label_is_valid(const char *s) {
@@ -452,18 +432,10 @@ bool rule_pattern_match(const RulePattern *p, const char *v, size_t len) {
         }
 }
 
-static const ProtoSlice *request_get(const ProtoRequest *req, const char *key, size_t key_len) {
-        size_t n = req->n_pairs < PROTO_PAIRS_MAX ? req->n_pairs : PROTO_PAIRS_MAX;
-        for (size_t i = 0; i < n; i++)
-                if (slice_eq(req->pairs[i].key.ptr, req->pairs[i].key.len, key, key_len))
-                        return &req->pairs[i].value;
-        return NULL;
-}
-
 static bool rule_matches(const Rule *r, const ProtoRequest *req) {
         for (size_t i = 0; i < r->n_patterns; i++) {
                 const RulePattern *p = &r->patterns[i];
-                const ProtoSlice *v = request_get(req, p->key, p->key_len);
+                const ProtoSlice *v = proto_request_get(req, p->key, p->key_len);
                 if (!v || !rule_pattern_match(p, v->ptr, v->len))
                         return false;
         }
@@ -473,7 +445,7 @@ static bool rule_matches(const Rule *r, const ProtoRequest *req) {
 ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
         if (!r->actor_field)
                 return (ProtoSlice){ NULL, 0 };
-        const ProtoSlice *v = request_get(req, r->actor_field, r->actor_field_len);
+        const ProtoSlice *v = proto_request_get(req, r->actor_field, r->actor_field_len);
         if (!v || !v->ptr)
                 return (ProtoSlice){ "", 0 };
         return *v;
@@ -606,7 +578,7 @@ static int draft_number(const RuleDraft *d, RuleAttr a, uint64_t max, const char
         if (!s)
                 r = report(diag, d->line, desc, "has no %s (it is required)", name);
         else {
-                r = parse_uint(s, max, ret);
+                r = parse_uint64(s, 0, max, ret);
                 if (r >= 0)
                         return 1;
                 if (r == -ERANGE)
@@ -1002,7 +974,7 @@ static void match_walk_init(const RuleIndex *ix, const ProtoRequest *req, MatchW
         *w = (MatchWalk){};
         if (!ix->key)
                 return;
-        const ProtoSlice *v = request_get(req, ix->key, ix->key_len);
+        const ProtoSlice *v = proto_request_get(req, ix->key, ix->key_len);
         if (!v)
                 return;
         const IndexSlot *s = index_lookup(ix, v->ptr, v->len);
