@@ -845,6 +845,33 @@ START_TEST (test_default_deny_accept) {
 }
 END_TEST
 
+/* creditLimit 0 denies whatever resetSeconds says; resetSeconds 0 then allows; only a
+ * rule with both positive needs its counter. Rules built from text, as a config would. */
+static const struct {
+        const char *spec;
+        RuleTrivial want;
+} trivial_cases[] = {
+        { "default ; creditLimit=0 resetSeconds=0", RULE_TRIVIAL_DENY },
+        { "a=1 ; creditLimit=0 resetSeconds=60", RULE_TRIVIAL_DENY },
+        { "a=1 ; creditLimit=0 resetSeconds=3155760000", RULE_TRIVIAL_DENY },
+        { "a=1 ; creditLimit=1 resetSeconds=0", RULE_TRIVIAL_ALLOW },
+        { "a=1 ; creditLimit=9007199254740991 resetSeconds=0 actorField=ip", RULE_TRIVIAL_ALLOW },
+        { "a=1 ; creditLimit=1 resetSeconds=1", RULE_TRIVIAL_NONE },
+        { "a=1 ; creditLimit=5 resetSeconds=60 matchPolicy=canary", RULE_TRIVIAL_NONE },
+        { "a=1 ; creditLimit=0 resetSeconds=0 matchPolicy=canary", RULE_TRIVIAL_DENY },
+};
+
+START_TEST (test_trivial_decision) {
+        RuleSet *rs;
+
+        ck_assert_int_eq(build((const char *const[]){ trivial_cases[_i].spec, NULL }, false, &rs, NULL), 0);
+        ck_assert_uint_eq(rs->n_rules, 1);
+        ck_assert_msg(rule_trivial_decision(&rs->rules[0]) == trivial_cases[_i].want, "%s: %d, expected %d",
+                      trivial_cases[_i].spec, rule_trivial_decision(&rs->rules[0]), trivial_cases[_i].want);
+        ruleset_free(rs);
+}
+END_TEST
+
 /* ---- describe --------------------------------------------------------------------------------- */
 
 START_TEST (test_describe) {
@@ -1216,6 +1243,7 @@ static Suite *rules_suite(void) {
         tcase_add_test(tc, test_actor_absent);
         tcase_add_test(tc, test_birthday_cake);
         tcase_add_test(tc, test_default_deny_accept);
+        tcase_add_loop_test(tc, test_trivial_decision, 0, sizeof trivial_cases / sizeof trivial_cases[0]);
         tcase_add_test(tc, test_describe);
         tcase_add_loop_test(tc, test_identity, 0, sizeof identity_cases / sizeof identity_cases[0]);
         tcase_add_test(tc, test_identity_reorder);
