@@ -23,7 +23,8 @@
 /* Loads and validates path. Returns 0 and a finalized set in *ret, or a negative
  * errno with every problem in diag (which the caller has diag_init()ed with path):
  * -EINVAL invalid content, -EPROTONOSUPPORT unknown extension, -EFBIG too large,
- * or the errno of open/read. *ret is untouched on failure. */
+ * -EISDIR a directory, -EBADFD not a regular file (FIFO, socket, device), -ENOMEM,
+ * or the errno of open/fstat/read. *ret is untouched on failure. */
 int config_load(const char *path, RuleSet **ret, Diag *diag);
 
 /* Format loaders, on a NUL-terminated buffer of len bytes (for tests and fuzzers):
@@ -33,7 +34,9 @@ int config_ini_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
 int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
 
 /* Writes {"overrides": [...], "default": {...}} — a file config_json_parse() reads
- * back into an equal RuleSet. Returns 0 or -ENOMEM / -EIO. */
+ * back into an equal RuleSet. Returns 0, -EINVAL if rs does not end with a default
+ * rule (the format has no place for anything else there; a finalized set always
+ * does), or -EIO if writing to f failed. */
 int config_dump_json(const RuleSet *rs, FILE *f);
 
 /* One-line summary for --check-config and logs, into buf; returns buf:

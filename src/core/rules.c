@@ -961,10 +961,10 @@ fail:
         return r;
 }
 
-/* Walks, in rule order, the rules of rs that may match req (those under req's
- * value of the index key, merged with the others), up to but excluding rule
- * index limit; calls visit on each one that matches req. Stops when visit returns
- * true. Returns the index of that rule, or SIZE_MAX. */
+/* A walk, in config order, over the rules that may match a request: those listed
+ * under the request's value of the index key, merged with the others (rules without
+ * an exact pattern on that key). It yields candidates only: the caller checks each
+ * with rule_matches() and decides when to stop (ruleset_match(), check_reachable()). */
 typedef struct MatchWalk {
         const uint32_t *cand;
         size_t n_cand, i_cand, i_other;
