@@ -245,24 +245,14 @@ static int parse_operation(JsonParser *p, const cJSON *op, const char *what, boo
         return 0;
 }
 
-/* One rule object; where names it in messages until its operation is known
- * ("overrides[2]"), then it is "rule [method=GET]" like in rules.c's messages. */
-static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool is_default) {
-        char what[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX];
+/* The rule's "operation" member, wherever it is among the others, into d. Clears *ok
+ * if it is missing (the default rule may leave it out), repeated or invalid. Returns 0
+ * or -ENOMEM. */
+static int parse_rule_operation(JsonParser *p, const cJSON *item, const char *what, bool is_default,
+                                RuleDraft *d, RuleStrings *strings, bool *ok) {
         const cJSON *operation = NULL;
-        RuleStrings strings;
-        RuleDraft d;
-        bool ok = true;
         int r = 0;
 
-        rule_draft_init(&d, line_of(p, item));
-        d.is_default = is_default;
-        snprintf(what, sizeof what, "%s", where);
-
-        if (!cJSON_IsObject(item))
-                return diag_add(p->diag, d.line, "%s: expected an object, got %s", what, type_name(item));
-
-        /* The operation first, wherever it is, so that messages can name the rule. */
         for (const cJSON *m = item->child; m; m = m->next) {
                 if (strcmp(m->string, "operation") != 0)
                         continue;
@@ -272,21 +262,26 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                                      line_of(p, operation));
                 else {
                         operation = m;
-                        r = parse_operation(p, m, what, is_default, &d, &strings, &ok);
+                        r = parse_operation(p, m, what, is_default, d, strings, ok);
                 }
                 if (r < 0)
                         return r;
         }
         if (!operation && !is_default) {
-                ok = false;
-                r = diag_add(p->diag, d.line, "%s: missing \"operation\" (use {} to match every request)",
-                             what);
-                if (r < 0)
-                        return r;
+                *ok = false;
+                return diag_add(p->diag, d->line,
+                                "%s: missing \"operation\" (use {} to match every request)", what);
         }
-        bool operation_ok = ok;
-        if (operation_ok)
-                snprintf(what, sizeof what, "rule %s", rule_draft_describe(&d, desc, sizeof desc));
+        return 0;
+}
+
+/* Every member of the rule but "operation", as attributes of d: JSON numbers are
+ * stringified for rules.c, which checks every value. what names the rule in messages;
+ * named_by_what: d's operation could not be read, so rules.c must use what too
+ * instead of describing d. Clears *ok on any problem. Returns 0 or -ENOMEM. */
+static int parse_rule_attributes(JsonParser *p, const cJSON *item, const char *what, bool named_by_what,
+                                 RuleDraft *d, RuleStrings *strings, bool *ok) {
+        int r = 0;
 
         for (const cJSON *m = item->child; m; m = m->next) {
                 unsigned line = line_of(p, m);
@@ -303,7 +298,7 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                         /* unknown names too: rule_draft_set_diag() words that message */
                         v = cJSON_IsString(m) ? m->valuestring : "";
                 else if (cJSON_IsNumber(m) && (a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS))
-                        v = format_number(m->valuedouble, strings.attrs[a]);
+                        v = format_number(m->valuedouble, strings->attrs[a]);
                 else
                         r = diag_add(p->diag, line, "%s: %s: expected %s, got %s", what, m->string,
                                      a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS
@@ -313,17 +308,46 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                 if (r < 0)
                         return r;
                 if (!v) {
-                        ok = false;
+                        *ok = false;
                         continue;
                 }
-                r = rule_draft_set_diag(&d, operation_ok ? NULL : what, m->string, v, line, p->diag);
+                r = rule_draft_set_diag(d, named_by_what ? what : NULL, m->string, v, line, p->diag);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0)
-                        ok = false;
+                        *ok = false;
                 r = 0;
         }
+        return 0;
+}
 
+/* One rule object; where names it in messages until its operation is known
+ * ("overrides[2]"), then it is "rule [method=GET]" like in rules.c's messages. */
+static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool is_default) {
+        char what[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX];
+        RuleStrings strings;
+        RuleDraft d;
+        bool ok = true;
+        int r;
+
+        rule_draft_init(&d, line_of(p, item));
+        d.is_default = is_default;
+        snprintf(what, sizeof what, "%s", where);
+
+        if (!cJSON_IsObject(item))
+                return diag_add(p->diag, d.line, "%s: expected an object, got %s", what, type_name(item));
+
+        /* The operation first, so that messages about the attributes can name the rule. */
+        r = parse_rule_operation(p, item, what, is_default, &d, &strings, &ok);
+        if (r < 0)
+                return r;
+        bool operation_ok = ok;
+        if (operation_ok)
+                snprintf(what, sizeof what, "rule %s", rule_draft_describe(&d, desc, sizeof desc));
+
+        r = parse_rule_attributes(p, item, what, !operation_ok, &d, &strings, &ok);
+        if (r < 0)
+                return r;
         if (!ok)
                 return 0;
         r = ruleset_add(p->rs, &d, p->diag);

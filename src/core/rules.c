@@ -678,6 +678,57 @@ static int draft_text(const RuleDraft *d, RuleAttr a, bool no_control, const cha
         return q < 0 ? q : 0;
 }
 
+/* actorField: optional, not empty (an empty field would name no actor). Returns 1, 0
+ * if reported, -ENOMEM. */
+static int draft_actor_field(const RuleDraft *d, const char *desc, Diag *diag, Rule *rule) {
+        const char *s = d->attrs[RULE_ATTR_ACTOR_FIELD];
+
+        if (s && s[0] == '\0')
+                return report(diag, attr_line(d, RULE_ATTR_ACTOR_FIELD), desc,
+                              "has an empty actorField (leave it out for one shared counter)")
+                               ?: 0;
+        return draft_text(d, RULE_ATTR_ACTOR_FIELD, false, desc, diag, &rule->actor_field,
+                          &rule->actor_field_len);
+}
+
+/* matchPolicy: optional, stop by default; a default rule must stop (it is the last
+ * word for the requests nothing else matches). Returns 1, 0 if reported, -ENOMEM. */
+static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, MatchPolicy *ret) {
+        char ex[EXCERPT_MAX + 4];
+        const char *s = d->attrs[RULE_ATTR_MATCH_POLICY];
+        MatchPolicy p = MATCH_POLICY_STOP;
+
+        if (s) {
+                p = match_policy_from_string(s);
+                if (p < 0)
+                        return report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
+                                      "has an unknown matchPolicy \"%s\" (accepted: stop, canary)",
+                                      excerpt(s, ex))
+                                       ?: 0;
+        }
+        *ret = p;
+        if (d->n_patterns == 0 && p != MATCH_POLICY_STOP)
+                return report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
+                              "is a default rule (empty operation) and must have matchPolicy stop")
+                               ?: 0;
+        return 1;
+}
+
+/* label: optional, ^[a-zA-Z0-9_-]{1,255}$ (it names metrics series). Returns 1, 0 if
+ * reported, -ENOMEM. */
+static int draft_label(const RuleDraft *d, const char *desc, Diag *diag, Rule *rule) {
+        char ex[EXCERPT_MAX + 4];
+        const char *s = d->attrs[RULE_ATTR_LABEL];
+
+        rule->label_line = s ? attr_line(d, RULE_ATTR_LABEL) : 0;
+        if (s && !label_is_valid(s))
+                return report(diag, attr_line(d, RULE_ATTR_LABEL), desc,
+                              "has an invalid label \"%s\": use 1 to %d of a-z A-Z 0-9 _ -", excerpt(s, ex),
+                              RULE_LABEL_MAX)
+                               ?: 0;
+        return draft_text(d, RULE_ATTR_LABEL, true, desc, diag, &rule->label, NULL);
+}
+
 static int ruleset_grow(RuleSet *rs) {
         if (rs->n_rules < rs->n_allocated)
                 return 0;
@@ -691,7 +742,7 @@ static int ruleset_grow(RuleSet *rs) {
 }
 
 int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
-        char desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
+        char desc[RULE_DESCRIBE_MAX];
         Rule rule = { .line = d->line, .match_policy = MATCH_POLICY_STOP };
         bool ok = true;
         int q;
@@ -724,38 +775,9 @@ int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
         CHECK(draft_number(d, RULE_ATTR_RESET_SECONDS, RULE_RESET_SECONDS_MAX, desc, diag,
                            &rule.reset_seconds));
 
-        if (d->attrs[RULE_ATTR_ACTOR_FIELD] && d->attrs[RULE_ATTR_ACTOR_FIELD][0] == '\0')
-                CHECK(report(diag, attr_line(d, RULE_ATTR_ACTOR_FIELD), desc,
-                             "has an empty actorField (leave it out for one shared counter)")
-                              ?: 0);
-        else
-                CHECK(draft_text(d, RULE_ATTR_ACTOR_FIELD, false, desc, diag, &rule.actor_field,
-                                 &rule.actor_field_len));
-
-        if (d->attrs[RULE_ATTR_MATCH_POLICY]) {
-                MatchPolicy p = match_policy_from_string(d->attrs[RULE_ATTR_MATCH_POLICY]);
-                if (p < 0)
-                        CHECK(report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                                     "has an unknown matchPolicy \"%s\" (accepted: stop, canary)",
-                                     excerpt(d->attrs[RULE_ATTR_MATCH_POLICY], ex))
-                                      ?: 0);
-                else
-                        rule.match_policy = p;
-        }
-        if (d->n_patterns == 0 && rule.match_policy != MATCH_POLICY_STOP)
-                CHECK(report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                             "is a default rule (empty operation) and must have matchPolicy stop")
-                              ?: 0);
-
-        if (d->attrs[RULE_ATTR_LABEL] && !label_is_valid(d->attrs[RULE_ATTR_LABEL]))
-                CHECK(report(diag, attr_line(d, RULE_ATTR_LABEL), desc,
-                             "has an invalid label \"%s\": use 1 to %d of a-z A-Z 0-9 _ -",
-                             excerpt(d->attrs[RULE_ATTR_LABEL], ex), RULE_LABEL_MAX)
-                              ?: 0);
-        else
-                CHECK(draft_text(d, RULE_ATTR_LABEL, true, desc, diag, &rule.label, NULL));
-        rule.label_line = d->attrs[RULE_ATTR_LABEL] ? attr_line(d, RULE_ATTR_LABEL) : 0;
-
+        CHECK(draft_actor_field(d, desc, diag, &rule));
+        CHECK(draft_match_policy(d, desc, diag, &rule.match_policy));
+        CHECK(draft_label(d, desc, diag, &rule));
         CHECK(draft_text(d, RULE_ATTR_COMMENT, true, desc, diag, &rule.comment, NULL));
 #undef CHECK
 
