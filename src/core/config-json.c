@@ -39,6 +39,20 @@ typedef struct RuleStrings {
         char patterns[RULE_PATTERNS_MAX][JSON_NUMBER_MAX];
 } RuleStrings;
 
+/* Appends line to the growing array *lines. Returns 0 or -ENOMEM (*lines unchanged). */
+static int push_line(unsigned **lines, size_t *n, size_t *allocated, unsigned line) {
+        if (*n == *allocated) {
+                size_t a = *allocated ? *allocated * 2 : 64;
+                unsigned *l = realloc(*lines, a * sizeof(unsigned));
+                if (!l)
+                        return -ENOMEM;
+                *lines = l;
+                *allocated = a;
+        }
+        (*lines)[(*n)++] = line;
+        return 0;
+}
+
 /* Lines of every JSON value of a valid document, in document order. Sets
  * *ret_nul_line if a string contains \u0000, which cJSON would silently
  * truncate at. */
@@ -105,19 +119,10 @@ static int scan_value_lines(const char *t, size_t len, unsigned **ret, size_t *r
                         break;
                 }
 
-                if (!record)
-                        continue;
-                if (n == allocated) {
-                        size_t a = allocated ? allocated * 2 : 64;
-                        unsigned *l = realloc(lines, a * sizeof(unsigned));
-                        if (!l) {
-                                free(lines);
-                                return -ENOMEM;
-                        }
-                        lines = l;
-                        allocated = a;
+                if (record && push_line(&lines, &n, &allocated, start) < 0) {
+                        free(lines);
+                        return -ENOMEM;
                 }
-                lines[n++] = start;
         }
         *ret = lines;
         *ret_n = n;
