@@ -198,3 +198,20 @@ int rule_draft_set_diag(RuleDraft *d, const char *name, const char *value, unsig
 /* One line about the match index of a finalized set, for --debug and benchmarks:
  * 'index on "path": 9990 rules under 9990 values, 11 other rules'. */
 const char *ruleset_index_describe(const RuleSet *rs, char *buf, size_t size);
+
+/* What creditLimit = 0 and resetSeconds = 0 mean, decided here once (divvy's semantics): a rule
+ * with creditLimit 0 always denies; one with resetSeconds 0 (and a creditLimit) always allows.
+ * Neither needs a counter: only RULE_VERDICT_COUNTED rules go to the store. */
+typedef enum RuleVerdict {
+        RULE_VERDICT_COUNTED,      /* the rule's counter decides */
+        RULE_VERDICT_ALWAYS_DENY,  /* creditLimit = 0 */
+        RULE_VERDICT_ALWAYS_ALLOW, /* resetSeconds = 0 */
+} RuleVerdict;
+
+static inline RuleVerdict rule_fixed_verdict(const Rule *r) {
+        if (r->credit_limit == 0)
+                return RULE_VERDICT_ALWAYS_DENY;
+        if (r->reset_seconds == 0)
+                return RULE_VERDICT_ALWAYS_ALLOW;
+        return RULE_VERDICT_COUNTED;
+}
