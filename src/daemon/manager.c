@@ -69,7 +69,9 @@ static int manager_load_rules(Manager *m, RuleSet **ret) {
 
 static void manager_notify_status(Manager *m) {
         const ServerCounters *k = server_counters(m->server);
-        uint64_t now = clock_usec(CLOCK_MONOTONIC), hits = k->hits_accepted + k->hits_rejected;
+        uint64_t now = clock_usec(CLOCK_MONOTONIC);
+        uint64_t hits = metrics_hits_total(m->metrics, METRICS_STATUS_ACCEPTED) +
+                        metrics_hits_total(m->metrics, METRICS_STATUS_REJECTED);
         double rate = 0;
 
         if (m->status_usec > 0 && now > m->status_usec)
@@ -220,11 +222,6 @@ static int manager_status_handler(sd_event_source *s, uint64_t usec, void *userd
         return sd_event_source_set_time_relative(s, MANAGER_STATUS_INTERVAL_USEC);
 }
 
-static void manager_on_accept(Listener *l, int fd, bool is_tcp, void *userdata) {
-        Manager *m = userdata;
-        server_accept(fd, is_tcp, m->server);
-}
-
 static int manager_add_listener(Manager *m, Listener *l) {
         Listener **a = realloc(m->listeners, (m->n_listeners + 1) * sizeof *a);
         if (!a) {
@@ -251,7 +248,7 @@ static int manager_open_listeners(Manager *m) {
                         Listener *l = NULL;
 
                         if (r >= 0) {
-                                r = listener_adopt(m->event, fd, name, manager_on_accept, m, &l);
+                                r = listener_adopt(m->event, fd, name, m->server, &l);
                                 if (r < 0)
                                         log_error_errno(r,
                                                         "Socket fd %d (%s) passed by the service manager is "
@@ -276,8 +273,8 @@ static int manager_open_listeners(Manager *m) {
                 Listener *l = NULL;
 
                 listen_address_to_string(&m->settings.listen[i], name, sizeof name);
-                r = listener_new(m->event, &m->settings.listen[i], m->settings.unix_mode, manager_on_accept,
-                                 m, &l, errbuf, sizeof errbuf);
+                r = listener_new(m->event, &m->settings.listen[i], m->settings.unix_mode, m->server, &l,
+                                 errbuf, sizeof errbuf);
                 if (r < 0)
                         return log_error_errno(r, "Failed to listen on %s: %s", name, errbuf);
                 r = manager_add_listener(m, l);

@@ -48,7 +48,7 @@ typedef enum MetricsStatus {
         12 /* divvy_hit_duration_seconds buckets: divvy's 1, 2, 5, 10, 100, 500 ms plus 10, 25, 50,         \
             * 100, 250, 500 us, since a divvyd HIT takes microseconds, not milliseconds */
 #define METRICS_BATCH_BUCKETS                                                                               \
-        11 /* divvyd_batch_size buckets: powers of two 1 .. 1024 (SERVER_BATCH_REQUESTS_MAX) */
+        11 /* divvyd_batch_size buckets: powers of two 1 .. 1024 (BATCH_REQUESTS_MAX) */
 #define METRICS_LABEL_CHUNK 1024 /* label slots per chunk: chunks never move once allocated */
 #define METRICS_LABEL_CHUNKS_MAX                                                                            \
         1024 /* chunks: at most 1M distinct labels over the daemon's life (RULES_MAX is 100k per config);   \

@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "daemon/listener.h"
+#include "daemon/batch.h"
 #include "daemon/server.h"
 #include "store/store.h"
 #include "check-run.h"
@@ -149,6 +150,7 @@ static sd_event *event;
 static Store *store;
 static RuleSet *rules;
 static Server *server;
+static Metrics *metrics;
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
         return remove(path);
@@ -175,10 +177,19 @@ static void server_setup(void) {
         ck_assert_int_eq(server_new(event, &settings, &server), 0);
         server_set_rules(server, rules);
         server_set_store(server, store);
+        ck_assert_int_eq(metrics_new(&metrics), 0);
+        ck_assert_int_eq(metrics_set_rules(metrics, rules), 0);
+        server_set_metrics(server, metrics);
+}
+
+/* The outcomes are counted in the metrics only. */
+static uint64_t hits(MetricsStatus status) {
+        return metrics_hits_total(metrics, status);
 }
 
 static void server_teardown(void) {
         server = server_free(server);
+        metrics = metrics_free(metrics);
         event = sd_event_unref(event);
         store = store_close(store);
         rules = ruleset_free(rules);
@@ -278,7 +289,7 @@ END_TEST
 START_TEST (test_pipelining_spans_batches) {
         /* More requests than one connection may put in a batch, and more replies than
          * the output limit: all answered, in order. */
-        enum { N = 3 * SERVER_LINES_PER_CONNECTION + 7 };
+        enum { N = 3 * BATCH_LINES_PER_CONNECTION + 7 };
         static char input[N * 16], expected[N * 16];
         size_t in_len = 0, exp_len = 0;
         int fd = client_connect();
@@ -295,7 +306,7 @@ START_TEST (test_pipelining_spans_batches) {
         free(out);
         close(fd);
         ck_assert_uint_ge(server_counters(server)->batches, 4);
-        ck_assert_uint_eq(server_counters(server)->hits_accepted, N);
+        ck_assert_uint_eq(hits(METRICS_STATUS_ACCEPTED), N);
 }
 END_TEST
 
@@ -313,8 +324,8 @@ START_TEST (test_two_clients_share_counters) {
         ck_assert_uint_eq(total, strlen("OK true 1 60\n"
                                         "OK true 0 60\n"
                                         "OK false 0 60\n"));
-        ck_assert_uint_eq(server_counters(server)->hits_accepted, 2);
-        ck_assert_uint_eq(server_counters(server)->hits_rejected, 1);
+        ck_assert_uint_eq(hits(METRICS_STATUS_ACCEPTED), 2);
+        ck_assert_uint_eq(hits(METRICS_STATUS_REJECTED), 1);
         free(out_a);
         free(out_b);
         close(a);
@@ -409,7 +420,7 @@ START_TEST (test_store_error_counts_nothing_answered_ok) {
                               "got \"%s\"", out);
                 free(out);
                 close(fd);
-                ck_assert_uint_eq(server_counters(server)->hits_canary_rejected, 0);
+                ck_assert_uint_eq(hits(METRICS_STATUS_CANARY_REJECTED), 0);
                 ck_assert_uint_eq(server_counters(server)->batch_requests, i + 1);
         }
 }
@@ -425,7 +436,7 @@ START_TEST (test_canary_without_counter_counted) {
         ck_assert_str_eq(out, "OK true 5 0\n");
         free(out);
         close(fd);
-        ck_assert_uint_eq(server_counters(server)->hits_canary_rejected, 1);
+        ck_assert_uint_eq(hits(METRICS_STATUS_CANARY_REJECTED), 1);
         ck_assert_uint_eq(server_counters(server)->batch_requests, 1);
 }
 END_TEST
