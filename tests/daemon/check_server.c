@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* listener.c's address parser, and server.c's batch engine driven over a socketpair
- * with a real store and real rules (no network, no sleeps: the loop is run step by step). */
+/* server.c and its batch engine (batch.c) driven over socketpairs with a real store and
+ * real rules (no network, no sleeps: the loop is run step by step). */
 
 #include <check.h>
 #include <errno.h>
@@ -14,102 +14,10 @@
 #include <unistd.h>
 
 #include "core/config.h"
-#include "daemon/listener.h"
 #include "daemon/batch.h"
 #include "daemon/server.h"
 #include "store/store.h"
 #include "check-run.h"
-
-/* ---- listen_address_parse() ---- */
-
-static const struct {
-        const char *input;
-        int ret;
-        ListenKind kind;
-        const char *host_or_path;
-        unsigned port;
-        const char *canonical; /* listen_address_to_string(); NULL: same as input */
-} addresses[] = {
-        { "tcp:127.0.0.1:8321", 0, LISTEN_TCP, "127.0.0.1", 8321, NULL },
-        { "tcp:localhost:1", 0, LISTEN_TCP, "localhost", 1, NULL },
-        { "tcp:[::1]:65535", 0, LISTEN_TCP, "::1", 65535, NULL },
-        { "tcp:[::]:8321", 0, LISTEN_TCP, "::", 8321, NULL },
-        { "tcp:0.0.0.0:80", 0, LISTEN_TCP, "0.0.0.0", 80, NULL },
-        { "unix:/run/divvyd.sock", 0, LISTEN_UNIX, "/run/divvyd.sock", 0, NULL },
-        { "unix:rel/x.sock", 0, LISTEN_UNIX, "rel/x.sock", 0, NULL },
-        { "tcp:127.0.0.1:0", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:65536", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:80x", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:-1", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:+80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp::80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:::1:80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:[::1]80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:[::1:80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:[]:80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:[1.2.3.4]:80", -EINVAL, 0, NULL, 0, NULL },
-        { "127.0.0.1:8321", -EINVAL, 0, NULL, 0, NULL },
-        { "8321", -EINVAL, 0, NULL, 0, NULL },
-        { "udp:127.0.0.1:8321", -EINVAL, 0, NULL, 0, NULL },
-        { "unix:", -EINVAL, 0, NULL, 0, NULL },
-        { "", -EINVAL, 0, NULL, 0, NULL },
-};
-
-START_TEST (test_address_parse) {
-        ListenAddress a;
-        char buf[LISTEN_ADDRESS_MAX + 16];
-        int r = listen_address_parse(addresses[_i].input, &a);
-
-        ck_assert_msg(r == addresses[_i].ret, "%s: got %d", addresses[_i].input, r);
-        if (r < 0)
-                return;
-        ck_assert_int_eq(a.kind, addresses[_i].kind);
-        if (a.kind == LISTEN_TCP) {
-                ck_assert_str_eq(a.host, addresses[_i].host_or_path);
-                ck_assert_uint_eq(a.port, addresses[_i].port);
-        } else
-                ck_assert_str_eq(a.path, addresses[_i].host_or_path);
-        ck_assert_str_eq(listen_address_to_string(&a, buf, sizeof buf),
-                         addresses[_i].canonical ?: addresses[_i].input);
-}
-END_TEST
-
-START_TEST (test_address_unix_path_length) {
-        char s[sizeof(((struct sockaddr_un *) 0)->sun_path) + 16] = "unix:";
-        ListenAddress a;
-
-        /* sun_path holds 107 bytes and the NUL. */
-        memset(s + 5, 'p', 107);
-        s[5 + 107] = '\0';
-        ck_assert_int_eq(listen_address_parse(s, &a), 0);
-        ck_assert_uint_eq(strlen(a.path), 107);
-        s[5 + 107] = 'p';
-        s[5 + 108] = '\0';
-        ck_assert_int_eq(listen_address_parse(s, &a), -EINVAL);
-}
-END_TEST
-
-START_TEST (test_address_host_length) {
-        char s[LISTEN_ADDRESS_MAX];
-        ListenAddress a;
-
-        /* The host is checked against host[] before it is copied there. */
-        for (unsigned bracket = 0; bracket < 2; bracket++)
-                for (size_t n = sizeof a.host - 8; n < sizeof a.host + 200; n++) {
-                        size_t k = 0;
-
-                        k += (size_t) snprintf(s + k, sizeof s - k, "tcp:%s", bracket ? "[:" : "");
-                        memset(s + k, 'h', n - bracket);
-                        k += n - bracket;
-                        snprintf(s + k, sizeof s - k, "%s:80", bracket ? "]" : "");
-                        ck_assert_int_eq(listen_address_parse(s, &a), n < sizeof a.host ? 0 : -EINVAL);
-                        if (n < sizeof a.host)
-                                ck_assert_uint_eq(strlen(a.host), n);
-                }
-}
-END_TEST
 
 /* ---- the server over a socketpair ---- */
 
@@ -444,12 +352,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("server");
         TCase *tc;
-
-        tc = tcase_create("address");
-        tcase_add_loop_test(tc, test_address_parse, 0, sizeof addresses / sizeof addresses[0]);
-        tcase_add_test(tc, test_address_unix_path_length);
-        tcase_add_test(tc, test_address_host_length);
-        suite_add_tcase(s, tc);
 
         tc = tcase_create("server");
         tcase_add_checked_fixture(tc, server_setup, server_teardown);
