@@ -3,8 +3,10 @@
 
 /*
  * metrics.c: the daemon's counters, gauges and histograms, and their rendering in
- * the Prometheus text exposition format 0.0.4. One Metrics object per daemon; the
- * statsd sender (statsd.c) and the HTTP endpoint (http.c) read from it.
+ * the Prometheus text exposition format 0.0.4. One Metrics object per daemon, the
+ * one place where outcomes are counted: the batch (batch.c) counts every HIT and ERR
+ * reply, the server the connections; the statsd aggregator (statsd-pack.c), the HTTP
+ * endpoint (http.c) and the manager's STATUS read from it.
  *
  * Threading: exactly ONE writer, the serving loop. Every value is a uint64_t
  * written with a relaxed atomic store (a plain "mov" on x86-64/arm64: no lock,
@@ -61,10 +63,6 @@ typedef struct Metrics Metrics;
 
 int metrics_new(Metrics **ret);
 Metrics *metrics_free(Metrics *m);
-static inline void metrics_freep(Metrics **m) {
-        if (*m)
-                metrics_free(*m);
-}
 
 /* Loop side (the single writer). None of these allocates except metrics_set_rules(). */
 

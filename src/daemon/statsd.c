@@ -16,6 +16,7 @@
 #include "statsd.h"
 
 #include "shared/clock.h"
+#include "shared/macro.h"
 
 #define STATSD_TIMER_ACCURACY_USEC (10ULL * 1000ULL) /* 10 ms: slack for the flush timer */
 #define STATSD_WARN_INTERVAL_USEC                                                                           \
@@ -238,10 +239,64 @@ static int statsd_timer_handler(sd_event_source *es, uint64_t usec, void *userda
         return 0;
 }
 
-int statsd_new(sd_event *e, const StatsdSettings *settings, Metrics *m, Statsd **ret, char *errbuf,
-               size_t errbuf_size) {
+/* Resolves the host into s->addr. Returns 0, or -EADDRNOTAVAIL with a sentence in errbuf. */
+static int statsd_resolve(Statsd *s, const StatsdSettings *settings, char *errbuf, size_t errbuf_size) {
         struct addrinfo hints = { .ai_socktype = settings->tcp ? SOCK_STREAM : SOCK_DGRAM }, *ai = NULL;
         char port[8];
+        int r;
+
+        snprintf(port, sizeof port, "%u", settings->port);
+        r = getaddrinfo(settings->host, port, &hints, &ai);
+        if (r != 0) {
+                if (errbuf)
+                        snprintf(errbuf, errbuf_size, "cannot resolve statsd host \"%s\": %s",
+                                 settings->host, r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
+                return -EADDRNOTAVAIL;
+        }
+        memcpy(&s->addr, ai->ai_addr, ai->ai_addrlen);
+        s->addr_len = ai->ai_addrlen;
+        freeaddrinfo(ai);
+        return 0;
+}
+
+/* Opens the socket (UDP) or starts connecting (TCP), and arms the flush timer if there is
+ * an event loop. Returns 0 or -errno. */
+static int statsd_start(Statsd *s) {
+        int r;
+
+        if (s->tcp) {
+                s->out = malloc(STATSD_TCP_BUFFER_MAX);
+                if (!s->out)
+                        return -ENOMEM;
+                if (!s->event)
+                        return -EINVAL;
+                r = statsd_tcp_connect(s);
+                if (r < 0)
+                        return r;
+        } else {
+                s->fd = socket(s->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                if (s->fd < 0)
+                        return -errno;
+                /* Connected, so that an ICMP port unreachable comes back as ECONNREFUSED
+                 * instead of going unnoticed. */
+                if (connect(s->fd, (struct sockaddr *) &s->addr, s->addr_len) < 0)
+                        return -errno;
+        }
+
+        if (!s->event)
+                return 0;
+        uint64_t now;
+        r = sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+        if (r >= 0)
+                r = sd_event_add_time(s->event, &s->timer, CLOCK_MONOTONIC, now + s->interval_usec,
+                                      STATSD_TIMER_ACCURACY_USEC, statsd_timer_handler, s);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->timer, SD_EVENT_ON);
+        return r;
+}
+
+int statsd_new(sd_event *e, const StatsdSettings *settings, Metrics *m, Statsd **ret, char *errbuf,
+               size_t errbuf_size) {
         int r;
 
         if (!settings->host || !*settings->host || settings->port == 0) {
@@ -250,7 +305,7 @@ int statsd_new(sd_event *e, const StatsdSettings *settings, Metrics *m, Statsd *
                 return -EINVAL;
         }
 
-        Statsd *s = calloc(1, sizeof *s);
+        _cleanup_(statsd_freep) Statsd *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
         s->fd = -1;
@@ -264,75 +319,24 @@ int statsd_new(sd_event *e, const StatsdSettings *settings, Metrics *m, Statsd *
                 if (errbuf)
                         snprintf(errbuf, errbuf_size, "statsd prefix is longer than %d bytes",
                                  STATSD_PREFIX_MAX);
-                goto fail;
+                return r;
         }
-
-        snprintf(port, sizeof port, "%u", settings->port);
-        r = getaddrinfo(settings->host, port, &hints, &ai);
-        if (r != 0) {
-                if (errbuf)
-                        snprintf(errbuf, errbuf_size, "cannot resolve statsd host \"%s\": %s",
-                                 settings->host, r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
-                r = -EADDRNOTAVAIL;
-                goto fail;
-        }
-        memcpy(&s->addr, ai->ai_addr, ai->ai_addrlen);
-        s->addr_len = ai->ai_addrlen;
-        freeaddrinfo(ai);
-
+        r = statsd_resolve(s, settings, errbuf, errbuf_size);
+        if (r < 0)
+                return r;
         if (e)
                 s->event = sd_event_ref(e);
-
-        if (s->tcp) {
-                s->out = malloc(STATSD_TCP_BUFFER_MAX);
-                if (!s->out) {
-                        r = -ENOMEM;
-                        goto fail_errno;
-                }
-                if (!s->event) {
-                        r = -EINVAL;
-                        goto fail_errno;
-                }
-                r = statsd_tcp_connect(s);
-                if (r < 0)
-                        goto fail_errno;
-        } else {
-                s->fd = socket(s->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-                if (s->fd < 0) {
-                        r = -errno;
-                        goto fail_errno;
-                }
-                /* Connected, so that an ICMP port unreachable comes back as ECONNREFUSED
-                 * instead of going unnoticed. */
-                if (connect(s->fd, (struct sockaddr *) &s->addr, s->addr_len) < 0) {
-                        r = -errno;
-                        goto fail_errno;
-                }
-        }
-
-        if (s->event) {
-                uint64_t now;
-                r = sd_event_now(s->event, CLOCK_MONOTONIC, &now);
-                if (r < 0)
-                        goto fail_errno;
-                r = sd_event_add_time(s->event, &s->timer, CLOCK_MONOTONIC, now + s->interval_usec,
-                                      STATSD_TIMER_ACCURACY_USEC, statsd_timer_handler, s);
-                if (r < 0)
-                        goto fail_errno;
-                r = sd_event_source_set_enabled(s->timer, SD_EVENT_ON);
-                if (r < 0)
-                        goto fail_errno;
+        r = statsd_start(s);
+        if (r < 0) {
+                if (errbuf)
+                        snprintf(errbuf, errbuf_size, "cannot set up statsd to %s: %s", s->name,
+                                 strerror(-r));
+                return r;
         }
 
         *ret = s;
+        s = NULL;
         return 0;
-
-fail_errno:
-        if (errbuf)
-                snprintf(errbuf, errbuf_size, "cannot set up statsd to %s: %s", s->name, strerror(-r));
-fail:
-        statsd_free(s);
-        return r;
 }
 
 Statsd *statsd_free(Statsd *s) {
