@@ -53,5 +53,6 @@ static inline void statsd_freep(Statsd **s) {
                 statsd_free(*s);
 }
 
-/* Collects and sends now (the timer calls this). Returns the lines sent or queued. */
+/* Collects and sends now (the timer calls this). Returns the number of lines collected
+ * (sent, queued for TCP, or counted as dropped), or -ENOMEM. */
 int statsd_flush(Statsd *s);
