@@ -95,9 +95,14 @@ uint64_t batch_store_errors(const Batch *b) {
         return b->store_errors;
 }
 
-bool batch_has_room(const Batch *b) {
+/* batch_has_room(), inlined where it runs for every request. */
+static inline bool batch_room(const Batch *b) {
         return b->n_slots < BATCH_REQUESTS_MAX && b->n_hits + RULES_MATCH_MAX <= BATCH_HITS_MAX &&
                b->n_canaries_uncounted + RULES_MATCH_MAX <= BATCH_HITS_MAX;
+}
+
+bool batch_has_room(const Batch *b) {
+        return batch_room(b);
 }
 
 /* Matches the parsed request of slot: its rules, and a store hit for each that counts. */
@@ -144,7 +149,7 @@ void batch_take(Batch *b, Connection *c) {
                 b->started = true;
         }
 
-        while (taken < BATCH_LINES_PER_CONNECTION && batch_has_room(b)) {
+        while (taken < BATCH_LINES_PER_CONNECTION && batch_room(b)) {
                 ProtoSlice line;
                 size_t consumed = 0;
                 BatchSlot *slot;
@@ -239,7 +244,8 @@ static void batch_format_error(Batch *b, const BatchSlot *slot, ProtoErrorCode c
 /* Formats slot's reply at the end of its connection's output (room was reserved when it
  * was taken) and counts its outcomes. Returns false if the request is not answered, sets
  * *ret_ok if it is answered OK. */
-static bool batch_format_reply(Batch *b, const BatchSlot *slot, int store_error, bool *ret_ok) {
+static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, const BatchSlot *slot,
+                                                                     int store_error, bool *ret_ok) {
         Connection *c = slot->conn;
         char *p = c->out + c->out_len;
         size_t len;

@@ -144,22 +144,13 @@ void connection_compact_input(Connection *c) {
         c->in_pos = 0;
 }
 
-int connection_next_line(Connection *c, ProtoSlice *ret_line, size_t *ret_consumed) {
-        if (!c->framed) {
-                ProtoSlice line = {};
-                size_t consumed = 0;
+void connection_frame(Connection *c) {
+        ProtoSlice line = {};
 
-                c->frame_result = proto_next_line(c->in + c->in_pos, c->in_len - c->in_pos, PROTO_LINE_MAX,
-                                                  &line, &consumed);
-                c->frame_line_len = line.len;
-                c->frame_consumed = consumed;
-                c->framed = true;
-        }
-        if (c->frame_result > 0) {
-                *ret_line = (ProtoSlice){ .ptr = c->in + c->in_pos, .len = c->frame_line_len };
-                *ret_consumed = c->frame_consumed;
-        }
-        return c->frame_result;
+        c->frame_result = proto_next_line(c->in + c->in_pos, c->in_len - c->in_pos, PROTO_LINE_MAX, &line,
+                                          &c->frame_consumed);
+        c->frame_line_len = line.len;
+        c->framed = true;
 }
 
 bool connection_has_request(Connection *c) {
@@ -171,11 +162,6 @@ bool connection_has_request(Connection *c) {
         if (c->eof)
                 return true;
         return connection_next_line(c, &line, &consumed) != 0;
-}
-
-void connection_consume_input(Connection *c, size_t n) {
-        c->in_pos += n;
-        c->framed = false;
 }
 
 void connection_drop_input(Connection *c) {

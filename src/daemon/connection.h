@@ -94,17 +94,32 @@ char *connection_reserve(Connection *c, size_t n);
 /* Drops consumed input (in_pos bytes) from the front of the buffer. */
 void connection_compact_input(Connection *c);
 
+/* Frames the input at in_pos into c->frame_*; connection_next_line() calls it when needed. */
+void connection_frame(Connection *c);
+
 /* The next line of input, at in_pos: what proto_next_line() returns for it (1 with
  * *ret_line pointing into the input buffer and *ret_consumed, 0 for no complete line
- * yet, -EMSGSIZE for an over-long one), framed only the first time it is asked for. */
-int connection_next_line(Connection *c, ProtoSlice *ret_line, size_t *ret_consumed);
+ * yet, -EMSGSIZE for an over-long one), framed only the first time it is asked for.
+ * Inline: it runs for every request. */
+static inline int connection_next_line(Connection *c, ProtoSlice *ret_line, size_t *ret_consumed) {
+        if (!c->framed)
+                connection_frame(c);
+        if (c->frame_result > 0) {
+                *ret_line = (ProtoSlice){ .ptr = c->in + c->in_pos, .len = c->frame_line_len };
+                *ret_consumed = c->frame_consumed;
+        }
+        return c->frame_result;
+}
 
 /* True if the input holds a request to answer: a complete line, an over-long one to
  * refuse, or (after EOF) an unterminated last line. */
 bool connection_has_request(Connection *c);
 
 /* Marks n bytes of input at in_pos consumed. */
-void connection_consume_input(Connection *c, size_t n);
+static inline void connection_consume_input(Connection *c, size_t n) {
+        c->in_pos += n;
+        c->framed = false;
+}
 
 /* Throws away all input received (after an ERR, or when lingering). */
 void connection_drop_input(Connection *c);
