@@ -5,8 +5,9 @@
  * metrics.c: the daemon's counters, gauges and histograms, and their rendering in
  * the Prometheus text exposition format 0.0.4. One Metrics object per daemon, the
  * one place where outcomes are counted: the batch (batch.c) counts every HIT and ERR
- * reply, the server the connections; the statsd aggregator (statsd-pack.c), the HTTP
- * endpoint (http.c) and the manager's STATUS read from it.
+ * reply it formats, the server the connections (and the ERR of one it refuses); the
+ * statsd aggregator (statsd-pack.c), the HTTP endpoint (http.c) and the manager's
+ * STATUS read from it.
  *
  * Threading: exactly ONE writer, the serving loop. Every value is a uint64_t
  * written with a relaxed atomic store (a plain "mov" on x86-64/arm64: no lock,
@@ -67,7 +68,7 @@ Metrics *metrics_free(Metrics *m);
 /* Loop side (the single writer). None of these allocates except metrics_set_rules(). */
 
 /* Maps the rules of rs (by Rule.index) to label slots, creating slots for labels
- * not seen before. Call at every config load/reload, before the server counts hits
+ * not seen before. Call at every config load/reload, before the batch counts hits
  * against rs. On -ENOMEM the previous mapping stays (rules beyond it count as
  * unlabelled). rs may be NULL (no rules: everything unlabelled). */
 int metrics_set_rules(Metrics *m, const RuleSet *rs);
