@@ -1192,14 +1192,3 @@ int ruleset_finalize(RuleSet *rs, Diag *diag) {
         rs->finalized = true;
         return 0;
 }
-
-/* ---- decisions without a counter -------------------------------------------------------- */
-
-RuleTrivial rule_trivial_decision(const Rule *r) {
-        /* Deny first: with both at 0, divvy denies (README: "0 always denies"). */
-        if (r->credit_limit == 0)
-                return RULE_TRIVIAL_DENY;
-        if (r->reset_seconds == 0)
-                return RULE_TRIVIAL_ALLOW;
-        return RULE_TRIVIAL_NONE;
-}

@@ -206,17 +206,21 @@ int rule_draft_set_diag(RuleDraft *d, const char *what, const char *name, const 
  * 'index on "path": 9990 rules under 9990 values, 11 other rules'. */
 const char *ruleset_index_describe(const RuleSet *rs, char *buf, size_t size);
 
-/* What a rule answers without a counter, decided here once for every caller (the
- * server's matching, its reply and its canary counts). creditLimit = 0 always denies
- * (the reply is "OK false 0 -1"), even when resetSeconds is 0 too; otherwise
- * resetSeconds = 0 always allows ("OK true <creditLimit> 0"). Neither kind touches
- * the store. */
+/* What a rule answers without a counter, decided here once for every caller (the batch's
+ * matching, its reply and its canary counts). creditLimit = 0 always denies (the reply is
+ * "OK false 0 -1"), even when resetSeconds is 0 too; otherwise resetSeconds = 0 always
+ * allows ("OK true <creditLimit> 0"). Neither kind touches the store. Inline: the batch asks
+ * it for every matched rule of every request. */
 typedef enum RuleTrivial {
         RULE_TRIVIAL_NONE,  /* creditLimit > 0 and resetSeconds > 0: its counter decides */
         RULE_TRIVIAL_DENY,  /* creditLimit = 0 */
         RULE_TRIVIAL_ALLOW, /* resetSeconds = 0 with creditLimit > 0 */
-        _RULE_TRIVIAL_MAX,
-        _RULE_TRIVIAL_INVALID = -EINVAL,
 } RuleTrivial;
 
-RuleTrivial rule_trivial_decision(const Rule *r);
+static inline RuleTrivial rule_trivial_decision(const Rule *r) {
+        if (r->credit_limit == 0)
+                return RULE_TRIVIAL_DENY;
+        if (r->reset_seconds == 0)
+                return RULE_TRIVIAL_ALLOW;
+        return RULE_TRIVIAL_NONE;
+}
