@@ -16,6 +16,8 @@
 #include <systemd/sd-daemon.h>
 
 #include "listener.h"
+
+#include "core/number.h"
 #include "log.h"
 
 struct Listener {
@@ -29,20 +31,6 @@ struct Listener {
         char path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
         Server *server; /* borrowed: takes every connection accepted */
 };
-
-static int parse_port(const char *s, uint16_t *ret) {
-        unsigned long v;
-        char *end;
-
-        if (*s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoul(s, &end, 10);
-        if (errno != 0 || *end != '\0' || v == 0 || v > 65535)
-                return -EINVAL;
-        *ret = (uint16_t) v;
-        return 0;
-}
 
 int listen_address_parse(const char *s, ListenAddress *ret) {
         ListenAddress a = {};
@@ -87,8 +75,10 @@ int listen_address_parse(const char *s, ListenAddress *ret) {
         }
         a.host[host_len] = '\0';
 
-        if (parse_port(colon + 1, &a.port) < 0)
+        uint64_t port;
+        if (parse_uint64(colon + 1, 1, 65535, &port) < 0)
                 return -EINVAL;
+        a.port = (uint16_t) port;
 
         *ret = a;
         return 0;

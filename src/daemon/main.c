@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/number.h"
 #include "core/diag.h"
 #include "listener.h"
 #include "log.h"
@@ -97,20 +98,6 @@ static int load_rules(const char *path, RuleSet **ret) {
 }
 
 /* Decimal unsigned integer in [min, max]. */
-static int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
-        unsigned long long v;
-        char *end;
-
-        if (*s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno != 0 || *end != '\0' || v < min || v > max)
-                return -ERANGE;
-        *ret = v;
-        return 0;
-}
-
 /* Bytes with an optional K, M or G suffix (powers of 1024). */
 static int parse_size(const char *s, uint64_t *ret) {
         unsigned long long v;
@@ -202,17 +189,17 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 return 0;
         }
         case ARG_SYNC_INTERVAL:
-                if (parse_uint(arg, 1, 3600 * 1000, &v) < 0)
+                if (parse_uint64(arg, 1, 3600 * 1000, &v) < 0)
                         return usage_error("--sync-interval", arg);
                 o->settings.store.sync_interval_usec = v * 1000;
                 return 0;
         case ARG_MAX_CONNECTIONS:
-                if (parse_uint(arg, 1, 10 * 1000 * 1000, &v) < 0)
+                if (parse_uint64(arg, 1, 10 * 1000 * 1000, &v) < 0)
                         return usage_error("--max-connections", arg);
                 o->settings.server.max_connections = (unsigned) v;
                 return 0;
         case ARG_IDLE_TIMEOUT:
-                if (parse_uint(arg, 0, 365ULL * 24 * 3600, &v) < 0)
+                if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
                         return usage_error("--idle-timeout", arg);
                 o->settings.server.idle_timeout_usec = v * 1000 * 1000;
                 return 0;
@@ -222,7 +209,7 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 o->settings.server.output_limit = (size_t) v;
                 return 0;
         case ARG_SWEEP_INTERVAL:
-                if (parse_uint(arg, 1, 3600 * 1000, &v) < 0)
+                if (parse_uint64(arg, 1, 3600 * 1000, &v) < 0)
                         return usage_error("--sweep-interval", arg);
                 o->settings.sweep_interval_usec = v * 1000;
                 return 0;
@@ -242,7 +229,7 @@ static int parse_metrics_option(int c, const char *arg, Options *o) {
                 o->settings.statsd.host = arg;
                 return 0;
         case ARG_STATSD_PORT:
-                if (parse_uint(arg, 1, 65535, &v) < 0)
+                if (parse_uint64(arg, 1, 65535, &v) < 0)
                         return usage_error("--statsd-port", arg);
                 o->statsd_port = arg;
                 return 0;
@@ -255,12 +242,12 @@ static int parse_metrics_option(int c, const char *arg, Options *o) {
                 o->statsd_tcp = true;
                 return 0;
         case ARG_STATSD_INTERVAL:
-                if (parse_uint(arg, 10, 3600 * 1000, &v) < 0)
+                if (parse_uint64(arg, 10, 3600 * 1000, &v) < 0)
                         return usage_error("--statsd-interval (10 .. 3600000)", arg);
                 o->settings.statsd.interval_usec = v * 1000;
                 return 0;
         case ARG_HTTP_PORT:
-                if (parse_uint(arg, 0, 65535, &v) < 0)
+                if (parse_uint64(arg, 0, 65535, &v) < 0)
                         return usage_error("--http-port", arg);
                 o->http_port = arg;
                 return 0;
@@ -428,7 +415,7 @@ static int metrics_settings_from_env(Options *o) {
         if (!o->statsd_tcp && (e = getenv("STATSD_USE_TCP")) && e[0] != '\0')
                 o->statsd_tcp = true;
         if (settings->statsd.host && o->statsd_port) {
-                if (parse_uint(o->statsd_port, 1, 65535, &v) < 0)
+                if (parse_uint64(o->statsd_port, 1, 65535, &v) < 0)
                         return log_error_errno(EINVAL,
                                                "Invalid statsd port '%s': expected a port number 1..65535",
                                                o->statsd_port);
@@ -447,7 +434,7 @@ static int metrics_settings_from_env(Options *o) {
         if (!settings->http.metrics_path && (e = getenv("PROMETHEUS_METRICS_PATH")) && e[0] != '\0')
                 settings->http.metrics_path = e;
         if (o->http_port) {
-                if (parse_uint(o->http_port, 0, 65535, &v) < 0)
+                if (parse_uint64(o->http_port, 0, 65535, &v) < 0)
                         return log_error_errno(EINVAL,
                                                "Invalid HTTP port '%s': expected a port number 0..65535",
                                                o->http_port);
@@ -492,7 +479,7 @@ static int settings_from_env(Options *o) {
                 uint64_t port = DIVVY_PROTO_PORT;
 
                 e = getenv("PORT");
-                if (e && e[0] != '\0' && parse_uint(e, 1, 65535, &port) < 0)
+                if (e && e[0] != '\0' && parse_uint64(e, 1, 65535, &port) < 0)
                         return log_error_errno(EINVAL, "Invalid $PORT '%s': expected a port number 1..65535",
                                                e);
                 snprintf(addr, sizeof addr, "tcp:127.0.0.1:%" PRIu64, port);
