@@ -49,6 +49,7 @@ class Hostile(harness.DaemonTestCase):
                                         args=["--output-limit", str(OUTPUT_LIMIT)])
 
     def setUp(self):
+        super().setUp()
         # Warm the allocator with a little traffic so that the baseline is not a cold start.
         with self.d.connect("tcp") as c:
             c.pipeline(["HIT path=/open"] * 100)

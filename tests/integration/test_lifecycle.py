@@ -98,7 +98,7 @@ class Lifecycle(harness.DaemonTestCase):
         d.port = None
         d.start()
         with d.connect("unix") as c:
-            self.assertHit(c.request("HIT path=/probe user=restart"), True, 6, (3598, 3600))
+            self.assertHit(c.request("HIT path=/probe user=restart"), True, 6, self.since_start(3600))
             self.assertHit(c.request("HIT path=/probe user=other"), True, 9, 3600)
         self.assertEqual(d.stop(), 0)
 
@@ -106,7 +106,7 @@ class Lifecycle(harness.DaemonTestCase):
         d = self.daemon_with_copy("reload-a.ini")
         with d.connect("tcp") as c:
             self.assertHit(c.request("HIT path=/kept user=u"), True, 9, 3600)
-            self.assertHit(c.request("HIT path=/kept user=u"), True, 8, (3598, 3600))
+            self.assertHit(c.request("HIT path=/kept user=u"), True, 8, self.since_start(3600))
             self.assertEqual(c.request("HIT path=/new user=u"), "OK false 0 -1")
         notes = self.reload(d, "reload-b.ini")
         status = [l for l in notes if l.startswith("STATUS=")]
@@ -117,7 +117,7 @@ class Lifecycle(harness.DaemonTestCase):
         with d.connect("tcp") as c:
             self.assertHit(c.request("HIT path=/new user=u"), True, 6, 600)
             # Unchanged limits: the counter keeps counting.
-            self.assertHit(c.request("HIT path=/kept user=u"), True, 7, (3598, 3600))
+            self.assertHit(c.request("HIT path=/kept user=u"), True, 7, self.since_start(3600))
         self.assertEqual(d.stop(), 0)
 
     def test_reload_keeps_open_connections(self):
@@ -126,7 +126,7 @@ class Lifecycle(harness.DaemonTestCase):
             self.assertHit(c.request("HIT path=/kept user=k"), True, 9, 3600)
             self.reload(d, "reload-b.ini")
             self.assertHit(c.request("HIT path=/new user=k"), True, 6, 600)
-            self.assertHit(c.request("HIT path=/kept user=k"), True, 8, (3598, 3600))
+            self.assertHit(c.request("HIT path=/kept user=k"), True, 8, self.since_start(3600))
         self.assertEqual(d.stop(), 0)
 
     def test_reload_invalid(self):
@@ -140,7 +140,7 @@ class Lifecycle(harness.DaemonTestCase):
         self.assertRegex(d.log_text(), r"rules\.ini:\d+")
         # The old rules still answer, and their counters keep counting.
         with d.connect("tcp") as c:
-            self.assertHit(c.request("HIT path=/kept user=v"), True, 8, (3598, 3600))
+            self.assertHit(c.request("HIT path=/kept user=v"), True, 8, self.since_start(3600))
             self.assertEqual(c.request("HIT path=/open"), "OK false 0 -1")
         self.assertTrue(d.running())
         # A later good reload still works.
@@ -168,9 +168,9 @@ class Lifecycle(harness.DaemonTestCase):
         self.reload(d, "canary-promoted.ini")
         with d.connect("tcp") as c:
             # w: three canary hits used the canary's 2 credits.
-            self.assertHit(c.request("HIT path=/canary/x user=w"), False, 0, (3598, 3600))
+            self.assertHit(c.request("HIT path=/canary/x user=w"), False, 0, self.since_start(3600))
             # once: one canary hit (through the default rule) left 1.
-            self.assertHit(c.request("HIT path=/canary/z user=once"), True, 0, (3598, 3600))
+            self.assertHit(c.request("HIT path=/canary/z user=once"), True, 0, self.since_start(3600))
             # Someone the canary never saw starts fresh.
             self.assertHit(c.request("HIT path=/canary/x user=new"), True, 1, 3600)
         self.assertEqual(d.stop(), 0)
@@ -197,7 +197,7 @@ class Lifecycle(harness.DaemonTestCase):
         with d.connect("tcp") as c:
             # The canary (1 per day, across all IPs) was used up by the first hit.
             self.assertHit(c.request("HIT method=GET path=/pantry/cookies/special-cookie ip=10.0.0.9"),
-                           False, 0, (86398, 86400))
+                           False, 0, self.since_start(86400))
         self.assertEqual(d.stop(), 0)
 
     def test_sigterm_with_requests_in_flight(self):
@@ -236,7 +236,7 @@ class Lifecycle(harness.DaemonTestCase):
         # And what was answered was counted (and committed): a restart continues from there.
         d.port = None
         d.start()
-        self.assertHit(d.request("HIT path=/big user=term"), True, 99999 - len(got), (3590, 3600))
+        self.assertHit(d.request("HIT path=/big user=term"), True, 99999 - len(got), self.since_start(3600))
         self.assertEqual(d.stop(), 0)
 
     def test_sigkill_then_restart(self):
@@ -250,7 +250,7 @@ class Lifecycle(harness.DaemonTestCase):
         d.port = None
         d.start()
         with d.connect("unix") as c:
-            self.assertHit(c.request("HIT path=/probe user=crash"), True, 5, (3598, 3600))
+            self.assertHit(c.request("HIT path=/probe user=crash"), True, 5, self.since_start(3600))
         self.assertEqual(d.stop(), 0)
 
     def test_default_listen_port_and_state_directory(self):
@@ -265,7 +265,7 @@ class Lifecycle(harness.DaemonTestCase):
         self.assertEqual(d.stop(), 0)
         self.assertNotEqual(os.listdir(state), [], "nothing stored in $STATE_DIRECTORY")
         d.start()
-        self.assertHit(d.request("HIT path=/probe user=env"), True, 8, (3598, 3600))
+        self.assertHit(d.request("HIT path=/probe user=env"), True, 8, self.since_start(3600))
         self.assertEqual(d.stop(), 0)
 
     def test_unix_socket_mode(self):
@@ -354,7 +354,7 @@ class Lifecycle(harness.DaemonTestCase):
         with d.connect("unix") as c:
             self.assertHit(c.request("HIT path=/probe user=sa"), True, 9, 3600)
         with d.connect("tcp") as c:
-            self.assertHit(c.request("HIT path=/probe user=sa"), True, 8, (3598, 3600))
+            self.assertHit(c.request("HIT path=/probe user=sa"), True, 8, self.since_start(3600))
         _, status = d.wait_note(re.compile(r"^STATUS=.*\brules\b"), what="STATUS")
         self.assertRegex(status, r"\b2 listeners\b")
         self.assertEqual(d.stop(), 0)
