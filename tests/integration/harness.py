@@ -518,6 +518,26 @@ class Daemon:
                                                                        "\n".join(lines))
 
 
+# --- the kernel's view of a socket ------------------------------------------------------------
+
+def unix_peer_unread(sock):
+    """For a connected Unix stream socket of ours: how many bytes we sent sit unread in the
+    peer's (e.g. the daemon's) receive queue. Exact, from the kernel (ss -x: the Recv-Q of the
+    socket whose peer is ours), not from timing. Raises HarnessError if ss is missing or the
+    peer is not found."""
+    ss = shutil.which("ss")
+    if not ss:
+        raise HarnessError("ss (iproute2) not found")
+    ino = str(os.fstat(sock.fileno()).st_ino)
+    out = subprocess.run([ss, "-xanH"], capture_output=True, text=True, timeout=IO_TIMEOUT).stdout
+    for line in out.splitlines():
+        f = line.split()
+        # Netid State Recv-Q Send-Q Local-path Local-inode Peer Peer-inode
+        if len(f) >= 8 and f[0] == "u_str" and f[-1] == ino:
+            return int(f[2])
+    raise HarnessError("no Unix socket with peer inode %s in ss -x" % ino)
+
+
 # --- checks shared by the test files ----------------------------------------------------------
 
 OK_RE = re.compile(r"^OK (true|false) (\d+) (-?\d+)$")

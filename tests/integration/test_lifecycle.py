@@ -8,10 +8,15 @@ Run one test:  tests/integration/test_lifecycle.py Lifecycle.test_reload_valid
 
 import os
 import re
+import select
 import shutil
 import signal
+import socket
 import sys
 import threading
+import time
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -89,18 +94,23 @@ class Lifecycle(harness.DaemonTestCase):
         self.assertNotIn("WATCHDOG=1", d.note_lines())
 
     def test_counters_survive_restart(self):
-        d = self.start_daemon(data_path("itest.ini"))
-        with d.connect("tcp") as c:
-            replies = [c.request("HIT path=/probe user=restart") for _ in range(3)]
-        self.assertWindow(replies, 10, 3600)
-        self.assertEqual(d.stop(), 0)
-        # A new process on the same --db (and a new port) continues the window.
-        d.port = None
-        d.start()
-        with d.connect("unix") as c:
-            self.assertHit(c.request("HIT path=/probe user=restart"), True, 6, self.since_start(3600))
-            self.assertHit(c.request("HIT path=/probe user=other"), True, 9, 3600)
-        self.assertEqual(d.stop(), 0)
+        # In every --sync mode (none included: a clean exit commits), a restart continues.
+        for sync in ("periodic", "none", "always"):
+            with self.subTest(sync=sync):
+                d = self.start_daemon(data_path("itest.ini"), args=["--sync=" + sync])
+                user = "user=restart-" + sync
+                t0 = time.monotonic()
+                with d.connect("tcp") as c:
+                    replies = [c.request("HIT path=/probe " + user) for _ in range(3)]
+                self.assertWindow(replies, 10, 3600, t0=t0)
+                self.assertEqual(d.stop(), 0)
+                # A new process on the same --db (and a new port) continues the window.
+                d.port = None
+                d.start()
+                with d.connect("unix") as c:
+                    self.assertHit(c.request("HIT path=/probe " + user), True, 6, harness.elapsed_bounds(3600, t0))
+                    self.assertHit(c.request("HIT path=/probe user=other-" + sync), True, 9, 3600)
+                self.assertEqual(d.stop(), 0)
 
     def test_reload_valid(self):
         d = self.daemon_with_copy("reload-a.ini")
@@ -200,44 +210,194 @@ class Lifecycle(harness.DaemonTestCase):
                            False, 0, self.since_start(86400))
         self.assertEqual(d.stop(), 0)
 
-    def test_sigterm_with_requests_in_flight(self):
-        d = self.start_daemon(data_path("itest.ini"))
-        n = 50000
-        c = d.connect("tcp")
+    def stuck_client(self, d):
+        """A Unix connection that pipelines HITs without reading its replies, until the daemon
+        stops reading it (its replies fill the socket and --output-limit). Returns (conn,
+        bytes sent, stop event of the sending thread, the thread)."""
+        line = b"HIT path=/big user=term\n"
+        c = d.connect("unix")
         self.addCleanup(c.close)
-        payload = b"HIT path=/big user=term\n" * n
-        got = []
+        payload = line * 80000  # under /big's 100,000 per window: every reply counts down
+        sent = [0]
+        stop = threading.Event()
 
-        def reader():
-            try:
-                got.extend(c.read_until_eof())
-            except Exception as e:
-                got.append("reader failed: %r" % e)
+        def sender():
+            while not stop.is_set() and sent[0] < len(payload):
+                _, w, _ = select.select([], [c.sock], [], 0.05)
+                if w:
+                    try:
+                        sent[0] += c.sock.send(payload[sent[0]:sent[0] + 65536], socket.MSG_DONTWAIT)
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                    except OSError:
+                        return  # the daemon closed the connection (at its exit)
 
-        t = threading.Thread(target=reader, daemon=True)
+        t = threading.Thread(target=sender, daemon=True)
         t.start()
-        try:
-            c.sock.sendall(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the daemon may stop reading and close: fine
+        self.addCleanup(stop.set)
+        # The daemon has read and answered some (a reply is waiting), then stopped reading:
+        # the sender stalls. (Only the likelihood of pending requests depends on this.)
+        r, _, _ = select.select([c.sock], [], [], harness.IO_TIMEOUT)
+        self.assertTrue(r, "no reply within %.0fs" % harness.IO_TIMEOUT)
+        last, stalls = -1, 0
+        for _ in range(int(100 * harness.TIMEOUT_SCALE)):
+            if sent[0] == last:
+                stalls += 1
+                if stalls >= 3:
+                    break
+            else:
+                last, stalls = sent[0], 0
+            d.drain_notes(0.05)
+        return c, line, sent, stop, t
+
+    def test_sigterm_answers_every_request_read(self):
+        # A client pipelines HITs and does not read its replies: with a small --output-limit
+        # the daemon stops reading it while requests it has already read wait for room. At
+        # SIGTERM every request the daemon has read must be answered (and counted), nothing
+        # more. How many it has read is the kernel's count (bytes sent minus bytes still queued
+        # on the daemon's socket; after STOPPING=1 it reads no more): an exact N, no timing.
+        # A Unix socket: nothing in flight, and a fixed send buffer that fills up.
+        d = self.start_daemon(data_path("itest.ini"), args=["--output-limit", "4096"])
+        c, line, sent, stop, t = self.stuck_client(d)
         seq = d.last_seq()
         d.signal(signal.SIGTERM)
-        t.join(harness.STOP_TIMEOUT * 2)
-        self.assertFalse(t.is_alive(), "no EOF after SIGTERM")
-        print("(%d of %d pipelined requests answered before the exit)" % (len(got), n), end=" ")
+        d.wait_note("STOPPING=1", after=seq)
+        stop.set()
+        t.join(harness.IO_TIMEOUT)
+        self.assertFalse(t.is_alive())
+        consumed = sent[0] - harness.unix_peer_unread(c.sock)
+        self.assertEqual(sent[0] - harness.unix_peer_unread(c.sock), consumed,
+                         "the daemon read more after STOPPING=1")
+        n = consumed // len(line)  # complete requests read; a partial last line is not one
+        self.assertGreater(n, 0)
+        self.assertLess(consumed, sent[0], "the daemon read everything: nothing was left unread")
+        got = c.read_until_eof()
+        print("(%d of %d requests sent were read before SIGTERM, %d answered)" %
+              (n, sent[0] // len(line), len(got)), end=" ")
         self.assertEqual(d.wait_exit(), 0)
-        self.assertIn("STOPPING=1", [l for s, l in d.notes if s > seq])
-        # Whatever was answered is a prefix of the expected sequence, without a gap.
-        self.assertLessEqual(len(got), n)
-        for i, r in enumerate(got):
-            p = harness.parse_ok(r)
+        self.assertEqual(len(got), n, "requests read before SIGTERM: %d, replies: %d" % (n, len(got)))
+        for i, reply in enumerate(got):
+            p = harness.parse_ok(reply)
             if p is None or p[:2] != (True, 99999 - i):
-                self.fail("reply %d of %d is %r, expected credit %d" % (i, len(got), r, 99999 - i))
+                self.fail("reply %d of %d is %r, expected credit %d" % (i, len(got), reply, 99999 - i))
         # And what was answered was counted (and committed): a restart continues from there.
         d.port = None
         d.start()
-        self.assertHit(d.request("HIT path=/big user=term"), True, 99999 - len(got), self.since_start(3600))
+        self.assertHit(d.request("HIT path=/big user=term"), True, 99999 - n, self.since_start(3600))
         self.assertEqual(d.stop(), 0)
+
+    def test_second_sigterm_exits_at_once(self):
+        # A client that never takes its replies holds the drain (up to 5 s); a second SIGTERM
+        # ends it at once: the daemon says so, and the drain limit never fired.
+        d = self.start_daemon(data_path("itest.ini"), args=["--output-limit", "4096"])
+        self.stuck_client(d)
+        seq = d.last_seq()
+        d.signal(signal.SIGTERM)
+        d.wait_note("STOPPING=1", after=seq)
+        self.assertTrue(d.running(), "exited although a client has replies pending")
+        d.signal(signal.SIGTERM)
+        self.assertEqual(d.wait_exit(), 0)
+        log = d.log_text()
+        self.assertIn("Second SIGTERM, stopping now", log)
+        self.assertNotIn("did not take their last replies", log)
+
+    def test_drain_limit_and_healthz_during_shutdown(self):
+        # At SIGTERM a client that never takes its replies gets 5 s (MANAGER_STOP_TIMEOUT_USEC),
+        # then the daemon closes it and exits 0. Meanwhile /healthz answers 503.
+        port = harness.free_tcp_port()
+        d = self.start_daemon(data_path("itest.ini"), args=["--output-limit", "4096", "--http-port=%d" % port])
+        url = "http://127.0.0.1:%d/healthz" % port
+        with urllib.request.urlopen(url, timeout=harness.IO_TIMEOUT) as r:
+            self.assertEqual((r.status, r.read()), (200, b"ok\n"))
+        self.stuck_client(d)
+        seq = d.last_seq()
+        t0 = time.monotonic()
+        d.signal(signal.SIGTERM)
+        d.wait_note("STOPPING=1", after=seq)
+        with self.assertRaises(urllib.error.HTTPError) as cm:
+            urllib.request.urlopen(url, timeout=harness.IO_TIMEOUT)
+        self.assertEqual((cm.exception.code, cm.exception.read()), (503, b"not serving\n"))
+        self.assertTrue(d.running(), "exited although a client has replies pending")
+        self.assertEqual(d.wait_exit(timeout=5 + harness.STOP_TIMEOUT), 0)
+        # A lower bound only: the limit cannot fire before 5 s (no upper bound is asserted).
+        self.assertGreaterEqual(time.monotonic() - t0, 5.0)
+        self.assertIn("Clients did not take their last replies within 5 s", d.log_text())
+
+    def test_idle_timeout(self):
+        # --idle-timeout=2: a connection silent for 2 s is closed; one that keeps asking is not.
+        timeout = 2
+        d = self.start_daemon(data_path("itest.ini"), args=["--idle-timeout=%d" % timeout])
+        idle, active = d.connect("tcp"), d.connect("unix")
+        self.addCleanup(idle.close)
+        self.addCleanup(active.close)
+        t_idle = time.monotonic()
+        self.assertEqual(idle.request("HIT path=/open"), "OK true 5 0")
+        # The active one asks every 0.1 s for 2.5 timeouts; each gap is measured, so a gap
+        # the machine stretched beyond the timeout is reported as such, not as a daemon bug.
+        idle_closed_after = None
+        last = time.monotonic()
+        max_gap = 0.0
+        while time.monotonic() - t_idle < 2.5 * timeout * harness.TIMEOUT_SCALE:
+            now = time.monotonic()
+            max_gap = max(max_gap, now - last)
+            r = active.request("HIT path=/open")
+            last = time.monotonic()
+            self.assertLess(max_gap, timeout, "this machine stalled the active client for %.1f s: "
+                            "cannot tell idle from active" % max_gap)
+            self.assertEqual(r, "OK true 5 0", "the active connection was closed (longest gap %.2f s)" % max_gap)
+            if idle_closed_after is None:
+                rd, _, _ = select.select([idle.sock], [], [], 0.1)
+                if rd:
+                    self.assertTrue(idle.at_eof(), "the idle connection got data instead of EOF")
+                    idle_closed_after = time.monotonic() - t_idle
+            else:
+                time.sleep(0.1)
+        self.assertIsNotNone(idle_closed_after, "the idle connection was not closed within %.0f s" %
+                             (2.5 * timeout * harness.TIMEOUT_SCALE))
+        # Never before its timeout (measured from before its last request: a lower bound).
+        self.assertGreaterEqual(idle_closed_after, timeout)
+        # A new connection is served as usual.
+        self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
+
+    def test_default_listener_is_loopback_only(self):
+        # No --listen: the daemon listens on 127.0.0.1:$PORT, and on no other address (not
+        # 0.0.0.0, not ::). Its listening sockets, by inode, from /proc.
+        d = self.new_daemon(data_path("itest.ini"), listen=())
+        d.port = harness.free_tcp_port()
+        d.extra_env["PORT"] = str(d.port)
+        d.start()
+        self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
+        inodes = set()
+        for fd in os.listdir("/proc/%d/fd" % d.pid()):
+            try:
+                m = re.match(r"socket:\[(\d+)\]$", os.readlink("/proc/%d/fd/%s" % (d.pid(), fd)))
+            except OSError:
+                continue
+            if m:
+                inodes.add(m.group(1))
+        listening = []
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            if not os.path.exists(table):
+                continue
+            with open(table) as f:
+                next(f)
+                for row in f:
+                    col = row.split()
+                    local, state, inode = col[1], col[3], col[9]
+                    if state == "0A" and inode in inodes:  # TCP_LISTEN, the daemon's
+                        addr, port = local.split(":")
+                        listening.append((addr, int(port, 16)))
+        self.assertEqual(listening, [("0100007F", d.port)],
+                         "listening sockets (hex address, port): 0100007F is 127.0.0.1")
+        self.assertEqual(d.stop(), 0)
+
+    def test_unix_socket_removed_at_exit(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            d = self.start_daemon(data_path("itest.ini"), listen=("unix",))
+            self.assertEqual(d.request("HIT path=/open", "unix"), "OK true 5 0")
+            self.assertTrue(os.path.exists(d.unix_path))
+            self.assertEqual(d.stop(sig), 0)
+            self.assertFalse(os.path.exists(d.unix_path), "%s left after %s" % (d.unix_path, sig.name))
 
     def test_sigkill_then_restart(self):
         # A crash (SIGKILL) loses no committed hit and leaves nothing that blocks a restart
