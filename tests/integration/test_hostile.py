@@ -339,10 +339,18 @@ class ManyConnections(harness.DaemonTestCase):
 
             # One more on each listener: refused cleanly, with a reason, then closed.
             for kind in ("tcp", "unix"):
+                probe = "HIT path=/probe user=refused-%s-%d" % (kind, os.getpid())
                 with d.connect(kind) as extra:
+                    # A request sent at once on a refused connection is not executed.
+                    try:
+                        extra.send(probe + "\n")
+                    except OSError:
+                        pass  # closed by the daemon already: not executed either
                     self.assertEqual(extra.readline(), TOO_MANY)
                     self.assertTrue(extra.at_eof())
-                    # And a request on a refused connection is not executed.
+                # Its counter is untouched: the first hit on it is a fresh window's.
+                self.assertHit(conns[0].request(probe), True, 9, 3600,
+                               "(the request on the refused %s connection was executed)" % kind)
 
             # The 10,000 are unaffected: each is served again, pipelined this time.
             for c in conns:

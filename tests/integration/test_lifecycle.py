@@ -456,8 +456,17 @@ class Lifecycle(harness.DaemonTestCase):
         with d.connect("tcp") as a, d.connect("unix") as b:
             self.assertEqual(a.request("HIT path=/open"), "OK true 5 0")
             self.assertEqual(b.request("HIT path=/open"), "OK true 5 0")
-            with d.connect("tcp") as c:
-                self.assertEqual(c.read_until_eof(), ['ERR unknown "too many connections"'])
+            for kind in ("tcp", "unix"):
+                with d.connect(kind) as c:
+                    # A request sent at once on the refused connection (before its refusal
+                    # is read) is not executed: its counter is untouched below.
+                    try:
+                        c.send("HIT path=/probe user=refused-%s\n" % kind)
+                    except OSError:
+                        pass  # already closed by the daemon: fine, not executed either
+                    self.assertEqual(c.read_until_eof(), ['ERR unknown "too many connections"'], kind)
+                self.assertHit(a.request("HIT path=/probe user=refused-%s" % kind), True, 9, 3600,
+                               "(the request on the refused %s connection was executed)" % kind)
             # The first two are unaffected.
             self.assertEqual(a.request("HIT path=/open"), "OK true 5 0")
             self.assertEqual(b.request("HIT path=/open"), "OK true 5 0")
