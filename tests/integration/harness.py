@@ -131,6 +131,11 @@ def may_skip_in_ci(reason):
     return mark
 
 
+def test_name(test):
+    """file.py:Class.test_x, as the SKIP and XFAIL lines name a test."""
+    return test.id().replace("__main__.", os.path.basename(sys.argv[0]) + ":", 1)
+
+
 def ci_skip_allowed(test):
     """The reason why test may skip in CI, or None."""
     method = getattr(test, getattr(test, "_testMethodName", ""), None)
@@ -681,14 +686,14 @@ class _Result(unittest.TextTestResult):
         allowed = ci_skip_allowed(test)
         if IN_CI and not allowed:
             self.skip_lines.append("SKIP: %s: %s (FAILED: CI=true, and CI is meant to run it)" %
-                                   (test.id(), reason))
+                                   (test_name(test), reason))
             try:
                 raise HarnessError("skipped in CI (CI=true): %s; CI is meant to run this test "
                                    "(mark it @harness.may_skip_in_ci(reason) if it cannot)" % reason)
             except HarnessError:
                 super().addFailure(test, sys.exc_info())
             return
-        self.skip_lines.append("SKIP: %s: %s%s" % (test.id(), reason,
+        self.skip_lines.append("SKIP: %s: %s%s" % (test_name(test), reason,
                                                     " (allowed in CI: %s)" % allowed if allowed else ""))
         super().addSkip(test, reason)
 
@@ -725,7 +730,7 @@ def main(require_daemon=True):
     for line in result.skip_lines:
         print(line)
     for test, reason in result.known_bugs:
-        print("XFAIL: %s: %s" % (test.id(), reason))
+        print("XFAIL: %s: %s" % (test_name(test), reason))
     xfail = " (%d known bugs, XFAIL)" % len(result.known_bugs) if result.known_bugs else ""
     print("%d passed, %d failed, %d skipped%s" % (passed, failed, skipped, xfail))
     sys.stdout.flush()
