@@ -332,19 +332,31 @@ class Lifecycle(harness.DaemonTestCase):
         self.addCleanup(active.close)
         t_idle = time.monotonic()
         self.assertEqual(idle.request("HIT path=/open"), "OK true 5 0")
-        # The active one asks every 0.1 s for 2.5 timeouts; each gap is measured, so a gap
-        # the machine stretched beyond the timeout is reported as such, not as a daemon bug.
+        # The active one asks every 0.1 s for 2.5 timeouts. Each gap between its requests is
+        # measured: a close after a gap this machine stretched to the timeout (a stall) is no
+        # daemon bug; the connection is replaced and the stall counted (at most 3). A close
+        # after short gaps only fails the test.
         idle_closed_after = None
         last = time.monotonic()
-        max_gap = 0.0
+        stalls = 0
         while time.monotonic() - t_idle < 2.5 * timeout * harness.TIMEOUT_SCALE:
-            now = time.monotonic()
-            max_gap = max(max_gap, now - last)
-            r = active.request("HIT path=/open")
+            gap = time.monotonic() - last
+            try:
+                r = active.request("HIT path=/open")
+            except OSError:
+                r = None
             last = time.monotonic()
-            self.assertLess(max_gap, timeout, "this machine stalled the active client for %.1f s: "
-                            "cannot tell idle from active" % max_gap)
-            self.assertEqual(r, "OK true 5 0", "the active connection was closed (longest gap %.2f s)" % max_gap)
+            if r is None:
+                self.assertGreaterEqual(gap, timeout / 2, "the active connection was closed after a "
+                                        "gap of only %.2f s (--idle-timeout=%d)" % (gap, timeout))
+                stalls += 1
+                self.assertLess(stalls, 3, "this machine stalled the active client 3 times: cannot "
+                                "tell idle from active")
+                active.close()
+                active = d.connect("unix")
+                self.addCleanup(active.close)
+                continue
+            self.assertEqual(r, "OK true 5 0")
             if idle_closed_after is None:
                 rd, _, _ = select.select([idle.sock], [], [], 0.1)
                 if rd:
