@@ -83,6 +83,7 @@ static inline void fuzz_check_err_line(const char *line, size_t len) {
                     fuzz_reason_is_fixed(line + n + 2, len - n - 3))
                         return;
         }
-        fprintf(stderr, "ERR reply with a reason that is not one of the fixed texts: %.*s\n", (int) len, line);
+        fprintf(stderr, "ERR reply with a reason that is not one of the fixed texts: %.*s\n", (int) len,
+                line);
         abort();
 }
