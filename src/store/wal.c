@@ -677,6 +677,19 @@ static int load_segments(Wal *w, uint64_t first_lsn, char *errbuf, size_t errbuf
         w->sealed[n - 1].records = info.records;
         w->seq = w->replay_last_seq = seqs[n - 1];
         w->next_lsn = info.first_lsn + info.records;
+        if (info.records == 0) {
+                /* It holds nothing: the fresh segment replaces it (same number, same first lsn),
+                 * so restarts without traffic do not pile up preallocated segments. */
+                if (unlinkat(w->dir_fd, name, 0) < 0) {
+                        r = -errno;
+                        set_error(errbuf, errbuf_size, "cannot delete %s: %s", path, strerror(-r));
+                        goto finish;
+                }
+                w->n_sealed--;
+                w->seq = w->replay_last_seq = seqs[n - 1] - 1;
+                if (w->n_sealed == 0)
+                        w->replay_last_seq = 0;
+        }
 finish:
         free(seqs);
         if (r == -ENOMEM)

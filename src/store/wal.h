@@ -51,7 +51,8 @@
  *
  * Start-up: wal_open() seals the segments a previous run left (after syncing the last one)
  * and appends in a fresh segment whose first lsn follows the last valid record; a torn tail
- * stays behind it, ignored. wal_replay() then reads those segments, in order.
+ * stays behind it, ignored. A last segment without a valid record is replaced by the fresh
+ * one instead. wal_replay() then reads those segments, in order.
  *
  * Threads: a Wal is used by one thread. wal_segment_read() reads a sealed segment by
  * directory and sequence number, touching no Wal, so a checkpoint thread can read what
