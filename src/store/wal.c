@@ -464,9 +464,19 @@ static int current_flush(Wal *w) {
         return 0;
 }
 
+/* fsync()s the directory if a segment was renamed in since it was last synced. */
+static int dir_sync(Wal *w) {
+        if (!w->dir_dirty)
+                return 0;
+        if (fsync(w->dir_fd) < 0)
+                return wal_set_error(w, -errno, "cannot sync the directory %s: %s", w->dir, strerror(errno));
+        w->dir_dirty = false;
+        return 0;
+}
+
 /* Seals the current segment (if any) and makes the spare, segment seq + 1, current: writes
- * and syncs its header, then renames it in. The old segment is on disk before the new name
- * can be. On failure the current segment stays current and nothing is lost. */
+ * and syncs its header, then renames it in. The old segment, data and name, is on disk
+ * before the new name can be. On failure the current segment stays current and nothing is lost. */
 static int rotate(Wal *w) {
         char from[WAL_SEGMENT_NAME_MAX], to[WAL_SEGMENT_NAME_MAX];
         int r;
@@ -479,6 +489,8 @@ static int rotate(Wal *w) {
                 if (r < 0)
                         return r;
                 r = current_flush(w);
+                if (r >= 0)
+                        r = dir_sync(w); /* its own name, if it is new since the last sync */
                 if (r < 0)
                         return r;
         }
@@ -890,10 +902,9 @@ int wal_sync(Wal *w) {
                 did = true;
         }
         if (w->dir_dirty) {
-                if (fsync(w->dir_fd) < 0)
-                        return wal_set_error(w, -errno, "cannot sync the directory %s: %s", w->dir,
-                                             strerror(errno));
-                w->dir_dirty = false;
+                r = dir_sync(w);
+                if (r < 0)
+                        return r;
                 did = true;
         }
         if (did)

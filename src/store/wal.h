@@ -42,7 +42,7 @@
  * makes it survive an OS crash too.
  *
  * Rotation: when a batch does not fit in the current segment, the segment is sealed (synced
- * to disk, unmapped, immutable from then on) and the next one, prepared in advance by
+ * to disk with its name, unmapped, immutable from then on) and the next one, prepared in advance by
  * wal_prepare() or else made on the spot, becomes current: its header is written and synced,
  * then it is renamed from .new to its final name. So every segment under a final name has a
  * valid header, and every sealed segment is complete on disk before a later one exists: only
@@ -115,7 +115,8 @@ typedef struct WalSegmentInfo {
 typedef struct WalStats {
         uint64_t segments;         /* in the journal: sealed + the current one */
         uint64_t sealed;           /* sealed segments (a checkpoint's to read and release) */
-        uint64_t bytes;            /* file bytes of those segments (preallocated) */
+        uint64_t bytes;            /* file bytes of those segments (preallocated; the spare, when
+                                    * ready, takes one segment size more) */
         uint64_t records;          /* valid records in them */
         uint64_t current_seq;      /* the segment appended to */
         uint64_t current_records;  /* its fill ... */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 #include <check.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -593,7 +594,8 @@ START_TEST (test_enospc_hook) {
 END_TEST
 
 /* A real full file system: a tmpfs of 64 KiB mounted for the test, when this process may
- * mount (root with CAP_SYS_ADMIN, as in CI's container); says so on stderr when it may not. */
+ * mount (root with CAP_SYS_ADMIN, as in CI's container); says so on stderr when it may not.
+ * With CK_FORK=no the whole test program moves to the new mount namespace: harmless. */
 START_TEST (test_enospc_tmpfs) {
         WalOptions o = { .segment_size = 40 * 1024 };
         char err[ERRBUF] = "";
@@ -603,7 +605,9 @@ START_TEST (test_enospc_tmpfs) {
 
         snprintf(mnt, sizeof mnt, "%s/mnt", tmpdir);
         ck_assert_int_eq(mkdir(mnt, 0700), 0);
-        if (mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") < 0) {
+        /* in a mount namespace of this process's own, so a failing test leaves no mount behind */
+        if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") < 0) {
                 fprintf(stderr,
                         "test_enospc_tmpfs: not run: cannot mount a tmpfs (%s); test_enospc_hook covers "
                         "it\n",
