@@ -5,8 +5,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -706,6 +709,81 @@ START_TEST (test_first_lsn_and_leftovers) {
 }
 END_TEST
 
+/* The checkpoint's way: a thread reads each sealed segment by directory and number while
+ * the owner keeps appending and rotating, and the owner releases what the reader is done
+ * with. The reader sees every record once, in order. */
+#define CONCURRENT_RECORDS 3000
+
+typedef struct Checkpointer {
+        _Atomic uint64_t handed;  /* the last sealed segment the owner handed over */
+        _Atomic uint64_t read_to; /* the last segment the reader has read */
+        _Atomic bool done;        /* the owner handed everything */
+        uint64_t next_lsn;        /* the lsn the reader expects next */
+        int error;
+} Checkpointer;
+
+static int checkpoint_record(const CounterRecord *r, const WalPosition *pos, void *userdata) {
+        Checkpointer *c = userdata;
+        CounterRecord e = rec(pos->lsn - 1);
+
+        if (pos->lsn != c->next_lsn || !rec_eq(r, &e))
+                return -EBADMSG;
+        c->next_lsn++;
+        return 0;
+}
+
+static void *checkpoint_thread(void *userdata) {
+        Checkpointer *c = userdata;
+        char err[ERRBUF];
+
+        for (;;) {
+                bool done = atomic_load(&c->done); /* before handed: nothing handed is missed */
+                uint64_t handed = atomic_load(&c->handed), seq = atomic_load(&c->read_to);
+
+                for (; seq < handed; seq++) {
+                        c->error = wal_segment_read(tmpdir, seq + 1, 0, checkpoint_record, c, NULL, err,
+                                                    sizeof err);
+                        if (c->error < 0)
+                                return NULL;
+                        atomic_store(&c->read_to, seq + 1);
+                }
+                if (done)
+                        return NULL;
+                sched_yield();
+        }
+}
+
+START_TEST (test_concurrent_checkpoint) {
+        Checkpointer c = { .next_lsn = 1 };
+        uint64_t last;
+        pthread_t t;
+        WalStats st;
+        Wal *w;
+
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(pthread_create(&t, NULL, checkpoint_thread, &c), 0);
+        for (uint64_t i = 0; i < CONCURRENT_RECORDS; i += 6) {
+                append_range(w, i, 6, 6);
+                if (wal_sealed(w, NULL, &last) > 0)
+                        atomic_store(&c.handed, last);
+                if (atomic_load(&c.read_to) > 0 && wal_sealed(w, NULL, NULL) > 0)
+                        ck_assert_int_ge(wal_release(w, atomic_load(&c.read_to)), 0);
+        }
+        ck_assert_int_eq(wal_rotate(w), 1);
+        ck_assert_uint_gt(wal_sealed(w, NULL, &last), 0);
+        atomic_store(&c.handed, last);
+        atomic_store(&c.done, true);
+        ck_assert_int_eq(pthread_join(t, NULL), 0);
+        ck_assert_int_eq(c.error, 0);
+        ck_assert_uint_eq(c.next_lsn, CONCURRENT_RECORDS + 1);
+        ck_assert_int_ge(wal_release(w, last), 1);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.segments, 1);
+        ck_assert_uint_eq(st.records, 0);
+        wal_close(w);
+}
+END_TEST
+
 static Suite *wal_suite(void) {
         Suite *s = suite_create("wal");
         TCase *tc = tcase_create("wal");
@@ -725,6 +803,7 @@ static Suite *wal_suite(void) {
         tcase_add_test(tc, test_kill9);
         tcase_add_test(tc, test_sync_and_limits);
         tcase_add_test(tc, test_first_lsn_and_leftovers);
+        tcase_add_test(tc, test_concurrent_checkpoint);
         suite_add_tcase(s, tc);
         return s;
 }
