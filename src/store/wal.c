@@ -580,7 +580,8 @@ finish:
                 set_error(errbuf, errbuf_size, "cannot read %s: %s", w->dir, strerror(-r));
                 return r;
         }
-        qsort(seqs, n, sizeof *seqs, cmp_u64);
+        if (n > 0) /* seqs is NULL for none: qsort() must not see it */
+                qsort(seqs, n, sizeof *seqs, cmp_u64);
         *ret = seqs;
         *ret_n = n;
         return 0;
@@ -692,6 +693,12 @@ static int load_segments(Wal *w, uint64_t first_lsn, char *errbuf, size_t errbuf
         close(fd);
         if (r < 0)
                 goto finish;
+        /* and its name: the previous run may have been killed before it synced the directory */
+        if (fsync(w->dir_fd) < 0) {
+                r = -errno;
+                set_error(errbuf, errbuf_size, "cannot sync the directory %s: %s", w->dir, strerror(-r));
+                goto finish;
+        }
         w->sealed[n - 1].records = info.records;
         w->seq = w->replay_last_seq = seqs[n - 1];
         w->next_lsn = info.first_lsn + info.records;
@@ -964,8 +971,10 @@ int wal_release(Wal *w, uint64_t up_to_seq) {
                 }
                 k++;
         }
-        memmove(w->sealed, w->sealed + k, (w->n_sealed - k) * sizeof *w->sealed);
-        w->n_sealed -= k;
+        if (k > 0) {
+                memmove(w->sealed, w->sealed + k, (w->n_sealed - k) * sizeof *w->sealed);
+                w->n_sealed -= k;
+        }
         if (k > 0 && fsync(w->dir_fd) < 0 && r >= 0)
                 r = wal_set_error(w, -errno, "cannot sync the directory %s: %s", w->dir, strerror(errno));
         return r < 0 ? r : (int) k;
