@@ -38,8 +38,9 @@
  *
  * Segments are preallocated (posix_fallocate: a full disk is found when a segment is made,
  * never when a record is written) and mapped MAP_SHARED: an append is a memcpy, with no
- * system call, and survives a kill -9 of the process (the page cache has it). wal_sync()
- * makes it survive an OS crash too.
+ * system call per batch (one that does not wait per MiB, to start the disk writing), and
+ * survives a kill -9 of the process (the page cache has it). wal_sync() makes it survive an
+ * OS crash too.
  *
  * Rotation: when a batch does not fit in the current segment, the segment is sealed (synced
  * to disk with its name, unmapped, immutable from then on) and the next one, prepared in advance by
@@ -155,7 +156,9 @@ static inline void wal_closep(Wal **w) {
 int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata);
 
 /* Appends n records, in order, all or none: when they do not fit in the current segment it
- * is sealed and the next one becomes current first. No system call unless it rotates.
+ * is sealed and the next one becomes current first. No system call that waits unless it
+ * rotates: every MiB appended, one sync_file_range() starts the disk writing, so that a seal
+ * has little left to wait for.
  * Returns 0; -EMSGSIZE if n exceeds a segment's capacity; -ENOSPC (or another -errno, the
  * sentence in wal_error()) if the next segment could not be made: nothing was appended. */
 int wal_append(Wal *w, const CounterRecord *records, size_t n);
