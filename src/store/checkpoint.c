@@ -64,6 +64,8 @@
 #define CHECKPOINT_RETRIES_MAX                                                                              \
         128 /* attempts of one transaction: each retry follows a growth of the map (at most 64              \
              * doublings) or its resize by another process */
+#define CHECKPOINT_PREPARE_BYTES                                                                            \
+        128 /* bytes of new pages a record may need: twice a record in a full leaf page */
 #define V1_JOURNAL_NAME   "journal.divvyd" /* version 1's write-back journal */
 #define V1_KEY_MIN        17               /* bytes: rule id + tag */
 #define V1_KEY_MAX        417              /* bytes: rule id + tag + 400 bytes of actor */
@@ -214,6 +216,20 @@ static void sort_records(CounterRecord *a, size_t n, CounterRecord *tmp) {
                 a[k++] = tmp[i++];
 }
 
+/* Sorts records stably by id. Returns false if out of memory (records unchanged). */
+static bool sort_by_id(CounterRecord *records, size_t n) {
+        CounterRecord *tmp;
+
+        if (n < 2)
+                return true;
+        tmp = malloc(n / 2 * sizeof *tmp);
+        if (!tmp)
+                return false;
+        sort_records(records, n, tmp);
+        free(tmp);
+        return true;
+}
+
 /* ---- the map: growth and its reserve ---- */
 
 /* How far a checkpoint may grow the map: all but the last eighth of map_size_max. The rest
@@ -248,6 +264,21 @@ static int map_grow(Checkpoint *c, bool reserve) {
         c->map_size = n;
         c->map_grows++;
         return 0;
+}
+
+/* Grows the map ahead of a transaction that will write about bytes more than is in use, so
+ * that a large checkpoint is not begun again after each doubling. Best effort: the
+ * transaction still grows the map if it needs more. */
+static void map_prepare(Checkpoint *c, uint64_t bytes) {
+        MDB_envinfo info;
+        MDB_stat st;
+        uint64_t want;
+
+        if (mdb_env_info(c->env, &info) != 0 || mdb_env_stat(c->env, &st) != 0)
+                return;
+        want = ((uint64_t) info.me_last_pgno + 1) * st.ms_psize + bytes;
+        while (c->map_size < want && map_grow(c, false) == 0)
+                ;
 }
 
 /* After a transaction grew the map into the reserve, gives checkpoints the smaller map
@@ -427,6 +458,7 @@ typedef struct Write {
         const CounterRecord *records; /* sorted */
         size_t n;
         uint64_t journal_seq, now;
+        bool last; /* the checkpoint's last transaction: records journal_seq, walks */
         Walk walk;
 } Write;
 
@@ -461,36 +493,53 @@ static int write_txn(Checkpoint *c, MDB_txn *txn, void *userdata) {
                         break;
         }
         mdb_cursor_close(cur);
-        if (r == 0)
-                r = meta_put_seq(c, txn, w->journal_seq);
+        if (r != 0 || !w->last)
+                return r;
+        r = meta_put_seq(c, txn, w->journal_seq);
         if (r == 0)
                 r = walk_step(c, txn, &w->walk);
         return r;
 }
 
+/* Where the transaction that starts at records[start] ends: after txn_records_max records,
+ * moved on past the other records of the last id (they must be decided together). */
+static size_t chunk_end(const Checkpoint *c, const CounterRecord *records, size_t n, size_t start) {
+        size_t end;
+
+        if (c->opts.txn_records_max == 0 || n - start <= c->opts.txn_records_max)
+                return n;
+        end = start + c->opts.txn_records_max;
+        while (end < n && counter_id_compare(&records[end - 1].id, &records[end].id) == 0)
+                end++;
+        return end;
+}
+
 int checkpoint_write(Checkpoint *c, CounterRecord *records, size_t n, uint64_t journal_seq, uint64_t now) {
-        Write w = { .records = records, .n = n, .journal_seq = journal_seq, .now = now };
+        Write w = { .journal_seq = journal_seq, .now = now };
         uint64_t start = now_usec(CLOCK_MONOTONIC);
+        size_t i = 0;
         int r;
 
         if (!c || (!records && n > 0))
                 return -EINVAL;
-        for (size_t i = 0; i < n; i++)
-                if (records[i].algorithm >= _COUNTER_ALGORITHM_MAX)
+        for (size_t j = 0; j < n; j++)
+                if (records[j].algorithm >= _COUNTER_ALGORITHM_MAX)
                         return -EINVAL;
-        if (n > 1) {
-                CounterRecord *tmp = malloc(n / 2 * sizeof *tmp + sizeof *tmp);
-
-                if (!tmp)
-                        return -ENOMEM;
-                sort_records(records, n, tmp);
-                free(tmp);
-        }
+        if (!sort_by_id(records, n))
+                return -ENOMEM;
         w.walk = (Walk){ .now = now, .max = c->opts.expire_max };
+        do {
+                size_t end = chunk_end(c, records, n, i);
 
-        r = txn_run(c, false, write_txn, &w);
-        if (r < 0)
-                return r;
+                w.records = records + i;
+                w.n = end - i;
+                w.last = end == n;
+                map_prepare(c, (uint64_t) w.n * CHECKPOINT_PREPARE_BYTES);
+                r = txn_run(c, false, write_txn, &w);
+                if (r < 0)
+                        return r;
+                i = end;
+        } while (!w.last);
         walk_done(c, &w.walk);
         c->journal_seq = journal_seq;
         c->checkpoints++;
@@ -605,14 +654,8 @@ static int migrate_txn(Checkpoint *c, MDB_txn *txn, void *userdata) {
         if (r != MDB_NOTFOUND)
                 return r;
 
-        if (m->n > 1) {
-                CounterRecord *tmp = malloc(m->n / 2 * sizeof *tmp);
-
-                if (!tmp)
-                        return ENOMEM;
-                sort_records(m->records, m->n, tmp);
-                free(tmp);
-        }
+        if (!sort_by_id(m->records, m->n))
+                return ENOMEM;
         r = mdb_drop(txn, v1_counters, 1);
         if (r == 0)
                 r = mdb_drop(txn, v1_expiry, 1);

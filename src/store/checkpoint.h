@@ -38,6 +38,19 @@
  * its journal and retries later); deleting (checkpoint_expire()) and the migration may use
  * the reserve, since even a delete needs fresh pages (copy-on-write).
  *
+ * Chunked checkpoints (txn_records_max > 0): LMDB copies every page a transaction touches
+ * and can reuse the old copies only two commits later, so a checkpoint whose changes are
+ * spread over every leaf page (1 million random changes among 10 million counters are)
+ * needs free room for two more copies of the whole database: data.mdb settles at about 3
+ * times its live data. Split into transactions of txn_records_max sorted records, each of
+ * which covers one range of ids and so touches only its share of the pages, it needs room
+ * for about two transactions' share instead. The checkpoint is then no longer all or nothing:
+ * a crash or an error between its transactions leaves the counters of the committed ones
+ * newer than journal_seq, which is still the previous one. That is safe as long as the
+ * journal holds values, not increments (counter.h: a record is a counter's whole state) and
+ * replays in order: replaying from journal_seq sets every counter it names to its last
+ * journaled state, whatever the checkpoint held; a counter it does not name did not change.
+ *
  * Threads: a Checkpoint is used by one thread at a time (the store's checkpoint thread;
  * open and load may run on another thread before it starts: the environment is opened with
  * MDB_NOTLS, so no transaction is tied to a thread). Never on the event loop: every write
@@ -56,10 +69,11 @@
         4096 /* counters examined by the expiry walk inside each checkpoint_write() */
 
 typedef struct CheckpointOptions {
-        uint64_t map_size;     /* initial map size in bytes; 0 = default */
-        uint64_t map_size_max; /* growth cap in bytes; 0 = default */
-        size_t expire_max;     /* entries checkpoint_write()'s expiry walk examines; 0 = default */
-        uint64_t now_usec;     /* wall clock for the migration (drops expired v1 counters); 0 = now */
+        uint64_t map_size;      /* initial map size in bytes; 0 = default */
+        uint64_t map_size_max;  /* growth cap in bytes; 0 = default */
+        size_t expire_max;      /* entries checkpoint_write()'s expiry walk examines; 0 = default */
+        uint64_t now_usec;      /* wall clock for the migration (drops expired v1 counters); 0 = now */
+        size_t txn_records_max; /* records per transaction of a checkpoint (chunked); 0 = all in one */
 } CheckpointOptions;
 
 typedef struct CheckpointStats {
@@ -98,12 +112,15 @@ static inline void checkpoint_closep(Checkpoint **c) {
  * -EBADMSG if an entry is malformed, or -errno. */
 int checkpoint_load(Checkpoint *c, uint64_t now_usec, int (*cb)(const CounterRecord *r, void *u), void *u);
 
-/* Writes one checkpoint in ONE durable (fsync'ed) transaction, all or nothing: records
- * (sorted in place by id, stably: of several records of one id, in journal order, the last
- * wins) with w0 > now_usec are upserted, the others (w0 == 0: deleted; w0 <= now: expired)
- * deleted; journal_seq is recorded; and the expiry walk examines up to expire_max more
- * counters (see checkpoint_expire()). Returns 0, -EINVAL (bad algorithm), -ENOSPC (the map
- * cap, less its reserve, or the disk is full: nothing written), -ENOMEM, or -errno. */
+/* Writes one checkpoint: records (sorted in place by id, stably: of several records of one
+ * id, in journal order, the last wins) with w0 > now_usec are upserted, the others (w0 == 0:
+ * deleted; w0 <= now: expired) deleted; journal_seq is recorded; and the expiry walk
+ * examines up to expire_max more counters (see checkpoint_expire()). Durable (fsync'ed) when
+ * it returns. With txn_records_max 0, ONE transaction: all or nothing. Else see "Chunked
+ * checkpoints" above: each transaction is all or nothing, journal_seq moves only with the
+ * last. Returns 0, -EINVAL (bad algorithm: nothing written), -ENOSPC (the map cap less its
+ * reserve, or the disk, is full: journal_seq unchanged, the caller keeps its journal and
+ * retries later), -ENOMEM, or -errno. */
 int checkpoint_write(Checkpoint *c, CounterRecord *records, size_t n, uint64_t journal_seq,
                      uint64_t now_usec);
 

@@ -264,6 +264,74 @@ START_TEST (test_deletions) {
 }
 END_TEST
 
+/* ---- the map cap ---- */
+
+enum { SMALL = 500, BIG = 100000 };
+
+/* On a map of at most 2 MB: checkpoints SMALL counters (journal_seq 5), then fails to
+ * checkpoint BIG (they need about 5 MB). Returns those BIG records. */
+static CounterRecord *overflow(Checkpoint *c) {
+        CounterRecord *rs = calloc(BIG, sizeof *rs);
+
+        ck_assert_ptr_nonnull(rs);
+        for (size_t i = 0; i < SMALL; i++)
+                rs[i] = rec(i, T0 + 10 * SEC, i);
+        ck_assert_int_eq(checkpoint_write(c, rs, SMALL, 5, T0), 0);
+        for (size_t i = 0; i < BIG; i++)
+                rs[i] = rec(i, T0 + 20 * SEC, i + 1);
+        ck_assert_int_eq(checkpoint_write(c, rs, BIG, 6, T0), -ENOSPC);
+        ck_assert_uint_eq(checkpoint_journal_seq(c), 5);
+        return rs;
+}
+
+/* ---- chunked checkpoints ---- */
+
+/* Chunked: transactions of 7 records, never splitting the records of one id. */
+START_TEST (test_chunked_write) {
+        enum { IDS = 40, PER_ID = 3 };
+        CheckpointOptions o = { .txn_records_max = 7 };
+        CounterRecord rs[IDS * PER_ID], want[IDS];
+        Checkpoint *c = open_opts(&o);
+
+        for (size_t k = 0; k < PER_ID; k++) /* in journal order: round k of every id */
+                for (size_t i = 0; i < IDS; i++)
+                        rs[k * IDS + i] = rec(i, T0 + (k + 1) * SEC, k * 100 + i);
+        for (size_t i = 0; i < IDS; i++)
+                want[i] = rec(i, T0 + PER_ID * SEC, (PER_ID - 1) * 100 + i);
+        ck_assert_int_eq(checkpoint_write(c, rs, IDS * PER_ID, 3, T0), 0);
+        ck_assert_uint_eq(checkpoint_journal_seq(c), 3);
+        expect_exactly(c, T0, want, IDS);
+
+        /* deletions of every other id, chunked too */
+        for (size_t i = 0; i < IDS; i++)
+                rs[i] = rec(i, i % 2 ? 0 : T0 + 9 * SEC, i);
+        ck_assert_int_eq(checkpoint_write(c, rs, IDS, 4, T0), 0);
+        ck_assert_uint_eq(counters(c), IDS / 2);
+        checkpoint_close(c);
+}
+END_TEST
+
+/* Chunked and out of room: the transactions that committed stay, journal_seq does not move,
+ * so a replay of the journal from it still yields every counter's last state. */
+START_TEST (test_chunked_enospc) {
+        CheckpointOptions o = { .map_size = 1 << 20, .map_size_max = 2 << 20, .txn_records_max = 1000 };
+        Checkpoint *c = open_opts(&o);
+        CounterRecord *rs = overflow(c);
+        Loaded l;
+
+        checkpoint_close(c);
+
+        c = open_opts(&o);
+        ck_assert_uint_eq(checkpoint_journal_seq(c), 5);
+        l = load(c, T0);
+        ck_assert_uint_gt(l.n, SMALL); /* some chunks committed */
+        ck_assert_uint_lt(l.n, BIG);
+        free(l.r);
+        checkpoint_close(c);
+        free(rs);
+}
+END_TEST
+
 /* ---- the expiry walk ---- */
 
 START_TEST (test_expire_walk_bounded) {
@@ -330,27 +398,13 @@ START_TEST (test_expire_walk_in_write) {
 }
 END_TEST
 
-/* ---- the map cap ---- */
-
 START_TEST (test_enospc_keeps_previous) {
-        enum { SMALL = 500, BIG = 100000 };
         CheckpointOptions o = { .map_size = 1 << 20, .map_size_max = 2 << 20 };
-        CounterRecord *rs = calloc(BIG, sizeof *rs);
+        Checkpoint *c = open_opts(&o);
+        CounterRecord *rs = overflow(c);
         CheckpointStats st;
-        Checkpoint *c;
         Loaded l;
 
-        ck_assert_ptr_nonnull(rs);
-        c = open_opts(&o);
-        for (size_t i = 0; i < SMALL; i++)
-                rs[i] = rec(i, T0 + 10 * SEC, i);
-        ck_assert_int_eq(checkpoint_write(c, rs, SMALL, 5, T0), 0);
-
-        /* 100000 counters need about 5 MB: more than the cap less its reserve */
-        for (size_t i = 0; i < BIG; i++)
-                rs[i] = rec(i, T0 + 20 * SEC, i + 1);
-        ck_assert_int_eq(checkpoint_write(c, rs, BIG, 6, T0), -ENOSPC);
-        ck_assert_uint_eq(checkpoint_journal_seq(c), 5);
         ck_assert_int_eq(checkpoint_get_stats(c, &st), 0);
         ck_assert_uint_le(st.map_size, (2 << 20) - (2 << 20) / 8);
         l = load(c, T0);
@@ -761,6 +815,8 @@ static Suite *checkpoint_suite(void) {
         tcase_add_test(tc, test_round_trip);
         tcase_add_test(tc, test_last_record_wins);
         tcase_add_test(tc, test_deletions);
+        tcase_add_test(tc, test_chunked_write);
+        tcase_add_test(tc, test_chunked_enospc);
         tcase_add_test(tc, test_expire_walk_bounded);
         tcase_add_test(tc, test_expire_walk_in_write);
         tcase_add_test(tc, test_enospc_keeps_previous);
