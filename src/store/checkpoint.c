@@ -849,7 +849,7 @@ static int migrate(Checkpoint *c, char *err, size_t err_size) {
                 if (r == -ENOSPC)
                         set_error(err, err_size,
                                   "%s/data.mdb: migrating the version-1 store to version 2 needs more room "
-                                  "than the maximum map size of %" PRIu64 " bytes",
+                                  "than the maximum map size of %" PRIu64 " bytes, or the disk is full",
                                   c->dir, c->opts.map_size_max);
                 else
                         set_error(err, err_size, "%s/data.mdb: cannot migrate the version-1 store: %s",
