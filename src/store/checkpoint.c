@@ -82,6 +82,7 @@ struct Checkpoint {
         MDB_dbi dbi_meta, dbi_counters;
         uint64_t map_size; /* current */
         uint64_t journal_seq;
+        pid_t other_pid;    /* another process had the environment open before ours (0: none) */
         CounterId walk_pos; /* the expiry walk's next entry, if walk_valid */
         bool walk_valid;
         uint64_t last_duration_usec, checkpoints, expired_total, map_grows, migrated;
@@ -443,6 +444,10 @@ int checkpoint_expire(Checkpoint *c, uint64_t now, size_t max, size_t *ret_delet
 
         if (!c)
                 return -EINVAL;
+        if (ret_deleted)
+                *ret_deleted = 0;
+        if (max == 0)
+                return 0;
         r = txn_run(c, true, expire_txn, &w);
         if (r < 0)
                 return r;
@@ -833,11 +838,39 @@ fail:
         return r;
 }
 
+/* Which other process has the LMDB environment in dir open, if any (0: none). LMDB holds a
+ * shared fcntl() lock on the first byte of lock.mdb while an environment is open; F_GETLK
+ * reports another process's. Must run before this process opens the environment: closing
+ * any descriptor of lock.mdb would drop this process's own LMDB lock. */
+static pid_t lock_holder(const char *dir) {
+        struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+        char p[PATH_MAX];
+        int fd;
+
+        if ((size_t) snprintf(p, sizeof p, "%s/lock.mdb", dir) >= sizeof p)
+                return 0;
+        fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        if (fcntl(fd, F_GETLK, &fl) < 0)
+                fl.l_type = F_UNLCK;
+        close(fd);
+        return fl.l_type == F_UNLCK ? 0 : fl.l_pid;
+}
+
 static int migrate(Checkpoint *c, char *err, size_t err_size) {
         Migration m = { .now = c->opts.now_usec ? c->opts.now_usec : now_usec(CLOCK_REALTIME) };
         char p[PATH_MAX];
         int fd, r;
 
+        if (c->other_pid > 0) {
+                /* a divvyd of version 1 would go on writing its keys into version 2's tables */
+                set_error(err, err_size,
+                          "%s: the version-1 store is in use by another process (pid %d): stop it before "
+                          "this divvyd migrates the store",
+                          c->dir, (int) c->other_pid);
+                return -EBUSY;
+        }
         r = v1_journal_check(c, &fd, err, err_size);
         if (r < 0)
                 return r;
@@ -984,6 +1017,7 @@ int checkpoint_open(const char *dir, const CheckpointOptions *o, Checkpoint **re
         if (c->opts.expire_max == 0)
                 c->opts.expire_max = CHECKPOINT_EXPIRE_MAX_DEFAULT;
 
+        c->other_pid = lock_holder(c->dir);
         r = env_open(c, err, err_size);
         if (r < 0)
                 goto fail;

@@ -30,6 +30,8 @@
  * (journal.divvyd) that may still hold records is refused with -EUCLEAN and a sentence (start
  * the previous divvyd once and stop it cleanly: it replays and empties its journal), one that
  * a running divvyd holds with -EBUSY; an empty one is removed after the migration committed.
+ * Any other process that has the environment open (an old divvyd without write-back) is
+ * refused with -EBUSY too: it would go on writing version-1 keys into version 2's tables.
  * So call checkpoint_open() before the version-2 journal is opened.
  *
  * Map: starts at map_size, doubles on demand up to map_size_max. As in version 1 the last

@@ -744,27 +744,24 @@ START_TEST (test_migrate_interrupted) {
 }
 END_TEST
 
-/* A version-1 write-back journal: refused while a divvyd holds it, and while it holds
- * records data.mdb lacks; migrated once the old store replayed it. */
-START_TEST (test_migrate_v1_journal) {
-        CheckpointOptions o = { .now_usec = MIGRATION_NOW };
-        StoreOptions so = { .path = dbdir, .sync = STORE_SYNC_PERIODIC };
+/* A child process with the version-1 store open, as a running old divvyd would have it:
+ * with write_back, it has applied two hits on RULE_A's counter (journaled, not committed).
+ * Returns once the child is ready; the caller kills it. */
+static pid_t spawn_v1(bool write_back) {
+        StoreOptions so = { .path = dbdir, .sync = STORE_SYNC_PERIODIC, .write_back = write_back };
+        StoreHit h = hit(RULE_A, NULL, 0, 10, 60);
         char err[ERRBUF] = "", b;
         Store *s = NULL;
-        Checkpoint *c;
-        int fds[2], status;
+        int fds[2];
         pid_t pid;
 
-        make_v1(0, 0, 0);
         ck_assert_int_eq(pipe(fds), 0);
         pid = fork();
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
-                StoreHit h = hit(RULE_A, NULL, 0, 10, 60);
-
-                so.write_back = true;
-                if (store_open(&so, &s, err, sizeof err) < 0 || store_apply(s, &h, 1, T0 + SEC) < 0 ||
-                    store_apply(s, &h, 1, T0 + SEC) < 0)
+                if (store_open(&so, &s, err, sizeof err) < 0 ||
+                    (write_back &&
+                     (store_apply(s, &h, 1, T0 + SEC) < 0 || store_apply(s, &h, 1, T0 + SEC) < 0)))
                         _exit(1);
                 (void) !write(fds[1], "x", 1);
                 for (;;)
@@ -773,10 +770,31 @@ START_TEST (test_migrate_v1_journal) {
         close(fds[1]);
         ck_assert_int_eq(read(fds[0], &b, 1), 1);
         close(fds[0]);
+        return pid;
+}
 
-        expect_refused(&o, -EBUSY, "in use by another process");
+/* A version-1 store, refused while an old divvyd has it open, which is then killed. */
+static void refused_while_running(const CheckpointOptions *o, bool write_back) {
+        int status;
+        pid_t pid;
+
+        make_v1(0, 0, 0);
+        pid = spawn_v1(write_back);
+        expect_refused(o, -EBUSY, "in use by another process");
         kill(pid, SIGKILL);
         ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+}
+
+/* A version-1 write-back journal: refused while a divvyd holds it, and while it holds
+ * records data.mdb lacks; migrated once the old store replayed it. */
+START_TEST (test_migrate_v1_journal) {
+        CheckpointOptions o = { .now_usec = MIGRATION_NOW };
+        StoreOptions so = { .path = dbdir, .sync = STORE_SYNC_PERIODIC };
+        char err[ERRBUF] = "";
+        Store *s = NULL;
+        Checkpoint *c;
+
+        refused_while_running(&o, true);
 
         /* killed: its two hits are in the journal only */
         expect_refused(&o, -EUCLEAN, "start the previous divvyd once and stop it cleanly");
@@ -787,6 +805,21 @@ START_TEST (test_migrate_v1_journal) {
         store_close(s);
         c = open_opts(&o);
         expect_loaded(c, 5, &(CounterRecord){ v1_id(RULE_A, NULL, 0), 0, { T0 + 60 * SEC, 5 } });
+        checkpoint_close(c);
+}
+END_TEST
+
+/* Another process with the version-1 store open (no write-back, so no journal to lock):
+ * refused, since it would go on writing version-1 keys; migrated once it is gone. */
+START_TEST (test_migrate_v1_in_use) {
+        CheckpointOptions o = { .now_usec = MIGRATION_NOW };
+        Checkpoint *c;
+
+        refused_while_running(&o, false);
+        ck_assert(has_db("expiry"));
+
+        c = open_opts(&o);
+        expect_migrated(c, 0);
         checkpoint_close(c);
 }
 END_TEST
@@ -834,6 +867,7 @@ static Suite *checkpoint_suite(void) {
         tcase_add_test(tc, test_migrate_v1);
         tcase_add_test(tc, test_migrate_interrupted);
         tcase_add_test(tc, test_migrate_v1_journal);
+        tcase_add_test(tc, test_migrate_v1_in_use);
         tcase_add_test(tc, test_migrate_v1_empty_journal);
         suite_add_tcase(s, tc);
         return s;
