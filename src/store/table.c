@@ -331,7 +331,8 @@ int table_put(Table *t, CounterId id, TableEntry **ret) {
         assert(t);
         assert(ret);
 
-        (void) migration_step(t, TABLE_MIGRATE_SLOTS, false, 0, NULL);
+        if (t->old.e)
+                (void) migration_step(t, TABLE_MIGRATE_SLOTS, false, 0, NULL);
 
         e = find(t, id);
         if (e) {
