@@ -358,6 +358,14 @@ int table_put(Table *t, CounterId id, TableEntry **ret) {
         return 1;
 }
 
+void table_prefetch(const Table *t, CounterId id) {
+        assert(t);
+
+        __builtin_prefetch(&t->cur.e[home_of(id, t->cur.cap)], 1 /* for writing */);
+        if (t->old.e && home_of(id, t->old.cap) >= t->mig_skip)
+                __builtin_prefetch(&t->old.e[home_of(id, t->old.cap)], 1);
+}
+
 int table_get(Table *t, CounterId id, TableEntry **ret) {
         TableEntry *e;
 

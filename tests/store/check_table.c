@@ -278,6 +278,7 @@ START_TEST (test_growth) {
                 put_new(t, ids[n], n, n + 1);
                 present[n++] = true;
 
+                table_prefetch(t, ids[n - 1]); /* a hint: harmless in either array */
                 if (table_migrating(t)) {
                         if (!was_migrating)
                                 migrations++;
