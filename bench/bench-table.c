@@ -6,11 +6,15 @@
  *   bench-table [COUNTERS [LOOKUPS]]      defaults: 10000000 counters, as many lookups
  *
  * 1. grown: from an empty table, insert COUNTERS random 128-bit ids (through every
- *    incremental migration), then LOOKUPS random lookups-with-update of existing ids;
+ *    incremental migration), then LOOKUPS random lookups-with-update of existing ids, each
+ *    timed, then untimed: one at a time, and in batches of 16 prefetched with
+ *    table_prefetch();
  * 2. pre-sized: the same inserts into a table created for COUNTERS (no migration);
  * 3. one expiry sweep step of 1000 slots, timed;
  * 4. the pause a stop-the-world rehash would cost: one more insert into the full pre-sized
  *    table starts a growth, finished at once with table_migrate_step(SIZE_MAX).
+ * 0. the untimed cost of inserts (grown and pre-sized): timing every operation serialises
+ *    them (the clock waits for the cache misses), so per-operation figures are higher.
  * For each: ns per operation, percentiles and the worst single operation (the grown table's
  * worst insert against the pre-sized one's shows whether growth pauses), and bytes of table
  * memory (table_memory(), and VmRSS growth) per live counter.
@@ -36,6 +40,7 @@
 #define HIST_BUCKETS     64                           /* log2(ns) latency buckets */
 #define CLOCK_SAMPLES    1000000                      /* clock_gettime() calls to price it */
 #define SWEEP_SLOTS      1000                         /* slots per timed expiry step */
+#define BATCH            16 /* hits per prefetched batch: enough misses in flight to cover DRAM latency */
 
 static uint64_t now_ns(void) {
         struct timespec ts;
@@ -172,6 +177,65 @@ static void hit_random(Table *t, uint64_t n, uint64_t m, Lat *l) {
         l->nivcsw += nivcsw();
 }
 
+/* m lookups-with-update of random existing ids, timed as a whole: one at a time, or in
+ * batches of BATCH whose ids are all prefetched first (as the store can do for a batch of
+ * hits). Returns ns per hit. */
+static double hit_throughput(Table *t, uint64_t n, uint64_t m, bool batched) {
+        uint64_t x = 0x7654321ULL, done = 0, t0 = now_ns();
+        size_t batch = batched ? BATCH : 1;
+
+        while (done + batch <= m) {
+                CounterId ids[BATCH];
+
+                for (size_t i = 0; i < batch; i++) {
+                        x = mix(x);
+                        ids[i] = id_of(x % n);
+                        if (batched)
+                                table_prefetch(t, ids[i]);
+                }
+                for (size_t i = 0; i < batch; i++) {
+                        TableEntry *e;
+                        CounterState s;
+
+                        if (table_put(t, ids[i], &e) != 0) {
+                                fprintf(stderr, "a counter is missing\n");
+                                exit(EXIT_FAILURE);
+                        }
+                        s = table_entry_state(e);
+                        s.w1 = s.w1 > 0 ? s.w1 - 1 : 0;
+                        table_entry_set_state(e, s);
+                }
+                done += batch;
+        }
+        return (double) (now_ns() - t0) / (double) done;
+}
+
+/* Inserts ids 0..n-1 into a new table (pre-sized for n, or grown from empty), timed as a
+ * whole. Returns ns per insert. */
+static double insert_throughput(uint64_t n, bool presize) {
+        Table *t = NULL;
+        uint64_t t0;
+        double ns;
+
+        if (table_new(presize ? n : 0, &t) < 0) {
+                fprintf(stderr, "table_new: out of memory\n");
+                exit(EXIT_FAILURE);
+        }
+        t0 = now_ns();
+        for (uint64_t i = 0; i < n; i++) {
+                TableEntry *e;
+
+                if (table_put(t, id_of(i), &e) != 1) {
+                        fprintf(stderr, "table_put(%llu) failed\n", (unsigned long long) i);
+                        exit(EXIT_FAILURE);
+                }
+                table_entry_set_state(e, (CounterState){ T0 + LIFETIME, 1000 });
+        }
+        ns = (double) (now_ns() - t0) / (double) n;
+        table_free(t);
+        return ns;
+}
+
 static void print_memory(const char *what, Table *t, uint64_t rss_before) {
         uint64_t n = table_count(t), rss = rss_bytes();
 
@@ -205,6 +269,9 @@ int main(int argc, char *argv[]) {
         }
         lat_print("clock_gettime() itself", &clock_cost);
 
+        printf("%-26s %7.1f ns/op growing from empty, %.1f ns/op pre-sized\n", "insert, untimed",
+               insert_throughput(n, false), insert_throughput(n, true));
+
         /* 1. grown from empty */
         rss0 = rss_bytes();
         r = table_new(0, &t);
@@ -220,6 +287,9 @@ int main(int argc, char *argv[]) {
         print_memory("  migration finished", t, rss0);
         hit_random(t, n, m, &hits);
         lat_print("lookup+update, grown", &hits);
+        printf("%-26s %7.1f ns/op one at a time, %.1f ns/op in prefetched batches of %d\n",
+               "lookup+update, untimed", hit_throughput(t, n, m, false), hit_throughput(t, n, m, true),
+               BATCH);
 
         t0 = now_ns();
         (void) table_expire_step(t, T0, SWEEP_SLOTS, &deleted);
