@@ -132,8 +132,12 @@ static uint64_t rss_bytes(void) {
         return proc_kb("/proc/self/status", "VmRSS");
 }
 
-/* Inserts ids 0..n-1 as fresh fixed-window counters, timing each put. Exits on failure. */
-static void insert_all(Table *t, uint64_t n, Lat *l) {
+/* Inserts ids 0..n-1 as fresh fixed-window counters, timing each put; returns the most
+ * table memory per counter seen once past n/10 counters (old + new array during a
+ * migration). Exits on failure. */
+static double insert_all(Table *t, uint64_t n, Lat *l) {
+        double peak = 0;
+
         l->nivcsw = -nivcsw();
         for (uint64_t i = 0; i < n; i++) {
                 TableEntry *e;
@@ -147,8 +151,11 @@ static void insert_all(Table *t, uint64_t n, Lat *l) {
                 }
                 table_entry_set_state(e, (CounterState){ T0 + LIFETIME, 1000 });
                 lat_add(l, now_ns() - t0);
+                if (i >= n / 10 && (double) table_memory(t) / (double) (i + 1) > peak)
+                        peak = (double) table_memory(t) / (double) (i + 1);
         }
         l->nivcsw += nivcsw();
+        return peak;
 }
 
 /* m lookups-with-update of random existing ids (a hit: one credit taken). */
@@ -249,6 +256,7 @@ static void print_memory(const char *what, Table *t, uint64_t rss_before) {
 
 int main(int argc, char *argv[]) {
         uint64_t n = COUNTERS_DEFAULT, m, t0, rss0;
+        double peak;
         Lat clock_cost = {}, grow = {}, hits = {}, presized = {}, presized_hits = {};
         Table *t = NULL;
         size_t deleted = 0;
@@ -279,8 +287,10 @@ int main(int argc, char *argv[]) {
                 fprintf(stderr, "table_new: %s\n", strerror(-r));
                 return EXIT_FAILURE;
         }
-        insert_all(t, n, &grow);
+        peak = insert_all(t, n, &grow);
         lat_print("insert, growing", &grow);
+        printf("%-26s %5.1f bytes/counter at most (old + new array, past %llu counters)\n",
+               "  during the migrations", peak, (unsigned long long) (n / 10));
         print_memory("  after the inserts", t, rss0);
         while (table_migrating(t))
                 (void) table_migrate_step(t, SIZE_MAX);
@@ -308,7 +318,7 @@ int main(int argc, char *argv[]) {
                 fprintf(stderr, "table_new(%llu): %s\n", (unsigned long long) n, strerror(-r));
                 return EXIT_FAILURE;
         }
-        insert_all(t, n, &presized);
+        (void) insert_all(t, n, &presized);
         lat_print("insert, pre-sized", &presized);
         print_memory("  after the inserts", t, rss0);
         hit_random(t, n, m, &presized_hits);
