@@ -162,7 +162,9 @@ int table_delete(Table *t, CounterId id);
 /* Live counters (expired ones count until a step deletes them). */
 size_t table_count(const Table *t);
 
-/* Bytes of memory the table holds: the Table and the resident part of its arrays. */
+/* Bytes of memory the table holds: the Table and its arrays as mapped (all of both during a
+ * migration, less the old array's pages already given back). VmRSS can be lower: pages
+ * never touched are not resident. */
 size_t table_memory(const Table *t);
 
 /* Slots in the (new, during a migration) array. */
