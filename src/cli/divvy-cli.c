@@ -112,8 +112,9 @@ static int parse_seconds(const char *s, const char *what, double *ret) {
         return 0;
 }
 
-/* Returns 0 to go on, or an exit status (after --help/--version too) in *ret_exit. */
-static int parse_args(int argc, char **argv, Args *a, int *ret_exit) {
+/* The options before the command. Returns 0 to go on, or -1 with the exit status (after
+ * --help/--version too) in *ret_exit. */
+static int parse_options(int argc, char **argv, Args *a, int *ret_exit) {
         enum { ARG_VERSION = 0x100 };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, 's' },
@@ -128,7 +129,6 @@ static int parse_args(int argc, char **argv, Args *a, int *ret_exit) {
                 { "version", no_argument, NULL, ARG_VERSION },
                 {},
         };
-        const char *verb;
         int c;
 
         *a = (Args){ .wait_max = -1, .timeout = -1 };
@@ -183,6 +183,14 @@ static int parse_args(int argc, char **argv, Args *a, int *ret_exit) {
                 }
         }
 
+        return 0;
+}
+
+/* The command and its key=value arguments, from argv[optind] on. Returns 0 or -1 (the
+ * message printed). */
+static int parse_command(int argc, char **argv, Args *a) {
+        const char *verb;
+
         if (optind >= argc) {
                 fail("Missing command: hit or ping (see divvy --help)");
                 return -1;
@@ -220,6 +228,13 @@ static int parse_args(int argc, char **argv, Args *a, int *ret_exit) {
                 }
         }
         return 0;
+}
+
+/* Returns 0 to go on, or -1 with the exit status (after --help/--version too) in *ret_exit. */
+static int parse_args(int argc, char **argv, Args *a, int *ret_exit) {
+        if (parse_options(argc, argv, a, ret_exit) < 0)
+                return -1;
+        return parse_command(argc, argv, a);
 }
 
 static int pick_address(const Args *a, char *buf, size_t size, const char **ret) {
