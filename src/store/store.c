@@ -287,10 +287,10 @@ const StoreOptions *store_options(const Store *s) {
  * is kept for what must not fail for lack of room once hits were answered: rebuilding
  * the write-back transaction from the journal (at open too) and sweeping, which needs
  * fresh pages even to delete (copy-on-write). Without it a map full at its maximum
- * could refuse its own journal and never be swept. */
+ * could refuse its own journal and never be swept. The reserve is kept even when the
+ * initial map size is (nearly) the maximum: the map then starts at this size. */
 static uint64_t store_hits_map_max(const Store *s) {
-        uint64_t cap = s->opts.map_size_max - s->opts.map_size_max / 8;
-        return cap < s->opts.map_size ? s->opts.map_size : cap;
+        return s->opts.map_size_max - s->opts.map_size_max / 8;
 }
 
 /* Grows the map after MDB_MAP_FULL (no transaction may be open), up to
@@ -851,11 +851,16 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                 s->wtxn = NULL;
                 s->wcur = NULL;
                 s->wtxn_hits = 0;
-                r = journal_recover(s, s->jpos);
-                if (r != 0)
-                        return errno_from_mdb(r);
                 deleted = 0;
                 more = false;
+        }
+        if (s->jmap && s->jpos > 0) {
+                /* Answered hits that are in no transaction. If even the reserve cannot take
+                 * them, sweep first: deleting expired counters is what makes the room, and it
+                 * is safe before the replay (records hold values, an expired one stays so). */
+                r = journal_recover(s, s->jpos);
+                if (r != 0 && r != MDB_MAP_FULL)
+                        return errno_from_mdb(r);
         }
 
         for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
@@ -880,6 +885,8 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                 }
         }
         store_unreserve(s);
+        if (r == 0 && deleted > 0 && s->jmap && s->jpos > 0)
+                (void) journal_recover(s, s->jpos); /* the room it was waiting for */
         r = errno_from_mdb(r);
         if (r < 0)
                 return r;
@@ -1280,7 +1287,9 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         }
         r = mdb_env_set_maxdbs(s->env, STORE_DBS);
         if (r == 0)
-                r = mdb_env_set_mapsize(s->env, (size_t) s->opts.map_size);
+                r = mdb_env_set_mapsize(s->env, (size_t) (s->opts.map_size < store_hits_map_max(s)
+                                                                  ? s->opts.map_size
+                                                                  : store_hits_map_max(s)));
         if (r != 0) {
                 r = errno_from_mdb(r);
                 set_error(errbuf, errbuf_size, "cannot configure LMDB environment: %s", strerror(-r));

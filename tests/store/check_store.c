@@ -622,6 +622,44 @@ START_TEST (test_map_full) {
 }
 END_TEST
 
+/* The map's initial size is its maximum (--map-size equal to --map-size-max): new hits
+ * still stop short of the maximum, so that once the windows are over the sweeper has the
+ * pages it needs to delete (copy-on-write) and the store serves new counters again.
+ * _i: 0 write-through, 1 write-back. */
+START_TEST (test_map_full_at_max_recovers) {
+        Store *s =
+                open_store_wb(512 * 1024, 512 * 1024, _i ? STORE_SYNC_PERIODIC : STORE_SYNC_NONE, _i == 1);
+        static char keys[100][32];
+        unsigned i, filled = 0;
+        int r = 0;
+
+        for (i = 0; i < 1000; i++) {
+                StoreHit b[100];
+
+                for (unsigned j = 0; j < 100; j++) {
+                        snprintf(keys[j], sizeof keys[j], "max-%u-%u", i, j);
+                        b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
+                }
+                r = store_apply(s, b, 100, T0);
+                if (r < 0)
+                        break;
+                filled += 100;
+                if (i % 8 == 0) /* a commit may meet the full map too: the journal keeps the hits */
+                        (void) store_sync(s);
+        }
+        ck_assert_int_eq(r, -ENOSPC);
+        ck_assert_uint_eq(stat_counters(s), filled);
+
+        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), filled);
+        ck_assert_int_eq(store_sync(s), 0);
+        ck_assert_uint_eq(stat_counters(s), 0);
+        hit_many(s, "again-", 0, 1000, 60, T0 + SEC, 0);
+        ck_assert_int_eq(store_sync(s), 0);
+        ck_assert_uint_eq(stat_counters(s), 1000);
+        store_close(s);
+}
+END_TEST
+
 START_TEST (test_sweep_chunks) {
         Store *s = open_store();
         size_t d;
@@ -1114,6 +1152,7 @@ static Suite *store_suite(void) {
         tcase_add_loop_test(tc, test_corrupt_truncated, 0, 3);
         tcase_add_test(tc, test_map_growth);
         tcase_add_test(tc, test_map_full);
+        tcase_add_loop_test(tc, test_map_full_at_max_recovers, 0, 2);
         tcase_add_test(tc, test_verify_sigchld_ignored);
         tcase_add_test(tc, test_sweep_chunks);
         tcase_add_test(tc, test_churn_file_stops_growing);
