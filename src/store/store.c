@@ -106,6 +106,8 @@
 #include <unistd.h>
 
 #include "core/hash.h"
+#include "journal.h"
+#include "store-error.h"
 #include "store.h"
 
 #define STORE_MAGIC         "divvyd counter store"
@@ -122,10 +124,7 @@
 #define STORE_RETRIES_MAX                                                                                   \
         128 /* attempts of one batch: each retry follows a map growth (at most 64 doublings) or             \
              * a map resize by another process */
-#define USEC_PER_SEC 1000000ULL
-#define JOURNAL_RECORD_FIXED                                                                                \
-        30 /* bytes: key length (u16), expiry, credit, generation (u64), check (u32)                        \
-            */
+#define USEC_PER_SEC       1000000ULL
 #define JOURNAL_RECORD_MAX (JOURNAL_RECORD_FIXED + STORE_KEY_MAX)
 /* bytes (about 15 MB): room for a full write-back transaction of the longest keys;
  * preallocated, so that a full disk cannot fault a write into the mapping */
@@ -148,11 +147,7 @@ struct Store {
         MDB_txn *wtxn;
         MDB_cursor *wcur; /* on the counters in wtxn, kept across batches; LMDB frees it with wtxn */
         size_t wtxn_hits;
-        int journal_fd;  /* < 0: no write-back */
-        uint8_t *jmap;   /* the journal, mapped shared */
-        size_t jmap_len; /* >= JOURNAL_SIZE */
-        size_t jpos;     /* end of this generation's records */
-        uint64_t jgen;   /* generation of the records being written */
+        Journal journal; /* journal.map NULL: no write-back */
 };
 
 static int errno_from_mdb(int r) {
@@ -192,17 +187,6 @@ static int errno_from_mdb(int r) {
         default:
                 return r > 0 ? -r : -EIO;
         }
-}
-
-static void set_error(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *buf, size_t size, const char *fmt, ...) {
-        va_list ap;
-
-        if (!buf || size == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
-        va_end(ap);
 }
 
 static uint64_t get_le64(const void *p) {
@@ -380,70 +364,6 @@ static int index_move(Store *s, MDB_txn *txn, uint8_t *ikey, size_t klen, uint64
         return mdb_put(txn, s->dbi_expiry, &k, &empty, 0);
 }
 
-/* The journal records' checksum: a word-at-a-time multiply-xorshift hash (a byte-wise FNV
- * cost 6 instructions a byte, a tenth of a HIT's whole budget). Detects torn records; not
- * cryptographic. */
-static uint32_t journal_check(const uint8_t *p, size_t n) {
-        uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
-        size_t i = 0;
-
-        for (; i + 8 <= n; i += 8) {
-                memcpy(&w, p + i, sizeof w);
-                h = (h ^ le64toh(w)) * 0xff51afd7ed558ccdULL;
-                h ^= h >> 32;
-        }
-        w = 0;
-        memcpy(&w, p + i, n - i);
-        h = (h ^ le64toh(w)) * 0xc4ceb9fe1a85ec53ULL;
-        h ^= h >> 29;
-        return (uint32_t) h;
-}
-
-/* Copies the record "counter key now has expiry and credit" into the journal. Returns 0,
- * or MDB_TXN_FULL if the journal has no room (the caller commits and retries). */
-static int journal_add(Store *s, const uint8_t *key, size_t klen, uint64_t expiry, uint64_t credit) {
-        uint8_t *p = s->jmap + s->jpos;
-        uint32_t check;
-
-        if (s->jmap_len - s->jpos < JOURNAL_RECORD_FIXED + klen + 2)
-                return MDB_TXN_FULL;
-        p[0] = (uint8_t) (klen & 0xff);
-        p[1] = (uint8_t) (klen >> 8);
-        memcpy(p + 2, key, klen);
-        put_le64(p + 2 + klen, expiry);
-        put_le64(p + 10 + klen, credit);
-        put_le64(p + 18 + klen, s->jgen);
-        check = htole32(journal_check(p, 26 + klen));
-        memcpy(p + 26 + klen, &check, sizeof check);
-        s->jpos += JOURNAL_RECORD_FIXED + klen;
-        return 0;
-}
-
-/* Marks the end of the journal at pos (a zero key length ends replay). */
-static void journal_mark_end(Store *s, size_t pos) {
-        if (s->jmap_len - pos >= 2)
-                s->jmap[pos] = s->jmap[pos + 1] = 0;
-}
-
-/* Writes the journal's first page (its end mark after a commit) to disk. Called after every
- * fsync of the database: else the file on disk could still hold a generation the kernel wrote
- * back long before (tens of seconds), whose replay after an OS crash would set its counters
- * back to those older values. Returns 0 or -errno. */
-static int journal_sync_head(Store *s) {
-        if (!s->jmap)
-                return 0;
-        return msync(s->jmap, 2, MS_SYNC) < 0 ? -errno : 0;
-}
-
-/* Starts a new, empty generation after a commit made everything in the journal redundant. */
-static void journal_reset(Store *s) {
-        if (!s->jmap)
-                return;
-        s->jgen++;
-        s->jpos = 0;
-        journal_mark_end(s, 0);
-}
-
 /* Sets a counter to (expiry, credit), keeping the expiry index in step. Returns an MDB code. */
 static int put_counter(Store *s, MDB_txn *txn, const uint8_t *key, size_t klen, uint64_t expiry,
                        uint64_t credit) {
@@ -470,33 +390,22 @@ static int put_counter(Store *s, MDB_txn *txn, const uint8_t *key, size_t klen, 
         return index_move(s, txn, ikey, klen, old_expiry, expiry);
 }
 
-/* Applies the valid records of the journal's first len bytes to txn, in order. Returns
- * an MDB code. */
+/* Applies the valid records among the journal's first len bytes to txn, in order (a
+ * record whose key is not a counter key ends them, as a torn one does). Returns an MDB
+ * code. */
 static int journal_replay(Store *s, MDB_txn *txn, size_t len, size_t *ret_records) {
-        const uint8_t *data = s->jmap;
-        uint64_t gen = 0;
-        size_t pos = 0;
+        JournalCursor c;
+        JournalRecord rec;
         int r = 0;
 
         *ret_records = 0;
-        while (data && len - pos >= JOURNAL_RECORD_FIXED) {
-                const uint8_t *p = data + pos;
-                size_t klen = (size_t) p[0] | (size_t) p[1] << 8;
-                uint32_t check;
-
-                if (klen <= RULE_ID_SIZE || klen > STORE_KEY_MAX || len - pos < JOURNAL_RECORD_FIXED + klen)
+        journal_cursor_init(&c, &s->journal, len);
+        while (journal_cursor_next(&c, &rec)) {
+                if (rec.key_len <= RULE_ID_SIZE || rec.key_len > STORE_KEY_MAX)
                         break;
-                if (pos == 0)
-                        gen = get_le64(p + 18 + klen);
-                else if (get_le64(p + 18 + klen) != gen)
-                        break; /* left over from an older generation */
-                memcpy(&check, p + 26 + klen, sizeof check);
-                if (le32toh(check) != journal_check(p, 26 + klen))
-                        break; /* torn by an OS crash: nothing after it can be trusted */
-                r = put_counter(s, txn, p + 2, klen, get_le64(p + 2 + klen), get_le64(p + 10 + klen));
+                r = put_counter(s, txn, rec.key, rec.key_len, rec.expiry, rec.credit);
                 if (r != 0)
                         break;
-                pos += JOURNAL_RECORD_FIXED + klen;
                 (*ret_records)++;
         }
         return r;
@@ -524,7 +433,7 @@ static int journal_recover(Store *s, size_t len) {
                         break;
         }
         if (r == 0)
-                journal_reset(s);
+                journal_reset(&s->journal);
         store_unreserve(s);
         return r;
 }
@@ -543,10 +452,10 @@ static int write_back_commit(Store *s) {
         s->wcur = NULL;
         s->wtxn_hits = 0;
         if (r != 0) {
-                (void) journal_recover(s, s->jpos);
+                (void) journal_recover(s, s->journal.pos);
                 return r;
         }
-        journal_reset(s);
+        journal_reset(&s->journal);
         return 0;
 }
 
@@ -597,7 +506,9 @@ static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_
                                 v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
                                 r = mdb_cursor_put(c, &k, &v, MDB_CURRENT);
                                 if (r == 0 && journal)
-                                        r = journal_add(s, ckey, klen, expiry, credit);
+                                        r = journal_add(&s->journal, ckey, klen, expiry, credit) < 0
+                                                    ? MDB_TXN_FULL
+                                                    : 0;
                                 if (r != 0)
                                         break;
                                 continue;
@@ -619,7 +530,7 @@ static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_
                         break;
                 r = index_move(s, txn, ikey, klen, old_expiry, expiry);
                 if (r == 0 && journal)
-                        r = journal_add(s, ckey, klen, expiry, credit);
+                        r = journal_add(&s->journal, ckey, klen, expiry, credit) < 0 ? MDB_TXN_FULL : 0;
                 if (r != 0)
                         break;
                 h->error = 0;
@@ -645,10 +556,10 @@ static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_use
         bool journal = n <= STORE_WRITE_BACK_HITS_MAX; /* else: too big for the journal */
         int r = 0;
 
-        if (!s->wtxn && s->jpos > 0) {
+        if (!s->wtxn && s->journal.pos > 0) {
                 /* answered batches that are in no transaction (a rebuild failed, the map is
                  * full): nothing new is taken before they are committed */
-                r = journal_recover(s, s->jpos);
+                r = journal_recover(s, s->journal.pos);
                 if (r != 0)
                         return r;
         }
@@ -659,7 +570,7 @@ static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_use
                         return r;
         }
         for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                size_t batch_start = s->jpos;
+                size_t batch_start = s->journal.pos;
                 bool grown = false;
                 int k;
 
@@ -681,7 +592,7 @@ static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_use
                 r = apply_batch(s, s->wtxn, hits, n, now_usec, journal);
                 if (r == 0) {
                         s->wtxn_hits += n;
-                        journal_mark_end(s, s->jpos);
+                        journal_truncate(&s->journal, s->journal.pos);
                         if (!journal)
                                 return write_back_commit(s); /* not journaled: make it durable now */
                         return 0;
@@ -692,8 +603,7 @@ static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_use
                 s->wtxn = NULL;
                 s->wcur = NULL;
                 s->wtxn_hits = 0;
-                s->jpos = batch_start;
-                journal_mark_end(s, batch_start);
+                journal_truncate(&s->journal, batch_start);
                 if (r == MDB_MAP_FULL)
                         grown = store_grow(s, false) >= 0;
                 k = journal_recover(s, batch_start);
@@ -718,7 +628,7 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
                         goto fail;
                 }
 
-        if (s->jmap) {
+        if (s->journal.map) {
                 r = errno_from_mdb(apply_write_back(s, hits, n, now_usec));
                 if (r == 0)
                         return 0;
@@ -767,7 +677,7 @@ int store_sync(Store *s) {
                 return errno_from_mdb(r);
         s->dirty = false;
         s->syncs++;
-        return journal_sync_head(s);
+        return journal_sync_head(&s->journal);
 }
 
 /* One sweep attempt: deletes up to max expired counters. Returns an MDB code. */
@@ -854,11 +764,11 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                 deleted = 0;
                 more = false;
         }
-        if (s->jmap && s->jpos > 0) {
+        if (s->journal.map && s->journal.pos > 0) {
                 /* Answered hits that are in no transaction. If even the reserve cannot take
                  * them, sweep first: deleting expired counters is what makes the room, and it
                  * is safe before the replay (records hold values, an expired one stays so). */
-                r = journal_recover(s, s->jpos);
+                r = journal_recover(s, s->journal.pos);
                 if (r != 0 && r != MDB_MAP_FULL)
                         return errno_from_mdb(r);
         }
@@ -885,8 +795,8 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                 }
         }
         store_unreserve(s);
-        if (r == 0 && deleted > 0 && s->jmap && s->jpos > 0)
-                (void) journal_recover(s, s->jpos); /* the room it was waiting for */
+        if (r == 0 && deleted > 0 && s->journal.map && s->journal.pos > 0)
+                (void) journal_recover(s, s->journal.pos); /* the room it was waiting for */
         r = errno_from_mdb(r);
         if (r < 0)
                 return r;
@@ -970,13 +880,10 @@ Store *store_close(Store *s) {
                 /* If this commit fails, the journal stays for the next open to replay. */
                 (void) write_back_commit(s);
                 if (s->opts.sync != STORE_SYNC_NONE && mdb_env_sync(s->env, 1) == 0)
-                        (void) journal_sync_head(s);
+                        (void) journal_sync_head(&s->journal);
                 mdb_env_close(s->env);
         }
-        if (s->jmap)
-                munmap(s->jmap, s->jmap_len);
-        if (s->journal_fd >= 0)
-                close(s->journal_fd);
+        journal_close(&s->journal, false);
         free((char *) s->opts.path);
         free(s);
         return NULL;
@@ -996,8 +903,9 @@ static int check_meta(Store *s, MDB_txn *txn, char *errbuf, size_t errbuf_size) 
                 goto fail_read;
         if (r == MDB_NOTFOUND || v.mv_size != strlen(STORE_MAGIC) ||
             memcmp(v.mv_data, STORE_MAGIC, v.mv_size) != 0) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb: not a divvyd counter store (bad or missing magic)", s->opts.path);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb: not a divvyd counter store (bad or missing magic)",
+                                   s->opts.path);
                 return -EPROTO;
         }
 
@@ -1006,8 +914,9 @@ static int check_meta(Store *s, MDB_txn *txn, char *errbuf, size_t errbuf_size) 
         if (r != 0 && r != MDB_NOTFOUND)
                 goto fail_read;
         if (r == MDB_NOTFOUND || v.mv_size == 0 || v.mv_size >= sizeof ver) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb: database format version is missing or unreadable", s->opts.path);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb: database format version is missing or unreadable",
+                                   s->opts.path);
                 return -EPROTO;
         }
         memcpy(ver, v.mv_data, v.mv_size);
@@ -1015,22 +924,24 @@ static int check_meta(Store *s, MDB_txn *txn, char *errbuf, size_t errbuf_size) 
         errno = 0;
         version = strtoul(ver, &end, 10);
         if (errno != 0 || *end != 0 || ver[0] < '0' || ver[0] > '9') {
-                set_error(errbuf, errbuf_size, "%s/data.mdb: database format version '%s' is unreadable",
-                          s->opts.path, ver);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb: database format version '%s' is unreadable", s->opts.path,
+                                   ver);
                 return -EPROTO;
         }
         if (version != STORE_FORMAT_VERSION) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb: database format version %lu is not supported by this divvyd "
-                          "(expects %d)",
-                          s->opts.path, version, STORE_FORMAT_VERSION);
+                (void) store_error(
+                        errbuf, errbuf_size, 0,
+                        "%s/data.mdb: database format version %lu is not supported by this divvyd "
+                        "(expects %d)",
+                        s->opts.path, version, STORE_FORMAT_VERSION);
                 return -EPROTO;
         }
         return 0;
 
 fail_read:
-        set_error(errbuf, errbuf_size, "%s/data.mdb: cannot read format metadata: %s", s->opts.path,
-                  mdb_strerror(r));
+        (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: cannot read format metadata: %s",
+                           s->opts.path, mdb_strerror(r));
         return errno_from_mdb(r) == -EPROTO ? -EPROTO : -EBADMSG;
 }
 
@@ -1045,8 +956,8 @@ static int open_tables(Store *s, char *errbuf, size_t errbuf_size) {
 
         r = store_begin(s, &txn);
         if (r < 0) {
-                set_error(errbuf, errbuf_size, "%s: cannot begin a transaction: %s", s->opts.path,
-                          strerror(-r));
+                (void) store_error(errbuf, errbuf_size, 0, "%s: cannot begin a transaction: %s",
+                                   s->opts.path, strerror(-r));
                 return r;
         }
         r = mdb_dbi_open(txn, NULL, 0, &main_dbi);
@@ -1060,8 +971,9 @@ static int open_tables(Store *s, char *errbuf, size_t errbuf_size) {
 
         r = mdb_dbi_open(txn, "meta", flags, &s->dbi_meta);
         if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb: an LMDB database, but not a divvyd counter store", s->opts.path);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb: an LMDB database, but not a divvyd counter store",
+                                   s->opts.path);
                 mdb_txn_abort(txn);
                 return -EPROTO;
         }
@@ -1095,8 +1007,8 @@ static int open_tables(Store *s, char *errbuf, size_t errbuf_size) {
         if (r == 0)
                 r = mdb_dbi_open(txn, "expiry", flags, &s->dbi_expiry);
         if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE) {
-                set_error(errbuf, errbuf_size, "%s/data.mdb: a divvyd counter store missing its tables",
-                          s->opts.path);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb: a divvyd counter store missing its tables", s->opts.path);
                 mdb_txn_abort(txn);
                 return -EBADMSG;
         }
@@ -1112,7 +1024,7 @@ static int open_tables(Store *s, char *errbuf, size_t errbuf_size) {
 fail_mdb:
         if (txn)
                 mdb_txn_abort(txn);
-        set_error(errbuf, errbuf_size, "%s/data.mdb: %s", s->opts.path, mdb_strerror(r));
+        (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: %s", s->opts.path, mdb_strerror(r));
         r = errno_from_mdb(r);
         return r == -ENOENT ? -EBADMSG : r;
 }
@@ -1129,20 +1041,21 @@ static int check_file_size(Store *s, char *errbuf, size_t errbuf_size) {
         if (r == 0)
                 r = mdb_env_stat(s->env, &st);
         if (r != 0) {
-                set_error(errbuf, errbuf_size, "%s: %s", s->opts.path, mdb_strerror(r));
+                (void) store_error(errbuf, errbuf_size, 0, "%s: %s", s->opts.path, mdb_strerror(r));
                 return errno_from_mdb(r);
         }
         r = file_size(s, &size);
         if (r < 0) {
-                set_error(errbuf, errbuf_size, "%s/data.mdb: cannot stat: %s", s->opts.path, strerror(-r));
+                (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: cannot stat: %s", s->opts.path,
+                                   strerror(-r));
                 return r;
         }
         need = ((uint64_t) info.me_last_pgno + 1) * st.ms_psize;
         if (size < need) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb is truncated or damaged: %" PRIu64
-                          " bytes, but its pages need %" PRIu64,
-                          s->opts.path, size, need);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb is truncated or damaged: %" PRIu64
+                                   " bytes, but its pages need %" PRIu64,
+                                   s->opts.path, size, need);
                 return -EBADMSG;
         }
         s->map_size = info.me_mapsize;
@@ -1152,78 +1065,28 @@ static int check_file_size(Store *s, char *errbuf, size_t errbuf_size) {
 /* Opens (write-back: creates and preallocates) the journal, locks and maps it, and
  * replays what a previous run left in it. Without write-back a leftover journal is
  * replayed and removed. */
-static int journal_open(Store *s, char *errbuf, size_t errbuf_size) {
+static int store_open_journal(Store *s, char *errbuf, size_t errbuf_size) {
         bool wb = s->opts.write_back && s->opts.sync != STORE_SYNC_ALWAYS;
-        struct timespec ts;
         char p[PATH_MAX];
-        struct stat st;
         int r;
 
-        if ((size_t) snprintf(p, sizeof p, "%s/" STORE_JOURNAL_NAME, s->opts.path) >= sizeof p) {
-                set_error(errbuf, errbuf_size, "%s: path too long", s->opts.path);
-                return -ENAMETOOLONG;
-        }
-        s->journal_fd = open(p, O_RDWR | O_CLOEXEC | (wb ? O_CREAT : 0), STORE_FILE_MODE);
-        if (s->journal_fd < 0) {
-                r = -errno;
-                s->journal_fd = -EBADF;
-                if (r == -ENOENT && !wb)
-                        return 0;
-                set_error(errbuf, errbuf_size, "cannot open %s: %s", p, strerror(-r));
-                return r;
-        }
-        if (flock(s->journal_fd, LOCK_EX | LOCK_NB) < 0) {
-                r = errno == EWOULDBLOCK ? -EBUSY : -errno;
-                set_error(errbuf, errbuf_size, "cannot lock %s: %s", p,
-                          r == -EBUSY ? "the store is in use by another process" : strerror(-r));
-                return r;
-        }
-        if (wb) {
-                r = posix_fallocate(s->journal_fd, 0, (off_t) JOURNAL_SIZE);
-                if (r != 0) {
-                        set_error(errbuf, errbuf_size, "cannot allocate %zu bytes for %s: %s",
-                                  (size_t) JOURNAL_SIZE, p, strerror(r));
-                        return -r;
-                }
-        }
-        if (fstat(s->journal_fd, &st) < 0) {
-                r = -errno;
-                set_error(errbuf, errbuf_size, "cannot stat %s: %s", p, strerror(-r));
-                return r;
-        }
-        if (st.st_size > 0) {
-                void *m = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->journal_fd,
-                               0);
-                if (m == MAP_FAILED) {
-                        r = -errno;
-                        set_error(errbuf, errbuf_size, "cannot map %s: %s", p, strerror(-r));
-                        return r;
-                }
-                s->jmap = m;
-                s->jmap_len = (size_t) st.st_size;
-        }
-        /* a generation no earlier run used: replay never mistakes their records for ours */
-        clock_gettime(CLOCK_REALTIME, &ts);
-        s->jgen = (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
+        if ((size_t) snprintf(p, sizeof p, "%s/" STORE_JOURNAL_NAME, s->opts.path) >= sizeof p)
+                return store_error(errbuf, errbuf_size, -ENAMETOOLONG, "%s: path too long", s->opts.path);
+        r = journal_open(&s->journal, p, wb ? JOURNAL_SIZE : 0, errbuf, errbuf_size);
+        if (r < 0 || s->journal.fd < 0)
+                return r; /* failed, or (no write-back) no journal left to replay */
 
-        r = journal_recover(s, s->jmap_len);
+        r = journal_recover(s, s->journal.len);
         if (r == 0 && s->opts.sync != STORE_SYNC_NONE &&
-            (mdb_env_sync(s->env, 1) != 0 || journal_sync_head(s) < 0))
+            (mdb_env_sync(s->env, 1) != 0 || journal_sync_head(&s->journal) < 0))
                 r = EIO;
         if (r != 0) {
                 r = errno_from_mdb(r);
-                set_error(errbuf, errbuf_size, "cannot replay the journal %s: %s", p, strerror(-r));
-                return r;
+                return store_error(errbuf, errbuf_size, r, "cannot replay the journal %s: %s", p,
+                                   strerror(-r));
         }
-        if (!wb) {
-                (void) unlink(p);
-                if (s->jmap)
-                        munmap(s->jmap, s->jmap_len);
-                s->jmap = NULL;
-                s->jmap_len = 0;
-                close(s->journal_fd);
-                s->journal_fd = -EBADF;
-        }
+        if (!wb)
+                journal_close(&s->journal, true);
         return 0;
 }
 
@@ -1237,14 +1100,14 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 errbuf[0] = 0;
         if (!opts || !opts->path || !*opts->path || !ret ||
             (opts->sync < 0 || opts->sync >= _STORE_SYNC_MAX)) {
-                set_error(errbuf, errbuf_size, "invalid store options");
+                (void) store_error(errbuf, errbuf_size, 0, "invalid store options");
                 return -EINVAL;
         }
 
         s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
-        s->journal_fd = -EBADF;
+        s->journal = JOURNAL_NULL;
         s->opts = *opts;
         s->opts.path = strdup(opts->path);
         if (!s->opts.path) {
@@ -1264,17 +1127,18 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
 
         if (mkdir(s->opts.path, STORE_DIR_MODE) < 0 && errno != EEXIST) {
                 r = -errno;
-                set_error(errbuf, errbuf_size, "cannot create directory %s: %s", s->opts.path, strerror(-r));
+                (void) store_error(errbuf, errbuf_size, 0, "cannot create directory %s: %s", s->opts.path,
+                                   strerror(-r));
                 goto fail;
         }
         if (stat(s->opts.path, &st) < 0) {
                 r = -errno;
-                set_error(errbuf, errbuf_size, "cannot stat %s: %s", s->opts.path, strerror(-r));
+                (void) store_error(errbuf, errbuf_size, 0, "cannot stat %s: %s", s->opts.path, strerror(-r));
                 goto fail;
         }
         if (!S_ISDIR(st.st_mode)) {
                 r = -ENOTDIR;
-                set_error(errbuf, errbuf_size, "%s is not a directory", s->opts.path);
+                (void) store_error(errbuf, errbuf_size, 0, "%s is not a directory", s->opts.path);
                 goto fail;
         }
 
@@ -1282,7 +1146,8 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         if (r != 0) {
                 s->env = NULL;
                 r = errno_from_mdb(r);
-                set_error(errbuf, errbuf_size, "cannot create LMDB environment: %s", strerror(-r));
+                (void) store_error(errbuf, errbuf_size, 0, "cannot create LMDB environment: %s",
+                                   strerror(-r));
                 goto fail;
         }
         r = mdb_env_set_maxdbs(s->env, STORE_DBS);
@@ -1292,7 +1157,8 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                                                                   : store_hits_map_max(s)));
         if (r != 0) {
                 r = errno_from_mdb(r);
-                set_error(errbuf, errbuf_size, "cannot configure LMDB environment: %s", strerror(-r));
+                (void) store_error(errbuf, errbuf_size, 0, "cannot configure LMDB environment: %s",
+                                   strerror(-r));
                 goto fail;
         }
 
@@ -1300,14 +1166,14 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         if (r != 0) {
                 if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH || r == MDB_CORRUPTED ||
                     r == MDB_PAGE_NOTFOUND) {
-                        set_error(errbuf, errbuf_size,
-                                  "%s/data.mdb is not a valid LMDB database (corrupt, truncated or "
-                                  "foreign file): %s",
-                                  s->opts.path, mdb_strerror(r));
+                        (void) store_error(errbuf, errbuf_size, 0,
+                                           "%s/data.mdb is not a valid LMDB database (corrupt, truncated or "
+                                           "foreign file): %s",
+                                           s->opts.path, mdb_strerror(r));
                         r = -EBADMSG;
                 } else {
-                        set_error(errbuf, errbuf_size, "cannot open LMDB environment in %s: %s",
-                                  s->opts.path, mdb_strerror(r));
+                        (void) store_error(errbuf, errbuf_size, 0, "cannot open LMDB environment in %s: %s",
+                                           s->opts.path, mdb_strerror(r));
                         r = errno_from_mdb(r);
                 }
                 goto fail;
@@ -1320,8 +1186,8 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         /* slots of readers that died without closing */
         r = mdb_reader_check(s->env, &dead);
         if (r != 0) {
-                set_error(errbuf, errbuf_size, "%s: cannot clear stale readers: %s", s->opts.path,
-                          mdb_strerror(r));
+                (void) store_error(errbuf, errbuf_size, 0, "%s: cannot clear stale readers: %s",
+                                   s->opts.path, mdb_strerror(r));
                 r = errno_from_mdb(r);
                 goto fail;
         }
@@ -1330,7 +1196,7 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         if (r < 0)
                 goto fail;
 
-        r = journal_open(s, errbuf, errbuf_size);
+        r = store_open_journal(s, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;
 
