@@ -29,8 +29,8 @@
 
 #include <endian.h>
 
-#define JOURNAL_RECORD_FIXED 30 /* bytes: key length (u16), expiry, credit, generation (u64), check (u32)   \
-                                 */
+/* bytes besides the key: key length (u16), expiry, credit, generation (u64), check (u32) */
+#define JOURNAL_RECORD_FIXED 30
 
 typedef struct Journal {
         int fd;       /* < 0: no journal */
