@@ -19,6 +19,7 @@
 #include "store/store.h"
 #include "store/store-verify.h"
 #include "check-run.h"
+#include "fixture-v1.h"
 
 #define SEC       1000000ULL            /* usec per second */
 #define T0        (1700000000ULL * SEC) /* an arbitrary wall-clock start */
@@ -864,6 +865,128 @@ START_TEST (test_crash) {
 }
 END_TEST
 
+/* ---- the on-disk format, pinned ---- */
+
+/* tests/data/store/v1/data.mdb (README there), copied into the test's directory. */
+static void copy_fixture_v1(void) {
+        const char *top = getenv("top_srcdir");
+        char src[PATH_MAX], dst[PATH_MAX];
+        static uint8_t buf[1 << 20];
+        ssize_t n;
+        int fd;
+
+        snprintf(src, sizeof src, "%s/tests/data/store/v1/data.mdb", top && *top ? top : ".");
+        fd = open(src, O_RDONLY | O_CLOEXEC);
+        ck_assert_msg(fd >= 0, "%s: %s (set top_srcdir)", src, strerror(errno));
+        n = read(fd, buf, sizeof buf);
+        close(fd);
+        ck_assert_int_gt(n, 0);
+        ck_assert_int_lt(n, (ssize_t) sizeof buf);
+        ck_assert_int_eq(mkdir(db_path(dst, sizeof dst, NULL), 0750), 0);
+        write_file(db_path(dst, sizeof dst, "data.mdb"), buf, (size_t) n);
+}
+
+#define FIXTURE_RULE_A_HEX "\xa1\xa2\xa3\xa4\xa5\xa6\xa7\xa8\xa9\xaa\xab\xac\xad\xae\xaf\xa0"
+#define FIXTURE_RULE_B_HEX "\xa1\xa2\xa3\xa4\xa5\xa6\xa7\xa8\xa9\xaa\xab\xac\xad\xae\xaf\xa1"
+
+/* Every byte of the version-1 layout (see store.c): key = rule id + tag (0 no actor,
+ * 1 verbatim, 2 hash128 of the actor) + actor; value = expiry (u64 LE usec) + credit
+ * (u64 LE); the expiry index key = expiry (u64 BE) + the counter key. */
+static const struct {
+        const char *key;
+        size_t key_len;
+        const char *value; /* 16 bytes */
+} FIXTURE_V1[] = {
+        { FIXTURE_RULE_A_HEX "\x00", 17,
+          "\x00\xc7\xb1\x1b\x24\x0a\x06\x00"
+          "\x07\0\0\0\0\0\0\0" },
+        { FIXTURE_RULE_A_HEX "\x01"
+                             "alice",
+          22,
+          "\x00\xe4\xb1\xee\x24\x0a\x06\x00"
+          "\x04\0\0\0\0\0\0\0" },
+        { FIXTURE_RULE_B_HEX "\x01"
+                             "bob",
+          20,
+          "\x40\x82\x2d\x18\x24\x0a\x06\x00"
+          "\x02\0\0\0\0\0\0\0" },
+        { FIXTURE_RULE_B_HEX "\x02\xb6\x78\x3f\xcf\x6c\xae\x41\x3c\x18\xb1\x1e\x21\xa6\x4f\x65\x4d", 33,
+          "\x00\xa0\xf5\x35\x38\x0a\x06\x00"
+          "\x00\0\0\0\0\0\0\0" },
+};
+
+/* The fixture read with LMDB alone: the key and value layout, byte for byte. */
+START_TEST (test_format_v1_layout) {
+        char path[PATH_MAX];
+        MDB_env *env;
+        MDB_txn *txn;
+        MDB_dbi meta, counters, expiry;
+        MDB_stat st;
+        MDB_val k, v;
+
+        copy_fixture_v1();
+        ck_assert_int_eq(mdb_env_create(&env), 0);
+        ck_assert_int_eq(mdb_env_set_maxdbs(env, 4), 0);
+        ck_assert_int_eq(mdb_env_open(env, db_path(path, sizeof path, NULL), MDB_RDONLY, 0640), 0);
+        ck_assert_int_eq(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+        ck_assert_int_eq(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+        ck_assert_int_eq(mdb_dbi_open(txn, "counters", 0, &counters), 0);
+        ck_assert_int_eq(mdb_dbi_open(txn, "expiry", 0, &expiry), 0);
+
+        k = (MDB_val){ .mv_size = 7, .mv_data = (void *) "version" };
+        ck_assert_int_eq(mdb_get(txn, meta, &k, &v), 0);
+        ck_assert_int_eq(v.mv_size, 1);
+        ck_assert_int_eq(memcmp(v.mv_data, "1", 1), 0);
+        k = (MDB_val){ .mv_size = 5, .mv_data = (void *) "magic" };
+        ck_assert_int_eq(mdb_get(txn, meta, &k, &v), 0);
+        ck_assert_int_eq(v.mv_size, strlen("divvyd counter store"));
+        ck_assert_int_eq(memcmp(v.mv_data, "divvyd counter store", v.mv_size), 0);
+
+        ck_assert_int_eq(mdb_stat(txn, counters, &st), 0);
+        ck_assert_uint_eq(st.ms_entries, 4);
+        ck_assert_int_eq(mdb_stat(txn, expiry, &st), 0);
+        ck_assert_uint_eq(st.ms_entries, 4);
+        for (size_t i = 0; i < sizeof FIXTURE_V1 / sizeof FIXTURE_V1[0]; i++) {
+                uint8_t ikey[8 + 64];
+
+                k = (MDB_val){ .mv_size = FIXTURE_V1[i].key_len, .mv_data = (void *) FIXTURE_V1[i].key };
+                ck_assert_msg(mdb_get(txn, counters, &k, &v) == 0, "counter %zu missing", i);
+                ck_assert_uint_eq(v.mv_size, 16);
+                ck_assert_msg(memcmp(v.mv_data, FIXTURE_V1[i].value, 16) == 0, "counter %zu differs", i);
+                for (unsigned b = 0; b < 8; b++) /* the expiry, big-endian */
+                        ikey[b] = (uint8_t) FIXTURE_V1[i].value[7 - b];
+                memcpy(ikey + 8, FIXTURE_V1[i].key, FIXTURE_V1[i].key_len);
+                k = (MDB_val){ .mv_size = 8 + FIXTURE_V1[i].key_len, .mv_data = ikey };
+                ck_assert_msg(mdb_get(txn, expiry, &k, &v) == 0, "index entry %zu missing", i);
+                ck_assert_uint_eq(v.mv_size, 0);
+        }
+        mdb_txn_abort(txn);
+        mdb_env_close(env);
+}
+END_TEST
+
+/* The fixture opened by the current code: the counters it holds, as hits see them. */
+START_TEST (test_format_v1_counters) {
+        static char long_actor[FIXTURE_LONG_ACTOR_LEN];
+        const uint64_t now = FIXTURE_T0 + 10 * SEC;
+        Store *s;
+
+        copy_fixture_v1();
+        memset(long_actor, 'x', sizeof long_actor);
+        s = open_store();
+        ck_assert_uint_eq(stat_counters(s), 4);
+        /* 3 of 10 used, 60 s window from FIXTURE_T0 */
+        expect_hit(s, FIXTURE_RULE_A, NULL, 0, 10, 60, now, true, 6, 50);
+        /* 1 of 5 used, 3600 s window */
+        expect_hit(s, FIXTURE_RULE_A, "alice", 5, 5, 3600, now, true, 3, 3590);
+        /* an actor over 400 bytes (hashed): 2 of 2 used, a day's window */
+        expect_hit(s, FIXTURE_RULE_B, long_actor, sizeof long_actor, 2, 86400, now, false, 0, 86390);
+        /* its 1 s window is over: a new one */
+        expect_hit(s, FIXTURE_RULE_B, "bob", 3, 4, 1, now, true, 3, 1);
+        store_close(s);
+}
+END_TEST
+
 /* ---- write-back (StoreOptions.write_back) ---- */
 
 START_TEST (test_write_back_commit_points) {
@@ -1173,6 +1296,8 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_write_back_torn_journal);
         tcase_add_test(tc, test_open_errors);
         tcase_add_test(tc, test_dir_created);
+        tcase_add_test(tc, test_format_v1_layout);
+        tcase_add_test(tc, test_format_v1_counters);
         suite_add_tcase(su, tc);
         return su;
 }
