@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "store/store.h"
-#include "store/store-verify.h"
 #include "check-run.h"
 #include "fixture-v1.h"
 
@@ -1243,23 +1242,6 @@ START_TEST (test_dir_created) {
 }
 END_TEST
 
-START_TEST (test_verify_sigchld_ignored) {
-        /* A caller ignoring SIGCHLD must not make the check fail with ECHILD. */
-        char path[PATH_MAX], err[ERRBUF] = "";
-        struct sigaction sa;
-        Store *s = open_store();
-
-        expect_hit(s, RULE_A, "v", 1, 5, 60, T0, true, 4, 60);
-        store_close(s);
-        ck_assert_ptr_ne(signal(SIGCHLD, SIG_IGN), SIG_ERR);
-        ck_assert_int_eq(store_verify(db_path(path, sizeof path, NULL), err, sizeof err), 0);
-        ck_assert_str_eq(err, "");
-        ck_assert_int_eq(sigaction(SIGCHLD, NULL, &sa), 0);
-        ck_assert(sa.sa_handler == SIG_IGN); /* the caller's disposition is back */
-        signal(SIGCHLD, SIG_DFL);
-}
-END_TEST
-
 static Suite *store_suite(void) {
         Suite *su = suite_create("store");
         TCase *tc = tcase_create("core");
@@ -1283,7 +1265,6 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_map_growth);
         tcase_add_test(tc, test_map_full);
         tcase_add_loop_test(tc, test_map_full_at_max_recovers, 0, 2);
-        tcase_add_test(tc, test_verify_sigchld_ignored);
         tcase_add_test(tc, test_sweep_chunks);
         tcase_add_test(tc, test_churn_file_stops_growing);
         tcase_add_loop_test(tc, test_crash, 0, 4 * _CRASH_MODE_MAX);
