@@ -134,6 +134,13 @@ _Static_assert(STORE_INDEX_KEY_MAX <= 511, "LMDB's default maximum key size is 5
 _Static_assert(STORE_ACTOR_INLINE_MAX >= HASH128_SIZE,
                "a hashed actor must not be longer than an inline one");
 
+/* A write transaction and the first error of its steps (sticky: see txn_check()). */
+typedef struct StoreTxn {
+        MDB_txn *txn;
+        int error;     /* 0 or the first -errno */
+        bool map_full; /* that error was MDB_MAP_FULL: a larger map may let the work through */
+} StoreTxn;
+
 struct Store {
         StoreOptions opts; /* opts.path owned */
         MDB_env *env;
@@ -144,7 +151,7 @@ struct Store {
 
         /* Write-back (opts.write_back): the open transaction, the hits in it, and the
          * journal of every batch applied to it (see store.h and "Write-back" above). */
-        MDB_txn *wtxn;
+        StoreTxn wtxn;    /* wtxn.txn NULL: none open */
         MDB_cursor *wcur; /* on the counters in wtxn, kept across batches; LMDB frees it with wtxn */
         size_t wtxn_hits;
         Journal journal; /* journal.map NULL: no write-back */
@@ -296,18 +303,6 @@ static int store_grow(Store *s, bool recovery) {
         return 0;
 }
 
-/* After a recovery grew the map into the reserve, hands new hits the smaller map again
- * (LMDB keeps at least what is in use). No transaction may be open. */
-static void store_unreserve(Store *s) {
-        uint64_t max = store_hits_map_max(s);
-        MDB_envinfo info;
-
-        if (s->map_size <= max || mdb_env_set_mapsize(s->env, (size_t) max) != 0)
-                return;
-        if (mdb_env_info(s->env, &info) == 0)
-                s->map_size = info.me_mapsize;
-}
-
 static void store_refresh_map_size(Store *s) {
         MDB_envinfo info;
 
@@ -315,29 +310,67 @@ static void store_refresh_map_size(Store *s) {
                 s->map_size = info.me_mapsize;
 }
 
-/* Begins a write transaction, adopting a map grown by another process. */
-static int store_begin(Store *s, MDB_txn **ret) {
+/* After a recovery grew the map into the reserve, hands new hits the smaller map again
+ * (LMDB keeps at least what is in use). No transaction may be open. */
+static void store_unreserve(Store *s) {
+        uint64_t max = store_hits_map_max(s);
+
+        if (s->map_size <= max || mdb_env_set_mapsize(s->env, (size_t) max) != 0)
+                return;
+        store_refresh_map_size(s);
+}
+
+/* Begins a transaction (flags: 0 or MDB_RDONLY), adopting a map grown by another
+ * process. Returns 0 or -errno. */
+static int store_begin(Store *s, unsigned flags, MDB_txn **ret) {
         int r;
 
-        r = mdb_txn_begin(s->env, NULL, 0, ret);
+        r = mdb_txn_begin(s->env, NULL, flags, ret);
         if (r == MDB_MAP_RESIZED) {
                 r = mdb_env_set_mapsize(s->env, 0);
                 if (r != 0)
                         return errno_from_mdb(r);
                 store_refresh_map_size(s);
-                r = mdb_txn_begin(s->env, NULL, 0, ret);
+                r = mdb_txn_begin(s->env, NULL, flags, ret);
         }
+        if (r != 0)
+                *ret = NULL;
         return errno_from_mdb(r);
 }
 
-/* Commits (and frees) txn. Returns an MDB code, so that callers can tell
- * MDB_MAP_FULL (grow and retry) from a disk that is full (ENOSPC: give up). */
-static int store_commit(Store *s, MDB_txn *txn) {
-        int r;
+/* ---- write transactions: one sticky error, one retry loop ---- */
 
-        r = mdb_txn_commit(txn);
-        if (r != 0)
-                return r;
+/* Records the result of an LMDB call in t; the first failure sticks (later steps of a
+ * failed transaction are not attempted: callers return t->error at once). Returns
+ * t->error: 0 or -errno. */
+static int txn_check(StoreTxn *t, int mdb_r) {
+        if (mdb_r != 0 && t->error == 0) {
+                t->error = errno_from_mdb(mdb_r);
+                t->map_full = mdb_r == MDB_MAP_FULL;
+        }
+        return t->error;
+}
+
+static int txn_begin(Store *s, StoreTxn *t) {
+        *t = (StoreTxn){};
+        t->error = store_begin(s, 0, &t->txn);
+        return t->error;
+}
+
+/* Ends t: commits it if commit is set and no step failed, else aborts it. Returns 0 or
+ * the -errno that failed it (t->map_full says whether a larger map may help). */
+static int txn_end(Store *s, StoreTxn *t, bool commit) {
+        if (!t->txn)
+                return t->error;
+        if (!commit || t->error != 0) {
+                mdb_txn_abort(t->txn);
+                t->txn = NULL;
+                return t->error;
+        }
+        (void) txn_check(t, mdb_txn_commit(t->txn)); /* frees it, also on failure */
+        t->txn = NULL;
+        if (t->error != 0)
+                return t->error;
         s->commits++;
         if (s->opts.sync == STORE_SYNC_ALWAYS)
                 s->syncs++; /* the commit itself fsync'ed */
@@ -346,9 +379,94 @@ static int store_commit(Store *s, MDB_txn *txn) {
         return 0;
 }
 
+/* Write-back: aborts the open transaction (LMDB frees its cursor) after a failure. The
+ * journal keeps every batch answered in it. */
+static void write_back_drop(Store *s) {
+        (void) txn_end(s, &s->wtxn, false);
+        s->wtxn = (StoreTxn){};
+        s->wcur = NULL;
+        s->wtxn_hits = 0;
+}
+
+/* Write-back: the open transaction, begun (with its cursor on the counters) if none is. */
+static int write_back_begin(Store *s) {
+        if (s->wtxn.txn)
+                return 0;
+        if (txn_begin(s, &s->wtxn) < 0 ||
+            txn_check(&s->wtxn, mdb_cursor_open(s->wtxn.txn, s->dbi_counters, &s->wcur)) < 0) {
+                int r = s->wtxn.error;
+
+                write_back_drop(s);
+                return r;
+        }
+        return 0;
+}
+
+static int journal_recover(Store *s, size_t len);
+
+/* What a write does inside its transaction: returns 0 to commit (write-back: to keep the
+ * transaction open), STORE_TXN_EMPTY if it wrote nothing (abort), or t->error. */
+#define STORE_TXN_EMPTY 1
+typedef struct StoreWrite {
+        int (*run)(Store *s, StoreTxn *t, void *userdata);
+        bool (*shrink)(void *userdata); /* optional: the map is full at its limit; do less and
+                                         * return true to be run again */
+        bool recovery;                  /* may grow the map into the reserve */
+        bool write_back;                /* run in the open write-back transaction, leave it open */
+} StoreWrite;
+
+/* The one retry loop of every write. Runs w->run in a write transaction and commits it
+ * (write-back: applies it to the open transaction). If the map is full it grows the map
+ * and runs it again from the start in a new transaction (the failed one is gone: for
+ * write-back, the open transaction is rebuilt from the journal first, without the failed
+ * batch's records); at the map's limit it asks w->shrink. A full journal (-ENOBUFS) is
+ * retried once in a fresh write-back transaction. Returns 0 or -errno. */
+static int store_write(Store *s, const StoreWrite *w, void *userdata) {
+        int r = 0;
+
+        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
+                size_t batch_start = s->journal.pos;
+                StoreTxn local, *t = w->write_back ? &s->wtxn : &local;
+                bool map_full, grown;
+
+                r = w->write_back ? write_back_begin(s) : txn_begin(s, t);
+                if (r < 0)
+                        break;
+                r = w->run(s, t, userdata);
+                if (w->write_back && r >= 0)
+                        return 0;
+                if (!w->write_back) {
+                        r = txn_end(s, t, r == 0);
+                        if (r >= 0)
+                                break;
+                }
+                map_full = t->map_full;
+                if (w->write_back) {
+                        /* forget the failed batch's records; the ones before it were answered */
+                        write_back_drop(s);
+                        journal_truncate(&s->journal, batch_start);
+                }
+                grown = map_full && store_grow(s, w->recovery) == 0;
+                if (w->write_back) {
+                        int k = journal_recover(s, batch_start);
+                        if (k < 0)
+                                return k;
+                }
+                if (grown || (map_full && w->shrink && w->shrink(userdata)) ||
+                    (r == -ENOBUFS && attempt == 0))
+                        continue;
+                break;
+        }
+        if (w->recovery)
+                store_unreserve(s);
+        return r < 0 ? r : 0;
+}
+
+/* ---- counters ---- */
+
 /* Moves (or creates) the expiry-index entry of a counter. ikey holds the counter key
  * at offset STORE_EXPIRY_PREFIX. old_expiry 0: no previous entry. */
-static int index_move(Store *s, MDB_txn *txn, uint8_t *ikey, size_t klen, uint64_t old_expiry,
+static int index_move(Store *s, StoreTxn *t, uint8_t *ikey, size_t klen, uint64_t old_expiry,
                       uint64_t new_expiry) {
         MDB_val k = { .mv_size = STORE_EXPIRY_PREFIX + klen, .mv_data = ikey };
         MDB_val empty = { .mv_size = 0, .mv_data = NULL };
@@ -356,16 +474,16 @@ static int index_move(Store *s, MDB_txn *txn, uint8_t *ikey, size_t klen, uint64
 
         if (old_expiry != 0) {
                 put_be64(ikey, old_expiry);
-                r = mdb_del(txn, s->dbi_expiry, &k, NULL);
-                if (r != 0 && r != MDB_NOTFOUND)
-                        return r;
+                r = mdb_del(t->txn, s->dbi_expiry, &k, NULL);
+                if (r != MDB_NOTFOUND && txn_check(t, r) < 0)
+                        return t->error;
         }
         put_be64(ikey, new_expiry);
-        return mdb_put(txn, s->dbi_expiry, &k, &empty, 0);
+        return txn_check(t, mdb_put(t->txn, s->dbi_expiry, &k, &empty, 0));
 }
 
-/* Sets a counter to (expiry, credit), keeping the expiry index in step. Returns an MDB code. */
-static int put_counter(Store *s, MDB_txn *txn, const uint8_t *key, size_t klen, uint64_t expiry,
+/* Sets a counter to (expiry, credit), keeping the expiry index in step. */
+static int put_counter(Store *s, StoreTxn *t, const uint8_t *key, size_t klen, uint64_t expiry,
                        uint64_t credit) {
         uint8_t ikey[STORE_INDEX_KEY_MAX];
         uint8_t buf[STORE_VALUE_SIZE];
@@ -374,84 +492,69 @@ static int put_counter(Store *s, MDB_txn *txn, const uint8_t *key, size_t klen, 
         int r;
 
         memcpy(ikey + STORE_EXPIRY_PREFIX, key, klen);
-        r = mdb_get(txn, s->dbi_counters, &k, &v);
+        r = mdb_get(t->txn, s->dbi_counters, &k, &v);
         if (r == 0) {
                 if (v.mv_size != STORE_VALUE_SIZE)
-                        return MDB_CORRUPTED;
+                        return txn_check(t, MDB_CORRUPTED);
                 old_expiry = get_le64(v.mv_data);
         } else if (r != MDB_NOTFOUND)
-                return r;
+                return txn_check(t, r);
         put_le64(buf, expiry);
         put_le64(buf + 8, credit);
         v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
-        r = mdb_put(txn, s->dbi_counters, &k, &v, 0);
-        if (r != 0 || old_expiry == expiry)
-                return r;
-        return index_move(s, txn, ikey, klen, old_expiry, expiry);
+        if (txn_check(t, mdb_put(t->txn, s->dbi_counters, &k, &v, 0)) < 0 || old_expiry == expiry)
+                return t->error;
+        return index_move(s, t, ikey, klen, old_expiry, expiry);
 }
 
-/* Applies the valid records among the journal's first len bytes to txn, in order (a
- * record whose key is not a counter key ends them, as a torn one does). Returns an MDB
- * code. */
-static int journal_replay(Store *s, MDB_txn *txn, size_t len, size_t *ret_records) {
+/* Applies the valid records among the journal's first len bytes, in order (a record whose
+ * key is not a counter key ends them, as a torn one does). userdata: the size_t len. */
+static int journal_replay(Store *s, StoreTxn *t, void *userdata) {
         JournalCursor c;
         JournalRecord rec;
-        int r = 0;
+        size_t records = 0;
 
-        *ret_records = 0;
-        journal_cursor_init(&c, &s->journal, len);
+        journal_cursor_init(&c, &s->journal, *(const size_t *) userdata);
         while (journal_cursor_next(&c, &rec)) {
                 if (rec.key_len <= RULE_ID_SIZE || rec.key_len > STORE_KEY_MAX)
                         break;
-                r = put_counter(s, txn, rec.key, rec.key_len, rec.expiry, rec.credit);
-                if (r != 0)
-                        break;
-                (*ret_records)++;
+                if (put_counter(s, t, rec.key, rec.key_len, rec.expiry, rec.credit) < 0)
+                        return t->error;
+                records++;
         }
+        return records > 0 ? 0 : STORE_TXN_EMPTY;
+}
+
+/* Rebuilds what the journal's first len bytes hold in a transaction of its own and
+ * commits it, growing the map into the reserve if needed; then empties the journal. Used
+ * at open and when the write-back transaction was lost. Returns 0 or -errno. */
+static int journal_recover(Store *s, size_t len) {
+        static const StoreWrite w = { .run = journal_replay, .recovery = true };
+        int r;
+
+        r = store_write(s, &w, &len);
+        if (r == 0)
+                journal_reset(&s->journal);
         return r;
 }
 
-/* Rebuilds what the journal holds in a transaction of its own and commits it, growing
- * the map if needed; then empties the journal. Used at open and when the write-back
- * transaction was lost. Returns an MDB code. */
-static int journal_recover(Store *s, size_t len) {
-        int r = 0;
-
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                size_t records;
-                MDB_txn *txn;
-
-                r = store_begin(s, &txn);
-                if (r < 0)
-                        return -r;
-                r = journal_replay(s, txn, len, &records);
-                if (r != 0 || records == 0)
-                        mdb_txn_abort(txn);
-                else
-                        r = store_commit(s, txn);
-                if (r != MDB_MAP_FULL || store_grow(s, true) < 0)
-                        break;
-        }
-        if (r == 0)
-                journal_reset(&s->journal);
-        store_unreserve(s);
-        return r;
+/* Write-back: answered hits that are in no transaction (a rebuild failed for a full map). */
+static bool journal_pending(const Store *s) {
+        return s->journal.map && !s->wtxn.txn && s->journal.pos > 0;
 }
 
 /* Commits the write-back transaction, if one is open, and empties the journal. If the
  * commit fails the transaction is gone: what the journal holds is rebuilt (or, if that
- * fails too, left to the next store_apply() or store_open()), and the commit's error is
- * returned all the same. Returns an MDB code. */
+ * fails too, left to the next store_apply(), store_sweep() or store_open()), and the
+ * commit's error is returned all the same. Returns 0 or -errno. */
 static int write_back_commit(Store *s) {
         int r;
 
-        if (!s->wtxn)
+        if (!s->wtxn.txn)
                 return 0;
-        r = store_commit(s, s->wtxn); /* frees it, also on failure */
-        s->wtxn = NULL;
-        s->wcur = NULL;
-        s->wtxn_hits = 0;
-        if (r != 0) {
+        r = txn_end(s, &s->wtxn, true);
+        write_back_drop(s);
+        if (r < 0) {
                 (void) journal_recover(s, s->journal.pos);
                 return r;
         }
@@ -459,89 +562,101 @@ static int write_back_commit(Store *s) {
         return 0;
 }
 
-/* One attempt at the batch inside txn (journal: also record every change in the
- * journal buffer). Returns an MDB error code (not errno). */
-static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_t now_usec, bool journal) {
+/* The outcome of a hit on a live counter (expiry, credit): decrements unless exhausted.
+ * Returns true if the counter changed. */
+static bool hit_live(StoreHit *h, uint64_t expiry, uint64_t *credit, uint64_t now_usec) {
+        h->error = 0;
+        h->reset_left = seconds_left(expiry, now_usec);
+        h->allowed = *credit > 0;
+        if (*credit > 0)
+                (*credit)--;
+        h->credit = *credit;
+        return h->allowed;
+}
+
+/* The first hit of a window: a new counter with credit limit - 1. Returns its expiry. */
+static uint64_t hit_new(StoreHit *h, uint64_t *credit, uint64_t now_usec) {
+        uint64_t expiry = usec_add_sat(now_usec, h->reset_seconds > UINT64_MAX / USEC_PER_SEC
+                                                         ? UINT64_MAX
+                                                         : h->reset_seconds * USEC_PER_SEC);
+
+        *credit = h->credit_limit - 1;
+        h->error = 0;
+        h->allowed = true;
+        h->credit = *credit;
+        h->reset_left = seconds_left(expiry, now_usec);
+        return expiry;
+}
+
+typedef struct Batch {
+        StoreHit *hits;
+        size_t n;
+        uint64_t now_usec;
+        bool journal; /* record every change in the journal */
+} Batch;
+
+/* Writes the value (expiry, credit) of the counter key through the cursor c. */
+static int put_value(StoreTxn *t, MDB_cursor *c, uint8_t *key, size_t klen, uint64_t expiry, uint64_t credit,
+                     unsigned flags) {
+        uint8_t buf[STORE_VALUE_SIZE];
+        MDB_val k = { .mv_size = klen, .mv_data = key };
+        MDB_val v = { .mv_size = sizeof buf, .mv_data = buf };
+
+        put_le64(buf, expiry);
+        put_le64(buf + 8, credit);
+        return txn_check(t, mdb_cursor_put(c, &k, &v, flags));
+}
+
+/* One hit inside t, through the cursor c on the counters; journal: records the change. */
+static int apply_hit(Store *s, StoreTxn *t, MDB_cursor *c, StoreHit *h, uint64_t now_usec, bool journal) {
         uint8_t ikey[STORE_INDEX_KEY_MAX];
         uint8_t *ckey = ikey + STORE_EXPIRY_PREFIX;
-        uint8_t buf[STORE_VALUE_SIZE];
-        MDB_cursor *c = txn == s->wtxn ? s->wcur : NULL;
+        size_t klen = counter_key(h, ckey);
+        MDB_val k = { .mv_size = klen, .mv_data = ckey }, v;
+        uint64_t expiry = 0, credit = 0, old_expiry;
         int r;
 
-        if (!c) {
-                r = mdb_cursor_open(txn, s->dbi_counters, &c);
-                if (r != 0)
-                        return r;
+        r = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
+        if (r != 0 && r != MDB_NOTFOUND)
+                return txn_check(t, r);
+        if (r == 0) {
+                if (v.mv_size != STORE_VALUE_SIZE)
+                        return txn_check(t, MDB_CORRUPTED);
+                expiry = get_le64(v.mv_data);
+                credit = get_le64((const uint8_t *) v.mv_data + 8);
         }
-
-        for (size_t i = 0; i < n; i++) {
-                StoreHit *h = hits + i;
-                size_t klen = counter_key(h, ckey);
-                MDB_val k = { .mv_size = klen, .mv_data = ckey };
-                MDB_val v;
-                uint64_t expiry, credit, old_expiry = 0;
-
-                r = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
-                if (r == 0) {
-                        if (v.mv_size != STORE_VALUE_SIZE) {
-                                r = MDB_CORRUPTED;
-                                break;
-                        }
-                        expiry = get_le64(v.mv_data);
-                        credit = get_le64((const uint8_t *) v.mv_data + 8);
-                        if (now_usec < expiry) {
-                                /* live: decrement in place, expiry unchanged */
-                                h->error = 0;
-                                h->reset_left = seconds_left(expiry, now_usec);
-                                if (credit == 0) {
-                                        h->allowed = false;
-                                        h->credit = 0;
-                                        continue;
-                                }
-                                credit--;
-                                h->allowed = true;
-                                h->credit = credit;
-                                put_le64(buf, expiry);
-                                put_le64(buf + 8, credit);
-                                v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
-                                r = mdb_cursor_put(c, &k, &v, MDB_CURRENT);
-                                if (r == 0 && journal)
-                                        r = journal_add(&s->journal, ckey, klen, expiry, credit) < 0
-                                                    ? MDB_TXN_FULL
-                                                    : 0;
-                                if (r != 0)
-                                        break;
-                                continue;
-                        }
-                        old_expiry = expiry; /* expired, not swept yet: renew */
-                } else if (r != MDB_NOTFOUND)
-                        break;
-
-                expiry = usec_add_sat(now_usec, h->reset_seconds > UINT64_MAX / USEC_PER_SEC
-                                                        ? UINT64_MAX
-                                                        : h->reset_seconds * USEC_PER_SEC);
-                credit = h->credit_limit - 1;
-                put_le64(buf, expiry);
-                put_le64(buf + 8, credit);
-                v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
-                k = (MDB_val){ .mv_size = klen, .mv_data = ckey };
-                r = mdb_cursor_put(c, &k, &v, old_expiry != 0 ? MDB_CURRENT : 0);
-                if (r != 0)
-                        break;
-                r = index_move(s, txn, ikey, klen, old_expiry, expiry);
-                if (r == 0 && journal)
-                        r = journal_add(&s->journal, ckey, klen, expiry, credit) < 0 ? MDB_TXN_FULL : 0;
-                if (r != 0)
-                        break;
-                h->error = 0;
-                h->allowed = true;
-                h->credit = credit;
-                h->reset_left = seconds_left(expiry, now_usec);
+        if (r == 0 && now_usec < expiry) {
+                /* live: decrement in place, expiry unchanged */
+                if (!hit_live(h, expiry, &credit, now_usec))
+                        return 0;
+                if (put_value(t, c, ckey, klen, expiry, credit, MDB_CURRENT) < 0)
+                        return t->error;
+        } else {
+                /* new, or expired and not swept yet: a new window */
+                old_expiry = expiry;
+                expiry = hit_new(h, &credit, now_usec);
+                if (put_value(t, c, ckey, klen, expiry, credit, old_expiry != 0 ? MDB_CURRENT : 0) < 0 ||
+                    index_move(s, t, ikey, klen, old_expiry, expiry) < 0)
+                        return t->error;
         }
+        if (journal && journal_add(&s->journal, ckey, klen, expiry, credit) < 0)
+                t->error = -ENOBUFS; /* the caller commits and retries in a fresh transaction */
+        return t->error;
+}
 
+/* One attempt at a batch (userdata: a Batch) inside t. */
+static int apply_batch(Store *s, StoreTxn *t, void *userdata) {
+        const Batch *b = userdata;
+        MDB_cursor *c = t == &s->wtxn ? s->wcur : NULL;
+
+        if (!c && txn_check(t, mdb_cursor_open(t->txn, s->dbi_counters, &c)) < 0)
+                return t->error;
+        for (size_t i = 0; i < b->n; i++)
+                if (apply_hit(s, t, c, b->hits + i, b->now_usec, b->journal) < 0)
+                        break;
         if (c != s->wcur)
                 mdb_cursor_close(c);
-        return r == MDB_NOTFOUND ? 0 : r;
+        return t->error;
 }
 
 static bool hit_valid(const StoreHit *h) {
@@ -550,72 +665,36 @@ static bool hit_valid(const StoreHit *h) {
 
 /* Write-back: applies the batch to the open transaction and journals it. On any
  * failure the transaction is aborted and rebuilt from the journal (the earlier
- * batches in it were answered), then the batch is retried: after a map growth, or in
- * a fresh transaction if the old one was full. Returns an MDB code. */
+ * batches in it were answered), then the batch is retried (store_write()). */
 static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
-        bool journal = n <= STORE_WRITE_BACK_HITS_MAX; /* else: too big for the journal */
-        int r = 0;
+        static const StoreWrite w = { .run = apply_batch, .write_back = true };
+        Batch b = { .hits = hits, .n = n, .now_usec = now_usec, .journal = n <= STORE_WRITE_BACK_HITS_MAX };
+        int r;
 
-        if (!s->wtxn && s->journal.pos > 0) {
-                /* answered batches that are in no transaction (a rebuild failed, the map is
-                 * full): nothing new is taken before they are committed */
+        if (journal_pending(s)) {
+                /* nothing new is taken before the answered hits are in a transaction */
                 r = journal_recover(s, s->journal.pos);
-                if (r != 0)
+                if (r < 0)
                         return r;
         }
-
         if (s->wtxn_hits + n > STORE_WRITE_BACK_HITS_MAX) {
                 r = write_back_commit(s);
-                if (r != 0)
+                if (r < 0)
                         return r;
         }
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                size_t batch_start = s->journal.pos;
-                bool grown = false;
-                int k;
-
-                if (!s->wtxn) {
-                        r = store_begin(s, &s->wtxn);
-                        if (r < 0) {
-                                s->wtxn = NULL;
-                                s->wcur = NULL;
-                                return -r;
-                        }
-                        r = mdb_cursor_open(s->wtxn, s->dbi_counters, &s->wcur);
-                        if (r != 0) {
-                                mdb_txn_abort(s->wtxn);
-                                s->wtxn = NULL;
-                                s->wcur = NULL;
-                                return r;
-                        }
-                }
-                r = apply_batch(s, s->wtxn, hits, n, now_usec, journal);
-                if (r == 0) {
-                        s->wtxn_hits += n;
-                        journal_truncate(&s->journal, s->journal.pos);
-                        if (!journal)
-                                return write_back_commit(s); /* not journaled: make it durable now */
-                        return 0;
-                }
-
-                /* The batch failed: forget its records, rebuild the batches before it. */
-                mdb_txn_abort(s->wtxn);
-                s->wtxn = NULL;
-                s->wcur = NULL;
-                s->wtxn_hits = 0;
-                journal_truncate(&s->journal, batch_start);
-                if (r == MDB_MAP_FULL)
-                        grown = store_grow(s, false) >= 0;
-                k = journal_recover(s, batch_start);
-                if (k != 0)
-                        return k;
-                if (!(r == MDB_MAP_FULL && grown) && !(r == MDB_TXN_FULL && attempt == 0))
-                        break;
-        }
-        return r;
+        r = store_write(s, &w, &b);
+        if (r < 0)
+                return r;
+        s->wtxn_hits += n;
+        journal_truncate(&s->journal, s->journal.pos); /* the end mark behind the batch */
+        if (!b.journal)
+                return write_back_commit(s); /* too big for the journal: make it durable now */
+        return 0;
 }
 
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
+        static const StoreWrite w = { .run = apply_batch };
+        Batch b = { .hits = hits, .n = n, .now_usec = now_usec };
         int r = 0;
 
         if (!s || (!hits && n > 0))
@@ -628,28 +707,7 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
                         goto fail;
                 }
 
-        if (s->journal.map) {
-                r = errno_from_mdb(apply_write_back(s, hits, n, now_usec));
-                if (r == 0)
-                        return 0;
-                goto fail;
-        }
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                MDB_txn *txn;
-
-                r = store_begin(s, &txn);
-                if (r < 0)
-                        goto fail;
-                r = apply_batch(s, txn, hits, n, now_usec, false);
-                if (r != 0)
-                        mdb_txn_abort(txn);
-                else
-                        r = store_commit(s, txn); /* frees txn, also on failure */
-                if (r != MDB_MAP_FULL || store_grow(s, false) < 0)
-                        break;
-                /* the map grew: redo the whole batch */
-        }
-        r = errno_from_mdb(r);
+        r = s->journal.map ? apply_write_back(s, hits, n, now_usec) : store_write(s, &w, &b);
         if (r == 0)
                 return 0;
 fail:
@@ -668,8 +726,8 @@ int store_sync(Store *s) {
         if (!s)
                 return -EINVAL;
         r = write_back_commit(s);
-        if (r != 0)
-                return errno_from_mdb(r);
+        if (r < 0)
+                return r;
         if (s->opts.sync != STORE_SYNC_PERIODIC || !s->dirty)
                 return 0;
         r = mdb_env_sync(s->env, 1);
@@ -680,130 +738,115 @@ int store_sync(Store *s) {
         return journal_sync_head(&s->journal);
 }
 
-/* One sweep attempt: deletes up to max expired counters. Returns an MDB code. */
-static int sweep_txn(Store *s, MDB_txn *txn, uint64_t now_usec, size_t max, size_t *deleted, bool *more) {
+typedef struct Sweep {
+        uint64_t now_usec;
+        size_t max, deleted;
+        bool more;
+} Sweep;
+
+/* Deletes the counter an expired index entry (ik) names, if its value still has that
+ * expiry (else it was renewed, and only the stale entry goes). */
+static int sweep_one(StoreTxn *t, MDB_cursor *cc, const MDB_val *ik) {
+        MDB_val ck = { .mv_size = ik->mv_size - STORE_EXPIRY_PREFIX,
+                       .mv_data = (uint8_t *) ik->mv_data + STORE_EXPIRY_PREFIX };
+        MDB_val cv;
+        int r;
+
+        r = mdb_cursor_get(cc, &ck, &cv, MDB_SET_KEY);
+        if (r == 0 && cv.mv_size == STORE_VALUE_SIZE && get_le64(cv.mv_data) == get_be64(ik->mv_data))
+                return txn_check(t, mdb_cursor_del(cc, 0));
+        return r == 0 || r == MDB_NOTFOUND ? 0 : txn_check(t, r); /* entry without its counter */
+}
+
+/* One sweep attempt (userdata: a Sweep): deletes up to max expired counters. */
+static int sweep_txn(Store *s, StoreTxn *t, void *userdata) {
+        Sweep *w = userdata;
         MDB_cursor *ci = NULL, *cc = NULL;
         MDB_val k, v;
         int r;
 
-        *deleted = 0;
-        *more = false;
-        r = mdb_cursor_open(txn, s->dbi_expiry, &ci);
-        if (r == 0)
-                r = mdb_cursor_open(txn, s->dbi_counters, &cc);
-        if (r != 0)
+        w->deleted = 0;
+        w->more = false;
+        if (txn_check(t, mdb_cursor_open(t->txn, s->dbi_expiry, &ci)) < 0 ||
+            txn_check(t, mdb_cursor_open(t->txn, s->dbi_counters, &cc)) < 0)
                 goto finish;
         for (;;) {
                 /* MDB_FIRST after each deletion: a few cached page hops, and no reliance
                  * on where a cursor stands after mdb_cursor_del() */
                 r = mdb_cursor_get(ci, &k, &v, MDB_FIRST);
-                if (r != 0)
+                if (r != 0) {
+                        if (r != MDB_NOTFOUND)
+                                (void) txn_check(t, r);
                         break;
+                }
                 if (k.mv_size <= STORE_EXPIRY_PREFIX) {
-                        r = MDB_CORRUPTED;
+                        (void) txn_check(t, MDB_CORRUPTED);
                         break;
                 }
-                if (get_be64(k.mv_data) > now_usec)
+                if (get_be64(k.mv_data) > w->now_usec)
                         break; /* oldest remaining one is live */
-                if (*deleted >= max) {
-                        *more = true;
+                if (w->deleted >= w->max) {
+                        w->more = true;
                         break;
                 }
-
-                MDB_val ck = { .mv_size = k.mv_size - STORE_EXPIRY_PREFIX,
-                               .mv_data = (uint8_t *) k.mv_data + STORE_EXPIRY_PREFIX };
-                MDB_val cv;
-                r = mdb_cursor_get(cc, &ck, &cv, MDB_SET_KEY);
-                if (r == 0 && cv.mv_size == STORE_VALUE_SIZE && get_le64(cv.mv_data) == get_be64(k.mv_data))
-                        r = mdb_cursor_del(cc, 0);
-                else if (r == 0 || r == MDB_NOTFOUND)
-                        r = 0; /* index entry without its counter: drop only the entry */
-                if (r != 0)
+                if (sweep_one(t, cc, &k) < 0 || txn_check(t, mdb_cursor_del(ci, 0)) < 0)
                         break;
-                r = mdb_cursor_del(ci, 0);
-                if (r != 0)
-                        break;
-                (*deleted)++;
+                w->deleted++;
         }
 finish:
         if (cc)
                 mdb_cursor_close(cc);
         if (ci)
                 mdb_cursor_close(ci);
-        return r == MDB_NOTFOUND ? 0 : r;
+        return t->error < 0 ? t->error : w->deleted > 0 ? 0 : STORE_TXN_EMPTY;
+}
+
+/* Even deleting needs fresh pages (copy-on-write): at the map's limit, delete less at a
+ * time so a full map can still be swept. */
+static bool sweep_shrink(void *userdata) {
+        Sweep *w = userdata;
+
+        if (w->max <= 1)
+                return false;
+        w->max /= 2;
+        return true;
 }
 
 int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted) {
-        size_t deleted = 0;
-        bool more = false;
-        int r = 0;
+        static const StoreWrite w = { .run = sweep_txn, .shrink = sweep_shrink, .recovery = true };
+        Sweep sw = { .now_usec = now_usec, .max = max_delete > 0 ? max_delete : STORE_SWEEP_CHUNK_DEFAULT };
+        int r;
 
         if (ret_deleted)
                 *ret_deleted = 0;
         if (!s)
                 return -EINVAL;
-        if (max_delete == 0)
-                max_delete = STORE_SWEEP_CHUNK_DEFAULT;
 
-        if (s->wtxn) {
-                /* Write-back: sweep inside the open transaction (one writer at a time), rather
-                 * than commit it early. Deletions need no journal: an expired counter is absent
-                 * whether or not it was deleted, and one that a replay brings back is expired. */
-                r = sweep_txn(s, s->wtxn, now_usec, max_delete, &deleted, &more);
-                if (r == 0) {
-                        s->swept_total += deleted;
-                        if (ret_deleted)
-                                *ret_deleted = deleted;
-                        return more ? 1 : 0;
-                }
-                /* the transaction is broken (a full map): rebuild it, then sweep on our own */
-                mdb_txn_abort(s->wtxn);
-                s->wtxn = NULL;
-                s->wcur = NULL;
-                s->wtxn_hits = 0;
-                deleted = 0;
-                more = false;
-        }
-        if (s->journal.map && s->journal.pos > 0) {
-                /* Answered hits that are in no transaction. If even the reserve cannot take
-                 * them, sweep first: deleting expired counters is what makes the room, and it
-                 * is safe before the replay (records hold values, an expired one stays so). */
+        /* Write-back: sweep inside the open transaction (one writer at a time), rather than
+         * commit it early. Deletions need no journal: an expired counter is absent whether
+         * or not it was deleted, and one that a replay brings back is expired. */
+        r = s->wtxn.txn ? sweep_txn(s, &s->wtxn, &sw) : -EAGAIN;
+        if (r < 0 && s->wtxn.txn)
+                write_back_drop(s); /* broken (a full map): rebuilt below, then swept on our own */
+        if (r < 0 && journal_pending(s)) {
+                /* If even the reserve cannot take the answered hits, sweep first: deleting
+                 * expired counters makes the room, and it is safe before the replay
+                 * (records hold values; an expired one stays expired). */
                 r = journal_recover(s, s->journal.pos);
-                if (r != 0 && r != MDB_MAP_FULL)
-                        return errno_from_mdb(r);
+                if (r < 0 && r != -ENOSPC)
+                        return r;
         }
-
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                MDB_txn *txn;
-
-                r = store_begin(s, &txn);
+        if (r < 0 || !s->wtxn.txn) {
+                r = store_write(s, &w, &sw);
+                if (r == 0 && sw.deleted > 0 && journal_pending(s))
+                        (void) journal_recover(s, s->journal.pos); /* the room it was waiting for */
                 if (r < 0)
                         return r;
-                r = sweep_txn(s, txn, now_usec, max_delete, &deleted, &more);
-                if (r != 0 || deleted == 0)
-                        mdb_txn_abort(txn); /* failed, or nothing written: nothing to commit */
-                else
-                        r = store_commit(s, txn);
-                if (r != MDB_MAP_FULL)
-                        break;
-                /* Even deleting needs fresh pages (copy-on-write). Grow if we may,
-                 * else delete less at a time so a full map can still be swept. */
-                if (store_grow(s, true) < 0) {
-                        if (max_delete == 1)
-                                break;
-                        max_delete /= 2;
-                }
         }
-        store_unreserve(s);
-        if (r == 0 && deleted > 0 && s->journal.map && s->journal.pos > 0)
-                (void) journal_recover(s, s->journal.pos); /* the room it was waiting for */
-        r = errno_from_mdb(r);
-        if (r < 0)
-                return r;
-        s->swept_total += deleted;
+        s->swept_total += sw.deleted;
         if (ret_deleted)
-                *ret_deleted = deleted;
-        return more ? 1 : 0;
+                *ret_deleted = sw.deleted;
+        return sw.more ? 1 : 0;
 }
 
 static int file_size(const Store *s, uint64_t *ret) {
@@ -830,19 +873,12 @@ int store_get_stats(Store *s, StoreStats *ret) {
 
         if (!s || !ret)
                 return -EINVAL;
-        if (s->wtxn)
-                txn = s->wtxn; /* sees everything applied; a read transaction would wait for nothing */
+        if (s->wtxn.txn)
+                txn = s->wtxn.txn; /* sees everything applied; a read transaction would wait for nothing */
         else
-                r = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-        if (!s->wtxn && r == MDB_MAP_RESIZED) {
-                r = mdb_env_set_mapsize(s->env, 0);
-                if (r == 0) {
-                        store_refresh_map_size(s);
-                        r = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-                }
-        }
-        if (r != 0)
-                return errno_from_mdb(r);
+                r = store_begin(s, MDB_RDONLY, &txn);
+        if (r < 0)
+                return r;
         r = mdb_stat(txn, s->dbi_main, &st_main);
         if (r == 0)
                 r = mdb_stat(txn, s->dbi_meta, &st_meta);
@@ -850,7 +886,7 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 r = mdb_stat(txn, s->dbi_counters, &st_counters);
         if (r == 0)
                 r = mdb_stat(txn, s->dbi_expiry, &st_expiry);
-        if (txn != s->wtxn)
+        if (txn != s->wtxn.txn)
                 mdb_txn_abort(txn);
         if (r != 0)
                 return errno_from_mdb(r);
@@ -954,7 +990,7 @@ static int open_tables(Store *s, char *errbuf, size_t errbuf_size) {
         unsigned flags;
         int r;
 
-        r = store_begin(s, &txn);
+        r = store_begin(s, 0, &txn);
         if (r < 0) {
                 (void) store_error(errbuf, errbuf_size, 0, "%s: cannot begin a transaction: %s",
                                    s->opts.path, strerror(-r));
@@ -1079,9 +1115,8 @@ static int store_open_journal(Store *s, char *errbuf, size_t errbuf_size) {
         r = journal_recover(s, s->journal.len);
         if (r == 0 && s->opts.sync != STORE_SYNC_NONE &&
             (mdb_env_sync(s->env, 1) != 0 || journal_sync_head(&s->journal) < 0))
-                r = EIO;
-        if (r != 0) {
-                r = errno_from_mdb(r);
+                r = -EIO;
+        if (r < 0) {
                 return store_error(errbuf, errbuf_size, r, "cannot replay the journal %s: %s", p,
                                    strerror(-r));
         }
