@@ -61,8 +61,8 @@ typedef struct JournalCursor {
  * create_size > 0: creates it if missing and preallocates create_size bytes, so that a
  * full disk cannot fault a write into the mapping. create_size 0: opens only a journal
  * that exists (if none, returns 0 with j->fd < 0). Maps what the file holds and starts a
- * generation no earlier run used. On failure returns -errno with a sentence in errbuf;
- * *j is then closed. */
+ * generation no earlier run used. On failure returns -errno (with a sentence in errbuf,
+ * but for -ENOMEM); *j is then closed. */
 int journal_open(Journal *j, const char *path, size_t create_size, char *errbuf, size_t errbuf_size);
 
 /* Unmaps and closes; remove: also deletes the file (its records are no longer needed).

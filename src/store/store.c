@@ -2,7 +2,9 @@
 
 /*
  * The counter store: one LMDB environment (directory with data.mdb + lock.mdb)
- * holding three named databases. This is the only file that includes <lmdb.h>.
+ * holding three named databases. Only src/store/ includes <lmdb.h> (this file and
+ * store-verify.c); the write-back journal (journal.c) deals in bytes and files only, and
+ * this file calls it, never the reverse.
  *
  * On-disk format, version STORE_FORMAT_VERSION (1):
  *
@@ -60,8 +62,9 @@
  *
  * Write-back (opts.write_back, periodic and none): instead of one commit per batch,
  * batches go into one long write transaction, committed by store_sync() (the
- * manager's timer, every sync interval), before a sweep, at close, and early after
- * STORE_WRITE_BACK_HITS_MAX hits. A counter written by many hits between two commits
+ * manager's timer, every sync interval), at close, and early before a batch would take
+ * it past STORE_WRITE_BACK_HITS_MAX hits (a batch larger than that is committed at once).
+ * Sweeps and stats run inside it. A counter written by many hits between two commits
  * is written to disk once, and a batch costs no page writes and no syscall at all.
  * What makes it safe is the journal (STORE_JOURNAL_NAME), a file of JOURNAL_SIZE
  * bytes allocated once and mapped shared: as a batch is applied, the new value of
@@ -81,7 +84,7 @@
  * So, for a batch store_apply() returned:
  *   always   (no write-back) on disk: survives a process crash, an OS crash, a power cut.
  *   periodic survives a process crash; an OS crash or power cut loses at most the
- *            hits since the last sync (about one sync interval), with the caveat below.
+ *            hits since the last sync (about one sync interval), with the caveat above.
  *   none     survives a process crash; an OS crash loses what the kernel had not written.
  *
  * Other environment flags: MDB_NOTLS (reader slots belong to transactions, not
