@@ -133,6 +133,15 @@
  * preallocated, so that a full disk cannot fault a write into the mapping */
 #define JOURNAL_SIZE ((size_t) STORE_WRITE_BACK_HITS_MAX * JOURNAL_RECORD_MAX)
 
+#define _cleanup_(f) __attribute__((cleanup(f)))
+/* Hands the transaction on (to a commit, which frees it), leaving NULL for the cleanup. */
+#define TAKE_TXN(t)                                                                                         \
+        ({                                                                                                  \
+                MDB_txn *_t = (t);                                                                          \
+                (t) = NULL;                                                                                 \
+                _t;                                                                                         \
+        })
+
 _Static_assert(STORE_INDEX_KEY_MAX <= 511, "LMDB's default maximum key size is 511 bytes");
 _Static_assert(STORE_ACTOR_INLINE_MAX >= HASH128_SIZE,
                "a hashed actor must not be longer than an inline one");
@@ -912,6 +921,8 @@ int store_get_stats(Store *s, StoreStats *ret) {
         return 0;
 }
 
+static void store_freep(Store **sp);
+
 Store *store_close(Store *s) {
         if (!s)
                 return NULL;
@@ -920,11 +931,8 @@ Store *store_close(Store *s) {
                 (void) write_back_commit(s);
                 if (s->opts.sync != STORE_SYNC_NONE && mdb_env_sync(s->env, 1) == 0)
                         (void) journal_sync_head(&s->journal);
-                mdb_env_close(s->env);
         }
-        journal_close(&s->journal, false);
-        free((char *) s->opts.path);
-        free(s);
+        store_freep(&s);
         return NULL;
 }
 
@@ -984,88 +992,82 @@ fail_read:
         return errno_from_mdb(r) == -EPROTO ? -EPROTO : -EBADMSG;
 }
 
+/* Aborts a transaction that was not committed (commit sets it NULL): the one cleanup of
+ * open_tables()' early returns. */
+static void txn_abortp(MDB_txn **txn) {
+        if (*txn)
+                mdb_txn_abort(*txn);
+}
+
+/* An LMDB error while opening the tables: explained in errbuf, translated once. */
+static int open_tables_failed(Store *s, int mdb_r, char *errbuf, size_t errbuf_size) {
+        int r = errno_from_mdb(mdb_r);
+
+        (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: %s", s->opts.path, mdb_strerror(mdb_r));
+        return r == -ENOENT ? -EBADMSG : r;
+}
+
+/* Writes "magic" and "version" into the meta table of a new environment. Returns an MDB code. */
+static int write_meta(Store *s, MDB_txn *txn) {
+        char ver[16];
+        MDB_val k, v;
+        int r;
+
+        k = (MDB_val){ .mv_size = strlen("magic"), .mv_data = (void *) "magic" };
+        v = (MDB_val){ .mv_size = strlen(STORE_MAGIC), .mv_data = (void *) STORE_MAGIC };
+        r = mdb_put(txn, s->dbi_meta, &k, &v, 0);
+        if (r != 0)
+                return r;
+        k = (MDB_val){ .mv_size = strlen("version"), .mv_data = (void *) "version" };
+        v = (MDB_val){ .mv_size = (size_t) snprintf(ver, sizeof ver, "%d", STORE_FORMAT_VERSION),
+                       .mv_data = ver };
+        return mdb_put(txn, s->dbi_meta, &k, &v, 0);
+}
+
 /* Creates the tables of a new environment, or opens and checks those of an existing one. */
 static int open_tables(Store *s, char *errbuf, size_t errbuf_size) {
-        MDB_txn *txn = NULL;
-        MDB_dbi main_dbi;
+        _cleanup_(txn_abortp) MDB_txn *txn = NULL;
         MDB_stat st;
-        bool fresh;
         unsigned flags;
         int r;
 
         r = store_begin(s, 0, &txn);
-        if (r < 0) {
-                (void) store_error(errbuf, errbuf_size, 0, "%s: cannot begin a transaction: %s",
+        if (r < 0)
+                return store_error(errbuf, errbuf_size, r, "%s: cannot begin a transaction: %s",
                                    s->opts.path, strerror(-r));
-                return r;
-        }
-        r = mdb_dbi_open(txn, NULL, 0, &main_dbi);
+        r = mdb_dbi_open(txn, NULL, 0, &s->dbi_main);
         if (r == 0)
-                r = mdb_stat(txn, main_dbi, &st);
-        s->dbi_main = main_dbi;
+                r = mdb_stat(txn, s->dbi_main, &st);
         if (r != 0)
-                goto fail_mdb;
-        fresh = st.ms_entries == 0;
-        flags = fresh ? MDB_CREATE : 0;
+                return open_tables_failed(s, r, errbuf, errbuf_size);
+        flags = st.ms_entries == 0 ? MDB_CREATE : 0; /* a new environment */
 
         r = mdb_dbi_open(txn, "meta", flags, &s->dbi_meta);
-        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE) {
-                (void) store_error(errbuf, errbuf_size, 0,
+        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE)
+                return store_error(errbuf, errbuf_size, -EPROTO,
                                    "%s/data.mdb: an LMDB database, but not a divvyd counter store",
                                    s->opts.path);
-                mdb_txn_abort(txn);
-                return -EPROTO;
+        if (r == 0 && flags == MDB_CREATE)
+                r = write_meta(s, txn);
+        else if (r == 0) {
+                r = check_meta(s, txn, errbuf, errbuf_size);
+                if (r < 0)
+                        return r;
         }
         if (r != 0)
-                goto fail_mdb;
-
-        if (fresh) {
-                char ver[16];
-                MDB_val k, v;
-
-                k = (MDB_val){ .mv_size = strlen("magic"), .mv_data = (void *) "magic" };
-                v = (MDB_val){ .mv_size = strlen(STORE_MAGIC), .mv_data = (void *) STORE_MAGIC };
-                r = mdb_put(txn, s->dbi_meta, &k, &v, 0);
-                if (r != 0)
-                        goto fail_mdb;
-                k = (MDB_val){ .mv_size = strlen("version"), .mv_data = (void *) "version" };
-                v = (MDB_val){ .mv_size = (size_t) snprintf(ver, sizeof ver, "%d", STORE_FORMAT_VERSION),
-                               .mv_data = ver };
-                r = mdb_put(txn, s->dbi_meta, &k, &v, 0);
-                if (r != 0)
-                        goto fail_mdb;
-        } else {
-                r = check_meta(s, txn, errbuf, errbuf_size);
-                if (r < 0) {
-                        mdb_txn_abort(txn);
-                        return r;
-                }
-        }
+                return open_tables_failed(s, r, errbuf, errbuf_size);
 
         r = mdb_dbi_open(txn, "counters", flags, &s->dbi_counters);
         if (r == 0)
                 r = mdb_dbi_open(txn, "expiry", flags, &s->dbi_expiry);
-        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE) {
-                (void) store_error(errbuf, errbuf_size, 0,
+        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE)
+                return store_error(errbuf, errbuf_size, -EBADMSG,
                                    "%s/data.mdb: a divvyd counter store missing its tables", s->opts.path);
-                mdb_txn_abort(txn);
-                return -EBADMSG;
-        }
+        if (r == 0)
+                r = mdb_txn_commit(TAKE_TXN(txn));
         if (r != 0)
-                goto fail_mdb;
-
-        r = mdb_txn_commit(txn);
-        txn = NULL;
-        if (r != 0)
-                goto fail_mdb;
+                return open_tables_failed(s, r, errbuf, errbuf_size);
         return 0;
-
-fail_mdb:
-        if (txn)
-                mdb_txn_abort(txn);
-        (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: %s", s->opts.path, mdb_strerror(r));
-        r = errno_from_mdb(r);
-        return r == -ENOENT ? -EBADMSG : r;
 }
 
 /* LMDB trusts the file to hold every page its meta page names; a truncated file
@@ -1128,29 +1130,18 @@ static int store_open_journal(Store *s, char *errbuf, size_t errbuf_size) {
         return 0;
 }
 
-int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
-        Store *s = NULL;
-        unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
-        struct stat st;
-        int r, dead;
+/* A Store with opts and their defaults; nothing opened yet. NULL: out of memory. */
+static Store *store_new(const StoreOptions *opts) {
+        Store *s = calloc(1, sizeof *s);
 
-        if (errbuf && errbuf_size > 0)
-                errbuf[0] = 0;
-        if (!opts || !opts->path || !*opts->path || !ret ||
-            (opts->sync < 0 || opts->sync >= _STORE_SYNC_MAX)) {
-                (void) store_error(errbuf, errbuf_size, 0, "invalid store options");
-                return -EINVAL;
-        }
-
-        s = calloc(1, sizeof *s);
         if (!s)
-                return -ENOMEM;
+                return NULL;
         s->journal = JOURNAL_NULL;
         s->opts = *opts;
         s->opts.path = strdup(opts->path);
         if (!s->opts.path) {
                 free(s);
-                return -ENOMEM;
+                return NULL;
         }
         if (s->opts.map_size == 0)
                 s->opts.map_size = STORE_MAP_SIZE_DEFAULT;
@@ -1160,92 +1151,102 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 s->opts.map_size_max = s->opts.map_size;
         if (s->opts.sync_interval_usec == 0)
                 s->opts.sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC;
-        if (s->opts.sync != STORE_SYNC_ALWAYS)
-                flags |= MDB_NOSYNC;
+        return s;
+}
 
-        if (mkdir(s->opts.path, STORE_DIR_MODE) < 0 && errno != EEXIST) {
-                r = -errno;
-                (void) store_error(errbuf, errbuf_size, 0, "cannot create directory %s: %s", s->opts.path,
-                                   strerror(-r));
-                goto fail;
-        }
-        if (stat(s->opts.path, &st) < 0) {
-                r = -errno;
-                (void) store_error(errbuf, errbuf_size, 0, "cannot stat %s: %s", s->opts.path, strerror(-r));
-                goto fail;
-        }
-        if (!S_ISDIR(st.st_mode)) {
-                r = -ENOTDIR;
-                (void) store_error(errbuf, errbuf_size, 0, "%s is not a directory", s->opts.path);
-                goto fail;
-        }
+/* Closes what a failed store_open() had opened, committing nothing. */
+static void store_freep(Store **sp) {
+        Store *s = *sp;
+
+        if (!s)
+                return;
+        if (s->env)
+                mdb_env_close(s->env);
+        journal_close(&s->journal, false);
+        free((char *) s->opts.path);
+        free(s);
+}
+
+static int store_make_dir(Store *s, char *errbuf, size_t errbuf_size) {
+        struct stat st;
+
+        if (mkdir(s->opts.path, STORE_DIR_MODE) < 0 && errno != EEXIST)
+                return store_error(errbuf, errbuf_size, -errno, "cannot create directory %s: %m",
+                                   s->opts.path);
+        if (stat(s->opts.path, &st) < 0)
+                return store_error(errbuf, errbuf_size, -errno, "cannot stat %s: %m", s->opts.path);
+        if (!S_ISDIR(st.st_mode))
+                return store_error(errbuf, errbuf_size, -ENOTDIR, "%s is not a directory", s->opts.path);
+        return 0;
+}
+
+/* Creates, configures and opens the LMDB environment; checks its file and clears the slots of
+ * readers that died without closing. */
+static int store_open_env(Store *s, char *errbuf, size_t errbuf_size) {
+        unsigned flags = MDB_NOTLS | MDB_NORDAHEAD | (s->opts.sync != STORE_SYNC_ALWAYS ? MDB_NOSYNC : 0);
+        uint64_t map_size =
+                s->opts.map_size < store_hits_map_max(s) ? s->opts.map_size : store_hits_map_max(s);
+        int r, dead;
 
         r = mdb_env_create(&s->env);
         if (r != 0) {
                 s->env = NULL;
                 r = errno_from_mdb(r);
-                (void) store_error(errbuf, errbuf_size, 0, "cannot create LMDB environment: %s",
+                return store_error(errbuf, errbuf_size, r, "cannot create LMDB environment: %s",
                                    strerror(-r));
-                goto fail;
         }
         r = mdb_env_set_maxdbs(s->env, STORE_DBS);
         if (r == 0)
-                r = mdb_env_set_mapsize(s->env, (size_t) (s->opts.map_size < store_hits_map_max(s)
-                                                                  ? s->opts.map_size
-                                                                  : store_hits_map_max(s)));
+                r = mdb_env_set_mapsize(s->env, (size_t) map_size);
         if (r != 0) {
                 r = errno_from_mdb(r);
-                (void) store_error(errbuf, errbuf_size, 0, "cannot configure LMDB environment: %s",
+                return store_error(errbuf, errbuf_size, r, "cannot configure LMDB environment: %s",
                                    strerror(-r));
-                goto fail;
         }
 
         r = mdb_env_open(s->env, s->opts.path, flags, STORE_FILE_MODE);
-        if (r != 0) {
-                if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH || r == MDB_CORRUPTED ||
-                    r == MDB_PAGE_NOTFOUND) {
-                        (void) store_error(errbuf, errbuf_size, 0,
-                                           "%s/data.mdb is not a valid LMDB database (corrupt, truncated or "
-                                           "foreign file): %s",
-                                           s->opts.path, mdb_strerror(r));
-                        r = -EBADMSG;
-                } else {
-                        (void) store_error(errbuf, errbuf_size, 0, "cannot open LMDB environment in %s: %s",
-                                           s->opts.path, mdb_strerror(r));
-                        r = errno_from_mdb(r);
-                }
-                goto fail;
-        }
+        if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH || r == MDB_CORRUPTED || r == MDB_PAGE_NOTFOUND)
+                return store_error(errbuf, errbuf_size, -EBADMSG,
+                                   "%s/data.mdb is not a valid LMDB database (corrupt, truncated or "
+                                   "foreign file): %s",
+                                   s->opts.path, mdb_strerror(r));
+        if (r != 0)
+                return store_error(errbuf, errbuf_size, errno_from_mdb(r),
+                                   "cannot open LMDB environment in %s: %s", s->opts.path, mdb_strerror(r));
 
         r = check_file_size(s, errbuf, errbuf_size);
         if (r < 0)
-                goto fail;
-
-        /* slots of readers that died without closing */
+                return r;
         r = mdb_reader_check(s->env, &dead);
-        if (r != 0) {
-                (void) store_error(errbuf, errbuf_size, 0, "%s: cannot clear stale readers: %s",
-                                   s->opts.path, mdb_strerror(r));
-                r = errno_from_mdb(r);
-                goto fail;
-        }
-
-        r = open_tables(s, errbuf, errbuf_size);
-        if (r < 0)
-                goto fail;
-
-        r = store_open_journal(s, errbuf, errbuf_size);
-        if (r < 0)
-                goto fail;
-
-        *ret = s;
+        if (r != 0)
+                return store_error(errbuf, errbuf_size, errno_from_mdb(r),
+                                   "%s: cannot clear stale readers: %s", s->opts.path, mdb_strerror(r));
         return 0;
+}
 
-fail:
-        if (s->env) {
-                mdb_env_close(s->env);
-                s->env = NULL;
-        }
-        store_close(s);
-        return r;
+int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
+        _cleanup_(store_freep) Store *s = NULL;
+        int r;
+
+        if (errbuf && errbuf_size > 0)
+                errbuf[0] = 0;
+        if (!opts || !opts->path || !*opts->path || !ret ||
+            (opts->sync < 0 || opts->sync >= _STORE_SYNC_MAX))
+                return store_error(errbuf, errbuf_size, -EINVAL, "invalid store options");
+
+        s = store_new(opts);
+        if (!s)
+                return -ENOMEM;
+        r = store_make_dir(s, errbuf, errbuf_size);
+        if (r == 0)
+                r = store_open_env(s, errbuf, errbuf_size);
+        if (r == 0)
+                r = open_tables(s, errbuf, errbuf_size);
+        if (r == 0)
+                r = store_open_journal(s, errbuf, errbuf_size);
+        if (r < 0)
+                return r;
+        *ret = s;
+        s = NULL;
+        return 0;
 }
