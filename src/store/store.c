@@ -813,19 +813,44 @@ finish:
         return t->error < 0 ? t->error : w->deleted > 0 ? 0 : STORE_TXN_EMPTY;
 }
 
-/* Even deleting needs fresh pages (copy-on-write): at the map's limit, delete less at a
- * time so a full map can still be swept. */
+/* Even deleting needs fresh pages (copy-on-write): at the map's limit, delete one counter
+ * per transaction (sweep_own() chains them). */
 static bool sweep_shrink(void *userdata) {
         Sweep *w = userdata;
 
         if (w->max <= 1)
                 return false;
-        w->max /= 2;
+        w->max = 1;
         return true;
 }
 
-int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted) {
+/* Sweeps in transactions of its own. When the map is full even with the reserve, one
+ * counter per transaction, in a chain of them up to the asked number: LMDB reuses the
+ * pages a commit frees only two commits later, so one larger deletion could take all of
+ * the reserve and leave the next transaction nothing, and the store would never be swept;
+ * small ones keep the chain going until the freed pages come back. */
+static int sweep_own(Store *s, Sweep *sw) {
         static const StoreWrite w = { .run = sweep_txn, .shrink = sweep_shrink, .recovery = true };
+        size_t want = sw->max, total = 0;
+        int r;
+
+        for (;;) {
+                r = store_write(s, &w, sw);
+                if (r < 0)
+                        break;
+                total += sw->deleted;
+                if (!sw->more || sw->max == want || total >= want)
+                        break;
+        }
+        sw->deleted = total;
+        if (r < 0 && total > 0) {
+                sw->more = true; /* what was deleted stays deleted: report it, retry the rest later */
+                r = 0;
+        }
+        return r;
+}
+
+int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted) {
         Sweep sw = { .now_usec = now_usec, .max = max_delete > 0 ? max_delete : STORE_SWEEP_CHUNK_DEFAULT };
         int r;
 
@@ -849,7 +874,7 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_dele
                         return r;
         }
         if (r < 0 || !s->wtxn.txn) {
-                r = store_write(s, &w, &sw);
+                r = sweep_own(s, &sw);
                 if (r == 0 && sw.deleted > 0 && journal_pending(s))
                         (void) journal_recover(s, s->journal.pos); /* the room it was waiting for */
                 if (r < 0)

@@ -667,6 +667,46 @@ START_TEST (test_map_full_at_max_recovers) {
 }
 END_TEST
 
+/* The daemon's case: a map at its maximum filled in one write-back transaction (no commit
+ * between the filling and the sweeps), actors in no particular order and windows ending
+ * a little apart, so that a sweep's deletions touch pages all over the map. LMDB hands a
+ * transaction the pages a commit freed only two commits later: a first sweep that took the
+ * whole reserve left the next ones nothing, and the store was never swept again. */
+START_TEST (test_map_full_sweep_chain) {
+        Store *s = open_store_wb(1 << 20, 1 << 20, STORE_SYNC_PERIODIC, true);
+        static char keys[64][32];
+        unsigned filled = 0;
+        size_t d, swept = 0;
+        int r = 0;
+
+        for (unsigned i = 0; r == 0 && i < 10000; i++) {
+                StoreHit b[64];
+
+                for (unsigned j = 0; j < 64; j++) {
+                        snprintf(keys[j], sizeof keys[j], "f-%08x", (i * 64 + j) * 2654435761u);
+                        b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
+                }
+                r = store_apply(s, b, 64, T0 + i);
+                filled += r == 0 ? 64 : 0;
+        }
+        ck_assert_int_eq(r, -ENOSPC);
+
+        /* the sweeper's timer: 100 at a time, while more remain */
+        for (unsigned tick = 0; tick < 1000; tick++) {
+                r = store_sweep(s, T0 + 2 * SEC, 100, &d);
+                ck_assert_msg(r >= 0, "sweep %u failed: %d after %zu of %u", tick, r, swept, filled);
+                swept += d;
+                if (r == 0)
+                        break;
+        }
+        ck_assert_uint_eq(swept, filled);
+        ck_assert_int_eq(store_sync(s), 0);
+        ck_assert_uint_eq(stat_counters(s), 0);
+        hit_many(s, "again-", 0, 1000, 60, T0 + 2 * SEC, 0);
+        store_close(s);
+}
+END_TEST
+
 START_TEST (test_sweep_chunks) {
         Store *s = open_store();
         size_t d;
@@ -1265,6 +1305,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_map_growth);
         tcase_add_test(tc, test_map_full);
         tcase_add_loop_test(tc, test_map_full_at_max_recovers, 0, 2);
+        tcase_add_test(tc, test_map_full_sweep_chain);
         tcase_add_test(tc, test_sweep_chunks);
         tcase_add_test(tc, test_churn_file_stops_growing);
         tcase_add_loop_test(tc, test_crash, 0, 4 * _CRASH_MODE_MAX);
