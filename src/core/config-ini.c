@@ -165,6 +165,35 @@ static size_t count_pairs(const char *s, size_t n) {
         return count;
 }
 
+/* The operation of a section header, "k=v k2=v2", tokenized like a HIT request, into
+ * the draft: the section becomes a rule at its end if this succeeds. */
+static int parse_operation(IniParser *p, const char *content, size_t len, unsigned line) {
+        char desc[RULE_DESCRIBE_MAX];
+        ProtoRequest req;
+        int r;
+
+        r = proto_parse_pairs(content, len, RULE_PATTERNS_MAX, &req);
+        if (r < 0)
+                return diag_add(p->diag, line, "%s: invalid operation: %s", p->what, req.error_reason);
+        if (count_pairs(content, len) != req.n_pairs)
+                return diag_add(p->diag, line, "%s: a key appears twice in the operation", p->what);
+
+        for (size_t i = 0; i < req.n_pairs; i++) {
+                const ProtoPair *pair = &req.pairs[i];
+                r = rule_draft_add_pattern(&p->draft, pair->key.ptr, pair->key.len, pair->value.ptr,
+                                           pair->value.len);
+                if (r < 0)
+                        return diag_add(p->diag, line, "%s: key '%.*s': %s", p->what, (int) pair->key.len,
+                                        pair->key.ptr,
+                                        r == -E2BIG    ? "too many keys"
+                                        : r == -EEXIST ? "appears twice"
+                                                       : "empty or too long");
+        }
+        p->section_ok = true;
+        snprintf(p->what, sizeof p->what, "rule %s", rule_draft_describe(&p->draft, desc, sizeof desc));
+        return remember_section(p, &req, line);
+}
+
 static int parse_header(IniParser *p, char *s, size_t n, unsigned line) {
         size_t close = 0;
         bool quoted = false;
@@ -220,28 +249,7 @@ static int parse_header(IniParser *p, char *s, size_t n, unsigned line) {
                 return remember_section(p, &none, line);
         }
 
-        ProtoRequest req;
-        r = proto_parse_pairs(content, len, RULE_PATTERNS_MAX, &req);
-        if (r < 0)
-                return diag_add(p->diag, line, "%s: invalid operation: %s", p->what, req.error_reason);
-        if (count_pairs(content, len) != req.n_pairs)
-                return diag_add(p->diag, line, "%s: a key appears twice in the operation", p->what);
-
-        for (size_t i = 0; i < req.n_pairs; i++) {
-                const ProtoPair *pair = &req.pairs[i];
-                r = rule_draft_add_pattern(&p->draft, pair->key.ptr, pair->key.len, pair->value.ptr,
-                                           pair->value.len);
-                if (r < 0)
-                        return diag_add(p->diag, line, "%s: key '%.*s': %s", p->what, (int) pair->key.len,
-                                        pair->key.ptr,
-                                        r == -E2BIG    ? "too many keys"
-                                        : r == -EEXIST ? "appears twice"
-                                                       : "empty or too long");
-        }
-        p->section_ok = true;
-        char desc[RULE_DESCRIBE_MAX];
-        snprintf(p->what, sizeof p->what, "rule %s", rule_draft_describe(&p->draft, desc, sizeof desc));
-        return remember_section(p, &req, line);
+        return parse_operation(p, content, len, line);
 }
 
 static int parse_key_value(IniParser *p, char *s, size_t n, unsigned line) {
@@ -293,7 +301,7 @@ static int parse_key_value(IniParser *p, char *s, size_t n, unsigned line) {
         *key_end = '\0';
         *v_end = '\0';
 
-        r = config_draft_set(&p->draft, p->section_ok ? NULL : p->what, s, v, line, p->diag);
+        r = rule_draft_set_diag(&p->draft, p->section_ok ? NULL : p->what, s, v, line, p->diag);
         /* Other failures are in diag already, which is how the caller knows. */
         return r == -ENOMEM ? r : 0;
 }

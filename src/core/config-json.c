@@ -39,6 +39,20 @@ typedef struct RuleStrings {
         char patterns[RULE_PATTERNS_MAX][JSON_NUMBER_MAX];
 } RuleStrings;
 
+/* Appends line to the growing array *lines. Returns 0 or -ENOMEM (*lines unchanged). */
+static int push_line(unsigned **lines, size_t *n, size_t *allocated, unsigned line) {
+        if (*n == *allocated) {
+                size_t a = *allocated ? *allocated * 2 : 64;
+                unsigned *l = realloc(*lines, a * sizeof(unsigned));
+                if (!l)
+                        return -ENOMEM;
+                *lines = l;
+                *allocated = a;
+        }
+        (*lines)[(*n)++] = line;
+        return 0;
+}
+
 /* Lines of every JSON value of a valid document, in document order. Sets
  * *ret_nul_line if a string contains \u0000, which cJSON would silently
  * truncate at. */
@@ -105,19 +119,10 @@ static int scan_value_lines(const char *t, size_t len, unsigned **ret, size_t *r
                         break;
                 }
 
-                if (!record)
-                        continue;
-                if (n == allocated) {
-                        size_t a = allocated ? allocated * 2 : 64;
-                        unsigned *l = realloc(lines, a * sizeof(unsigned));
-                        if (!l) {
-                                free(lines);
-                                return -ENOMEM;
-                        }
-                        lines = l;
-                        allocated = a;
+                if (record && push_line(&lines, &n, &allocated, start) < 0) {
+                        free(lines);
+                        return -ENOMEM;
                 }
-                lines[n++] = start;
         }
         *ret = lines;
         *ret_n = n;
@@ -245,24 +250,14 @@ static int parse_operation(JsonParser *p, const cJSON *op, const char *what, boo
         return 0;
 }
 
-/* One rule object; where names it in messages until its operation is known
- * ("overrides[2]"), then it is "rule [method=GET]" like in rules.c's messages. */
-static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool is_default) {
-        char what[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX];
+/* The rule's "operation" member, wherever it is among the others, into d. Clears *ok
+ * if it is missing (the default rule may leave it out), repeated or invalid. Returns 0
+ * or -ENOMEM. */
+static int parse_rule_operation(JsonParser *p, const cJSON *item, const char *what, bool is_default,
+                                RuleDraft *d, RuleStrings *strings, bool *ok) {
         const cJSON *operation = NULL;
-        RuleStrings strings;
-        RuleDraft d;
-        bool ok = true;
         int r = 0;
 
-        rule_draft_init(&d, line_of(p, item));
-        d.is_default = is_default;
-        snprintf(what, sizeof what, "%s", where);
-
-        if (!cJSON_IsObject(item))
-                return diag_add(p->diag, d.line, "%s: expected an object, got %s", what, type_name(item));
-
-        /* The operation first, wherever it is, so that messages can name the rule. */
         for (const cJSON *m = item->child; m; m = m->next) {
                 if (strcmp(m->string, "operation") != 0)
                         continue;
@@ -272,21 +267,26 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                                      line_of(p, operation));
                 else {
                         operation = m;
-                        r = parse_operation(p, m, what, is_default, &d, &strings, &ok);
+                        r = parse_operation(p, m, what, is_default, d, strings, ok);
                 }
                 if (r < 0)
                         return r;
         }
         if (!operation && !is_default) {
-                ok = false;
-                r = diag_add(p->diag, d.line, "%s: missing \"operation\" (use {} to match every request)",
-                             what);
-                if (r < 0)
-                        return r;
+                *ok = false;
+                return diag_add(p->diag, d->line,
+                                "%s: missing \"operation\" (use {} to match every request)", what);
         }
-        bool operation_ok = ok;
-        if (operation_ok)
-                snprintf(what, sizeof what, "rule %s", rule_draft_describe(&d, desc, sizeof desc));
+        return 0;
+}
+
+/* Every member of the rule but "operation", as attributes of d: JSON numbers are
+ * stringified for rules.c, which checks every value. what names the rule in messages;
+ * named_by_what: d's operation could not be read, so rules.c must use what too
+ * instead of describing d. Clears *ok on any problem. Returns 0 or -ENOMEM. */
+static int parse_rule_attributes(JsonParser *p, const cJSON *item, const char *what, bool named_by_what,
+                                 RuleDraft *d, RuleStrings *strings, bool *ok) {
+        int r = 0;
 
         for (const cJSON *m = item->child; m; m = m->next) {
                 unsigned line = line_of(p, m);
@@ -303,7 +303,7 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                         /* unknown names too: rule_draft_set_diag() words that message */
                         v = cJSON_IsString(m) ? m->valuestring : "";
                 else if (cJSON_IsNumber(m) && (a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS))
-                        v = format_number(m->valuedouble, strings.attrs[a]);
+                        v = format_number(m->valuedouble, strings->attrs[a]);
                 else
                         r = diag_add(p->diag, line, "%s: %s: expected %s, got %s", what, m->string,
                                      a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS
@@ -313,17 +313,46 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
                 if (r < 0)
                         return r;
                 if (!v) {
-                        ok = false;
+                        *ok = false;
                         continue;
                 }
-                r = config_draft_set(&d, operation_ok ? NULL : what, m->string, v, line, p->diag);
+                r = rule_draft_set_diag(d, named_by_what ? what : NULL, m->string, v, line, p->diag);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0)
-                        ok = false;
+                        *ok = false;
                 r = 0;
         }
+        return 0;
+}
 
+/* One rule object; where names it in messages until its operation is known
+ * ("overrides[2]"), then it is "rule [method=GET]" like in rules.c's messages. */
+static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool is_default) {
+        char what[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX];
+        RuleStrings strings;
+        RuleDraft d;
+        bool ok = true;
+        int r;
+
+        rule_draft_init(&d, line_of(p, item));
+        d.is_default = is_default;
+        snprintf(what, sizeof what, "%s", where);
+
+        if (!cJSON_IsObject(item))
+                return diag_add(p->diag, d.line, "%s: expected an object, got %s", what, type_name(item));
+
+        /* The operation first, so that messages about the attributes can name the rule. */
+        r = parse_rule_operation(p, item, what, is_default, &d, &strings, &ok);
+        if (r < 0)
+                return r;
+        bool operation_ok = ok;
+        if (operation_ok)
+                snprintf(what, sizeof what, "rule %s", rule_draft_describe(&d, desc, sizeof desc));
+
+        r = parse_rule_attributes(p, item, what, !operation_ok, &d, &strings, &ok);
+        if (r < 0)
+                return r;
         if (!ok)
                 return 0;
         r = ruleset_add(p->rs, &d, p->diag);
@@ -331,9 +360,19 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
         return r == -ENOMEM ? r : 0;
 }
 
+/* 1-based line number of text[offset]: for what cJSON reports as a position. */
+static unsigned text_line_of(const char *text, size_t offset) {
+        unsigned line = 1;
+
+        for (size_t i = 0; i < offset; i++)
+                if (text[i] == '\n')
+                        line++;
+        return line;
+}
+
 static int report_syntax_error(JsonParser *p, const char *text, size_t len, const char *at) {
         size_t offset = at && at >= text && at <= text + len ? (size_t) (at - text) : len;
-        unsigned line = config_line_of(text, offset);
+        unsigned line = text_line_of(text, offset);
         size_t bol = offset;
 
         while (bol > 0 && text[bol - 1] != '\n')
@@ -409,7 +448,7 @@ int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
 
         const char *nul = memchr(text, '\0', len);
         if (nul) {
-                r = diag_add(p.diag, config_line_of(text, (size_t) (nul - text)), "NUL byte in file");
+                r = diag_add(p.diag, text_line_of(text, (size_t) (nul - text)), "NUL byte in file");
                 return r < 0 ? r : -EINVAL;
         }
 

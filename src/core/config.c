@@ -33,51 +33,18 @@ static ConfigFormat config_format_from_path(const char *path) {
         return _CONFIG_FORMAT_INVALID;
 }
 
-/* Reads a whole regular file of at most max_size bytes into a NUL-terminated
- * buffer the caller frees. Errors go to diag. */
-static int read_config_file(const char *path, size_t max_size, char **ret, size_t *ret_len, Diag *diag) {
-        struct stat st;
-        char *buf = NULL;
-        size_t len = 0;
-        int fd, r;
+/* Reads fd to its end into a NUL-terminated buffer the caller frees, never more than
+ * max_size bytes: the file may change size after fstat(), so size (what fstat() said)
+ * is only where to start. Errors go to diag. */
+static int read_all_limited(int fd, size_t size, size_t max_size, char **ret, size_t *ret_len, Diag *diag) {
+        /* One spare byte beyond the NUL lets us see EOF without growing. */
+        size_t allocated = size + 2, len = 0;
+        char *buf;
+        int r;
 
-        /* O_NONBLOCK: opening a FIFO must not wait for a writer; we refuse it below. */
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0) {
-                r = -errno;
-                (void) diag_add(diag, 0, "cannot open: %s", strerror(-r));
-                return r;
-        }
-        if (fstat(fd, &st) < 0) {
-                r = -errno;
-                (void) diag_add(diag, 0, "cannot stat: %s", strerror(-r));
-                goto fail;
-        }
-        if (S_ISDIR(st.st_mode)) {
-                r = -EISDIR;
-                (void) diag_add(diag, 0, "is a directory, expected a rules file");
-                goto fail;
-        }
-        if (!S_ISREG(st.st_mode)) {
-                r = -EBADFD;
-                (void) diag_add(diag, 0, "not a regular file (a FIFO, socket or device?)");
-                goto fail;
-        }
-        if ((uintmax_t) st.st_size > max_size) {
-                r = -EFBIG;
-                (void) diag_add(diag, 0, "file too large (%jd bytes, limit %zu)", (intmax_t) st.st_size,
-                                max_size);
-                goto fail;
-        }
-
-        /* The size may change under us: read until EOF, but never past max_size.
-         * One spare byte beyond the NUL lets us see EOF without growing. */
-        size_t allocated = (size_t) st.st_size + 2;
         buf = malloc(allocated);
-        if (!buf) {
-                r = -ENOMEM;
-                goto fail;
-        }
+        if (!buf)
+                return -ENOMEM;
         for (;;) {
                 if (len + 1 >= allocated) {
                         if (len >= max_size) {
@@ -108,13 +75,43 @@ static int read_config_file(const char *path, size_t max_size, char **ret, size_
                 len += (size_t) k;
         }
         buf[len] = '\0';
-        close(fd);
         *ret = buf;
         *ret_len = len;
         return 0;
 
 fail:
         free(buf);
+        return r;
+}
+
+/* Reads a whole regular file of at most max_size bytes into a NUL-terminated
+ * buffer the caller frees. Errors go to diag. */
+static int read_config_file(const char *path, size_t max_size, char **ret, size_t *ret_len, Diag *diag) {
+        struct stat st;
+        int fd, r;
+
+        /* O_NONBLOCK: opening a FIFO must not wait for a writer; we refuse it below. */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0) {
+                r = -errno;
+                (void) diag_add(diag, 0, "cannot open: %s", strerror(-r));
+                return r;
+        }
+        if (fstat(fd, &st) < 0) {
+                r = -errno;
+                (void) diag_add(diag, 0, "cannot stat: %s", strerror(-r));
+        } else if (S_ISDIR(st.st_mode)) {
+                r = -EISDIR;
+                (void) diag_add(diag, 0, "is a directory, expected a rules file");
+        } else if (!S_ISREG(st.st_mode)) {
+                r = -EBADFD;
+                (void) diag_add(diag, 0, "not a regular file (a FIFO, socket or device?)");
+        } else if ((uintmax_t) st.st_size > max_size) {
+                r = -EFBIG;
+                (void) diag_add(diag, 0, "file too large (%jd bytes, limit %zu)", (intmax_t) st.st_size,
+                                max_size);
+        } else
+                r = read_all_limited(fd, (size_t) st.st_size, max_size, ret, ret_len, diag);
         close(fd);
         return r;
 }
@@ -160,40 +157,6 @@ finish:
 
 int config_load(const char *path, RuleSet **ret, Diag *diag) {
         return config_load_limited(path, CONFIG_FILE_MAX, ret, diag);
-}
-
-unsigned config_line_of(const char *text, size_t offset) {
-        unsigned line = 1;
-
-        for (size_t i = 0; i < offset; i++)
-                if (text[i] == '\n')
-                        line++;
-        return line;
-}
-
-int config_draft_set(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
-                     Diag *diag) {
-        int r, q;
-
-        if (!what)
-                return rule_draft_set_diag(d, name, value, line, diag);
-
-        r = rule_draft_set(d, name, value, line);
-        if (r == -ENOENT) {
-                const char *suggestion = rule_attr_suggest(name);
-                if (suggestion)
-                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (did you mean \"%s\"?)",
-                                     what, name, suggestion);
-                else
-                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (accepted: %s)", what,
-                                     name, rule_attr_names());
-        } else if (r == -EEXIST) {
-                RuleAttr a = rule_attr_from_string(name);
-                q = diag_add(diag, line, "%s sets %s twice (first on line %u)", what, name,
-                             d->attr_lines[a]);
-        } else
-                return r;
-        return q < 0 ? q : r;
 }
 
 /* ---- dump ---- */

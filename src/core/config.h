@@ -6,6 +6,8 @@
  * extension (".ini" -> config-ini.c, ".json" -> config-json.c), and writes a
  * RuleSet back out as normalized JSON (--dump-config).
  * Pure apart from reading the one file; never logs: every problem goes to diag.
+ * Calls go one way: config.c calls the loaders, the loaders call down into rules.c
+ * (drafts and their messages), never back into config.c (tests/check-layout.sh).
  */
 
 #include <stdio.h>
@@ -21,7 +23,8 @@
 /* Loads and validates path. Returns 0 and a finalized set in *ret, or a negative
  * errno with every problem in diag (which the caller has diag_init()ed with path):
  * -EINVAL invalid content, -EPROTONOSUPPORT unknown extension, -EFBIG too large,
- * or the errno of open/read. *ret is untouched on failure. */
+ * -EISDIR a directory, -EBADFD not a regular file (FIFO, socket, device), -ENOMEM,
+ * or the errno of open/fstat/read. *ret is untouched on failure. */
 int config_load(const char *path, RuleSet **ret, Diag *diag);
 
 /* Format loaders, on a NUL-terminated buffer of len bytes (for tests and fuzzers):
@@ -31,23 +34,14 @@ int config_ini_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
 int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
 
 /* Writes {"overrides": [...], "default": {...}} — a file config_json_parse() reads
- * back into an equal RuleSet. Returns 0 or -ENOMEM / -EIO. */
+ * back into an equal RuleSet. Returns 0, -EINVAL if rs does not end with a default
+ * rule (the format has no place for anything else there; a finalized set always
+ * does), or -EIO if writing to f failed. */
 int config_dump_json(const RuleSet *rs, FILE *f);
 
 /* One-line summary for --check-config and logs, into buf; returns buf:
  * "12 rules (2 canary, 3 with actor, 1 labelled)". */
 const char *config_summary(const RuleSet *rs, char *buf, size_t size);
 
-/* ---- internal to config*.c ---- */
-
 /* config_load() with another size limit (tests use a small one). */
 int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag);
-
-/* 1-based line number of text[offset]. */
-unsigned config_line_of(const char *text, size_t offset);
-
-/* rule_draft_set_diag(), but for a draft whose operation could not be read:
- * messages then name the rule by what ("overrides[3]", "section [a==b]"), since
- * the draft alone would describe itself as "[default]". */
-int config_draft_set(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
-                     Diag *diag);

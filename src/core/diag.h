@@ -3,7 +3,8 @@
 
 /*
  * diag.c: a list of configuration error messages, each naming file, line and
- * reason ("rules.ini:12: rule [method=GET]: creditLimit: not a non-negative integer").
+ * reason ('rules.ini:12: rule [method=GET] creditLimit "x" is not a non-negative decimal
+ * integer').
  * Loaders and the rule validator append; callers print or log them all at once,
  * so one run of --check-config reports every error, not just the first.
  */
@@ -26,7 +27,8 @@ typedef struct Diag {
 void diag_init(Diag *d, const char *file);
 void diag_done(Diag *d);
 
-/* Appends "FILE:LINE: <formatted>" (line 0: "FILE: ..."). Returns 0 or -ENOMEM. */
+/* Appends "FILE:LINE: <formatted>" (line 0: "FILE: ..."; no file: "<config>").
+ * Past DIAG_MAX messages it only counts. Returns 0 or -ENOMEM. */
 int diag_add(Diag *d, unsigned line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 size_t diag_count(const Diag *d); /* n_messages + n_dropped */

@@ -49,7 +49,7 @@ typedef struct ProtoRequest {
         ProtoCommand command;
         size_t n_pairs; /* distinct keys, in order of first appearance */
         ProtoPair pairs[PROTO_PAIRS_MAX];
-        /* Set when proto_parse_line() fails: */
+        /* Set when proto_parse_line() or proto_parse_pairs() fails: */
         ProtoErrorCode error_code;
         const char *error_reason; /* static string, never NULL after a failure */
 } ProtoRequest;
@@ -83,7 +83,9 @@ int proto_parse_line(const char *line, size_t len, size_t max_pairs, ProtoReques
  * ret->command is set to _PROTO_COMMAND_INVALID (there is none). */
 int proto_parse_pairs(const char *text, size_t len, size_t max_pairs, ProtoRequest *ret);
 
-/* Returns the pair's value for key, or NULL if absent. */
+/* Returns the pair's value for key (compared bytewise over key_len), or NULL if
+ * absent or key_len is 0 (keys are never empty). The one lookup of a key in a
+ * request: rules.c matches with it on every HIT. */
 const ProtoSlice *proto_request_get(const ProtoRequest *req, const char *key, size_t key_len);
 
 /* Formats "OK true|false <credit> <reset>\n" into buf (at least PROTO_REPLY_MAX bytes);

@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "hash.h"
+#include "number.h"
 
 #define EXCERPT_MAX 64 /* bytes of a user-supplied value quoted in a message */
 
@@ -114,27 +115,6 @@ static const char *excerpt(const char *s, char buf[static EXCERPT_MAX + 4]) {
                 memcpy(buf + n, "...", 3), n += 3;
         buf[n] = '\0';
         return buf;
-}
-
-/* Strict non-negative decimal: digits only (leading zeros allowed, "007" is 7), no
- * sign, space, fraction, exponent or base prefix. -EINVAL if malformed, -ERANGE if
- * above max (never wraps). */
-static int parse_uint(const char *s, uint64_t max, uint64_t *ret) {
-        uint64_t v = 0;
-
-        if (!s || !*s)
-                return -EINVAL;
-        for (const char *p = s; *p; p++)
-                if (*p < '0' || *p > '9')
-                        return -EINVAL;
-        for (const char *p = s; *p; p++) {
-                unsigned d = (unsigned) (*p - '0');
-                if (v > (max - d) / 10)
-                        return -ERANGE;
-                v = v * 10 + d;
-        }
-        *ret = v;
-        return 0;
 }
 
 static bool label_is_valid(const char *s) {
@@ -312,31 +292,37 @@ int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned l
         return 0;
 }
 
-int rule_draft_set_diag(RuleDraft *d, const char *name, const char *value, unsigned line, Diag *diag) {
-        char desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
+static unsigned attr_line(const RuleDraft *d, RuleAttr a) {
+        return d->attr_lines[a] ? d->attr_lines[a] : d->line;
+}
+
+int rule_draft_set_diag(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
+                        Diag *diag) {
+        char who[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
         const char *suggestion;
         int r, q;
 
         r = rule_draft_set(d, name, value, line);
-        if (r >= 0)
+        if (r >= 0 || !diag)
                 return r;
 
-        rule_draft_describe(d, desc, sizeof desc);
+        if (what)
+                snprintf(who, sizeof who, "%s", what);
+        else
+                snprintf(who, sizeof who, "rule %s", rule_draft_describe(d, desc, sizeof desc));
         if (r == -ENOENT) {
                 suggestion = rule_attr_suggest(name);
                 if (suggestion)
-                        q = report(diag, line, desc,
-                                   "has an unknown attribute \"%s\" (did you mean \"%s\"?)",
-                                   excerpt(name ? name : "", ex), suggestion);
+                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (did you mean \"%s\"?)",
+                                     who, excerpt(name ? name : "", ex), suggestion);
                 else
-                        q = report(diag, line, desc, "has an unknown attribute \"%s\" (accepted: %s)",
-                                   excerpt(name ? name : "", ex), rule_attr_names());
-        } else if (r == -EEXIST) {
-                RuleAttr a = rule_attr_from_string(name);
-                unsigned first = d->attr_lines[a] ? d->attr_lines[a] : d->line;
-                q = report(diag, line, desc, "sets %s twice (first on line %u)", name, first);
-        } else
-                q = report(diag, line, desc, "has no value for %s", name);
+                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (accepted: %s)", who,
+                                     excerpt(name ? name : "", ex), rule_attr_names());
+        } else if (r == -EEXIST)
+                q = diag_add(diag, line, "%s sets %s twice (first on line %u)", who, name,
+                             attr_line(d, rule_attr_from_string(name)));
+        else
+                q = diag_add(diag, line, "%s has no value for %s", who, name ? name : "");
         return q < 0 ? q : r;
 }
 
@@ -446,18 +432,10 @@ bool rule_pattern_match(const RulePattern *p, const char *v, size_t len) {
         }
 }
 
-static const ProtoSlice *request_get(const ProtoRequest *req, const char *key, size_t key_len) {
-        size_t n = req->n_pairs < PROTO_PAIRS_MAX ? req->n_pairs : PROTO_PAIRS_MAX;
-        for (size_t i = 0; i < n; i++)
-                if (slice_eq(req->pairs[i].key.ptr, req->pairs[i].key.len, key, key_len))
-                        return &req->pairs[i].value;
-        return NULL;
-}
-
 static bool rule_matches(const Rule *r, const ProtoRequest *req) {
         for (size_t i = 0; i < r->n_patterns; i++) {
                 const RulePattern *p = &r->patterns[i];
-                const ProtoSlice *v = request_get(req, p->key, p->key_len);
+                const ProtoSlice *v = proto_request_get(req, p->key, p->key_len);
                 if (!v || !rule_pattern_match(p, v->ptr, v->len))
                         return false;
         }
@@ -467,7 +445,7 @@ static bool rule_matches(const Rule *r, const ProtoRequest *req) {
 ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
         if (!r->actor_field)
                 return (ProtoSlice){ NULL, 0 };
-        const ProtoSlice *v = request_get(req, r->actor_field, r->actor_field_len);
+        const ProtoSlice *v = proto_request_get(req, r->actor_field, r->actor_field_len);
         if (!v || !v->ptr)
                 return (ProtoSlice){ "", 0 };
         return *v;
@@ -590,10 +568,6 @@ RuleSet *ruleset_free(RuleSet *rs) {
         return NULL;
 }
 
-static unsigned attr_line(const RuleDraft *d, RuleAttr a) {
-        return d->attr_lines[a] ? d->attr_lines[a] : d->line;
-}
-
 /* Parses a required number attribute. Returns 1 if valid, 0 if reported, -ENOMEM. */
 static int draft_number(const RuleDraft *d, RuleAttr a, uint64_t max, const char *desc, Diag *diag,
                         uint64_t *ret) {
@@ -604,7 +578,7 @@ static int draft_number(const RuleDraft *d, RuleAttr a, uint64_t max, const char
         if (!s)
                 r = report(diag, d->line, desc, "has no %s (it is required)", name);
         else {
-                r = parse_uint(s, max, ret);
+                r = parse_uint64(s, 0, max, ret);
                 if (r >= 0)
                         return 1;
                 if (r == -ERANGE)
@@ -704,6 +678,57 @@ static int draft_text(const RuleDraft *d, RuleAttr a, bool no_control, const cha
         return q < 0 ? q : 0;
 }
 
+/* actorField: optional, not empty (an empty field would name no actor). Returns 1, 0
+ * if reported, -ENOMEM. */
+static int draft_actor_field(const RuleDraft *d, const char *desc, Diag *diag, Rule *rule) {
+        const char *s = d->attrs[RULE_ATTR_ACTOR_FIELD];
+
+        if (s && s[0] == '\0')
+                return report(diag, attr_line(d, RULE_ATTR_ACTOR_FIELD), desc,
+                              "has an empty actorField (leave it out for one shared counter)")
+                               ?: 0;
+        return draft_text(d, RULE_ATTR_ACTOR_FIELD, false, desc, diag, &rule->actor_field,
+                          &rule->actor_field_len);
+}
+
+/* matchPolicy: optional, stop by default; a default rule must stop (it is the last
+ * word for the requests nothing else matches). Returns 1, 0 if reported, -ENOMEM. */
+static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, MatchPolicy *ret) {
+        char ex[EXCERPT_MAX + 4];
+        const char *s = d->attrs[RULE_ATTR_MATCH_POLICY];
+        MatchPolicy p = MATCH_POLICY_STOP;
+
+        if (s) {
+                p = match_policy_from_string(s);
+                if (p < 0)
+                        return report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
+                                      "has an unknown matchPolicy \"%s\" (accepted: stop, canary)",
+                                      excerpt(s, ex))
+                                       ?: 0;
+        }
+        *ret = p;
+        if (d->n_patterns == 0 && p != MATCH_POLICY_STOP)
+                return report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
+                              "is a default rule (empty operation) and must have matchPolicy stop")
+                               ?: 0;
+        return 1;
+}
+
+/* label: optional, ^[a-zA-Z0-9_-]{1,255}$ (it names metrics series). Returns 1, 0 if
+ * reported, -ENOMEM. */
+static int draft_label(const RuleDraft *d, const char *desc, Diag *diag, Rule *rule) {
+        char ex[EXCERPT_MAX + 4];
+        const char *s = d->attrs[RULE_ATTR_LABEL];
+
+        rule->label_line = s ? attr_line(d, RULE_ATTR_LABEL) : 0;
+        if (s && !label_is_valid(s))
+                return report(diag, attr_line(d, RULE_ATTR_LABEL), desc,
+                              "has an invalid label \"%s\": use 1 to %d of a-z A-Z 0-9 _ -", excerpt(s, ex),
+                              RULE_LABEL_MAX)
+                               ?: 0;
+        return draft_text(d, RULE_ATTR_LABEL, true, desc, diag, &rule->label, NULL);
+}
+
 static int ruleset_grow(RuleSet *rs) {
         if (rs->n_rules < rs->n_allocated)
                 return 0;
@@ -717,7 +742,7 @@ static int ruleset_grow(RuleSet *rs) {
 }
 
 int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
-        char desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
+        char desc[RULE_DESCRIBE_MAX];
         Rule rule = { .line = d->line, .match_policy = MATCH_POLICY_STOP };
         bool ok = true;
         int q;
@@ -750,38 +775,9 @@ int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
         CHECK(draft_number(d, RULE_ATTR_RESET_SECONDS, RULE_RESET_SECONDS_MAX, desc, diag,
                            &rule.reset_seconds));
 
-        if (d->attrs[RULE_ATTR_ACTOR_FIELD] && d->attrs[RULE_ATTR_ACTOR_FIELD][0] == '\0')
-                CHECK(report(diag, attr_line(d, RULE_ATTR_ACTOR_FIELD), desc,
-                             "has an empty actorField (leave it out for one shared counter)")
-                              ?: 0);
-        else
-                CHECK(draft_text(d, RULE_ATTR_ACTOR_FIELD, false, desc, diag, &rule.actor_field,
-                                 &rule.actor_field_len));
-
-        if (d->attrs[RULE_ATTR_MATCH_POLICY]) {
-                MatchPolicy p = match_policy_from_string(d->attrs[RULE_ATTR_MATCH_POLICY]);
-                if (p < 0)
-                        CHECK(report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                                     "has an unknown matchPolicy \"%s\" (accepted: stop, canary)",
-                                     excerpt(d->attrs[RULE_ATTR_MATCH_POLICY], ex))
-                                      ?: 0);
-                else
-                        rule.match_policy = p;
-        }
-        if (d->n_patterns == 0 && rule.match_policy != MATCH_POLICY_STOP)
-                CHECK(report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                             "is a default rule (empty operation) and must have matchPolicy stop")
-                              ?: 0);
-
-        if (d->attrs[RULE_ATTR_LABEL] && !label_is_valid(d->attrs[RULE_ATTR_LABEL]))
-                CHECK(report(diag, attr_line(d, RULE_ATTR_LABEL), desc,
-                             "has an invalid label \"%s\": use 1 to %d of a-z A-Z 0-9 _ -",
-                             excerpt(d->attrs[RULE_ATTR_LABEL], ex), RULE_LABEL_MAX)
-                              ?: 0);
-        else
-                CHECK(draft_text(d, RULE_ATTR_LABEL, true, desc, diag, &rule.label, NULL));
-        rule.label_line = d->attrs[RULE_ATTR_LABEL] ? attr_line(d, RULE_ATTR_LABEL) : 0;
-
+        CHECK(draft_actor_field(d, desc, diag, &rule));
+        CHECK(draft_match_policy(d, desc, diag, &rule.match_policy));
+        CHECK(draft_label(d, desc, diag, &rule));
         CHECK(draft_text(d, RULE_ATTR_COMMENT, true, desc, diag, &rule.comment, NULL));
 #undef CHECK
 
@@ -987,10 +983,10 @@ fail:
         return r;
 }
 
-/* Walks, in rule order, the rules of rs that may match req (those under req's
- * value of the index key, merged with the others), up to but excluding rule
- * index limit; calls visit on each one that matches req. Stops when visit returns
- * true. Returns the index of that rule, or SIZE_MAX. */
+/* A walk, in config order, over the rules that may match a request: those listed
+ * under the request's value of the index key, merged with the others (rules without
+ * an exact pattern on that key). It yields candidates only: the caller checks each
+ * with rule_matches() and decides when to stop (ruleset_match(), check_reachable()). */
 typedef struct MatchWalk {
         const uint32_t *cand;
         size_t n_cand, i_cand, i_other;
@@ -1000,7 +996,7 @@ static void match_walk_init(const RuleIndex *ix, const ProtoRequest *req, MatchW
         *w = (MatchWalk){};
         if (!ix->key)
                 return;
-        const ProtoSlice *v = request_get(req, ix->key, ix->key_len);
+        const ProtoSlice *v = proto_request_get(req, ix->key, ix->key_len);
         if (!v)
                 return;
         const IndexSlot *s = index_lookup(ix, v->ptr, v->len);

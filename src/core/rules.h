@@ -5,9 +5,9 @@
  * rules.c: the configuration model (an ordered list of rules), its validation,
  * and the matcher that maps a parsed HIT request to the rules that apply.
  *
- * Pure code: no I/O beyond building a RuleSet from RuleDrafts handed in by the
- * loaders (config-ini.c, config-json.c). A finished RuleSet is immutable; the
- * server swaps whole RuleSets on reload.
+ * Pure code, no I/O: the loaders (config-ini.c, config-json.c) hand in RuleDrafts,
+ * and every check of a value lives here, once. A finalized RuleSet is immutable;
+ * the server swaps whole RuleSets on reload.
  */
 
 #include <errno.h>
@@ -131,8 +131,8 @@ int rule_draft_add_pattern(RuleDraft *d, const char *key, size_t key_len, const 
 
 /* Sets a rule attribute by its config name (creditLimit, resetSeconds, actorField,
  * matchPolicy, label, comment; exact case). Errors: -ENOENT unknown name (a typo like
- * "creditlimit" must not silently become 0), -EEXIST set twice. The string must stay
- * valid until ruleset_add(). */
+ * "creditlimit" must not silently become 0), -EINVAL value NULL, -EEXIST set twice.
+ * The string must stay valid until ruleset_add(). */
 int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned line);
 
 int ruleset_new(const char *source, RuleSet **ret);
@@ -143,14 +143,17 @@ static inline void ruleset_freep(RuleSet **rs) {
 }
 
 /* Validates one draft and appends it as a Rule (copying all strings). On invalid
- * input appends every problem to diag ("rule [op] (line N): reason") and returns
- * -EINVAL; the rule is not added. -ENOMEM on allocation failure. */
+ * input appends every problem to diag (which may be NULL), each as
+ * "FILE:LINE: rule [op] <reason>" at the line of the attribute at fault (else of the
+ * rule), and returns -EINVAL; the rule is not added. -EINVAL too for the rule after
+ * RULES_MAX. -EBUSY if rs is finalized, -ENOMEM on allocation failure. */
 int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag);
 
-/* Whole-config checks, then builds the match index: at least one rule; last rule
- * is a default (empty operation) with policy stop; no unreachable rule (shadowed
- * by an earlier stop rule); unique labels; at most RULES_CANARY_MAX canaries.
- * Returns 0, -EINVAL with messages in diag, or -ENOMEM. */
+/* Whole-config checks, then builds the match index: at least one rule; the last rule,
+ * and only it, is a default (empty operation; ruleset_add() made it policy stop); no
+ * unreachable rule (shadowed by an earlier stop rule); unique labels; at most
+ * RULES_CANARY_MAX canaries. Returns 0, -EINVAL with messages in diag (which may be
+ * NULL), -EBUSY if already finalized, or -ENOMEM. */
 int ruleset_finalize(RuleSet *rs, Diag *diag);
 
 /* Rules a request touches, in config order: every matching canary rule before the
@@ -160,7 +163,7 @@ int ruleset_finalize(RuleSet *rs, Diag *diag);
  * walk every rule of a large config. */
 size_t ruleset_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]);
 
-/* True if pattern p matches value v (exposed for tests and the validator). */
+/* True if pattern p matches value v[0..len) (v NULL: the empty value); exposed for tests. */
 bool rule_pattern_match(const RulePattern *p, const char *v, size_t len);
 
 /* The actor of a request for rule r: the value of r->actor_field, "" when the
@@ -173,7 +176,7 @@ const char *rule_describe(const Rule *r, char *buf, size_t size);
 const char *match_policy_to_string(MatchPolicy p);
 MatchPolicy match_policy_from_string(const char *s);
 
-/* Helpers for loaders and --debug output (added by the rules module). */
+/* Helpers for the loaders' messages and --debug output. */
 
 #define RULE_DESCRIBE_MAX                                                                                   \
         256 /* bytes: buffer for rule_describe() in messages; longer                                        \
@@ -189,12 +192,35 @@ const char *rule_attr_suggest(const char *s);
 /* rule_describe() for a draft: its patterns so far, keys sorted, or "[default]". */
 const char *rule_draft_describe(const RuleDraft *d, char *buf, size_t size);
 
-/* rule_draft_set() that also reports a failure into diag at line, in the same format
- * as ruleset_add(): 'rule [op] has an unknown attribute "creditlimit" (did you mean
- * "creditLimit"?)', '... (accepted: creditLimit, ...)', or '... sets label twice
- * (first on line N)'. Returns what rule_draft_set() returns, or -ENOMEM. */
-int rule_draft_set_diag(RuleDraft *d, const char *name, const char *value, unsigned line, Diag *diag);
+/* rule_draft_set() that also reports a failure into diag (which may be NULL) at line,
+ * in the same format as ruleset_add(): 'rule [op] has an unknown attribute "creditlimit"
+ * (did you mean "creditLimit"?)', '... (accepted: creditLimit, ...)', '... sets label
+ * twice (first on line N)' or '... has no value for label'. what, if not NULL, names the
+ * rule instead of "rule [op]": a loader passes it ("overrides[3]", "section [a==b]")
+ * while the operation could not be read, since the draft alone would then describe
+ * itself as "[default]". Returns what rule_draft_set() returns, or -ENOMEM. */
+int rule_draft_set_diag(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
+                        Diag *diag);
 
 /* One line about the match index of a finalized set, for --debug and benchmarks:
  * 'index on "path": 9990 rules under 9990 values, 11 other rules'. */
 const char *ruleset_index_describe(const RuleSet *rs, char *buf, size_t size);
+
+/* What a rule answers without a counter, decided here once for every caller (the batch's
+ * matching, its reply and its canary counts). creditLimit = 0 always denies (the reply is
+ * "OK false 0 -1"), even when resetSeconds is 0 too; otherwise resetSeconds = 0 always
+ * allows ("OK true <creditLimit> 0"). Neither kind touches the store. Inline: the batch asks
+ * it for every matched rule of every request. */
+typedef enum RuleTrivial {
+        RULE_TRIVIAL_NONE,  /* creditLimit > 0 and resetSeconds > 0: its counter decides */
+        RULE_TRIVIAL_DENY,  /* creditLimit = 0 */
+        RULE_TRIVIAL_ALLOW, /* resetSeconds = 0 with creditLimit > 0 */
+} RuleTrivial;
+
+static inline RuleTrivial rule_trivial_decision(const Rule *r) {
+        if (r->credit_limit == 0)
+                return RULE_TRIVIAL_DENY;
+        if (r->reset_seconds == 0)
+                return RULE_TRIVIAL_ALLOW;
+        return RULE_TRIVIAL_NONE;
+}

@@ -51,6 +51,8 @@ ssize_t connection_read(Connection *c) {
                 size_t room = CONNECTION_IN_SIZE - c->in_len;
                 ssize_t n = read(c->fd, c->in + c->in_len, room);
                 if (n > 0) {
+                        if (c->framed && c->frame_result == 0)
+                                c->framed = false; /* the incomplete line may be complete now */
                         c->in_len += (size_t) n;
                         total += (size_t) n;
                         if ((size_t) n < room && !c->peer_shut)
@@ -136,9 +138,35 @@ char *connection_reserve(Connection *c, size_t n) {
 void connection_compact_input(Connection *c) {
         if (c->in_pos == 0)
                 return;
+        /* The framing is relative to in_pos: it stays valid. */
         memmove(c->in, c->in + c->in_pos, c->in_len - c->in_pos);
         c->in_len -= c->in_pos;
         c->in_pos = 0;
+}
+
+void connection_frame(Connection *c) {
+        ProtoSlice line = {};
+
+        c->frame_result = proto_next_line(c->in + c->in_pos, c->in_len - c->in_pos, PROTO_LINE_MAX, &line,
+                                          &c->frame_consumed);
+        c->frame_line_len = line.len;
+        c->framed = true;
+}
+
+bool connection_has_request(Connection *c) {
+        ProtoSlice line;
+        size_t consumed;
+
+        if (c->in_len <= c->in_pos)
+                return false;
+        if (c->eof)
+                return true;
+        return connection_next_line(c, &line, &consumed) != 0;
+}
+
+void connection_drop_input(Connection *c) {
+        c->in_pos = c->in_len = 0;
+        c->framed = false;
 }
 
 int connection_set_events(Connection *c, uint32_t events) {

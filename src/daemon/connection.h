@@ -5,16 +5,16 @@
  * connection.c: one client connection's socket and buffers. An input buffer
  * (fixed, allocated at accept: one maximal line plus read slack) and an output
  * buffer (grown by doubling, never beyond out_max); the syscalls that fill and
- * drain them, EINTR/EAGAIN handled. No policy: the server decides what is
- * read when, and what the bytes mean.
+ * drain them, EINTR/EAGAIN handled; and the framing of the input into lines,
+ * done once per line and remembered until the line is consumed. No policy: the
+ * server decides what is read when, the batch (batch.h) what the lines mean.
  */
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/epoll.h>
-
-#include <systemd/sd-event.h>
+#include <sys/types.h>
 
 #include "core/protocol.h"
 
@@ -25,12 +25,10 @@
 #define CONNECTION_OUT_INITIAL                                                                              \
         (4u * 1024u) /* bytes: first output buffer; enough for a request/response client forever */
 
-typedef struct Server Server;
 typedef struct Connection Connection;
 
 struct Connection {
-        Server *server; /* owner; opaque here */
-        uint64_t id;    /* for log messages */
+        uint64_t id; /* for log messages */
         int fd;
         bool is_tcp;
         int epfd;        /* the server's epoll instance; registered there while events != 0 */
@@ -39,7 +37,13 @@ struct Connection {
         char *in;      /* CONNECTION_IN_SIZE bytes */
         size_t in_len; /* bytes received */
         size_t in_pos; /* bytes consumed by the current batch (compacted after it) */
-        char *out;     /* out_size bytes */
+        /* proto_next_line() of the input at in_pos, kept until in_pos moves (and, for an
+         * incomplete line, until more input arrives): every line is framed once. */
+        bool framed;
+        int frame_result;      /* 1, 0 or -EMSGSIZE */
+        size_t frame_line_len; /* frame_result 1: the line's length without "\n" or "\r\n" */
+        size_t frame_consumed; /* frame_result 1: its length with them */
+        char *out;             /* out_size bytes */
         size_t out_size;
         size_t out_max; /* growth cap */
         size_t out_len; /* bytes of replies */
@@ -65,7 +69,7 @@ struct Connection {
  * not register it with an event loop. Returns 0 or -ENOMEM (fd is not closed then). */
 int connection_new(int fd, bool is_tcp, size_t out_max, Connection **ret);
 
-/* Releases the event source, closes the fd, frees the buffers. Accepts NULL. */
+/* Removes the fd from epfd (if registered), closes it, frees the buffers. Accepts NULL. */
 Connection *connection_free(Connection *c);
 
 /* Reads until EAGAIN, EOF, a full input buffer, or a short read (the socket's queue is
@@ -89,6 +93,36 @@ char *connection_reserve(Connection *c, size_t n);
 
 /* Drops consumed input (in_pos bytes) from the front of the buffer. */
 void connection_compact_input(Connection *c);
+
+/* Frames the input at in_pos into c->frame_*; connection_next_line() calls it when needed. */
+void connection_frame(Connection *c);
+
+/* The next line of input, at in_pos: what proto_next_line() returns for it (1 with
+ * *ret_line pointing into the input buffer and *ret_consumed, 0 for no complete line
+ * yet, -EMSGSIZE for an over-long one), framed only the first time it is asked for.
+ * Inline: it runs for every request. */
+static inline int connection_next_line(Connection *c, ProtoSlice *ret_line, size_t *ret_consumed) {
+        if (!c->framed)
+                connection_frame(c);
+        if (c->frame_result > 0) {
+                *ret_line = (ProtoSlice){ .ptr = c->in + c->in_pos, .len = c->frame_line_len };
+                *ret_consumed = c->frame_consumed;
+        }
+        return c->frame_result;
+}
+
+/* True if the input holds a request to answer: a complete line, an over-long one to
+ * refuse, or (after EOF) an unterminated last line. */
+bool connection_has_request(Connection *c);
+
+/* Marks n bytes of input at in_pos consumed. */
+static inline void connection_consume_input(Connection *c, size_t n) {
+        c->in_pos += n;
+        c->framed = false;
+}
+
+/* Throws away all input received (after an ERR, or when lingering). */
+void connection_drop_input(Connection *c);
 
 static inline size_t connection_unsent(const Connection *c) {
         return c->out_len - c->out_pos;

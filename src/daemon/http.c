@@ -15,6 +15,8 @@
 #include "http.h"
 #include "log.h"
 
+#include "shared/macro.h"
+
 #define HTTP_CONTENT_TYPE_METRICS "text/plain; version=0.0.4; charset=utf-8"
 #define HTTP_CONTENT_TYPE_TEXT    "text/plain; charset=utf-8"
 
@@ -106,15 +108,13 @@ int http_new(const HttpSettings *settings, const Metrics *m, Http **ret, char *e
                 return -EINVAL;
         }
 
-        Http *h = calloc(1, sizeof *h);
+        _cleanup_(http_freep) Http *h = calloc(1, sizeof *h);
         if (!h)
                 return -ENOMEM;
         h->metrics = m;
         h->metrics_path = strdup(settings->metrics_path);
-        if (!h->metrics_path) {
-                free(h);
+        if (!h->metrics_path)
                 return -ENOMEM;
-        }
 
         errno = 0;
         h->daemon =
@@ -128,12 +128,12 @@ int http_new(const HttpSettings *settings, const Metrics *m, Http **ret, char *e
                 if (errbuf)
                         snprintf(errbuf, errbuf_size, "cannot serve HTTP on %s port %u: %s", address,
                                  settings->port, strerror(-r));
-                http_free(h);
                 return r;
         }
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
         h->port = info ? info->port : settings->port;
         *ret = h;
+        h = NULL;
         return 0;
 }
 

@@ -16,6 +16,8 @@
 #include <systemd/sd-daemon.h>
 
 #include "listener.h"
+
+#include "core/number.h"
 #include "log.h"
 
 struct Listener {
@@ -27,23 +29,8 @@ struct Listener {
         bool unlink_path; /* a Unix socket file we created */
         char name[LISTEN_ADDRESS_MAX + 8];
         char path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
-        listener_accept_t cb;
-        void *userdata;
+        Server *server; /* borrowed: takes every connection accepted */
 };
-
-static int parse_port(const char *s, uint16_t *ret) {
-        unsigned long v;
-        char *end;
-
-        if (*s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoul(s, &end, 10);
-        if (errno != 0 || *end != '\0' || v == 0 || v > 65535)
-                return -EINVAL;
-        *ret = (uint16_t) v;
-        return 0;
-}
 
 int listen_address_parse(const char *s, ListenAddress *ret) {
         ListenAddress a = {};
@@ -88,8 +75,10 @@ int listen_address_parse(const char *s, ListenAddress *ret) {
         }
         a.host[host_len] = '\0';
 
-        if (parse_port(colon + 1, &a.port) < 0)
+        uint64_t port;
+        if (parse_uint64(colon + 1, 1, 65535, &port) < 0)
                 return -EINVAL;
+        a.port = (uint16_t) port;
 
         *ret = a;
         return 0;
@@ -172,19 +161,18 @@ static int listener_io_handler(sd_event_source *s, int fd, uint32_t revents, voi
                                 return 0;
                         }
                 }
-                l->cb(l, cfd, l->is_tcp, l->userdata);
+                server_accept(cfd, l->is_tcp, l->server);
         }
         return 0;
 }
 
-static int listener_alloc(sd_event *e, listener_accept_t cb, void *userdata, Listener **ret) {
+static int listener_alloc(sd_event *e, Server *server, Listener **ret) {
         Listener *l = calloc(1, sizeof *l);
         if (!l)
                 return -ENOMEM;
         l->event = sd_event_ref(e);
         l->fd = -EBADF;
-        l->cb = cb;
-        l->userdata = userdata;
+        l->server = server;
         *ret = l;
         return 0;
 }
@@ -327,12 +315,12 @@ fail:
         return r;
 }
 
-int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, listener_accept_t cb, void *userdata,
-                 Listener **ret, char *errbuf, size_t errbuf_size) {
+int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, Server *server, Listener **ret,
+                 char *errbuf, size_t errbuf_size) {
         Listener *l = NULL;
         int r;
 
-        r = listener_alloc(e, cb, userdata, &l);
+        r = listener_alloc(e, server, &l);
         if (r < 0) {
                 snprintf(errbuf, errbuf_size, "out of memory");
                 return r;
@@ -356,8 +344,7 @@ int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, listener
         return 0;
 }
 
-int listener_adopt(sd_event *e, int fd, const char *name, listener_accept_t cb, void *userdata,
-                   Listener **ret) {
+int listener_adopt(sd_event *e, int fd, const char *name, Server *server, Listener **ret) {
         Listener *l = NULL;
         int r, flags;
 
@@ -374,7 +361,7 @@ int listener_adopt(sd_event *e, int fd, const char *name, listener_accept_t cb, 
         if (flags < 0 || fcntl(fd, F_SETFD, flags | FD_CLOEXEC) < 0)
                 return -errno;
 
-        r = listener_alloc(e, cb, userdata, &l);
+        r = listener_alloc(e, server, &l);
         if (r < 0)
                 return r;
         l->fd = fd;

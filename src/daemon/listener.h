@@ -5,7 +5,8 @@
  * listener.c: listening sockets. Parses --listen addresses (pure, tested),
  * creates TCP and Unix listening sockets or adopts the ones systemd passed
  * (socket activation), and accepts connections in a loop per readiness,
- * handing each new fd to a callback (the server).
+ * handing each new fd to the server (server_accept()). The listener calls the
+ * server, never the other way round.
  */
 
 #include <errno.h>
@@ -15,6 +16,8 @@
 #include <sys/un.h>
 
 #include <systemd/sd-event.h>
+
+#include "server.h"
 
 #define LISTEN_ADDRESS_MAX 512 /* bytes: longest --listen argument we accept */
 #define LISTEN_BACKLOG     512 /* pending connections per listener: bursts of reconnecting clients */
@@ -48,20 +51,17 @@ const char *listen_address_to_string(const ListenAddress *a, char *buf, size_t s
 
 typedef struct Listener Listener;
 
-/* Called for every accepted connection; owns fd from then on. is_tcp: set TCP options. */
-typedef void (*listener_accept_t)(Listener *l, int fd, bool is_tcp, void *userdata);
-
 /* Creates, binds and listens (SO_REUSEADDR; Unix: removes a stale socket file only if
- * nothing answers on it, then chmods it to unix_mode). Returns 0 or -errno; on failure
- * a sentence for the operator is in errbuf. */
-int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, listener_accept_t cb, void *userdata,
-                 Listener **ret, char *errbuf, size_t errbuf_size);
+ * nothing answers on it, then chmods it to unix_mode); every connection accepted goes to
+ * server (borrowed: it must outlive the listener). Returns 0 or -errno; on failure a
+ * sentence for the operator is in errbuf. */
+int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, Server *server, Listener **ret,
+                 char *errbuf, size_t errbuf_size);
 
 /* Adopts a socket passed by systemd: checks that it is a listening stream socket,
- * makes it non-blocking. name may be NULL. Returns 0 or -errno (-ENOTSOCK when fd is
- * not a listening stream socket). */
-int listener_adopt(sd_event *e, int fd, const char *name, listener_accept_t cb, void *userdata,
-                   Listener **ret);
+ * makes it non-blocking; connections go to server as with listener_new(). name may be
+ * NULL. Returns 0 or -errno (-ENOTSOCK when fd is not a listening stream socket). */
+int listener_adopt(sd_event *e, int fd, const char *name, Server *server, Listener **ret);
 
 /* Stops accepting, closes the socket and removes a Unix socket file we created. Accepts NULL. */
 Listener *listener_free(Listener *l);

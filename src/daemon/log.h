@@ -4,8 +4,9 @@
 /*
  * log.c: the daemon's logging. One line per message on stderr, prefixed with the
  * sd-daemon priority ("<3>" error, "<4>" warning, "<6>" info, "<7>" debug) so that
- * journald keeps the level. Only the daemon (manager, server, listeners, main)
- * logs; library-like modules report through return codes and Diag lists.
+ * journald keeps the level. Only the daemon (src/daemon/: main, manager, server,
+ * batch, listeners, statsd, http) logs; library-like modules report through return
+ * codes and Diag lists.
  *
  * The *_errno() variants set errno from error (so "%m" prints it) and return
  * -abs(error), for `return log_error_errno(r, "Failed to ...: %m");`.

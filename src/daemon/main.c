@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* main.c: command-line options only; everything else lives in the core library. */
+/* main.c: the divvyd command: its options, the defaults it takes from the environment, and
+ * either a config action (--check-config, --dump-config) or the manager's run. Everything
+ * else lives in the daemon's library. */
 
 #include <errno.h>
 #include <getopt.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/number.h"
 #include "core/diag.h"
 #include "listener.h"
 #include "log.h"
@@ -67,6 +70,16 @@ typedef enum Action {
         ACTION_DUMP_CONFIG,
 } Action;
 
+/* Everything the command line says, before the environment fills in the defaults. */
+typedef struct Options {
+        Action action;
+        ManagerSettings settings;
+        ListenAddress addresses[LISTEN_MAX];
+        size_t n_listen;
+        const char *statsd_port, *http_port; /* checked, converted with the environment's */
+        bool statsd_tcp, allow_root;
+} Options;
+
 /* Loads path and prints every error to stderr. Returns 0 or a negative errno. */
 static int load_rules(const char *path, RuleSet **ret) {
         Diag diag;
@@ -85,20 +98,6 @@ static int load_rules(const char *path, RuleSet **ret) {
 }
 
 /* Decimal unsigned integer in [min, max]. */
-static int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
-        unsigned long long v;
-        char *end;
-
-        if (*s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno != 0 || *end != '\0' || v < min || v > max)
-                return -ERANGE;
-        *ret = v;
-        return 0;
-}
-
 /* Bytes with an optional K, M or G suffix (powers of 1024). */
 static int parse_size(const char *s, uint64_t *ret) {
         unsigned long long v;
@@ -142,30 +141,132 @@ static int usage_error(const char *option, const char *value) {
         return 2;
 }
 
-int main(int argc, char *argv[]) {
-        enum {
-                ARG_VERSION = 0x100,
-                ARG_DUMP_CONFIG,
-                ARG_UNIX_MODE,
-                ARG_MAP_SIZE,
-                ARG_MAP_SIZE_MAX,
-                ARG_SYNC,
-                ARG_SYNC_INTERVAL,
-                ARG_MAX_CONNECTIONS,
-                ARG_IDLE_TIMEOUT,
-                ARG_OUTPUT_LIMIT,
-                ARG_SWEEP_INTERVAL,
-                ARG_DEBUG,
-                ARG_STATSD_HOST,
-                ARG_STATSD_PORT,
-                ARG_STATSD_PREFIX,
-                ARG_STATSD_TCP,
-                ARG_STATSD_INTERVAL,
-                ARG_HTTP_PORT,
-                ARG_HTTP_ADDRESS,
-                ARG_METRICS_PATH,
-                ARG_ALLOW_ROOT,
-        };
+enum {
+        ARG_VERSION = 0x100,
+        ARG_DUMP_CONFIG,
+        ARG_UNIX_MODE,
+        ARG_MAP_SIZE,
+        ARG_MAP_SIZE_MAX,
+        ARG_SYNC,
+        ARG_SYNC_INTERVAL,
+        ARG_MAX_CONNECTIONS,
+        ARG_IDLE_TIMEOUT,
+        ARG_OUTPUT_LIMIT,
+        ARG_SWEEP_INTERVAL,
+        ARG_DEBUG,
+        ARG_STATSD_HOST,
+        ARG_STATSD_PORT,
+        ARG_STATSD_PREFIX,
+        ARG_STATSD_TCP,
+        ARG_STATSD_INTERVAL,
+        ARG_HTTP_PORT,
+        ARG_HTTP_ADDRESS,
+        ARG_METRICS_PATH,
+        ARG_ALLOW_ROOT,
+};
+
+/* The store's and the server's options. Returns 0, 1 if c is none of them, or the exit
+ * status of a usage error (printed). */
+static int parse_serving_option(int c, const char *arg, Options *o) {
+        uint64_t v;
+
+        switch (c) {
+        case ARG_MAP_SIZE:
+                if (parse_size(arg, &v) < 0 || v == 0)
+                        return usage_error("--map-size", arg);
+                o->settings.store.map_size = v;
+                return 0;
+        case ARG_MAP_SIZE_MAX:
+                if (parse_size(arg, &v) < 0 || v == 0)
+                        return usage_error("--map-size-max", arg);
+                o->settings.store.map_size_max = v;
+                return 0;
+        case ARG_SYNC: {
+                StoreSync sync = store_sync_from_string(arg);
+                if (sync < 0)
+                        return usage_error("--sync (none, periodic or always)", arg);
+                o->settings.store.sync = sync;
+                return 0;
+        }
+        case ARG_SYNC_INTERVAL:
+                if (parse_uint64(arg, 1, 3600 * 1000, &v) < 0)
+                        return usage_error("--sync-interval", arg);
+                o->settings.store.sync_interval_usec = v * 1000;
+                return 0;
+        case ARG_MAX_CONNECTIONS:
+                if (parse_uint64(arg, 1, 10 * 1000 * 1000, &v) < 0)
+                        return usage_error("--max-connections", arg);
+                o->settings.server.max_connections = (unsigned) v;
+                return 0;
+        case ARG_IDLE_TIMEOUT:
+                if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
+                        return usage_error("--idle-timeout", arg);
+                o->settings.server.idle_timeout_usec = v * 1000 * 1000;
+                return 0;
+        case ARG_OUTPUT_LIMIT:
+                if (parse_size(arg, &v) < 0 || v < 1024 || v > (1ULL << 30))
+                        return usage_error("--output-limit (1K .. 1G)", arg);
+                o->settings.server.output_limit = (size_t) v;
+                return 0;
+        case ARG_SWEEP_INTERVAL:
+                if (parse_uint64(arg, 1, 3600 * 1000, &v) < 0)
+                        return usage_error("--sweep-interval", arg);
+                o->settings.sweep_interval_usec = v * 1000;
+                return 0;
+        default:
+                return 1;
+        }
+}
+
+/* The statsd and HTTP options, as parse_serving_option(). */
+static int parse_metrics_option(int c, const char *arg, Options *o) {
+        uint64_t v;
+
+        switch (c) {
+        case ARG_STATSD_HOST:
+                if (arg[0] == '\0')
+                        return usage_error("--statsd-host", arg);
+                o->settings.statsd.host = arg;
+                return 0;
+        case ARG_STATSD_PORT:
+                if (parse_uint64(arg, 1, 65535, &v) < 0)
+                        return usage_error("--statsd-port", arg);
+                o->statsd_port = arg;
+                return 0;
+        case ARG_STATSD_PREFIX:
+                if (strlen(arg) >= STATSD_PREFIX_MAX)
+                        return usage_error("--statsd-prefix (too long)", arg);
+                o->settings.statsd.prefix = arg;
+                return 0;
+        case ARG_STATSD_TCP:
+                o->statsd_tcp = true;
+                return 0;
+        case ARG_STATSD_INTERVAL:
+                if (parse_uint64(arg, 10, 3600 * 1000, &v) < 0)
+                        return usage_error("--statsd-interval (10 .. 3600000)", arg);
+                o->settings.statsd.interval_usec = v * 1000;
+                return 0;
+        case ARG_HTTP_PORT:
+                if (parse_uint64(arg, 0, 65535, &v) < 0)
+                        return usage_error("--http-port", arg);
+                o->http_port = arg;
+                return 0;
+        case ARG_HTTP_ADDRESS:
+                o->settings.http.address = arg;
+                return 0;
+        case ARG_METRICS_PATH:
+                if (arg[0] != '/')
+                        return usage_error("--metrics-path (must start with '/')", arg);
+                o->settings.http.metrics_path = arg;
+                return 0;
+        default:
+                return 1;
+        }
+}
+
+/* Parses the command line into o. Returns -1 to go on, or the exit status: EXIT_SUCCESS
+ * after --help or --version, 2 after a usage error (printed). */
+static int parse_args(int argc, char *argv[], Options *o) {
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
@@ -194,26 +295,8 @@ int main(int argc, char *argv[]) {
                 { "allow-root", no_argument, NULL, ARG_ALLOW_ROOT },
                 {},
         };
-        static ListenAddress addresses[LISTEN_MAX];
-        size_t n_listen = 0;
-        ManagerSettings settings = {
-                .unix_mode = UNIX_MODE_DEFAULT,
-                .store = {
-                        .sync = STORE_SYNC_PERIODIC,
-                        .sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC,
-                },
-                .server = {
-                        .max_connections = MAX_CONNECTIONS_DEFAULT,
-                        .output_limit = OUTPUT_LIMIT_DEFAULT,
-                },
-                .sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC,
-        };
-        Action action = ACTION_RUN;
-        const char *statsd_port = NULL, *http_port = NULL;
-        bool statsd_tcp = false, allow_root = false;
-        uint64_t v;
         char *end;
-        int c;
+        int c, r;
 
         while ((c = getopt_long(argc, argv, "hnl:d:", options, NULL)) >= 0)
                 switch (c) {
@@ -224,19 +307,19 @@ int main(int argc, char *argv[]) {
                         printf("divvyd %s\n", PACKAGE_VERSION);
                         return EXIT_SUCCESS;
                 case 'n':
-                        action = ACTION_CHECK_CONFIG;
+                        o->action = ACTION_CHECK_CONFIG;
                         break;
                 case ARG_DUMP_CONFIG:
-                        action = ACTION_DUMP_CONFIG;
+                        o->action = ACTION_DUMP_CONFIG;
                         break;
                 case 'l':
-                        if (n_listen >= LISTEN_MAX) {
+                        if (o->n_listen >= LISTEN_MAX) {
                                 fprintf(stderr, "divvyd: at most %d --listen options.\n", LISTEN_MAX);
                                 return 2;
                         }
-                        if (listen_address_parse(optarg, &addresses[n_listen]) < 0)
+                        if (listen_address_parse(optarg, &o->addresses[o->n_listen]) < 0)
                                 return usage_error("--listen (expected tcp:HOST:PORT or unix:PATH)", optarg);
-                        n_listen++;
+                        o->n_listen++;
                         break;
                 case ARG_UNIX_MODE: {
                         unsigned long mode;
@@ -244,227 +327,206 @@ int main(int argc, char *argv[]) {
                         mode = strtoul(optarg, &end, 8);
                         if (errno != 0 || end == optarg || *end != '\0' || mode > 07777)
                                 return usage_error("--unix-mode", optarg);
-                        settings.unix_mode = (mode_t) mode;
+                        o->settings.unix_mode = (mode_t) mode;
                         break;
                 }
                 case 'd':
                         if (optarg[0] == '\0')
                                 return usage_error("--db", optarg);
-                        settings.store.path = optarg;
-                        break;
-                case ARG_MAP_SIZE:
-                        if (parse_size(optarg, &v) < 0 || v == 0)
-                                return usage_error("--map-size", optarg);
-                        settings.store.map_size = v;
-                        break;
-                case ARG_MAP_SIZE_MAX:
-                        if (parse_size(optarg, &v) < 0 || v == 0)
-                                return usage_error("--map-size-max", optarg);
-                        settings.store.map_size_max = v;
-                        break;
-                case ARG_SYNC: {
-                        StoreSync sync = store_sync_from_string(optarg);
-                        if (sync < 0)
-                                return usage_error("--sync (none, periodic or always)", optarg);
-                        settings.store.sync = sync;
-                        break;
-                }
-                case ARG_SYNC_INTERVAL:
-                        if (parse_uint(optarg, 1, 3600 * 1000, &v) < 0)
-                                return usage_error("--sync-interval", optarg);
-                        settings.store.sync_interval_usec = v * 1000;
-                        break;
-                case ARG_MAX_CONNECTIONS:
-                        if (parse_uint(optarg, 1, 10 * 1000 * 1000, &v) < 0)
-                                return usage_error("--max-connections", optarg);
-                        settings.server.max_connections = (unsigned) v;
-                        break;
-                case ARG_IDLE_TIMEOUT:
-                        if (parse_uint(optarg, 0, 365ULL * 24 * 3600, &v) < 0)
-                                return usage_error("--idle-timeout", optarg);
-                        settings.server.idle_timeout_usec = v * 1000 * 1000;
-                        break;
-                case ARG_OUTPUT_LIMIT:
-                        if (parse_size(optarg, &v) < 0 || v < 1024 || v > (1ULL << 30))
-                                return usage_error("--output-limit (1K .. 1G)", optarg);
-                        settings.server.output_limit = (size_t) v;
-                        break;
-                case ARG_SWEEP_INTERVAL:
-                        if (parse_uint(optarg, 1, 3600 * 1000, &v) < 0)
-                                return usage_error("--sweep-interval", optarg);
-                        settings.sweep_interval_usec = v * 1000;
+                        o->settings.store.path = optarg;
                         break;
                 case ARG_DEBUG:
-                        settings.server.debug = true;
+                        o->settings.server.debug = true;
                         break;
                 case ARG_ALLOW_ROOT:
-                        allow_root = true;
+                        o->allow_root = true;
                         break;
-                case ARG_STATSD_HOST:
-                        if (optarg[0] == '\0')
-                                return usage_error("--statsd-host", optarg);
-                        settings.statsd.host = optarg;
-                        break;
-                case ARG_STATSD_PORT:
-                        if (parse_uint(optarg, 1, 65535, &v) < 0)
-                                return usage_error("--statsd-port", optarg);
-                        statsd_port = optarg;
-                        break;
-                case ARG_STATSD_PREFIX:
-                        if (strlen(optarg) >= STATSD_PREFIX_MAX)
-                                return usage_error("--statsd-prefix (too long)", optarg);
-                        settings.statsd.prefix = optarg;
-                        break;
-                case ARG_STATSD_TCP:
-                        statsd_tcp = true;
-                        break;
-                case ARG_STATSD_INTERVAL:
-                        if (parse_uint(optarg, 10, 3600 * 1000, &v) < 0)
-                                return usage_error("--statsd-interval (10 .. 3600000)", optarg);
-                        settings.statsd.interval_usec = v * 1000;
-                        break;
-                case ARG_HTTP_PORT:
-                        if (parse_uint(optarg, 0, 65535, &v) < 0)
-                                return usage_error("--http-port", optarg);
-                        http_port = optarg;
-                        break;
-                case ARG_HTTP_ADDRESS:
-                        settings.http.address = optarg;
-                        break;
-                case ARG_METRICS_PATH:
-                        if (optarg[0] != '/')
-                                return usage_error("--metrics-path (must start with '/')", optarg);
-                        settings.http.metrics_path = optarg;
-                        break;
-                default:
+                case '?':
                         fprintf(stderr, "Try 'divvyd --help'.\n");
                         return 2;
+                default:
+                        r = parse_serving_option(c, optarg, o);
+                        if (r == 1)
+                                r = parse_metrics_option(c, optarg, o);
+                        if (r == 1) {
+                                fprintf(stderr, "Try 'divvyd --help'.\n");
+                                return 2;
+                        }
+                        if (r != 0)
+                                return r;
                 }
 
         if (optind != argc - 1) {
                 fprintf(stderr, "divvyd: expected exactly one CONFIG file argument. Try 'divvyd --help'.\n");
                 return 2;
         }
-        const char *path = argv[optind];
+        o->settings.config_path = argv[optind];
+        return -1;
+}
 
-        if (action != ACTION_RUN) {
-                RuleSet *rules = NULL;
-                int ret = EXIT_SUCCESS;
+/* --check-config and --dump-config. Returns the exit status. */
+static int run_config_action(const Options *o) {
+        const char *path = o->settings.config_path;
+        RuleSet *rules = NULL;
+        int ret = EXIT_SUCCESS;
 
-                if (load_rules(path, &rules) < 0)
-                        return EXIT_FAILURE;
-                if (action == ACTION_CHECK_CONFIG) {
-                        char summary[256];
-                        printf("%s: OK, %s\n", path, config_summary(rules, summary, sizeof summary));
-                } else if (config_dump_json(rules, stdout) < 0 || fflush(stdout) != 0) {
-                        fprintf(stderr, "divvyd: failed to write JSON\n");
-                        ret = EXIT_FAILURE;
-                }
-                ruleset_free(rules);
-                return ret;
+        if (load_rules(path, &rules) < 0)
+                return EXIT_FAILURE;
+        if (o->action == ACTION_CHECK_CONFIG) {
+                char summary[256];
+                printf("%s: OK, %s\n", path, config_summary(rules, summary, sizeof summary));
+        } else if (config_dump_json(rules, stdout) < 0 || fflush(stdout) != 0) {
+                fprintf(stderr, "divvyd: failed to write JSON\n");
+                ret = EXIT_FAILURE;
+        }
+        ruleset_free(rules);
+        return ret;
+}
+
+/* A rate limiter needs no privilege: sockets are passed by systemd or unprivileged, the
+ * database directory is its own. As root, a bug or a hostile client would hold the whole
+ * machine, so root must be asked for. Returns 0 or -EPERM (logged). */
+static int check_root(const Options *o) {
+        if (geteuid() != 0)
+                return 0;
+        if (!o->allow_root) {
+                log_error("Refusing to run as root: divvyd needs no privileges. Run it as an "
+                          "unprivileged user (the packaged unit uses User=divvy), or pass "
+                          "--allow-root.");
+                return -EPERM;
+        }
+        log_warning("Running as root (--allow-root)");
+        return 0;
+}
+
+/* statsd and HTTP: divvy's environment variables, unless the options said otherwise.
+ * Returns 0 or -EINVAL (logged). */
+static int metrics_settings_from_env(Options *o) {
+        ManagerSettings *settings = &o->settings;
+        const char *e;
+        uint64_t v;
+
+        if (!settings->statsd.host && (e = getenv("STATSD_HOST")) && e[0] != '\0')
+                settings->statsd.host = e;
+        if (!o->statsd_port && (e = getenv("STATSD_PORT")) && e[0] != '\0')
+                o->statsd_port = e;
+        if (!settings->statsd.prefix && (e = getenv("STATSD_PREFIX")))
+                settings->statsd.prefix = e;
+        if (!o->statsd_tcp && (e = getenv("STATSD_USE_TCP")) && e[0] != '\0')
+                o->statsd_tcp = true;
+        if (settings->statsd.host && o->statsd_port) {
+                if (parse_uint64(o->statsd_port, 1, 65535, &v) < 0)
+                        return log_error_errno(EINVAL,
+                                               "Invalid statsd port '%s': expected a port number 1..65535",
+                                               o->statsd_port);
+                settings->statsd.port = (uint16_t) v;
+                settings->statsd.tcp = o->statsd_tcp;
+        } else {
+                /* Like divvy: statsd needs both. */
+                if (settings->statsd.host || o->statsd_port)
+                        log_warning("statsd needs both a host and a port (STATSD_HOST, STATSD_PORT); not "
+                                    "sending statsd metrics");
+                settings->statsd.host = NULL;
         }
 
-        /* A rate limiter needs no privilege: sockets are passed by systemd or unprivileged, the
-         * database directory is its own. As root, a bug or a hostile client would hold the whole
-         * machine, so root must be asked for. */
-        if (geteuid() == 0) {
-                if (!allow_root) {
-                        log_error("Refusing to run as root: divvyd needs no privileges. Run it as an "
-                                  "unprivileged user (the packaged unit uses User=divvy), or pass "
-                                  "--allow-root.");
-                        return EXIT_FAILURE;
-                }
-                log_warning("Running as root (--allow-root)");
+        if (!o->http_port && (e = getenv("HTTP_SERVICE_PORT")) && e[0] != '\0')
+                o->http_port = e;
+        if (!settings->http.metrics_path && (e = getenv("PROMETHEUS_METRICS_PATH")) && e[0] != '\0')
+                settings->http.metrics_path = e;
+        if (o->http_port) {
+                if (parse_uint64(o->http_port, 0, 65535, &v) < 0)
+                        return log_error_errno(EINVAL,
+                                               "Invalid HTTP port '%s': expected a port number 0..65535",
+                                               o->http_port);
+                settings->http.port = (uint16_t) v;
+                if (!settings->http.metrics_path)
+                        settings->http.metrics_path = "/metrics";
+                if (settings->http.metrics_path[0] != '/')
+                        return log_error_errno(EINVAL, "Invalid metrics path '%s': must start with '/'",
+                                               settings->http.metrics_path);
+        } else {
+                if (settings->http.metrics_path || settings->http.address)
+                        log_warning("No HTTP port (HTTP_SERVICE_PORT or --http-port): not serving metrics");
+                settings->http.metrics_path = NULL;
         }
+        return 0;
+}
 
-        /* Defaults that come from the environment. */
+/* The defaults that come from the environment: $DEBUG, $STATE_DIRECTORY, $PORT, and the
+ * metrics' variables. Returns 0 or -EINVAL (logged). */
+static int settings_from_env(Options *o) {
+        static char state_dir[PATH_MAX];
+        ManagerSettings *settings = &o->settings;
         const char *e = getenv("DEBUG");
+
         if (e && strstr(e, "divvy"))
-                settings.server.debug = true;
-        if (settings.server.debug)
+                settings->server.debug = true;
+        if (settings->server.debug)
                 log_set_max_level(LOG_DEBUG);
 
-        static char state_dir[PATH_MAX];
-        if (!settings.store.path) {
+        if (!settings->store.path) {
                 /* $STATE_DIRECTORY may list several directories separated by ':'; we want the first. */
                 e = getenv("STATE_DIRECTORY");
                 if (e && e[0] != '\0' && e[0] != ':') {
                         snprintf(state_dir, sizeof state_dir, "%.*s", (int) strcspn(e, ":"), e);
-                        settings.store.path = state_dir;
+                        settings->store.path = state_dir;
                 } else
-                        settings.store.path = DB_DEFAULT;
+                        settings->store.path = DB_DEFAULT;
         }
 
-        if (n_listen == 0) {
+        if (o->n_listen == 0) {
                 char addr[64];
                 uint64_t port = DIVVY_PROTO_PORT;
 
                 e = getenv("PORT");
-                if (e && e[0] != '\0' && parse_uint(e, 1, 65535, &port) < 0) {
-                        log_error("Invalid $PORT '%s': expected a port number 1..65535", e);
-                        return EXIT_FAILURE;
-                }
+                if (e && e[0] != '\0' && parse_uint64(e, 1, 65535, &port) < 0)
+                        return log_error_errno(EINVAL, "Invalid $PORT '%s': expected a port number 1..65535",
+                                               e);
                 snprintf(addr, sizeof addr, "tcp:127.0.0.1:%" PRIu64, port);
-                if (listen_address_parse(addr, &addresses[0]) < 0)
-                        return EXIT_FAILURE;
-                n_listen = 1;
+                if (listen_address_parse(addr, &o->addresses[0]) < 0)
+                        return -EINVAL;
+                o->n_listen = 1;
         }
+        settings->listen = o->addresses;
+        settings->n_listen = o->n_listen;
 
-        /* Metrics: divvy's environment variables, unless the options said otherwise. */
-        if (!settings.statsd.host && (e = getenv("STATSD_HOST")) && e[0] != '\0')
-                settings.statsd.host = e;
-        if (!statsd_port && (e = getenv("STATSD_PORT")) && e[0] != '\0')
-                statsd_port = e;
-        if (!settings.statsd.prefix && (e = getenv("STATSD_PREFIX")))
-                settings.statsd.prefix = e;
-        if (!statsd_tcp && (e = getenv("STATSD_USE_TCP")) && e[0] != '\0')
-                statsd_tcp = true;
-        if (settings.statsd.host && statsd_port) {
-                if (parse_uint(statsd_port, 1, 65535, &v) < 0) {
-                        log_error("Invalid statsd port '%s': expected a port number 1..65535", statsd_port);
-                        return EXIT_FAILURE;
-                }
-                settings.statsd.port = (uint16_t) v;
-                settings.statsd.tcp = statsd_tcp;
-        } else {
-                /* Like divvy: statsd needs both. */
-                if (settings.statsd.host || statsd_port)
-                        log_warning("statsd needs both a host and a port (STATSD_HOST, STATSD_PORT); not "
-                                    "sending statsd metrics");
-                settings.statsd.host = NULL;
-        }
+        return metrics_settings_from_env(o);
+}
 
-        if (!http_port && (e = getenv("HTTP_SERVICE_PORT")) && e[0] != '\0')
-                http_port = e;
-        if (!settings.http.metrics_path && (e = getenv("PROMETHEUS_METRICS_PATH")) && e[0] != '\0')
-                settings.http.metrics_path = e;
-        if (http_port) {
-                if (parse_uint(http_port, 0, 65535, &v) < 0) {
-                        log_error("Invalid HTTP port '%s': expected a port number 0..65535", http_port);
-                        return EXIT_FAILURE;
-                }
-                settings.http.port = (uint16_t) v;
-                if (!settings.http.metrics_path)
-                        settings.http.metrics_path = "/metrics";
-                if (settings.http.metrics_path[0] != '/') {
-                        log_error("Invalid metrics path '%s': must start with '/'",
-                                  settings.http.metrics_path);
-                        return EXIT_FAILURE;
-                }
-        } else {
-                if (settings.http.metrics_path || settings.http.address)
-                        log_warning("No HTTP port (HTTP_SERVICE_PORT or --http-port): not serving metrics");
-                settings.http.metrics_path = NULL;
-        }
-
-        settings.config_path = path;
-        settings.listen = addresses;
-        settings.n_listen = n_listen;
-
+/* Serves until stopped. Returns the exit status. */
+static int run(const ManagerSettings *settings) {
         Manager *m = NULL;
-        if (manager_new(&settings, &m) < 0)
+
+        if (manager_new(settings, &m) < 0)
                 return EXIT_FAILURE;
         int r = manager_run(m);
         manager_free(m);
         return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+int main(int argc, char *argv[]) {
+        static Options o = {
+                .settings = {
+                        .unix_mode = UNIX_MODE_DEFAULT,
+                        .store = {
+                                .sync = STORE_SYNC_PERIODIC,
+                                .sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC,
+                        },
+                        .server = {
+                                .max_connections = MAX_CONNECTIONS_DEFAULT,
+                                .output_limit = OUTPUT_LIMIT_DEFAULT,
+                        },
+                        .sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC,
+                },
+        };
+        int r;
+
+        r = parse_args(argc, argv, &o);
+        if (r >= 0)
+                return r;
+        if (o.action != ACTION_RUN)
+                return run_config_action(&o);
+        if (check_root(&o) < 0 || settings_from_env(&o) < 0)
+                return EXIT_FAILURE;
+        return run(&o.settings);
 }

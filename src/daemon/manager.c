@@ -69,7 +69,9 @@ static int manager_load_rules(Manager *m, RuleSet **ret) {
 
 static void manager_notify_status(Manager *m) {
         const ServerCounters *k = server_counters(m->server);
-        uint64_t now = clock_usec(CLOCK_MONOTONIC), hits = k->hits_accepted + k->hits_rejected;
+        uint64_t now = clock_usec(CLOCK_MONOTONIC);
+        uint64_t hits = metrics_hits_total(m->metrics, METRICS_STATUS_ACCEPTED) +
+                        metrics_hits_total(m->metrics, METRICS_STATUS_REJECTED);
         double rate = 0;
 
         if (m->status_usec > 0 && now > m->status_usec)
@@ -220,11 +222,6 @@ static int manager_status_handler(sd_event_source *s, uint64_t usec, void *userd
         return sd_event_source_set_time_relative(s, MANAGER_STATUS_INTERVAL_USEC);
 }
 
-static void manager_on_accept(Listener *l, int fd, bool is_tcp, void *userdata) {
-        Manager *m = userdata;
-        server_accept(fd, is_tcp, m->server);
-}
-
 static int manager_add_listener(Manager *m, Listener *l) {
         Listener **a = realloc(m->listeners, (m->n_listeners + 1) * sizeof *a);
         if (!a) {
@@ -251,7 +248,7 @@ static int manager_open_listeners(Manager *m) {
                         Listener *l = NULL;
 
                         if (r >= 0) {
-                                r = listener_adopt(m->event, fd, name, manager_on_accept, m, &l);
+                                r = listener_adopt(m->event, fd, name, m->server, &l);
                                 if (r < 0)
                                         log_error_errno(r,
                                                         "Socket fd %d (%s) passed by the service manager is "
@@ -276,8 +273,8 @@ static int manager_open_listeners(Manager *m) {
                 Listener *l = NULL;
 
                 listen_address_to_string(&m->settings.listen[i], name, sizeof name);
-                r = listener_new(m->event, &m->settings.listen[i], m->settings.unix_mode, manager_on_accept,
-                                 m, &l, errbuf, sizeof errbuf);
+                r = listener_new(m->event, &m->settings.listen[i], m->settings.unix_mode, m->server, &l,
+                                 errbuf, sizeof errbuf);
                 if (r < 0)
                         return log_error_errno(r, "Failed to listen on %s: %s", name, errbuf);
                 r = manager_add_listener(m, l);
@@ -300,9 +297,80 @@ static int manager_add_periodic(Manager *m, sd_event_source **s, uint64_t interv
         return r;
 }
 
+/* Signals arrive through signalfd; SIGPIPE never (we send with MSG_NOSIGNAL, but a stray
+ * write must not kill the daemon). Returns 0 or -errno (logged). */
+static int manager_watch_signals(Manager *m) {
+        sigset_t mask;
+        int r;
+
+        signal(SIGPIPE, SIG_IGN);
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(errno, "Failed to block signals: %m");
+        r = sd_event_add_signal(m->event, &m->sigterm, SIGTERM, manager_signal_handler, m);
+        if (r >= 0)
+                r = sd_event_add_signal(m->event, &m->sigint, SIGINT, manager_signal_handler, m);
+        if (r >= 0)
+                r = sd_event_add_signal(m->event, &m->sighup, SIGHUP, manager_signal_handler, m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch signals: %m");
+        return 0;
+}
+
+/* The metrics' readers that were asked for: statsd and the HTTP endpoint. Returns 0 or
+ * -errno (logged). */
+static int manager_start_exporters(Manager *m) {
+        char errbuf[512] = "";
+        int r;
+
+        if (m->settings.statsd.host) {
+                r = statsd_new(m->event, &m->settings.statsd, m->metrics, &m->statsd, errbuf, sizeof errbuf);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to set up statsd: %s", errbuf);
+                log_info("Sending statsd metrics to %s:%u over %s every %" PRIu64 " ms",
+                         m->settings.statsd.host, m->settings.statsd.port,
+                         m->settings.statsd.tcp ? "TCP" : "UDP",
+                         (uint64_t) (m->settings.statsd.interval_usec ?: STATSD_INTERVAL_DEFAULT_USEC) /
+                                 1000);
+        }
+        if (m->settings.http.metrics_path) {
+                r = http_new(&m->settings.http, m->metrics, &m->http, errbuf, sizeof errbuf);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to set up the HTTP endpoint: %s", errbuf);
+                log_info("Serving Prometheus metrics on http://%s%s%s:%u%s",
+                         strchr(m->settings.http.address ?: HTTP_ADDRESS_DEFAULT, ':') ? "[" : "",
+                         m->settings.http.address ?: HTTP_ADDRESS_DEFAULT,
+                         strchr(m->settings.http.address ?: HTTP_ADDRESS_DEFAULT, ':') ? "]" : "",
+                         http_port(m->http), m->settings.http.metrics_path);
+        }
+        return 0;
+}
+
+/* The periodic jobs: store sync (when the store needs one), sweeper, STATUS. Returns 0 or
+ * -errno (logged). */
+static int manager_add_timers(Manager *m) {
+        int r;
+
+        if (m->settings.store.write_back || m->settings.store.sync == STORE_SYNC_PERIODIC) {
+                r = manager_add_periodic(m, &m->sync_timer, m->settings.store.sync_interval_usec,
+                                         manager_sync_handler);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to set up the sync timer: %m");
+        }
+        r = manager_add_periodic(m, &m->sweep_timer, m->settings.sweep_interval_usec, manager_sweep_handler);
+        if (r >= 0)
+                r = manager_add_periodic(m, &m->status_timer, MANAGER_STATUS_INTERVAL_USEC,
+                                         manager_status_handler);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up timers: %m");
+        return 0;
+}
+
 int manager_new(const ManagerSettings *settings, Manager **ret) {
         char summary[256], errbuf[512] = "";
-        sigset_t mask;
         Manager *m;
         int r;
 
@@ -351,26 +419,9 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
                 goto fail;
         }
 
-        /* Signals arrive through signalfd; SIGPIPE never (we send with MSG_NOSIGNAL, but
-         * a stray write must not kill the daemon). */
-        signal(SIGPIPE, SIG_IGN);
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGHUP);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0) {
-                r = log_error_errno(errno, "Failed to block signals: %m");
+        r = manager_watch_signals(m);
+        if (r < 0)
                 goto fail;
-        }
-        r = sd_event_add_signal(m->event, &m->sigterm, SIGTERM, manager_signal_handler, m);
-        if (r >= 0)
-                r = sd_event_add_signal(m->event, &m->sigint, SIGINT, manager_signal_handler, m);
-        if (r >= 0)
-                r = sd_event_add_signal(m->event, &m->sighup, SIGHUP, manager_signal_handler, m);
-        if (r < 0) {
-                log_error_errno(r, "Failed to watch signals: %m");
-                goto fail;
-        }
 
         r = server_new(m->event, &settings->server, &m->server);
         if (r < 0) {
@@ -382,51 +433,13 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         server_set_metrics(m->server, m->metrics);
         manager_publish_store_stats(m);
 
-        if (m->settings.statsd.host) {
-                r = statsd_new(m->event, &m->settings.statsd, m->metrics, &m->statsd, errbuf, sizeof errbuf);
-                if (r < 0) {
-                        log_error_errno(r, "Failed to set up statsd: %s", errbuf);
-                        goto fail;
-                }
-                log_info("Sending statsd metrics to %s:%u over %s every %" PRIu64 " ms",
-                         m->settings.statsd.host, m->settings.statsd.port,
-                         m->settings.statsd.tcp ? "TCP" : "UDP",
-                         (uint64_t) (m->settings.statsd.interval_usec ?: STATSD_INTERVAL_DEFAULT_USEC) /
-                                 1000);
-        }
-        if (m->settings.http.metrics_path) {
-                r = http_new(&m->settings.http, m->metrics, &m->http, errbuf, sizeof errbuf);
-                if (r < 0) {
-                        log_error_errno(r, "Failed to set up the HTTP endpoint: %s", errbuf);
-                        goto fail;
-                }
-                log_info("Serving Prometheus metrics on http://%s%s%s:%u%s",
-                         strchr(m->settings.http.address ?: HTTP_ADDRESS_DEFAULT, ':') ? "[" : "",
-                         m->settings.http.address ?: HTTP_ADDRESS_DEFAULT,
-                         strchr(m->settings.http.address ?: HTTP_ADDRESS_DEFAULT, ':') ? "]" : "",
-                         http_port(m->http), m->settings.http.metrics_path);
-        }
-
-        r = manager_open_listeners(m);
+        r = manager_start_exporters(m);
+        if (r >= 0)
+                r = manager_open_listeners(m);
+        if (r >= 0)
+                r = manager_add_timers(m);
         if (r < 0)
                 goto fail;
-
-        if (m->settings.store.write_back || m->settings.store.sync == STORE_SYNC_PERIODIC) {
-                r = manager_add_periodic(m, &m->sync_timer, m->settings.store.sync_interval_usec,
-                                         manager_sync_handler);
-                if (r < 0) {
-                        log_error_errno(r, "Failed to set up the sync timer: %m");
-                        goto fail;
-                }
-        }
-        r = manager_add_periodic(m, &m->sweep_timer, m->settings.sweep_interval_usec, manager_sweep_handler);
-        if (r >= 0)
-                r = manager_add_periodic(m, &m->status_timer, MANAGER_STATUS_INTERVAL_USEC,
-                                         manager_status_handler);
-        if (r < 0) {
-                log_error_errno(r, "Failed to set up timers: %m");
-                goto fail;
-        }
 
         r = sd_event_set_watchdog(m->event, true);
         if (r < 0) {

@@ -3,9 +3,12 @@
 
 /*
  * manager.c: the daemon's one state struct. Owns the event loop, the current
- * RuleSet, the Store, the listeners and the server; handles signals (SIGHUP
- * reload, SIGTERM/SIGINT stop), the periodic jobs (store sync, sweeper, STATUS)
- * and sd_notify. Reload is parse -> validate -> swap, or change nothing.
+ * RuleSet, the Store, the Metrics, the server, the listeners (which hand their
+ * connections to the server) and the statsd sender and HTTP endpoint; handles
+ * signals (SIGHUP reload, SIGTERM/SIGINT stop), the periodic jobs (store sync,
+ * sweeper, STATUS) and sd_notify. STATUS shows the connections counted by the
+ * server and the hits counted in the Metrics. Reload is parse -> validate -> swap,
+ * or change nothing.
  */
 
 #include <stddef.h>
@@ -50,5 +53,6 @@ int manager_new(const ManagerSettings *settings, Manager **ret);
  * 0 after a normal stop, -errno otherwise. */
 int manager_run(Manager *m);
 
-/* Closes listeners and connections, then the store (which syncs). Accepts NULL. */
+/* Stops the HTTP thread and statsd (which sends a last flush), closes the listeners and
+ * the connections, then the store (which syncs). Accepts NULL. */
 Manager *manager_free(Manager *m);

@@ -363,17 +363,17 @@ size_t metrics_escape_label_value(const char *s, char *buf, size_t size) {
 }
 
 /* Renders into a memstream; a write error is remembered by the stream and reported
- * by fclose(). */
-static void put_escaped(FILE *f, const char *s) {
-        for (; *s; s++) {
-                if (*s == '\\')
-                        fputs("\\\\", f);
-                else if (*s == '"')
-                        fputs("\\\"", f);
-                else if (*s == '\n')
-                        fputs("\\n", f);
-                else
-                        fputc(*s, f);
+ * by fclose(). Label values go through metrics_escape_label_value(), the one escaper, a
+ * piece at a time so that no value is too long for the stack buffer. */
+static void put_label_value(FILE *f, const char *s) {
+        char piece[RULE_LABEL_MAX + 1], escaped[2 * RULE_LABEL_MAX + 1];
+        size_t len = strlen(s);
+
+        for (size_t i = 0; i < len; i += RULE_LABEL_MAX) {
+                size_t n = len - i < RULE_LABEL_MAX ? len - i : RULE_LABEL_MAX;
+                memcpy(piece, s + i, n);
+                piece[n] = '\0';
+                fwrite(escaped, 1, metrics_escape_label_value(piece, escaped, sizeof escaped), f);
         }
 }
 
@@ -426,7 +426,7 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
                                 continue;
                         fprintf(f, "divvy_hits_total{status=\"%s\",rule_label=\"", status_names[st]);
                         if (slot->name)
-                                put_escaped(f, slot->name);
+                                put_label_value(f, slot->name);
                         fprintf(f, "\"} %" PRIu64 "\n", v);
                 }
         }
@@ -434,7 +434,7 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
         put_header(f, "divvy_errors_total", "counter", "Counter of total Divvy errors.");
         for (int c = 0; c < _PROTO_ERROR_MAX; c++) {
                 fputs("divvy_errors_total{code=\"", f);
-                put_escaped(f, proto_error_code_to_string((ProtoErrorCode) c));
+                put_label_value(f, proto_error_code_to_string((ProtoErrorCode) c));
                 fprintf(f, "\"} %" PRIu64 "\n", metrics_errors(m, (ProtoErrorCode) c));
         }
 
@@ -457,7 +457,7 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
         fprintf(f, "divvyd_statsd_dropped_total %" PRIu64 "\n", metrics_statsd_dropped(m));
         put_header(f, "divvyd_build_info", "gauge", "divvyd build information; always 1.");
         fputs("divvyd_build_info{version=\"", f);
-        put_escaped(f, PACKAGE_VERSION);
+        put_label_value(f, PACKAGE_VERSION);
         fputs("\"} 1\n", f);
 
         bool failed = ferror(f);

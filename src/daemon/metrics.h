@@ -3,8 +3,11 @@
 
 /*
  * metrics.c: the daemon's counters, gauges and histograms, and their rendering in
- * the Prometheus text exposition format 0.0.4. One Metrics object per daemon; the
- * statsd sender (statsd.c) and the HTTP endpoint (http.c) read from it.
+ * the Prometheus text exposition format 0.0.4. One Metrics object per daemon, the
+ * one place where outcomes are counted: the batch (batch.c) counts every HIT and ERR
+ * reply it formats, the server the connections (and the ERR of one it refuses); the
+ * statsd aggregator (statsd-pack.c), the HTTP endpoint (http.c) and the manager's
+ * STATUS read from it.
  *
  * Threading: exactly ONE writer, the serving loop. Every value is a uint64_t
  * written with a relaxed atomic store (a plain "mov" on x86-64/arm64: no lock,
@@ -48,7 +51,7 @@ typedef enum MetricsStatus {
         12 /* divvy_hit_duration_seconds buckets: divvy's 1, 2, 5, 10, 100, 500 ms plus 10, 25, 50,         \
             * 100, 250, 500 us, since a divvyd HIT takes microseconds, not milliseconds */
 #define METRICS_BATCH_BUCKETS                                                                               \
-        11 /* divvyd_batch_size buckets: powers of two 1 .. 1024 (SERVER_BATCH_REQUESTS_MAX) */
+        11 /* divvyd_batch_size buckets: powers of two 1 .. 1024 (BATCH_REQUESTS_MAX) */
 #define METRICS_LABEL_CHUNK 1024 /* label slots per chunk: chunks never move once allocated */
 #define METRICS_LABEL_CHUNKS_MAX                                                                            \
         1024 /* chunks: at most 1M distinct labels over the daemon's life (RULES_MAX is 100k per config);   \
@@ -61,15 +64,11 @@ typedef struct Metrics Metrics;
 
 int metrics_new(Metrics **ret);
 Metrics *metrics_free(Metrics *m);
-static inline void metrics_freep(Metrics **m) {
-        if (*m)
-                metrics_free(*m);
-}
 
 /* Loop side (the single writer). None of these allocates except metrics_set_rules(). */
 
 /* Maps the rules of rs (by Rule.index) to label slots, creating slots for labels
- * not seen before. Call at every config load/reload, before the server counts hits
+ * not seen before. Call at every config load/reload, before the batch counts hits
  * against rs. On -ENOMEM the previous mapping stays (rules beyond it count as
  * unlabelled). rs may be NULL (no rules: everything unlabelled). */
 int metrics_set_rules(Metrics *m, const RuleSet *rs);

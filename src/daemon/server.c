@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* server.c: connections and the batch engine; see server.h. */
+/* server.c: the connections' lifecycle; see server.h. */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "connection.h"
 #include "log.h"
 #include "server.h"
@@ -23,24 +24,6 @@
 #define SERVER_EPOLL_EVENTS 256 /* connection events taken per loop iteration: bounds the stack array */
 #define SERVER_DEFER_PRIORITY                                                                               \
         (SD_EVENT_PRIORITY_NORMAL + 10) /* below socket IO: every ready socket is read before a batch */
-
-#define SERVER_ERROR_LOG_INTERVAL_USEC                                                                      \
-        (10ULL * 1000ULL * 1000ULL) /* 10 s: store errors repeat for every batch; log them this often */
-
-/* One request of a batch, in arrival order. Pointers are valid for the batch only. */
-typedef struct BatchSlot {
-        Connection *conn;
-        ProtoSlice line;    /* the request, for --debug */
-        const Rule *rule;   /* deciding rule; NULL for an error slot */
-        uint32_t first_hit; /* this request's store hits: canaries, then the decider */
-        uint32_t n_hits;
-        int32_t decider_hit; /* index into hits, or -1 when the decider needs no store */
-        uint32_t first_free; /* this request's canaries that need no counter, in free_canaries */
-        uint32_t n_free;
-        bool is_error; /* answer with error_code/error_reason */
-        ProtoErrorCode error_code;
-        const char *error_reason; /* static */
-} BatchSlot;
 
 struct Server {
         sd_event *event;
@@ -52,24 +35,13 @@ struct Server {
         sd_event_source *defer;        /* runs one batch */
         sd_event_source *housekeeping; /* idle and linger timeouts */
         ServerSettings settings;
-        const RuleSet *rules; /* borrowed */
-        Store *store;         /* borrowed */
+        Batch *batch; /* every request read is answered by it */
 
         Connection *connections; /* all of them */
         Connection *ready_head, *ready_tail;
         size_t n_lingering;
         uint64_t next_id;
         bool stopping;
-
-        /* Preallocated once: a batch allocates nothing. */
-        BatchSlot *slots;           /* SERVER_BATCH_REQUESTS_MAX */
-        StoreHit *hits;             /* SERVER_BATCH_HITS_MAX */
-        const Rule **free_canaries; /* SERVER_BATCH_HITS_MAX: canaries without a counter, counted
-                                     * with their request's reply (not if it is an ERR or skipped) */
-        size_t n_free_canaries;
-        ProtoRequest request; /* scratch: matching is done before the next line is parsed */
-        char store_error_reason[PROTO_REPLY_MAX];
-        uint64_t store_error_logged_usec; /* CLOCK_MONOTONIC of the last store error logged */
 
         ServerCounters counters;
         Metrics *metrics; /* borrowed; may be NULL */
@@ -78,25 +50,9 @@ struct Server {
 static void server_run_batch(Server *s);
 static void server_arm_housekeeping(Server *s);
 
-/* Metrics hooks: plain counter updates, no syscall, no allocation. */
-static void server_metrics_hit(Server *s, const Rule *rule, MetricsStatus status) {
-        if (s->metrics)
-                metrics_count_hit(s->metrics, rule->index, status);
-}
-
-static void server_metrics_error(Server *s, ProtoErrorCode code) {
-        if (s->metrics)
-                metrics_count_error(s->metrics, code);
-}
-
 static void server_metrics_connections(Server *s) {
         if (s->metrics)
                 metrics_set_connections(s->metrics, s->counters.connections_current);
-}
-
-/* The rule a store hit was made for: StoreHit.rule_id points into that Rule. */
-static const Rule *hit_rule(const StoreHit *h) {
-        return (const Rule *) (const void *) (h->rule_id - offsetof(Rule, id));
 }
 
 static uint64_t server_now(Server *s, clockid_t clock) {
@@ -142,20 +98,6 @@ static void ready_append(Server *s, Connection *c) {
         if (r < 0)
                 /* Cannot happen for a defer source; if it did, the next arm retries. */
                 log_error_errno(r, "Failed to schedule a batch: %m");
-}
-
-/* True if the input holds a complete request (or an over-long line to refuse, or an
- * unterminated last line after EOF). */
-static bool connection_has_request(const Connection *c) {
-        ProtoSlice line;
-        size_t consumed;
-
-        if (c->in_len <= c->in_pos)
-                return false;
-        if (c->eof)
-                return true;
-        return proto_next_line(c->in + c->in_pos, c->in_len - c->in_pos, PROTO_LINE_MAX, &line, &consumed) !=
-               0;
 }
 
 static void server_close(Server *s, Connection *c) {
@@ -226,7 +168,7 @@ static bool server_maybe_finish(Server *s, Connection *c) {
         }
         c->lingering = true;
         c->linger_until_usec = server_now(s, CLOCK_MONOTONIC) + SERVER_LINGER_USEC;
-        c->in_len = c->in_pos = 0;
+        connection_drop_input(c);
         s->n_lingering++;
         r = connection_set_events(c, EPOLLIN);
         if (r < 0) {
@@ -342,8 +284,8 @@ void server_accept(int fd, bool is_tcp, Server *s) {
                 (void) shutdown(fd, SHUT_WR);
                 close(fd);
                 s->counters.connections_rejected++;
-                s->counters.errors[PROTO_ERROR_UNKNOWN]++;
-                server_metrics_error(s, PROTO_ERROR_UNKNOWN);
+                if (s->metrics)
+                        metrics_count_error(s->metrics, PROTO_ERROR_UNKNOWN);
                 log_debug("Refused a connection: %" PRIu64 " connections open",
                           s->counters.connections_current);
                 return;
@@ -353,14 +295,14 @@ void server_accept(int fd, bool is_tcp, Server *s) {
                 /* Replies are small and latency matters: no Nagle. Harmless if refused. */
                 (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
 
+        /* A batch reserves room for all it takes before it checks the limit again. */
         r = connection_new(fd, is_tcp,
-                           s->settings.output_limit + SERVER_LINES_PER_CONNECTION * PROTO_REPLY_MAX, &c);
+                           s->settings.output_limit + BATCH_LINES_PER_CONNECTION * PROTO_REPLY_MAX, &c);
         if (r < 0) {
                 log_warning_errno(r, "Failed to allocate a connection, closing it: %m");
                 close(fd);
                 return;
         }
-        c->server = s;
         c->id = ++s->next_id;
         c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
 
@@ -383,217 +325,12 @@ void server_accept(int fd, bool is_tcp, Server *s) {
                   s->counters.connections_current);
 }
 
-static const char *store_error_reason(Server *s, int error) {
-        if (error == -ENOSPC)
-                return "store full";
-        snprintf(s->store_error_reason, sizeof s->store_error_reason, "store error: %s", strerror(-error));
-        return s->store_error_reason;
-}
-
-static void slot_set_error(BatchSlot *slot, ProtoErrorCode code, const char *reason) {
-        slot->is_error = true;
-        slot->error_code = code;
-        slot->error_reason = reason;
-}
-
-/* Phase 1 for one connection: frames, parses and matches up to
- * SERVER_LINES_PER_CONNECTION requests, appending slots and store hits. Output room
- * for every reply is reserved here, so formatting cannot fail later. */
-static void server_take_requests(Server *s, Connection *c, size_t *n_slots, size_t *n_hits) {
-        unsigned taken = 0;
-
-        while (taken < SERVER_LINES_PER_CONNECTION && *n_slots < SERVER_BATCH_REQUESTS_MAX &&
-               *n_hits + RULES_MATCH_MAX <= SERVER_BATCH_HITS_MAX &&
-               s->n_free_canaries + RULES_MATCH_MAX <= SERVER_BATCH_HITS_MAX) {
-                const Rule *matched[RULES_MATCH_MAX];
-                ProtoSlice line;
-                size_t consumed = 0, n_matched;
-                BatchSlot *slot;
-                int r;
-
-                if (connection_unsent(c) >= s->settings.output_limit) {
-                        c->blocked = true;
-                        break;
-                }
-
-                r = proto_next_line(c->in + c->in_pos, c->in_len - c->in_pos, PROTO_LINE_MAX, &line,
-                                    &consumed);
-                if (r == 0) {
-                        if (!c->eof || c->in_pos >= c->in_len)
-                                break;
-                        /* An unterminated last line at EOF is answered as if it had its "\n". */
-                        line.ptr = c->in + c->in_pos;
-                        line.len = consumed = c->in_len - c->in_pos;
-                        if (line.ptr[line.len - 1] == '\r')
-                                line.len--;
-                } else if (r < 0) {
-                        line.ptr = c->in + c->in_pos;
-                        line.len = 0;
-                        consumed = c->in_len - c->in_pos;
-                }
-
-                if (!connection_reserve(c, (size_t) (taken + 1) * PROTO_REPLY_MAX)) {
-                        if (taken > 0)
-                                break; /* answer what we have; the rest waits for the next batch */
-                        log_warning("Connection %" PRIu64 ": out of memory for replies, closing", c->id);
-                        c->closing = true;
-                        c->in_pos = c->in_len;
-                        break;
-                }
-
-                c->in_pos += consumed;
-                taken++;
-                slot = &s->slots[(*n_slots)++];
-                *slot = (BatchSlot){
-                        .conn = c,
-                        .line = line,
-                        .decider_hit = -1,
-                        .first_hit = (uint32_t) *n_hits,
-                        .first_free = (uint32_t) s->n_free_canaries,
-                };
-
-                if (r < 0) {
-                        slot_set_error(slot, PROTO_ERROR_UNKNOWN, "line too long");
-                        c->closing = true;
-                        break;
-                }
-
-                r = proto_parse_line(line.ptr, line.len, PROTO_PAIRS_MAX, &s->request);
-                if (r < 0) {
-                        slot_set_error(slot, s->request.error_code, s->request.error_reason);
-                        c->closing = true; /* lines after a bad one are not executed */
-                        c->in_pos = c->in_len;
-                        break;
-                }
-
-                n_matched = ruleset_match(s->rules, &s->request, matched);
-                for (size_t i = 0; i < n_matched; i++) {
-                        const Rule *rule = matched[i];
-                        bool decider = i == n_matched - 1;
-
-                        if (rule->credit_limit == 0 || rule->reset_seconds == 0) {
-                                /* Always-deny / always-allow: no counter. A canary's verdict is
-                                 * known now, but counted only if the request is answered OK. */
-                                if (!decider)
-                                        s->free_canaries[s->n_free_canaries++] = rule;
-                                continue;
-                        }
-
-                        ProtoSlice actor = rule_actor(rule, &s->request);
-                        s->hits[*n_hits] = (StoreHit){
-                                .rule_id = rule->id,
-                                .actor = actor.ptr,
-                                .actor_len = actor.len,
-                                .credit_limit = rule->credit_limit,
-                                .reset_seconds = rule->reset_seconds,
-                        };
-                        if (decider)
-                                slot->decider_hit = (int32_t) *n_hits;
-                        (*n_hits)++;
-                }
-                slot->n_hits = (uint32_t) (*n_hits - slot->first_hit);
-                slot->n_free = (uint32_t) (s->n_free_canaries - slot->first_free);
-                slot->rule = matched[n_matched - 1];
-        }
-}
-
-static void server_log_hit(const BatchSlot *slot, const char *reply, size_t reply_len) {
-        char desc[256];
-
-        log_debug("Connection %" PRIu64 ": \"%.*s\" -> %.*s by rule %s%s%s%s", slot->conn->id,
-                  (int) (slot->line.len > 200 ? 200 : slot->line.len), slot->line.ptr, (int) reply_len - 1,
-                  reply, rule_describe(slot->rule, desc, sizeof desc), slot->rule->comment ? " (" : "",
-                  slot->rule->comment ?: "", slot->rule->comment ? ")" : "");
-}
-
-/* Phase 3 for one slot: formats its reply at the end of its connection's output
- * (room was reserved in phase 1). Returns false if the request is not answered. */
-static bool server_format_reply(Server *s, const BatchSlot *slot) {
-        Connection *c = slot->conn;
-        char *p = c->out + c->out_len;
-        size_t len;
-        int error = 0;
-
-        if (c->err_sent)
-                return false; /* an earlier reply of this batch was an ERR: nothing after it is answered */
-
-        if (slot->is_error) {
-                len = proto_format_error(p, slot->error_code, slot->error_reason);
-                s->counters.errors[slot->error_code]++;
-                server_metrics_error(s, slot->error_code);
-                c->closing = c->err_sent = true;
-                c->out_len += len;
-                log_debug("Connection %" PRIu64 ": \"%.*s\" -> %.*s", c->id,
-                          (int) (slot->line.len > 200 ? 200 : slot->line.len), slot->line.ptr, (int) len - 1,
-                          p);
-                return true;
-        }
-
-        for (uint32_t i = slot->first_hit; i < slot->first_hit + slot->n_hits; i++)
-                if (s->hits[i].error < 0)
-                        error = s->hits[i].error;
-        if (error < 0) {
-                len = proto_format_error(p, PROTO_ERROR_UNKNOWN, store_error_reason(s, error));
-                s->counters.errors[PROTO_ERROR_UNKNOWN]++;
-                server_metrics_error(s, PROTO_ERROR_UNKNOWN);
-                c->closing = c->err_sent = true;
-                c->out_len += len;
-                return true;
-        }
-
-        for (uint32_t i = slot->first_free; i < slot->first_free + slot->n_free; i++) {
-                const Rule *canary = s->free_canaries[i];
-                if (canary->credit_limit == 0) {
-                        s->counters.hits_canary_rejected++;
-                        server_metrics_hit(s, canary, METRICS_STATUS_CANARY_REJECTED);
-                } else {
-                        s->counters.hits_canary_accepted++;
-                        server_metrics_hit(s, canary, METRICS_STATUS_CANARY_ACCEPTED);
-                }
-        }
-        for (uint32_t i = slot->first_hit; i < slot->first_hit + slot->n_hits; i++) {
-                if ((int32_t) i == slot->decider_hit)
-                        continue;
-                if (s->hits[i].allowed)
-                        s->counters.hits_canary_accepted++;
-                else
-                        s->counters.hits_canary_rejected++;
-                server_metrics_hit(s, hit_rule(&s->hits[i]),
-                                   s->hits[i].allowed ? METRICS_STATUS_CANARY_ACCEPTED
-                                                      : METRICS_STATUS_CANARY_REJECTED);
-        }
-
-        const Rule *rule = slot->rule;
-        bool allowed;
-        if (rule->credit_limit == 0) {
-                allowed = false;
-                len = proto_format_ok(p, false, 0, -1);
-        } else if (rule->reset_seconds == 0) {
-                allowed = true;
-                len = proto_format_ok(p, true, rule->credit_limit, 0);
-        } else {
-                const StoreHit *h = &s->hits[slot->decider_hit];
-                allowed = h->allowed;
-                len = proto_format_ok(p, h->allowed, h->credit, (int64_t) h->reset_left);
-        }
-        if (allowed)
-                s->counters.hits_accepted++;
-        else
-                s->counters.hits_rejected++;
-        server_metrics_hit(s, rule, allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
-        c->out_len += len;
-
-        if (s->settings.debug)
-                server_log_hit(slot, p, len);
-        return true;
-}
-
-/* Phase 4 for one connection: drops consumed input, sends the replies with one
- * send(), and decides whether it stays on the ready list (moved to the tail, for
+/* After a batch, for one connection of it: drops consumed input, sends the replies with
+ * one send(), and decides whether it stays on the ready list (moved to the tail, for
  * fairness) or is done. */
 static void server_after_batch(Server *s, Connection *c) {
         if (c->closing)
-                c->in_pos = c->in_len = 0; /* lines after an ERR are discarded */
+                connection_drop_input(c); /* lines after an ERR are discarded */
         connection_compact_input(c);
 
         if (server_flush(s, c) < 0)
@@ -608,53 +345,19 @@ static void server_after_batch(Server *s, Connection *c) {
                 server_update_events(s, c);
 }
 
+/* One batch: the ready connections in order, as many as the batch takes, then their replies. */
 static void server_run_batch(Server *s) {
-        size_t n_slots = 0, n_hits = 0, n_answered = 0;
         Connection *c, *last = NULL;
-        /* For the metrics: a HIT's duration is its batch's (parse, match, store, format). */
-        uint64_t start_usec = s->metrics ? clock_usec(CLOCK_MONOTONIC) : 0;
-        uint64_t answered = s->counters.hits_accepted + s->counters.hits_rejected;
 
-        for (c = s->ready_head; c; c = c->ready_next) {
-                if (n_slots >= SERVER_BATCH_REQUESTS_MAX ||
-                    n_hits + RULES_MATCH_MAX > SERVER_BATCH_HITS_MAX ||
-                    s->n_free_canaries + RULES_MATCH_MAX > SERVER_BATCH_HITS_MAX)
-                        break;
+        for (c = s->ready_head; c && batch_has_room(s->batch); c = c->ready_next) {
                 last = c;
-                server_take_requests(s, c, &n_slots, &n_hits);
+                batch_take(s->batch, c);
         }
         if (!last)
                 return;
 
-        if (n_hits > 0) {
-                int r = store_apply(s->store, s->hits, n_hits, server_now(s, CLOCK_REALTIME));
-                if (r < 0) {
-                        /* Every hit carries the error; its requests answer ERR below. A full
-                         * store fails every batch: log once per interval, with a count. */
-                        uint64_t now = server_now(s, CLOCK_MONOTONIC);
-                        s->counters.store_errors++;
-                        if (s->store_error_logged_usec == 0 ||
-                            now - s->store_error_logged_usec >= SERVER_ERROR_LOG_INTERVAL_USEC) {
-                                log_error_errno(r,
-                                                "Failed to apply %zu hits to the store (%" PRIu64
-                                                " failed batches so far): %m",
-                                                n_hits, s->counters.store_errors);
-                                s->store_error_logged_usec = now;
-                        }
-                }
-        }
-
-        for (size_t i = 0; i < n_slots; i++)
-                if (server_format_reply(s, &s->slots[i]))
-                        n_answered++;
-        s->n_free_canaries = 0;
-
+        s->counters.batch_requests += batch_finish(s->batch, server_now(s, CLOCK_REALTIME));
         s->counters.batches++;
-        s->counters.batch_requests += n_answered;
-        if (s->metrics)
-                metrics_observe_batch(s->metrics, n_answered,
-                                      s->counters.hits_accepted + s->counters.hits_rejected - answered,
-                                      clock_usec(CLOCK_MONOTONIC) - start_usec);
 
         /* Visit the connections of this batch; those with leftovers go to the tail. */
         for (c = s->ready_head; c;) {
@@ -739,12 +442,11 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
         s->settings = *settings;
         if (s->settings.output_limit < CONNECTION_OUT_INITIAL)
                 s->settings.output_limit = CONNECTION_OUT_INITIAL;
-        s->slots = calloc(SERVER_BATCH_REQUESTS_MAX, sizeof *s->slots);
-        s->hits = calloc(SERVER_BATCH_HITS_MAX, sizeof *s->hits);
-        s->free_canaries = calloc(SERVER_BATCH_HITS_MAX, sizeof *s->free_canaries);
-        if (!s->slots || !s->hits || !s->free_canaries) {
+        r = batch_new(&(BatchSettings){ .output_limit = s->settings.output_limit, .debug = settings->debug },
+                      &s->batch);
+        if (r < 0) {
                 server_free(s);
-                return -ENOMEM;
+                return r;
         }
 
         s->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -781,24 +483,23 @@ Server *server_free(Server *s) {
         sd_event_source_disable_unref(s->epoll_source);
         if (s->epfd >= 0)
                 close(s->epfd);
-        free(s->slots);
-        free(s->hits);
-        free(s->free_canaries);
+        batch_free(s->batch);
         sd_event_unref(s->event);
         free(s);
         return NULL;
 }
 
 void server_set_rules(Server *s, const RuleSet *rules) {
-        s->rules = rules;
+        batch_set_rules(s->batch, rules);
 }
 
 void server_set_store(Server *s, Store *store) {
-        s->store = store;
+        batch_set_store(s->batch, store);
 }
 
 void server_set_metrics(Server *s, Metrics *metrics) {
         s->metrics = metrics;
+        batch_set_metrics(s->batch, metrics);
         server_metrics_connections(s);
 }
 

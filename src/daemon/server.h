@@ -2,13 +2,15 @@
 #pragma once
 
 /*
- * server.c: the divvy protocol server. Owns the client connections and runs the
- * batch engine: socket callbacks only read and queue the connection on a ready
- * list; a low-priority defer source then frames, parses and matches the queued
- * lines of every ready connection, applies all their counter hits with ONE
- * store_apply(), formats the replies in order and writes each connection's output
- * with one send(). The rules and the store are borrowed from the manager, which
- * may swap the rules between batches (no pointer into a RuleSet outlives a batch).
+ * server.c: the divvy protocol server's connections: accepts them, reads, writes,
+ * closes, and times them out. Every connection is in one edge-triggered epoll
+ * instance (see connection.h) watched by one sd-event source; its callback only
+ * reads and queues the connections that have requests on a ready list. A
+ * low-priority defer source (or the epoll callback itself, after reading) then runs
+ * one batch (batch.h) over the ready connections, in order, and sends each
+ * connection's replies with one send(). The server calls the batch, never the
+ * other way round. The rules, the store and the metrics are borrowed from the
+ * manager, which may swap the rules between batches.
  */
 
 #include <stdbool.h>
@@ -18,16 +20,9 @@
 #include <systemd/sd-event.h>
 
 #include "metrics.h"
-#include "core/protocol.h"
 #include "core/rules.h"
 #include "store/store.h"
 
-#define SERVER_BATCH_REQUESTS_MAX 1024 /* requests per batch: bounds the latency of one batch */
-#define SERVER_BATCH_HITS_MAX                                                                               \
-        4096 /* store hits per batch (one write transaction): bounds the transaction and the arrays */
-#define SERVER_LINES_PER_CONNECTION                                                                         \
-        64 /* requests taken from one connection per batch: a pipelining client cannot fill a               \
-            * batch and starve the others */
 #define SERVER_LINGER_USEC                                                                                  \
         (2ULL * 1000ULL * 1000ULL) /* 2 s: after an ERR we shut down our side and read until the            \
                                     * peer's EOF this long, so that closing with unread input does          \
@@ -42,14 +37,9 @@ typedef struct ServerSettings {
         bool debug;                 /* log every HIT with its deciding rule */
 } ServerSettings;
 
-/* Counters for STATUS and (later) metrics. Monotonic unless noted. */
+/* Counters of the connections and the batches, for STATUS and the tests; monotonic unless
+ * noted. The outcomes (HITs, ERR replies) are counted in the Metrics only (metrics.h). */
 typedef struct ServerCounters {
-        uint64_t hits_accepted;
-        uint64_t hits_rejected;
-        uint64_t hits_canary_accepted;
-        uint64_t hits_canary_rejected;
-        uint64_t errors[_PROTO_ERROR_MAX]; /* ERR replies sent, by code */
-        uint64_t store_errors;             /* failed store_apply() batches */
         uint64_t connections_accepted;
         uint64_t connections_rejected; /* over max_connections */
         uint64_t connections_current;  /* gauge */
@@ -67,11 +57,12 @@ Server *server_free(Server *s);
  * other event callback is "between batches"). */
 void server_set_rules(Server *s, const RuleSet *rules);
 void server_set_store(Server *s, Store *store);
-/* Borrowed; NULL (the default) counts nothing. The server updates it per hit and per
- * batch with plain stores, never a syscall (see metrics.h). */
+/* Borrowed; NULL (the default) counts nothing. The server and its batch update it per
+ * hit and per batch with plain stores, never a syscall (see metrics.h). */
 void server_set_metrics(Server *s, Metrics *metrics);
 
-/* Takes over an accepted socket (a listener_accept_t target: userdata is the Server). */
+/* Takes over an accepted socket (the listeners call this; is_tcp: set TCP_NODELAY). When
+ * stopping it is closed; over max_connections it is answered an ERR and closed. */
 void server_accept(int fd, bool is_tcp, Server *s);
 
 /* Stop: no more reads, answer every request already read, close each connection once

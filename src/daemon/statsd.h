@@ -2,27 +2,17 @@
 #pragma once
 
 /*
- * statsd.c: divvy's statsd metrics, aggregated. Nothing happens per hit: every
- * interval a timer reads the Metrics counters (metrics.h), turns the growth since
- * the last flush into counter lines, adds the sampled `hit` timer and the
- * `connections` gauge, packs the lines into as few datagrams as fit
- * STATSD_PAYLOAD_MAX and sends them over UDP, or over TCP (one line per "\n").
+ * statsd.c: divvy's statsd metrics, aggregated, and their sender. Nothing happens per
+ * hit: every interval a timer has the aggregator (statsd-pack.h) turn the growth of the
+ * Metrics counters since the last flush into counter lines, the sampled `hit` timer
+ * and the `connections` gauge, packed into as few datagrams as fit STATSD_PAYLOAD_MAX,
+ * and sends them over UDP, or over TCP (one line per "\n").
  *
  * A dead or slow statsd never blocks the loop: sockets are non-blocking; UDP
  * errors (ECONNREFUSED from an earlier datagram to a closed port, ENOBUFS, ...)
  * drop that datagram; over TCP a bounded output buffer drops what does not fit,
  * and a failed or closed connection is retried with exponential backoff. Every
- * dropped line is counted (divvyd_statsd_dropped_total).
- *
- * Names (divvy's, from its Instrumenter): counters <prefix>hit.<status> and, for
- * rules with a label, <prefix>hit.<status>.<label> (status: accepted, rejected,
- * canary-accepted, canary-rejected), <prefix>error.<code> (unknown-command,
- * unknown); timer <prefix>hit (milliseconds, fractional); gauge <prefix>connections.
- *
- * Prefix: divvy passes STATSD_PREFIX to the npm statsd-client, whose constructor
- * appends a "." to a non-empty prefix that does not already end in one ("divvy"
- * and "divvy." both give "divvy.hit.accepted"; "" gives "hit.accepted").
- * statsd_normalize_prefix() does the same.
+ * dropped line is counted (divvyd_statsd_dropped_total). The lines' names: statsd-pack.h.
  */
 
 #include <stdbool.h>
@@ -32,56 +22,13 @@
 #include <systemd/sd-event.h>
 
 #include "metrics.h"
+#include "statsd-pack.h"
 
-#define STATSD_PAYLOAD_MAX                                                                                  \
-        1432 /* bytes per datagram: statsd's recommendation for commodity networks (fits a 1500-byte MTU    \
-              * with IP/UDP headers and room for tunnels), and what the npm statsd-client defaults to */
-#define STATSD_PREFIX_MAX            200 /* bytes: leaves a label (RULE_LABEL_MAX) room in one line */
-#define STATSD_LINE_MAX              (STATSD_PREFIX_MAX + RULE_LABEL_MAX + 64) /* bytes: longest line we format */
-#define STATSD_INTERVAL_DEFAULT_USEC (1000ULL * 1000ULL)                       /* 1 s: flush interval */
+#define STATSD_INTERVAL_DEFAULT_USEC (1000ULL * 1000ULL) /* 1 s: flush interval */
 #define STATSD_TCP_BUFFER_MAX                                                                               \
         (64u * 1024u) /* bytes of unsent TCP output: a stalled statsd costs at most this much memory */
 #define STATSD_BACKOFF_MIN_USEC (100ULL * 1000ULL)          /* 100 ms: first TCP reconnect delay */
 #define STATSD_BACKOFF_MAX_USEC (30ULL * 1000ULL * 1000ULL) /* 30 s: reconnect delay cap */
-
-/* Receives one finished datagram: payload[0..len) holds n_lines lines separated by "\n". */
-typedef void (*StatsdEmit)(const char *payload, size_t len, size_t n_lines, void *userdata);
-
-/* Packs lines into payloads of at most max_payload bytes (pure; no I/O). */
-typedef struct StatsdPacker {
-        char buf[STATSD_PAYLOAD_MAX];
-        size_t len;
-        size_t n_lines;
-        size_t max_payload; /* <= STATSD_PAYLOAD_MAX */
-        StatsdEmit emit;
-        void *userdata;
-        uint64_t n_datagrams; /* emitted so far */
-        uint64_t n_oversized; /* lines longer than max_payload, dropped */
-} StatsdPacker;
-
-void statsd_packer_init(StatsdPacker *p, size_t max_payload, StatsdEmit emit, void *userdata);
-/* Appends one line (without "\n"), emitting the current payload first if the line does
- * not fit in it. Returns 0, or -EMSGSIZE (line dropped, counted) if it fits in no payload. */
-int statsd_packer_add(StatsdPacker *p, const char *line, size_t len);
-int statsd_packer_addf(StatsdPacker *p, const char *format, ...) __attribute__((format(printf, 2, 3)));
-/* Emits the partial payload, if any. */
-void statsd_packer_finish(StatsdPacker *p);
-
-/* divvy's prefix rule (see above) into buf. Returns 0, or -ENAMETOOLONG if the result
- * does not fit in size or exceeds STATSD_PREFIX_MAX. NULL is "". */
-int statsd_normalize_prefix(const char *prefix, char *buf, size_t size);
-
-/* Turns Metrics counters into statsd lines: remembers what it sent (loop only). */
-typedef struct StatsdAggregator StatsdAggregator;
-
-int statsd_aggregator_new(const char *prefix, StatsdAggregator **ret);
-StatsdAggregator *statsd_aggregator_free(StatsdAggregator *a);
-/* Feeds p with this interval's lines, in this order: hit.<status> (non-zero growth
- * only), hit.<status>.<label> (idem, labels in first-seen order), error.<code> (idem),
- * the hit timer samples taken from m (with |@rate when fewer samples than HITs),
- * connections gauge (always). Returns the number of lines, or -ENOMEM. Does not call
- * statsd_packer_finish(). */
-int statsd_aggregator_collect(StatsdAggregator *a, Metrics *m, StatsdPacker *p);
 
 typedef struct StatsdSettings {
         const char *host; /* name or address; resolved once, at statsd_new() */
@@ -106,5 +53,6 @@ static inline void statsd_freep(Statsd **s) {
                 statsd_free(*s);
 }
 
-/* Collects and sends now (the timer calls this). Returns the lines sent or queued. */
+/* Collects and sends now (the timer calls this). Returns the number of lines collected
+ * (sent, queued for TCP, or counted as dropped), or -ENOMEM. */
 int statsd_flush(Statsd *s);

@@ -59,7 +59,7 @@ static int build(const char *const *specs, bool finalize, RuleSet **ret, Diag *d
                         for (char *p = eq + 1; *p; p++)
                                 if (*p == '~')
                                         *p = ' ';
-                        r = rule_draft_set_diag(&d, t, eq + 1, line + ++k, diag);
+                        r = rule_draft_set_diag(&d, NULL, t, eq + 1, line + ++k, diag);
                         if (r < 0 && first == 0)
                                 first = r;
                 }
@@ -202,10 +202,10 @@ START_TEST (test_draft) {
         /* The loader helper reports what went wrong, with a hint. */
         diag_init(&diag, "r.ini");
         ck_assert_int_eq(rule_draft_add_pattern(&d, "method", 6, "GET", 3), 0);
-        ck_assert_int_eq(rule_draft_set_diag(&d, "creditlimit", "2", 8, &diag), -ENOENT);
-        ck_assert_int_eq(rule_draft_set_diag(&d, "limit", "2", 9, &diag), -ENOENT);
-        ck_assert_int_eq(rule_draft_set_diag(&d, "creditLimit", "2", 10, &diag), -EEXIST);
-        ck_assert_int_eq(rule_draft_set_diag(&d, "label", "x", 11, &diag), 0);
+        ck_assert_int_eq(rule_draft_set_diag(&d, NULL, "creditlimit", "2", 8, &diag), -ENOENT);
+        ck_assert_int_eq(rule_draft_set_diag(&d, NULL, "limit", "2", 9, &diag), -ENOENT);
+        ck_assert_int_eq(rule_draft_set_diag(&d, NULL, "creditLimit", "2", 10, &diag), -EEXIST);
+        ck_assert_int_eq(rule_draft_set_diag(&d, NULL, "label", "x", 11, &diag), 0);
         ck_assert_uint_eq(diag.n_messages, 3);
         ck_assert_str_eq(diag.messages[0],
                          "r.ini:8: rule [method=GET] has an unknown attribute \"creditlimit\" (did you mean "
@@ -845,6 +845,33 @@ START_TEST (test_default_deny_accept) {
 }
 END_TEST
 
+/* creditLimit 0 denies whatever resetSeconds says; resetSeconds 0 then allows; only a
+ * rule with both positive needs its counter. Rules built from text, as a config would. */
+static const struct {
+        const char *spec;
+        RuleTrivial want;
+} trivial_cases[] = {
+        { "default ; creditLimit=0 resetSeconds=0", RULE_TRIVIAL_DENY },
+        { "a=1 ; creditLimit=0 resetSeconds=60", RULE_TRIVIAL_DENY },
+        { "a=1 ; creditLimit=0 resetSeconds=3155760000", RULE_TRIVIAL_DENY },
+        { "a=1 ; creditLimit=1 resetSeconds=0", RULE_TRIVIAL_ALLOW },
+        { "a=1 ; creditLimit=9007199254740991 resetSeconds=0 actorField=ip", RULE_TRIVIAL_ALLOW },
+        { "a=1 ; creditLimit=1 resetSeconds=1", RULE_TRIVIAL_NONE },
+        { "a=1 ; creditLimit=5 resetSeconds=60 matchPolicy=canary", RULE_TRIVIAL_NONE },
+        { "a=1 ; creditLimit=0 resetSeconds=0 matchPolicy=canary", RULE_TRIVIAL_DENY },
+};
+
+START_TEST (test_trivial_decision) {
+        RuleSet *rs;
+
+        ck_assert_int_eq(build((const char *const[]){ trivial_cases[_i].spec, NULL }, false, &rs, NULL), 0);
+        ck_assert_uint_eq(rs->n_rules, 1);
+        ck_assert_msg(rule_trivial_decision(&rs->rules[0]) == trivial_cases[_i].want, "%s: %d, expected %d",
+                      trivial_cases[_i].spec, rule_trivial_decision(&rs->rules[0]), trivial_cases[_i].want);
+        ruleset_free(rs);
+}
+END_TEST
+
 /* ---- describe --------------------------------------------------------------------------------- */
 
 START_TEST (test_describe) {
@@ -979,9 +1006,16 @@ START_TEST (test_identity_golden) {
                 1,   2,   0,   0,   0,   'i', 'p',                /* actorField */
         };
         uint8_t want[RULE_ID_SIZE], got[RULE_ID_SIZE];
+        char hex[2 * RULE_ID_SIZE + 1];
         hash128(enc, sizeof enc, want);
         rule_id_of("b=* a=1 ; creditLimit=5 resetSeconds=60 actorField=ip", got);
         ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+        /* And the id itself, as a literal computed once: the encoding above and hash128()
+         * together. It keys this rule's counters on disk; if it changes, every existing
+         * database is orphaned (bump STORE_FORMAT_VERSION, never this literal). */
+        for (size_t i = 0; i < RULE_ID_SIZE; i++)
+                snprintf(hex + 2 * i, 3, "%02x", got[i]);
+        ck_assert_str_eq(hex, "406694f9a2837ef0017f027ef453822e");
 
         static const uint8_t enc_default[] = {
                 'd', 'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l', 'e', '-', 'i', 'd', '-', 'v', '1', 0, 0,
@@ -1216,6 +1250,7 @@ static Suite *rules_suite(void) {
         tcase_add_test(tc, test_actor_absent);
         tcase_add_test(tc, test_birthday_cake);
         tcase_add_test(tc, test_default_deny_accept);
+        tcase_add_loop_test(tc, test_trivial_decision, 0, sizeof trivial_cases / sizeof trivial_cases[0]);
         tcase_add_test(tc, test_describe);
         tcase_add_loop_test(tc, test_identity, 0, sizeof identity_cases / sizeof identity_cases[0]);
         tcase_add_test(tc, test_identity_reorder);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* listener.c's address parser, and server.c's batch engine driven over a socketpair
- * with a real store and real rules (no network, no sleeps: the loop is run step by step). */
+/* server.c and its batch engine (batch.c) driven over socketpairs with a real store and
+ * real rules (no network, no sleeps: the loop is run step by step). */
 
 #include <check.h>
 #include <errno.h>
@@ -14,101 +14,10 @@
 #include <unistd.h>
 
 #include "core/config.h"
-#include "daemon/listener.h"
+#include "daemon/batch.h"
 #include "daemon/server.h"
 #include "store/store.h"
 #include "check-run.h"
-
-/* ---- listen_address_parse() ---- */
-
-static const struct {
-        const char *input;
-        int ret;
-        ListenKind kind;
-        const char *host_or_path;
-        unsigned port;
-        const char *canonical; /* listen_address_to_string(); NULL: same as input */
-} addresses[] = {
-        { "tcp:127.0.0.1:8321", 0, LISTEN_TCP, "127.0.0.1", 8321, NULL },
-        { "tcp:localhost:1", 0, LISTEN_TCP, "localhost", 1, NULL },
-        { "tcp:[::1]:65535", 0, LISTEN_TCP, "::1", 65535, NULL },
-        { "tcp:[::]:8321", 0, LISTEN_TCP, "::", 8321, NULL },
-        { "tcp:0.0.0.0:80", 0, LISTEN_TCP, "0.0.0.0", 80, NULL },
-        { "unix:/run/divvyd.sock", 0, LISTEN_UNIX, "/run/divvyd.sock", 0, NULL },
-        { "unix:rel/x.sock", 0, LISTEN_UNIX, "rel/x.sock", 0, NULL },
-        { "tcp:127.0.0.1:0", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:65536", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:80x", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:-1", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1:+80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:127.0.0.1", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp::80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:::1:80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:[::1]80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:[::1:80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:[]:80", -EINVAL, 0, NULL, 0, NULL },
-        { "tcp:[1.2.3.4]:80", -EINVAL, 0, NULL, 0, NULL },
-        { "127.0.0.1:8321", -EINVAL, 0, NULL, 0, NULL },
-        { "8321", -EINVAL, 0, NULL, 0, NULL },
-        { "udp:127.0.0.1:8321", -EINVAL, 0, NULL, 0, NULL },
-        { "unix:", -EINVAL, 0, NULL, 0, NULL },
-        { "", -EINVAL, 0, NULL, 0, NULL },
-};
-
-START_TEST (test_address_parse) {
-        ListenAddress a;
-        char buf[LISTEN_ADDRESS_MAX + 16];
-        int r = listen_address_parse(addresses[_i].input, &a);
-
-        ck_assert_msg(r == addresses[_i].ret, "%s: got %d", addresses[_i].input, r);
-        if (r < 0)
-                return;
-        ck_assert_int_eq(a.kind, addresses[_i].kind);
-        if (a.kind == LISTEN_TCP) {
-                ck_assert_str_eq(a.host, addresses[_i].host_or_path);
-                ck_assert_uint_eq(a.port, addresses[_i].port);
-        } else
-                ck_assert_str_eq(a.path, addresses[_i].host_or_path);
-        ck_assert_str_eq(listen_address_to_string(&a, buf, sizeof buf),
-                         addresses[_i].canonical ?: addresses[_i].input);
-}
-END_TEST
-
-START_TEST (test_address_unix_path_length) {
-        char s[sizeof(((struct sockaddr_un *) 0)->sun_path) + 16] = "unix:";
-        ListenAddress a;
-
-        /* sun_path holds 107 bytes and the NUL. */
-        memset(s + 5, 'p', 107);
-        s[5 + 107] = '\0';
-        ck_assert_int_eq(listen_address_parse(s, &a), 0);
-        ck_assert_uint_eq(strlen(a.path), 107);
-        s[5 + 107] = 'p';
-        s[5 + 108] = '\0';
-        ck_assert_int_eq(listen_address_parse(s, &a), -EINVAL);
-}
-END_TEST
-
-START_TEST (test_address_host_length) {
-        char s[LISTEN_ADDRESS_MAX];
-        ListenAddress a;
-
-        /* The host is checked against host[] before it is copied there. */
-        for (unsigned bracket = 0; bracket < 2; bracket++)
-                for (size_t n = sizeof a.host - 8; n < sizeof a.host + 200; n++) {
-                        size_t k = 0;
-
-                        k += (size_t) snprintf(s + k, sizeof s - k, "tcp:%s", bracket ? "[:" : "");
-                        memset(s + k, 'h', n - bracket);
-                        k += n - bracket;
-                        snprintf(s + k, sizeof s - k, "%s:80", bracket ? "]" : "");
-                        ck_assert_int_eq(listen_address_parse(s, &a), n < sizeof a.host ? 0 : -EINVAL);
-                        if (n < sizeof a.host)
-                                ck_assert_uint_eq(strlen(a.host), n);
-                }
-}
-END_TEST
 
 /* ---- the server over a socketpair ---- */
 
@@ -149,6 +58,7 @@ static sd_event *event;
 static Store *store;
 static RuleSet *rules;
 static Server *server;
+static Metrics *metrics;
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
         return remove(path);
@@ -175,10 +85,19 @@ static void server_setup(void) {
         ck_assert_int_eq(server_new(event, &settings, &server), 0);
         server_set_rules(server, rules);
         server_set_store(server, store);
+        ck_assert_int_eq(metrics_new(&metrics), 0);
+        ck_assert_int_eq(metrics_set_rules(metrics, rules), 0);
+        server_set_metrics(server, metrics);
+}
+
+/* The outcomes are counted in the metrics only. */
+static uint64_t hits(MetricsStatus status) {
+        return metrics_hits_total(metrics, status);
 }
 
 static void server_teardown(void) {
         server = server_free(server);
+        metrics = metrics_free(metrics);
         event = sd_event_unref(event);
         store = store_close(store);
         rules = ruleset_free(rules);
@@ -278,7 +197,7 @@ END_TEST
 START_TEST (test_pipelining_spans_batches) {
         /* More requests than one connection may put in a batch, and more replies than
          * the output limit: all answered, in order. */
-        enum { N = 3 * SERVER_LINES_PER_CONNECTION + 7 };
+        enum { N = 3 * BATCH_LINES_PER_CONNECTION + 7 };
         static char input[N * 16], expected[N * 16];
         size_t in_len = 0, exp_len = 0;
         int fd = client_connect();
@@ -295,7 +214,7 @@ START_TEST (test_pipelining_spans_batches) {
         free(out);
         close(fd);
         ck_assert_uint_ge(server_counters(server)->batches, 4);
-        ck_assert_uint_eq(server_counters(server)->hits_accepted, N);
+        ck_assert_uint_eq(hits(METRICS_STATUS_ACCEPTED), N);
 }
 END_TEST
 
@@ -313,8 +232,8 @@ START_TEST (test_two_clients_share_counters) {
         ck_assert_uint_eq(total, strlen("OK true 1 60\n"
                                         "OK true 0 60\n"
                                         "OK false 0 60\n"));
-        ck_assert_uint_eq(server_counters(server)->hits_accepted, 2);
-        ck_assert_uint_eq(server_counters(server)->hits_rejected, 1);
+        ck_assert_uint_eq(hits(METRICS_STATUS_ACCEPTED), 2);
+        ck_assert_uint_eq(hits(METRICS_STATUS_REJECTED), 1);
         free(out_a);
         free(out_b);
         close(a);
@@ -409,7 +328,7 @@ START_TEST (test_store_error_counts_nothing_answered_ok) {
                               "got \"%s\"", out);
                 free(out);
                 close(fd);
-                ck_assert_uint_eq(server_counters(server)->hits_canary_rejected, 0);
+                ck_assert_uint_eq(hits(METRICS_STATUS_CANARY_REJECTED), 0);
                 ck_assert_uint_eq(server_counters(server)->batch_requests, i + 1);
         }
 }
@@ -425,7 +344,7 @@ START_TEST (test_canary_without_counter_counted) {
         ck_assert_str_eq(out, "OK true 5 0\n");
         free(out);
         close(fd);
-        ck_assert_uint_eq(server_counters(server)->hits_canary_rejected, 1);
+        ck_assert_uint_eq(hits(METRICS_STATUS_CANARY_REJECTED), 1);
         ck_assert_uint_eq(server_counters(server)->batch_requests, 1);
 }
 END_TEST
@@ -433,12 +352,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("server");
         TCase *tc;
-
-        tc = tcase_create("address");
-        tcase_add_loop_test(tc, test_address_parse, 0, sizeof addresses / sizeof addresses[0]);
-        tcase_add_test(tc, test_address_unix_path_length);
-        tcase_add_test(tc, test_address_host_length);
-        suite_add_tcase(s, tc);
 
         tc = tcase_create("server");
         tcase_add_checked_fixture(tc, server_setup, server_teardown);

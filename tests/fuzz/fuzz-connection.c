@@ -265,6 +265,7 @@ static size_t check_replies(const char *buf, size_t len, bool *ret_err) {
                 fuzz_check((size_t) (nl - p) < PROTO_REPLY_MAX);
                 n++;
                 if (strncmp(p, "ERR ", 4) == 0) {
+                        fuzz_check_err_line(p, (size_t) (nl - p)); /* a fixed reason, no echo */
                         *ret_err = true;
                         continue;
                 }

@@ -56,6 +56,9 @@ static void check_request(const ProtoRequest *req, int r, const char *text, size
                 n = proto_format_error(reply, req->error_code, req->error_reason);
                 fuzz_check(n < PROTO_REPLY_MAX && strlen(reply) == n);
                 fuzz_check(memcmp(reply, "ERR ", 4) == 0 && reply[n - 1] == '\n');
+                /* The reason is a fixed text, never an echo of the request. */
+                fuzz_check(fuzz_reason_is_fixed(req->error_reason, strlen(req->error_reason)));
+                fuzz_check_err_line(reply, n - 1);
                 return;
         }
 

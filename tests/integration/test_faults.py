@@ -214,18 +214,24 @@ class Full(harness.DaemonTestCase):
             with d.connect("unix") as c:
                 replies = c.pipeline(["HIT path=/keep user=%s-%d" % (uid("after"), k) for k in range(200)])
             return all(r.startswith("OK true") for r in replies)
+        # KNOWN BUG (store.c; the lead's issue list has it): depending on the freelist at the
+        # moment the map filled up, the sweeper's own delete transaction gets MDB_MAP_FULL, even
+        # one counter at a time (copy-on-write needs pages the freelist cannot hand out yet),
+        # and the store never recovers without a restart with a larger map. An expected
+        # failure (XFAIL) while it lasts; when it passes the test FAILS (strict): then remove
+        # the marker and put "writes again once the sweeper frees space" back in the README.
         try:
-            faultlib.wait_for(room, 10, "room for 200 new counters after the sweeper reclaimed the expired ones")
+            recovered = faultlib.wait_for(room, 10, "room for 200 new counters after the sweeper "
+                                          "reclaimed the expired ones")
         except harness.HarnessError:
-            # KNOWN BUG (store.c, reported): depending on the freelist at the moment the map
-            # filled up, the sweeper's own delete transaction gets MDB_MAP_FULL, even one counter
-            # at a time (copy-on-write needs pages the freelist cannot hand out yet), and the
-            # store never recovers without a restart with a larger map. The daemon stays up.
-            self.assertTrue(d.running())
-            self.assertEqual(d.request("HIT path=/open", "unix"), "OK true 5 0")
-            self.skipTest("KNOWN BUG, SKIPPED LOUDLY: a map full at --map-size-max was not swept "
-                          "within 10 s (log: %s)" % d.log_text().strip().splitlines()[-1])
+            recovered = False
+        # Whatever the store does, the daemon stays up and serves what needs no counter.
         self.assertTrue(d.running())
+        self.assertEqual(d.request("HIT path=/open", "unix"), "OK true 5 0")
+        with self.known_bug("a map full at --map-size-max is not swept: no room for 200 new "
+                            "counters within 10 s after the filler expired (log: %s)" %
+                            d.log_text().strip().splitlines()[-1]):
+            self.assertTrue(recovered, "the store did not recover after the sweep")
 
     def test_filesystem_full(self):
         if os.geteuid() != 0:
@@ -456,13 +462,13 @@ class Reload(_InOrder, harness.DaemonTestCase):
             d.wait_note(re.compile(r"^STATUS=Reload failed"), after=before, what="Reload failed #%d" % i)
             # The previous rules serve on, counters keep counting.
             self.assertEqual(d.request("HIT path=/hup"), "OK false 0 -1")  # the default: deny
-            self.assertHit(d.request("HIT path=/probe user=" + u), True, 8 - i, (3598, 3600))
+            self.assertHit(d.request("HIT path=/probe user=" + u), True, 8 - i, self.since_start(3600))
         write_file(config, good)
         before = d.last_seq()
         d.signal(signal.SIGHUP)
         d.wait_note("READY=1", after=before, what="READY=1 after the fixed config")
         self.assertEqual(d.request("HIT path=/hup"), "OK true 7 0")
-        self.assertHit(d.request("HIT path=/probe user=" + u), True, 8 - len(broken_cases), (3598, 3600))
+        self.assertHit(d.request("HIT path=/probe user=" + u), True, 8 - len(broken_cases), self.since_start(3600))
         load.stop()
         self._load_in_order(load, "while the config was broken and fixed")
 

@@ -49,6 +49,7 @@ class Hostile(harness.DaemonTestCase):
                                         args=["--output-limit", str(OUTPUT_LIMIT)])
 
     def setUp(self):
+        super().setUp()
         # Warm the allocator with a little traffic so that the baseline is not a cold start.
         with self.d.connect("tcp") as c:
             c.pipeline(["HIT path=/open"] * 100)
@@ -338,10 +339,18 @@ class ManyConnections(harness.DaemonTestCase):
 
             # One more on each listener: refused cleanly, with a reason, then closed.
             for kind in ("tcp", "unix"):
+                probe = "HIT path=/probe user=refused-%s-%d" % (kind, os.getpid())
                 with d.connect(kind) as extra:
+                    # A request sent at once on a refused connection is not executed.
+                    try:
+                        extra.send(probe + "\n")
+                    except OSError:
+                        pass  # closed by the daemon already: not executed either
                     self.assertEqual(extra.readline(), TOO_MANY)
                     self.assertTrue(extra.at_eof())
-                    # And a request on a refused connection is not executed.
+                # Its counter is untouched: the first hit on it is a fresh window's.
+                self.assertHit(conns[0].request(probe), True, 9, 3600,
+                               "(the request on the refused %s connection was executed)" % kind)
 
             # The 10,000 are unaffected: each is served again, pipelined this time.
             for c in conns:

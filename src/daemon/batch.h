@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * batch.c: the batch engine. The server hands it the connections that have requests
+ * (batch_take(), one connection after the other); it frames, parses and matches their
+ * lines into per-request slots that carry the matched rules, and collects the store hits
+ * of all of them. batch_finish() then applies every hit with ONE store_apply(), formats
+ * the replies in request order at the end of each connection's output buffer (room was
+ * reserved when the request was taken) and counts the outcomes in the Metrics. It never
+ * reads, writes or closes a socket: sending the replies is the server's job.
+ *
+ * The rules, the store and the metrics are borrowed; the rules may be swapped between
+ * batches only (no pointer into a RuleSet outlives a batch). Everything a batch needs
+ * is allocated once, by batch_new(): a batch allocates nothing.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "connection.h"
+#include "metrics.h"
+#include "core/rules.h"
+#include "store/store.h"
+
+#define BATCH_REQUESTS_MAX 1024 /* requests per batch: bounds the latency of one batch */
+#define BATCH_HITS_MAX                                                                                      \
+        4096 /* store hits per batch (one write transaction): bounds the transaction and the arrays */
+#define BATCH_LINES_PER_CONNECTION                                                                          \
+        64 /* requests taken from one connection per batch: a pipelining client cannot fill a               \
+            * batch and starve the others */
+#define BATCH_ERROR_LOG_INTERVAL_USEC                                                                       \
+        (10ULL * 1000ULL * 1000ULL) /* 10 s: store errors repeat for every batch; log them this often */
+
+typedef struct BatchSettings {
+        size_t output_limit; /* bytes of unsent replies beyond which a connection is not taken from */
+        bool debug;          /* log every HIT with its deciding rule */
+} BatchSettings;
+
+typedef struct Batch Batch;
+
+int batch_new(const BatchSettings *settings, Batch **ret);
+Batch *batch_free(Batch *b);
+
+/* Borrowed; see above. metrics may be NULL: nothing is counted. */
+void batch_set_rules(Batch *b, const RuleSet *rules);
+void batch_set_store(Batch *b, Store *store);
+void batch_set_metrics(Batch *b, Metrics *metrics);
+
+/* True if the batch can take at least one more request (of a new connection). */
+bool batch_has_room(const Batch *b);
+
+/* Takes up to BATCH_LINES_PER_CONNECTION requests of c, while the batch has room. Sets
+ * c->blocked when c's unsent output is over the output limit, c->closing after a request
+ * that is answered ERR (the input after it is dropped). c must stay alive until
+ * batch_finish(). */
+void batch_take(Batch *b, Connection *c);
+
+/* Applies the store hits of every request taken (at wall-clock time now_usec), formats
+ * every reply and counts it, and empties the batch. A connection with an ERR reply gets
+ * err_sent and closing; nothing after its ERR is answered. Returns the number of requests
+ * answered (ERR replies included). */
+size_t batch_finish(Batch *b, uint64_t now_usec);
+
+/* Failed store_apply() calls so far. */
+uint64_t batch_store_errors(const Batch *b);

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/* batch.c: requests taken from connections (socketpairs), matched, applied to a real store,
+ * answered in order at the end of each connection's output, and counted in the metrics.
+ * No event loop: the tests call batch_take() and batch_finish() as the server does. */
+
+#include <check.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/batch.h"
+#include "metrics-test-util.h"
+#include "check-run.h"
+
+static const char RULES[] = "[a=1]\ncreditLimit = 2\nresetSeconds = 60\nlabel = a\n"
+                            "[c=* ip=*]\ncreditLimit = 1\nresetSeconds = 60\nmatchPolicy = canary\n"
+                            "actorField = ip\n"
+                            "[e=1]\ncreditLimit = 0\nresetSeconds = 60\nmatchPolicy = canary\n"
+                            "[g=1]\ncreditLimit = 7\nresetSeconds = 0\nmatchPolicy = canary\n"
+                            "[d=1]\ncreditLimit = 0\nresetSeconds = 60\n"
+                            "[f=*]\ncreditLimit = 5\nresetSeconds = 60\nactorField = f\n"
+                            "[default]\ncreditLimit = 5\nresetSeconds = 0\n";
+
+#define NOW_USEC (1700000000ULL * 1000000ULL)
+
+static char tmpdir[64];
+static Store *store;
+static RuleSet *rules;
+static Metrics *metrics;
+static Batch *batch;
+static Connection *conns[4];
+static int peers[4];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        return remove(path);
+}
+
+static void setup(void) {
+        char err[256] = "";
+        StoreOptions o = { .sync = STORE_SYNC_NONE };
+
+        strcpy(tmpdir, "/tmp/check-batch-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+        o.path = tmpdir;
+        ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        rules = load_ini(RULES);
+        ck_assert_int_eq(metrics_new(&metrics), 0);
+        ck_assert_int_eq(metrics_set_rules(metrics, rules), 0);
+        ck_assert_int_eq(batch_new(&(BatchSettings){ .output_limit = 4096 }, &batch), 0);
+        batch_set_rules(batch, rules);
+        batch_set_store(batch, store);
+        batch_set_metrics(batch, metrics);
+        for (unsigned i = 0; i < 4; i++) {
+                int sv[2];
+                ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+                ck_assert_int_eq(connection_new(sv[0], false, 64 * 1024, &conns[i]), 0);
+                conns[i]->id = i + 1;
+                peers[i] = sv[1];
+        }
+}
+
+static void teardown(void) {
+        for (unsigned i = 0; i < 4; i++) {
+                conns[i] = connection_free(conns[i]);
+                close(peers[i]);
+        }
+        batch = batch_free(batch);
+        metrics = metrics_free(metrics);
+        store = store_close(store);
+        rules = ruleset_free(rules);
+        (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Input for connection i, as the server would have read it. */
+static void input(unsigned i, const char *s) {
+        ck_assert_int_eq(send(peers[i], s, strlen(s), MSG_NOSIGNAL), (ssize_t) strlen(s));
+        ck_assert_int_eq(connection_read(conns[i]), (ssize_t) strlen(s));
+}
+
+/* Connection i's replies so far, NUL-terminated (static). */
+static const char *output(unsigned i) {
+        static char buf[64 * 1024];
+        size_t n = connection_unsent(conns[i]);
+        ck_assert_uint_lt(n, sizeof buf);
+        memcpy(buf, conns[i]->out + conns[i]->out_pos, n);
+        buf[n] = '\0';
+        return buf;
+}
+
+START_TEST (test_replies_in_order) {
+        input(0, "HIT a=1\nHIT x=1\nHIT a=1\nHIT a=1\n");
+        input(1, "HIT a=1\nHIT d=1\n");
+        ck_assert(batch_has_room(batch));
+        batch_take(batch, conns[0]);
+        batch_take(batch, conns[1]);
+        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 6);
+        /* One store transaction, in request order: connection 0 first. */
+        ck_assert_str_eq(output(0), "OK true 1 60\nOK true 5 0\nOK true 0 60\nOK false 0 60\n");
+        ck_assert_str_eq(output(1), "OK false 0 60\nOK false 0 -1\n");
+        ck_assert_uint_eq(conns[0]->in_pos, conns[0]->in_len); /* consumed, not yet compacted */
+        ck_assert(!conns[0]->closing);
+
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_ACCEPTED), 3);
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_REJECTED), 3);
+        ck_assert_uint_eq(metrics_label_hits(metrics, 1, METRICS_STATUS_REJECTED), 2); /* "a" */
+
+        /* An empty batch answers nothing. */
+        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 0);
+}
+END_TEST
+
+START_TEST (test_canaries) {
+        /* A canary with a counter, one that always denies and one that always allows: each counted
+         * with its request's OK reply, none deciding it. */
+        input(0, "HIT c=1 ip=x e=1 g=1\nHIT c=1 ip=x\n");
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 2);
+        ck_assert_str_eq(output(0), "OK true 5 0\nOK true 5 0\n");
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_ACCEPTED), 2);
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_REJECTED), 2);
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_ACCEPTED), 2);
+}
+END_TEST
+
+START_TEST (test_error_stops_connection) {
+        input(0, "HIT a=1\nBOGUS\nHIT a=1\n");
+        input(1, "HIT a=1\n");
+        batch_take(batch, conns[0]);
+        batch_take(batch, conns[1]);
+        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 3);
+        ck_assert_str_eq(output(0), "OK true 1 60\nERR unknown-command \"unknown command\"\n");
+        ck_assert(conns[0]->closing && conns[0]->err_sent);
+        ck_assert_uint_eq(conns[0]->in_pos, conns[0]->in_len); /* the line after it is dropped */
+        ck_assert_str_eq(output(1), "OK true 0 60\n");
+        ck_assert(!conns[1]->closing);
+        ck_assert_uint_eq(metrics_errors(metrics, PROTO_ERROR_UNKNOWN_COMMAND), 1);
+}
+END_TEST
+
+START_TEST (test_lines_per_connection) {
+        /* One connection gives at most BATCH_LINES_PER_CONNECTION requests to a batch. */
+        static char in[(BATCH_LINES_PER_CONNECTION + 5) * 8 + 1];
+        size_t len = 0;
+
+        for (unsigned i = 0; i < BATCH_LINES_PER_CONNECTION + 5; i++)
+                len += (size_t) snprintf(in + len, sizeof in - len, "HIT x=1\n");
+        input(0, in);
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), BATCH_LINES_PER_CONNECTION);
+        ck_assert(connection_has_request(conns[0]));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 5);
+        ck_assert(!connection_has_request(conns[0]));
+}
+END_TEST
+
+START_TEST (test_output_limit_blocks) {
+        /* Unsent replies at the limit: the connection is not taken from, and says why. */
+        char *p = connection_reserve(conns[0], 4096);
+        ck_assert_ptr_nonnull(p);
+        memset(p, 'r', 4096);
+        conns[0]->out_len += 4096;
+        input(0, "HIT x=1\n");
+        batch_take(batch, conns[0]);
+        ck_assert(conns[0]->blocked);
+        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 0);
+        ck_assert(connection_has_request(conns[0]));
+}
+END_TEST
+
+/* Swaps the store for a tiny one filled until a new counter of rule [f=*] no longer fits;
+ * returns that counter's actor in actor. */
+static void fill_store(char actor[static 32]) {
+        StoreOptions o = { .map_size = 128 * 1024, .map_size_max = 128 * 1024, .sync = STORE_SYNC_NONE };
+        const Rule *f = &rules->rules[5];
+        char err[256] = "", path[96];
+        int r = 0;
+
+        ck_assert_str_eq(f->actor_field, "f");
+        snprintf(path, sizeof path, "%s/tiny", tmpdir);
+        o.path = path;
+        store = store_close(store);
+        ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        for (unsigned i = 0; r == 0; i++) {
+                ck_assert_uint_lt(i, 1000000);
+                snprintf(actor, 32, "actor-%u", i);
+                StoreHit h = { .rule_id = f->id,
+                               .actor = actor,
+                               .actor_len = strlen(actor),
+                               .credit_limit = f->credit_limit,
+                               .reset_seconds = f->reset_seconds };
+                r = store_apply(store, &h, 1, NOW_USEC);
+        }
+        ck_assert_int_eq(r, -ENOSPC);
+        batch_set_store(batch, store);
+}
+
+START_TEST (test_store_error_once) {
+        /* A failing store answers every request that needed it with the same ERR, once per
+         * connection (nothing after an ERR); a request that needed no counter is answered OK. */
+        char actor[32], in[128];
+
+        fill_store(actor);
+        snprintf(in, sizeof in, "HIT f=%s\nHIT f=%s\n", actor, actor);
+        input(0, in);
+        input(1, "HIT x=1\n");
+        snprintf(in, sizeof in, "HIT e=1 f=%s\n", actor);
+        input(2, in);
+        batch_take(batch, conns[0]);
+        batch_take(batch, conns[1]);
+        batch_take(batch, conns[2]);
+        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 3);
+        ck_assert_str_eq(output(0), "ERR unknown \"store full\"\n");
+        ck_assert_str_eq(output(1), "OK true 5 0\n");
+        ck_assert_str_eq(output(2), "ERR unknown \"store full\"\n");
+        ck_assert_uint_eq(batch_store_errors(batch), 1);
+        ck_assert_uint_eq(metrics_errors(metrics, PROTO_ERROR_UNKNOWN), 2);
+        /* The canary of an ERR'd request is not counted. */
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_REJECTED), 0);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("batch");
+        TCase *tc = tcase_create("batch");
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_replies_in_order);
+        tcase_add_test(tc, test_canaries);
+        tcase_add_test(tc, test_error_stops_connection);
+        tcase_add_test(tc, test_lines_per_connection);
+        tcase_add_test(tc, test_output_limit_blocks);
+        tcase_add_test(tc, test_store_error_once);
+        suite_add_tcase(s, tc);
+
+        return check_run_suite(s);
+}

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/* connection.c: the input buffer and its framing, the output buffer, and the socket calls,
+ * over a socketpair. */
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon/connection.h"
+#include "check-run.h"
+
+static Connection *conn;
+static int peer;
+
+static void setup(void) {
+        int sv[2];
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+        ck_assert_int_eq(connection_new(sv[0], false, 64 * 1024, &conn), 0);
+        peer = sv[1];
+}
+
+static void teardown(void) {
+        conn = connection_free(conn);
+        if (peer >= 0)
+                close(peer);
+}
+
+static void peer_send(const char *s) {
+        ck_assert_int_eq(send(peer, s, strlen(s), MSG_NOSIGNAL), (ssize_t) strlen(s));
+}
+
+START_TEST (test_new_and_free) {
+        ck_assert_ptr_nonnull(conn->in);
+        ck_assert_uint_eq(conn->out_size, CONNECTION_OUT_INITIAL);
+        ck_assert_uint_eq(connection_unsent(conn), 0);
+        ck_assert(!connection_has_request(conn));
+        ck_assert_ptr_null(connection_free(NULL));
+}
+END_TEST
+
+START_TEST (test_read_and_frame) {
+        ProtoSlice line;
+        size_t consumed;
+
+        ck_assert_int_eq(connection_read(conn), 0); /* nothing yet: EAGAIN */
+        peer_send("HIT a=1\r\nHIT b");
+        ck_assert_int_eq(connection_read(conn), 14);
+        ck_assert(!conn->eof);
+        ck_assert(connection_has_request(conn));
+        ck_assert_int_eq(connection_next_line(conn, &line, &consumed), 1);
+        ck_assert_uint_eq(line.len, 7);
+        ck_assert(memcmp(line.ptr, "HIT a=1", 7) == 0);
+        ck_assert_uint_eq(consumed, 9);
+
+        /* The framing is kept until the line is consumed: asked again, the same answer
+         * (from the cache, as the input it was framed from is not looked at again). */
+        conn->in[0] = '\n';
+        ck_assert_int_eq(connection_next_line(conn, &line, &consumed), 1);
+        ck_assert_uint_eq(line.len, 7);
+        conn->in[0] = 'H';
+
+        connection_consume_input(conn, consumed);
+        ck_assert(!connection_has_request(conn)); /* "HIT b": incomplete */
+        ck_assert_int_eq(connection_next_line(conn, &line, &consumed), 0);
+
+        /* More input completes it: framed again. */
+        peer_send("=2\n");
+        ck_assert_int_eq(connection_read(conn), 3);
+        ck_assert(connection_has_request(conn));
+        ck_assert_int_eq(connection_next_line(conn, &line, &consumed), 1);
+        ck_assert_uint_eq(line.len, 7);
+        ck_assert(memcmp(line.ptr, "HIT b=2", 7) == 0);
+
+        /* Compacting keeps the framing (it is relative to in_pos). */
+        connection_compact_input(conn);
+        ck_assert_uint_eq(conn->in_pos, 0);
+        ck_assert_uint_eq(conn->in_len, 8);
+        ck_assert_int_eq(connection_next_line(conn, &line, &consumed), 1);
+        ck_assert_ptr_eq(line.ptr, conn->in);
+        ck_assert(memcmp(line.ptr, "HIT b=2", 7) == 0);
+
+        connection_drop_input(conn);
+        ck_assert_uint_eq(conn->in_len, 0);
+        ck_assert(!connection_has_request(conn));
+}
+END_TEST
+
+START_TEST (test_eof_and_unterminated_line) {
+        ProtoSlice line;
+        size_t consumed;
+
+        peer_send("HIT a=1");
+        ck_assert_int_eq(shutdown(peer, SHUT_WR), 0);
+        conn->peer_shut = true; /* as after EPOLLRDHUP: read on to the EOF */
+        ck_assert_int_eq(connection_read(conn), 7);
+        ck_assert(conn->eof);
+        ck_assert_int_eq(connection_next_line(conn, &line, &consumed), 0);
+        ck_assert(connection_has_request(conn)); /* the last line, answered without its "\n" */
+}
+END_TEST
+
+START_TEST (test_line_too_long) {
+        static char big[PROTO_LINE_MAX + 16];
+        ProtoSlice line;
+        size_t consumed;
+
+        memset(big, 'x', sizeof big - 1);
+        peer_send(big);
+        ck_assert_int_gt(connection_read(conn), PROTO_LINE_MAX);
+        ck_assert_int_eq(connection_next_line(conn, &line, &consumed), -EMSGSIZE);
+        ck_assert(connection_has_request(conn)); /* to be refused */
+}
+END_TEST
+
+START_TEST (test_input_buffer_full) {
+        static char chunk[4096];
+        ssize_t total = 0, n;
+
+        memset(chunk, 'y', sizeof chunk);
+        for (unsigned i = 0; i < CONNECTION_IN_SIZE / sizeof chunk + 2; i++)
+                (void) send(peer, chunk, sizeof chunk, MSG_NOSIGNAL | MSG_DONTWAIT);
+        while ((n = connection_read(conn)) > 0)
+                total += n;
+        ck_assert_int_eq(n, 0);
+        ck_assert_uint_eq(conn->in_len, CONNECTION_IN_SIZE); /* never beyond the buffer */
+        ck_assert_int_eq(total, (ssize_t) CONNECTION_IN_SIZE);
+}
+END_TEST
+
+START_TEST (test_reserve_and_flush) {
+        char buf[64];
+        char *p = connection_reserve(conn, 10);
+
+        ck_assert_ptr_eq(p, conn->out);
+        memcpy(p, "OK true 1 60\n", 13);
+        conn->out_len += 13;
+        ck_assert_uint_eq(connection_unsent(conn), 13);
+        ck_assert_int_eq(connection_flush(conn), 0);
+        ck_assert_uint_eq(connection_unsent(conn), 0);
+        ck_assert_uint_eq(conn->out_len, 0);
+        ck_assert_int_eq(recv(peer, buf, sizeof buf, 0), 13);
+        ck_assert(memcmp(buf, "OK true 1 60\n", 13) == 0);
+
+        /* Growth by doubling up to out_max, and no further. */
+        ck_assert_ptr_nonnull(connection_reserve(conn, CONNECTION_OUT_INITIAL + 1));
+        ck_assert_uint_eq(conn->out_size, 2 * CONNECTION_OUT_INITIAL);
+        ck_assert_ptr_null(connection_reserve(conn, 64 * 1024 + 1));
+        ck_assert_ptr_nonnull(connection_reserve(conn, 64 * 1024));
+        ck_assert_uint_eq(conn->out_size, 64 * 1024);
+}
+END_TEST
+
+START_TEST (test_flush_full_socket) {
+        /* The peer does not read: a flush sends what fits and says so; the rest stays. */
+        size_t sent = 0;
+        int r = 0;
+
+        (void) setsockopt(conn->fd, SOL_SOCKET, SO_SNDBUF, &(int){ 4096 }, sizeof(int));
+        for (unsigned i = 0; i < 1000 && r == 0; i++) {
+                char *p = connection_reserve(conn, 1024);
+                ck_assert_ptr_nonnull(p);
+                memset(p, 'z', 1024);
+                conn->out_len += 1024;
+                sent += 1024;
+                r = connection_flush(conn);
+        }
+        ck_assert_int_eq(r, 1);
+        ck_assert_uint_ge(connection_unsent(conn), 1024);
+        ck_assert_uint_lt(connection_unsent(conn), sent);
+
+        /* Reserving moves the unsent bytes to the front rather than growing. */
+        conn->out_pos += 10; /* as if a later send() took 10 bytes */
+        size_t unsent = connection_unsent(conn), size = conn->out_size;
+        ck_assert_ptr_nonnull(connection_reserve(conn, conn->out_size - unsent));
+        ck_assert_uint_eq(conn->out_pos, 0);
+        ck_assert_uint_eq(connection_unsent(conn), unsent);
+        ck_assert_uint_eq(conn->out_size, size);
+}
+END_TEST
+
+START_TEST (test_flush_peer_gone) {
+        char *p = connection_reserve(conn, 4);
+
+        memcpy(p, "OK\n", 3);
+        conn->out_len += 3;
+        close(peer);
+        peer = -1;
+        ck_assert_int_eq(connection_flush(conn), -EPIPE);
+}
+END_TEST
+
+START_TEST (test_discard_input) {
+        peer_send("anything\n");
+        ck_assert_int_eq(connection_discard_input(conn), 0);
+        ck_assert_int_eq(shutdown(peer, SHUT_WR), 0);
+        ck_assert_int_eq(connection_discard_input(conn), 1);
+}
+END_TEST
+
+START_TEST (test_set_events) {
+        struct epoll_event ev;
+        int epfd = epoll_create1(EPOLL_CLOEXEC);
+
+        ck_assert_int_ge(epfd, 0);
+        conn->epfd = epfd;
+        ck_assert_int_eq(connection_set_events(conn, EPOLLIN), 0);
+        ck_assert_uint_eq(conn->events, EPOLLIN);
+        ck_assert_int_eq(epoll_wait(epfd, &ev, 1, 0), 0);
+        peer_send("x");
+        ck_assert_int_eq(epoll_wait(epfd, &ev, 1, 0), 1);
+        ck_assert_ptr_eq(ev.data.ptr, conn);
+        ck_assert(ev.events & EPOLLIN);
+        /* Edge-triggered: not reported again until new input. */
+        ck_assert_int_eq(epoll_wait(epfd, &ev, 1, 0), 0);
+
+        /* 0 removes the registration; freeing then touches epfd no more. */
+        ck_assert_int_eq(connection_set_events(conn, 0), 0);
+        peer_send("y");
+        ck_assert_int_eq(epoll_wait(epfd, &ev, 1, 0), 0);
+        conn = connection_free(conn);
+        close(epfd);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("connection");
+        TCase *tc = tcase_create("connection");
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_new_and_free);
+        tcase_add_test(tc, test_read_and_frame);
+        tcase_add_test(tc, test_eof_and_unterminated_line);
+        tcase_add_test(tc, test_line_too_long);
+        tcase_add_test(tc, test_input_buffer_full);
+        tcase_add_test(tc, test_reserve_and_flush);
+        tcase_add_test(tc, test_flush_full_socket);
+        tcase_add_test(tc, test_flush_peer_gone);
+        tcase_add_test(tc, test_discard_input);
+        tcase_add_test(tc, test_set_events);
+        suite_add_tcase(s, tc);
+
+        return check_run_suite(s);
+}
