@@ -587,41 +587,62 @@ START_TEST (test_map_growth) {
 }
 END_TEST
 
-START_TEST (test_map_full) {
-        Store *s = open_store_opts(128 * 1024, 512 * 1024, STORE_SYNC_NONE);
-        StoreStats st;
-        unsigned i, batch = 100;
-        char key[32];
-        int r = 0;
+/* Creates counters of 1 s windows (actors prefix + "<batch>-<i>"), batch hits a batch at T0,
+ * until the store refuses a batch whole (-ENOSPC for every hit, asserted); returns how many
+ * it created. sync_every: store_sync() after that many batches (0: never). spread: actors
+ * prefix + 8 hex digits in no order, and each batch's windows ending 1 us after the last
+ * one's (the daemon's pattern: a sweep's deletions touch pages all over the map). */
+static unsigned fill_until_full(Store *s, const char *prefix, unsigned batch, unsigned sync_every,
+                                bool spread) {
+        static char keys[100][32];
+        unsigned filled = 0;
 
-        /* fill with short windows until the map is full at its maximum */
-        for (i = 0; i < 1000; i++) {
+        ck_assert_uint_le(batch, 100);
+        for (unsigned i = 0; i < 100000; i++) {
                 StoreHit b[100];
-                static char keys[100][32];
+                int r;
 
                 for (unsigned j = 0; j < batch; j++) {
-                        snprintf(keys[j], sizeof keys[j], "full-%u-%u", i, j);
+                        if (spread)
+                                snprintf(keys[j], sizeof keys[j], "%s%08x", prefix,
+                                         (i * batch + j) * 2654435761u);
+                        else
+                                snprintf(keys[j], sizeof keys[j], "%s%u-%u", prefix, i, j);
                         b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
                 }
-                r = store_apply(s, b, batch, T0);
+                r = store_apply(s, b, batch, T0 + (spread ? i : 0));
                 if (r < 0) {
                         ck_assert_int_eq(r, -ENOSPC);
                         for (unsigned j = 0; j < batch; j++)
                                 ck_assert_int_eq(b[j].error, -ENOSPC);
-                        break;
+                        return filled;
                 }
+                filled += batch;
+                if (sync_every > 0 && i % sync_every == 0)
+                        (void) store_sync(s); /* may meet the full map too: the journal keeps the hits */
         }
-        ck_assert_int_eq(r, -ENOSPC);
+        ck_abort_msg("the store never filled up");
+        return filled;
+}
+
+START_TEST (test_map_full) {
+        Store *s = open_store_opts(128 * 1024, 512 * 1024, STORE_SYNC_NONE);
+        StoreStats st;
+        unsigned filled, batch = 100;
+        char key[32];
+
+        /* fill with short windows until the map is full at its maximum */
+        filled = fill_until_full(s, "full-", batch, 0, false);
         ck_assert_int_eq(store_get_stats(s, &st), 0);
         /* new hits stop at 7/8 of the maximum: the rest is kept for journal rebuilds and sweeps */
         ck_assert_uint_eq(st.map_size, 512 * 1024 - 512 * 1024 / 8);
-        ck_assert_uint_eq(st.counters, i * batch);
+        ck_assert_uint_eq(st.counters, filled);
         /* still usable: existing counters keep counting... */
         expect_hit(s, RULE_A, "full-0-0", 8, 5, 1, T0, true, 3, 1);
-        snprintf(key, sizeof key, "full-%u-", i);
+        snprintf(key, sizeof key, "full-%u-", filled / batch);
 
         /* once the windows are over the sweeper frees the room */
-        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), i * batch);
+        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), filled);
         ck_assert_uint_eq(stat_counters(s), 0);
         hit_many(s, key, 0, batch, 1, T0 + SEC, 0);
         ck_assert_uint_eq(stat_counters(s), batch);
@@ -636,25 +657,8 @@ END_TEST
 START_TEST (test_map_full_at_max_recovers) {
         Store *s =
                 open_store_wb(512 * 1024, 512 * 1024, _i ? STORE_SYNC_PERIODIC : STORE_SYNC_NONE, _i == 1);
-        static char keys[100][32];
-        unsigned i, filled = 0;
-        int r = 0;
+        unsigned filled = fill_until_full(s, "max-", 100, 8, false);
 
-        for (i = 0; i < 1000; i++) {
-                StoreHit b[100];
-
-                for (unsigned j = 0; j < 100; j++) {
-                        snprintf(keys[j], sizeof keys[j], "max-%u-%u", i, j);
-                        b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
-                }
-                r = store_apply(s, b, 100, T0);
-                if (r < 0)
-                        break;
-                filled += 100;
-                if (i % 8 == 0) /* a commit may meet the full map too: the journal keeps the hits */
-                        (void) store_sync(s);
-        }
-        ck_assert_int_eq(r, -ENOSPC);
         ck_assert_uint_eq(stat_counters(s), filled);
 
         ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), filled);
@@ -674,22 +678,9 @@ END_TEST
  * whole reserve left the next ones nothing, and the store was never swept again. */
 START_TEST (test_map_full_sweep_chain) {
         Store *s = open_store_wb(1 << 20, 1 << 20, STORE_SYNC_PERIODIC, true);
-        static char keys[64][32];
-        unsigned filled = 0;
+        unsigned filled = fill_until_full(s, "f-", 64, 0, true);
         size_t d, swept = 0;
-        int r = 0;
-
-        for (unsigned i = 0; r == 0 && i < 10000; i++) {
-                StoreHit b[64];
-
-                for (unsigned j = 0; j < 64; j++) {
-                        snprintf(keys[j], sizeof keys[j], "f-%08x", (i * 64 + j) * 2654435761u);
-                        b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
-                }
-                r = store_apply(s, b, 64, T0 + i);
-                filled += r == 0 ? 64 : 0;
-        }
-        ck_assert_int_eq(r, -ENOSPC);
+        int r;
 
         /* the sweeper's timer: 100 at a time, while more remain */
         for (unsigned tick = 0; tick < 1000; tick++) {
@@ -1119,34 +1110,17 @@ END_TEST
 
 START_TEST (test_write_back_map_full) {
         Store *s = open_store_wb(128 * 1024, 512 * 1024, STORE_SYNC_NONE, true);
-        static char keys[100][32];
-        unsigned i;
-        int r = 0;
-
         /* the failing batch is refused whole, the ones before it are kept */
-        for (i = 0; i < 1000; i++) {
-                StoreHit b[100];
+        unsigned filled = fill_until_full(s, "full-", 100, 0, false);
 
-                for (unsigned j = 0; j < 100; j++) {
-                        snprintf(keys[j], sizeof keys[j], "full-%u-%u", i, j);
-                        b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
-                }
-                r = store_apply(s, b, 100, T0);
-                if (r < 0) {
-                        for (unsigned j = 0; j < 100; j++)
-                                ck_assert_int_eq(b[j].error, -ENOSPC);
-                        break;
-                }
-        }
-        ck_assert_int_eq(r, -ENOSPC);
-        ck_assert_uint_eq(stat_counters(s), i * 100);
+        ck_assert_uint_eq(stat_counters(s), filled);
         expect_hit(s, RULE_A, "full-0-0", 8, 5, 1, T0, true, 3, 1); /* still usable */
         store_close(s);
         s = open_store_wb(128 * 1024, 512 * 1024, STORE_SYNC_NONE, true);
-        ck_assert_uint_eq(stat_counters(s), i * 100);
+        ck_assert_uint_eq(stat_counters(s), filled);
         expect_hit(s, RULE_A, "full-0-0", 8, 5, 1, T0, true, 2, 1);
         /* the sweeper frees the room */
-        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), i * 100);
+        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), filled);
         expect_hit(s, RULE_A, "after", 5, 5, 1, T0 + SEC, true, 4, 1);
         store_close(s);
 }
