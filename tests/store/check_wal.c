@@ -1,0 +1,813 @@
+/* SPDX-License-Identifier: MIT */
+
+#include <check.h>
+#include <sched.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store/wal.h"
+#include "check-run.h"
+
+#define ERRBUF 512
+#define T0     (1700000000ULL * 1000000ULL) /* µs: an arbitrary wall-clock time */
+#define SEG_RECORDS                                                                                         \
+        10 /* records per segment in most tests: small, so a few dozen records rotate many times */
+#define SEG_SIZE (WAL_HEADER_SIZE + SEG_RECORDS * WAL_RECORD_SIZE)
+
+/* ---- fixture: one temporary directory per test, on a real disk ($top_builddir or /var/tmp) ---- */
+
+static char tmpdir[1024]; /* bytes: room for $top_builddir, and paths under it fit in PATH_MAX */
+
+static void make_tmpdir(void) {
+        const char *b = getenv("top_builddir");
+
+        if (b)
+                snprintf(tmpdir, sizeof tmpdir, "%s/tests/store/check-wal-XXXXXX", b);
+        else
+                snprintf(tmpdir, sizeof tmpdir, "/var/tmp/check-wal-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        (void) st;
+        (void) flag;
+        (void) ftw;
+        return remove(path);
+}
+
+static void remove_tmpdir(void) {
+        if (tmpdir[0])
+                (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        tmpdir[0] = 0;
+}
+
+static char *seg_path(char *buf, size_t size, uint64_t seq) {
+        char name[WAL_SEGMENT_NAME_MAX];
+
+        snprintf(buf, size, "%s/%s", tmpdir, wal_segment_name(seq, name));
+        return buf;
+}
+
+static bool exists(const char *path) {
+        return access(path, F_OK) == 0;
+}
+
+/* The i-th record of a test: every field differs from record to record. */
+static CounterRecord rec(uint64_t i) {
+        return (CounterRecord){
+                .id = { .lo = i * 0x9e3779b97f4a7c15ULL, .hi = i },
+                .algorithm = (uint8_t) (i % _COUNTER_ALGORITHM_MAX),
+                .state = { .w0 = T0 + i, .w1 = i * 7 },
+        };
+}
+
+static bool rec_eq(const CounterRecord *a, const CounterRecord *b) {
+        return a->id.lo == b->id.lo && a->id.hi == b->id.hi && a->algorithm == b->algorithm &&
+               a->state.w0 == b->state.w0 && a->state.w1 == b->state.w1;
+}
+
+static Wal *open_wal(uint64_t segment_size) {
+        WalOptions o = { .segment_size = segment_size };
+        char err[ERRBUF] = "";
+        Wal *w = NULL;
+        int r;
+
+        r = wal_open(tmpdir, &o, &w, err, sizeof err);
+        ck_assert_msg(r == 0, "wal_open: %d %s", r, err);
+        return w;
+}
+
+/* Appends records first .. first + n - 1 in batches of batch. */
+static void append_range(Wal *w, uint64_t first, uint64_t n, size_t batch) {
+        CounterRecord b[64];
+
+        ck_assert_uint_le(batch, 64);
+        for (uint64_t i = 0; i < n;) {
+                size_t k = n - i < batch ? (size_t) (n - i) : batch;
+
+                for (size_t j = 0; j < k; j++)
+                        b[j] = rec(first + i + j);
+                ck_assert_msg(wal_append(w, b, k) == 0, "wal_append: %s", wal_error(w));
+                i += k;
+        }
+}
+
+/* What a replay saw. */
+typedef struct Seen {
+        CounterRecord *r;
+        WalPosition *pos;
+        size_t n, alloc;
+} Seen;
+
+static int collect(const CounterRecord *r, const WalPosition *pos, void *userdata) {
+        Seen *s = userdata;
+
+        if (s->n == s->alloc) {
+                s->alloc = s->alloc ? s->alloc * 2 : 64;
+                s->r = realloc(s->r, s->alloc * sizeof *s->r);
+                s->pos = realloc(s->pos, s->alloc * sizeof *s->pos);
+                ck_assert(s->r && s->pos);
+        }
+        s->r[s->n] = *r;
+        s->pos[s->n++] = *pos;
+        return 0;
+}
+
+static void seen_done(Seen *s) {
+        free(s->r);
+        free(s->pos);
+        *s = (Seen){};
+}
+
+/* Opens the journal, replays it and checks it holds exactly records 0 .. n - 1 with lsns
+ * first_lsn .. first_lsn + n - 1; returns the open Wal. */
+static Wal *open_and_expect(uint64_t segment_size, uint64_t first_lsn, uint64_t n) {
+        Wal *w = open_wal(segment_size);
+        Seen s = {};
+        int r;
+
+        r = wal_replay(w, 0, collect, &s);
+        ck_assert_msg(r == 0, "wal_replay: %d %s", r, wal_error(w));
+        ck_assert_uint_eq(s.n, n);
+        for (size_t i = 0; i < s.n; i++) {
+                CounterRecord e = rec(i);
+
+                ck_assert_msg(rec_eq(&s.r[i], &e), "record %zu differs", i);
+                ck_assert_uint_eq(s.pos[i].lsn, first_lsn + i);
+                if (i > 0)
+                        ck_assert_uint_ge(s.pos[i].seq, s.pos[i - 1].seq);
+        }
+        seen_done(&s);
+        return w;
+}
+
+/* An independent CRC-32C, bit by bit: checks the on-disk format, not wal.c against itself. */
+static uint32_t crc32c_ref(const uint8_t *p, size_t n) {
+        uint32_t c = ~0u;
+
+        for (size_t i = 0; i < n; i++) {
+                c ^= p[i];
+                for (int k = 0; k < 8; k++)
+                        c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        }
+        return ~c;
+}
+
+static uint64_t le64(const uint8_t *p) {
+        uint64_t v = 0;
+
+        for (int i = 7; i >= 0; i--)
+                v = v << 8 | p[i];
+        return v;
+}
+
+static uint32_t le32(const uint8_t *p) {
+        return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+}
+
+static void read_file(const char *path, uint8_t *buf, size_t n, off_t at) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(pread(fd, buf, n, at), (ssize_t) n);
+        close(fd);
+}
+
+static void write_file(const char *path, const void *buf, size_t n, off_t at) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0640);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(pwrite(fd, buf, n, at), (ssize_t) n);
+        close(fd);
+}
+
+/* ---- tests ---- */
+
+START_TEST (test_layout) {
+        CounterRecord r = rec(5);
+        uint8_t h[WAL_HEADER_SIZE], b[WAL_RECORD_SIZE];
+        char path[PATH_MAX];
+        struct stat st;
+        Wal *w;
+
+        ck_assert_uint_eq(crc32c_ref((const uint8_t *) "123456789", 9), 0xE3069283u);
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(wal_append(w, &r, 1), 0);
+        ck_assert_int_eq(wal_sync(w), 0);
+
+        seg_path(path, sizeof path, 1);
+        ck_assert_int_eq(stat(path, &st), 0);
+        ck_assert_int_eq(st.st_size, SEG_SIZE); /* preallocated */
+        read_file(path, h, sizeof h, 0);
+        ck_assert_mem_eq(h, "DIVVYWAL", 8);
+        ck_assert_uint_eq(le32(h + 8), WAL_FORMAT_VERSION);
+        ck_assert_uint_eq(le32(h + 12), WAL_RECORD_SIZE);
+        ck_assert_uint_eq(le64(h + 16), 1); /* seq */
+        ck_assert_uint_eq(le64(h + 24), 1); /* first lsn */
+        ck_assert_uint_eq(le32(h + 60), crc32c_ref(h, 60));
+
+        read_file(path, b, sizeof b, WAL_HEADER_SIZE);
+        ck_assert_uint_eq(le64(b), 1); /* lsn */
+        ck_assert_uint_eq(le64(b + 8), r.id.lo);
+        ck_assert_uint_eq(le64(b + 16), r.id.hi);
+        ck_assert_uint_eq(le64(b + 24), r.state.w0);
+        ck_assert_uint_eq(le64(b + 32), r.state.w1);
+        ck_assert_uint_eq(b[40], r.algorithm);
+        ck_assert(b[41] == 0 && b[42] == 0 && b[43] == 0);
+        ck_assert_uint_eq(le32(b + 44), crc32c_ref(b, 44));
+
+        /* the next segment is ready in advance, under its .new name */
+        snprintf(path, sizeof path, "%s/wal-0000000000000002.divvyd.new", tmpdir);
+        ck_assert(exists(path));
+        wal_close(w);
+        ck_assert(!exists(path));
+}
+END_TEST
+
+START_TEST (test_round_trip) {
+        WalStats st;
+        Seen s = {};
+        Wal *w;
+
+        w = open_wal(0);
+        append_range(w, 0, 100, 7);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.records, 100);
+        ck_assert_uint_eq(st.current_records, 100);
+        ck_assert_uint_eq(st.appended, 100);
+        ck_assert_uint_eq(st.next_lsn, 101);
+        ck_assert_uint_eq(st.segments, 1);
+        ck_assert_uint_eq(st.bytes, WAL_SEGMENT_SIZE_DEFAULT);
+        ck_assert(st.spare_ready);
+        wal_close(w);
+
+        /* a restart replays all, then appends continue in a fresh segment */
+        w = open_and_expect(0, 1, 100);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.current_seq, 2);
+        ck_assert_uint_eq(st.sealed, 1);
+        ck_assert_uint_eq(st.records, 100);
+        append_range(w, 100, 50, 50);
+        wal_close(w);
+        wal_close(open_and_expect(0, 1, 150));
+
+        /* restarts without appends leave no empty segments behind */
+        for (int i = 0; i < 3; i++)
+                wal_close(open_and_expect(0, 1, 150));
+        w = open_wal(0);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.segments, 3);
+        ck_assert_uint_eq(st.current_seq, 3);
+        ck_assert_uint_eq(st.next_lsn, 151);
+        wal_close(w);
+
+        /* after_lsn: only what the checkpoint does not hold */
+        w = open_wal(0);
+        ck_assert_int_eq(wal_replay(w, 120, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 30);
+        ck_assert_uint_eq(s.pos[0].lsn, 121);
+        ck_assert_uint_eq(s.pos[0].seq, 2);
+        seen_done(&s);
+        wal_close(w);
+}
+END_TEST
+
+START_TEST (test_rotations) {
+        uint64_t first, last, n = 0;
+        WalStats st;
+        Wal *w;
+
+        /* several runs, batches that do not divide the segment: many rotations */
+        for (int run = 0; run < 4; run++) {
+                w = open_and_expect(SEG_SIZE, 1, n);
+                append_range(w, n, 97, 3);
+                n += 97;
+                ck_assert_int_eq(wal_get_stats(w, &st), 0);
+                ck_assert_uint_ge(st.rotations, 97 / SEG_RECORDS);
+                ck_assert_uint_eq(st.records, n);
+                ck_assert_uint_eq(st.current_capacity, SEG_RECORDS);
+                ck_assert_uint_eq(wal_sealed(w, &first, &last), st.sealed);
+                ck_assert_uint_eq(first, 1);
+                ck_assert_uint_eq(last, st.current_seq - 1);
+                wal_close(w);
+        }
+        w = open_and_expect(SEG_SIZE, 1, n);
+
+        /* a batch fills the rest exactly, an empty rotate does nothing */
+        ck_assert_int_eq(wal_rotate(w), 0);
+        append_range(w, n, SEG_RECORDS, SEG_RECORDS);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.current_records, SEG_RECORDS);
+        ck_assert_int_eq(wal_rotate(w), 1);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.current_records, 0);
+        ck_assert_int_eq(wal_append(w, NULL, 0), 0);
+        wal_close(w);
+        wal_close(open_and_expect(SEG_SIZE, 1, n + SEG_RECORDS));
+}
+END_TEST
+
+/* Writes records 0..19 in segment 1 (SEG_SIZE is too small: one segment of 32), closes. */
+static void write_twenty(void) {
+        Wal *w = open_wal(WAL_HEADER_SIZE + 32 * WAL_RECORD_SIZE);
+
+        append_range(w, 0, 20, 20);
+        wal_close(w);
+}
+
+START_TEST (test_torn_tail_garbled) {
+        char path[PATH_MAX];
+        WalSegmentInfo info;
+        char err[ERRBUF];
+        uint8_t junk = 0x5a;
+        Wal *w;
+
+        write_twenty();
+        seg_path(path, sizeof path, 1);
+        /* a byte in the middle of the last record, as a torn write leaves it */
+        write_file(path, &junk, 1, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE + 20);
+        ck_assert_int_eq(wal_segment_read(tmpdir, 1, 0, NULL, NULL, &info, err, sizeof err), 0);
+        ck_assert_uint_eq(info.records, 19);
+        ck_assert(info.damaged_tail);
+        ck_assert_uint_eq(info.end_offset, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE);
+
+        /* replay stops exactly there; later appends follow it and are replayed next time */
+        w = open_and_expect(SEG_SIZE, 1, 19);
+        append_range(w, 19, 25, 5);
+        wal_close(w);
+        w = open_and_expect(SEG_SIZE, 1, 44);
+        wal_close(w);
+}
+END_TEST
+
+START_TEST (test_torn_tail_truncated) {
+        char path[PATH_MAX];
+        Wal *w;
+
+        write_twenty();
+        seg_path(path, sizeof path, 1);
+        /* the file ends in the middle of record 19 */
+        ck_assert_int_eq(truncate(path, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE + 10), 0);
+        w = open_and_expect(SEG_SIZE, 1, 19);
+        append_range(w, 19, 3, 3);
+        wal_close(w);
+        wal_close(open_and_expect(SEG_SIZE, 1, 22));
+}
+END_TEST
+
+START_TEST (test_sealed_corruption) {
+        uint8_t junk = 0xff;
+        char path[PATH_MAX];
+        char err[ERRBUF];
+        Seen s = {};
+        Wal *w;
+        int r;
+
+        w = open_wal(SEG_SIZE);
+        append_range(w, 0, 35, 5); /* segments 1-3 full, 4 has 5 */
+        wal_close(w);
+
+        /* record 3 of segment 2 (a sealed one) garbled */
+        seg_path(path, sizeof path, 2);
+        write_file(path, &junk, 1, WAL_HEADER_SIZE + 3 * WAL_RECORD_SIZE + 30);
+        w = open_wal(SEG_SIZE);
+        r = wal_replay(w, 0, collect, &s);
+        ck_assert_int_eq(r, -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(wal_error(w), "wal-0000000000000002.divvyd"));
+        ck_assert_ptr_nonnull(strstr(wal_error(w), "offset 208")); /* 64 + 3 * 48 */
+        ck_assert_uint_eq(s.n, 13);                                /* up to the damage, nothing after */
+        seen_done(&s);
+        wal_close(w);
+
+        /* a damaged header of a sealed segment: refused at open */
+        seg_path(path, sizeof path, 3);
+        write_file(path, &junk, 1, 20);
+        ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(err, "damaged segment header"));
+
+        /* a missing segment in the middle */
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(err, "wal-0000000000000003.divvyd is missing"));
+}
+END_TEST
+
+START_TEST (test_foreign) {
+        uint8_t h[WAL_HEADER_SIZE];
+        char path[PATH_MAX];
+        char err[ERRBUF];
+        Wal *w = NULL;
+
+        /* a file of something else under a segment's name */
+        seg_path(path, sizeof path, 1);
+        memset(h, 'x', sizeof h);
+        memcpy(h, "SQLite format 3", 16);
+        write_file(path, h, sizeof h, 0);
+        ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(err, "is not a divvyd journal segment"));
+        ck_assert_ptr_null(w);
+
+        /* too short for a header */
+        ck_assert_int_eq(truncate(path, 10), 0);
+        ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(err, "is not a divvyd journal segment"));
+
+        /* a real segment of another format version (its CRC right) */
+        ck_assert_int_eq(unlink(path), 0);
+        wal_close(open_wal(SEG_SIZE));
+        read_file(path, h, sizeof h, 0);
+        h[8] = 7;
+        h[60] = (uint8_t) crc32c_ref(h, 60);
+        h[61] = (uint8_t) (crc32c_ref(h, 60) >> 8);
+        h[62] = (uint8_t) (crc32c_ref(h, 60) >> 16);
+        h[63] = (uint8_t) (crc32c_ref(h, 60) >> 24);
+        write_file(path, h, sizeof h, 0);
+        ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EPROTO);
+        ck_assert_ptr_nonnull(strstr(err, "format version 7 is not supported"));
+
+        /* a segment renamed: its header names another sequence number */
+        h[8] = WAL_FORMAT_VERSION;
+        h[60] = (uint8_t) crc32c_ref(h, 60);
+        h[61] = (uint8_t) (crc32c_ref(h, 60) >> 8);
+        h[62] = (uint8_t) (crc32c_ref(h, 60) >> 16);
+        h[63] = (uint8_t) (crc32c_ref(h, 60) >> 24);
+        write_file(path, h, sizeof h, 0);
+        wal_close(open_wal(SEG_SIZE)); /* repaired: opens again (the empty segment 1 replaced) */
+        {
+                char p9[PATH_MAX];
+
+                ck_assert_int_eq(rename(path, seg_path(p9, sizeof p9, 9)), 0);
+        }
+        ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(err, "the header says segment 1, not 9"));
+}
+END_TEST
+
+START_TEST (test_release) {
+        uint64_t first, last, lsn;
+        char path[PATH_MAX];
+        WalStats st;
+        Seen s = {};
+        Wal *w;
+
+        w = open_wal(SEG_SIZE);
+        append_range(w, 0, 45, 5); /* segments 1-4 full, 5 current with 5 */
+        ck_assert_uint_eq(wal_sealed(w, &first, &last), 4);
+        ck_assert_uint_eq(first, 1);
+        ck_assert_uint_eq(last, 4);
+        ck_assert_int_eq(wal_sealed_last_lsn(w, 2, &lsn), 0);
+        ck_assert_uint_eq(lsn, 20);
+        ck_assert_int_eq(wal_sealed_last_lsn(w, 5, &lsn), -ENOENT);
+
+        /* a checkpoint read segments 1-2 (from another thread: by path) and committed */
+        for (uint64_t q = 1; q <= 2; q++) {
+                char err[ERRBUF];
+
+                ck_assert_int_eq(wal_segment_read(tmpdir, q, 0, collect, &s, NULL, err, sizeof err), 0);
+        }
+        ck_assert_uint_eq(s.n, 20);
+        ck_assert_uint_eq(s.pos[19].lsn, 20);
+        ck_assert_uint_eq(s.pos[19].seq, 2);
+        seen_done(&s);
+        ck_assert_int_eq(wal_release(w, 2), 2);
+        ck_assert(!exists(seg_path(path, sizeof path, 1)));
+        ck_assert(!exists(seg_path(path, sizeof path, 2)));
+        ck_assert(exists(seg_path(path, sizeof path, 3)));
+        ck_assert(exists(seg_path(path, sizeof path, 5)));
+        ck_assert_int_eq(wal_release(w, 2), 0);       /* again: nothing */
+        ck_assert_int_eq(wal_release(w, 5), -EINVAL); /* the current one */
+        ck_assert(exists(seg_path(path, sizeof path, 5)));
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.sealed, 2);
+        ck_assert_uint_eq(st.segments, 3);
+        ck_assert_uint_eq(st.records, 25);
+        ck_assert_uint_eq(st.bytes, 3 * SEG_SIZE);
+        wal_close(w);
+
+        /* a restart replays what is left: lsn 21 on */
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(wal_replay(w, 0, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 25);
+        ck_assert_uint_eq(s.pos[0].lsn, 21);
+        ck_assert_uint_eq(s.pos[0].seq, 3);
+        ck_assert_uint_eq(s.pos[24].lsn, 45);
+        seen_done(&s);
+        /* releasing everything sealed, then a restart: lsns go on */
+        ck_assert_uint_eq(wal_sealed(w, &first, &last), 3); /* 3, 4, 5; 6 is current */
+        ck_assert_uint_eq(last, 5);
+        ck_assert_int_eq(wal_release(w, last), 3);
+        append_range(w, 0, 1, 1);
+        wal_close(w);
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(wal_replay(w, 0, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 1);
+        ck_assert_uint_eq(s.pos[0].lsn, 46);
+        seen_done(&s);
+        wal_close(w);
+}
+END_TEST
+
+START_TEST (test_lock) {
+        char err[ERRBUF] = "";
+        Wal *w, *w2 = NULL;
+
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(wal_open(tmpdir, NULL, &w2, err, sizeof err), -EBUSY);
+        ck_assert_ptr_null(w2);
+        ck_assert_ptr_nonnull(strstr(err, "in use by another process"));
+        wal_close(w);
+        w = open_wal(SEG_SIZE); /* released with the first */
+        wal_close(w);
+        ck_assert_ptr_null(wal_close(NULL));
+}
+END_TEST
+
+static int allocate_calls, allocate_fail_from;
+
+/* The allocation hook: ENOSPC from the allocate_fail_from-th call on (0: never). */
+static int allocate_hook(int fd, off_t len) {
+        allocate_calls++;
+        if (allocate_fail_from > 0 && allocate_calls >= allocate_fail_from)
+                return ENOSPC;
+        return posix_fallocate(fd, 0, len);
+}
+
+START_TEST (test_enospc_hook) {
+        WalOptions o = { .segment_size = SEG_SIZE, .allocate = allocate_hook };
+        CounterRecord b[4];
+        char err[ERRBUF] = "";
+        char path[PATH_MAX];
+        WalStats st;
+        Wal *w = NULL;
+
+        /* a full disk at start: the first segment cannot be made */
+        allocate_calls = 0;
+        allocate_fail_from = 1;
+        ck_assert_int_eq(wal_open(tmpdir, &o, &w, err, sizeof err), -ENOSPC);
+        ck_assert_ptr_nonnull(strstr(err, "cannot allocate"));
+        ck_assert_ptr_null(w);
+        snprintf(path, sizeof path, "%s/wal-0000000000000001.divvyd.new", tmpdir);
+        ck_assert(!exists(path));
+
+        /* ... or only the spare */
+        allocate_calls = 0;
+        allocate_fail_from = 2;
+        ck_assert_int_eq(wal_open(tmpdir, &o, &w, err, sizeof err), -ENOSPC);
+        ck_assert(!exists(seg_path(path, sizeof path, 1))); /* a failed open leaves nothing */
+
+        /* the disk fills while running: the batch that needs a new segment fails whole */
+        allocate_calls = 0;
+        allocate_fail_from = 0;
+        ck_assert_int_eq(wal_open(tmpdir, &o, &w, err, sizeof err), 0);
+        append_range(w, 0, SEG_RECORDS, SEG_RECORDS); /* segment 1 full */
+        append_range(w, SEG_RECORDS, 2, 2);           /* segment 2, the spare: no allocation */
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.current_seq, 2);
+        ck_assert(!st.spare_ready);
+        allocate_fail_from = allocate_calls + 1;
+        append_range(w, SEG_RECORDS + 2, 8, 8); /* 20: segment 2 full */
+        for (int i = 0; i < 4; i++)
+                b[i] = rec((uint64_t) (20 + i));
+        ck_assert_int_eq(wal_append(w, b, 2), -ENOSPC);
+        ck_assert_ptr_nonnull(strstr(wal_error(w), "No space left"));
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.records, 20);
+        ck_assert_uint_eq(st.next_lsn, 21);
+        ck_assert_int_eq(wal_prepare(w), -ENOSPC);
+        /* space again */
+        allocate_fail_from = 0;
+        ck_assert_int_eq(wal_prepare(w), 0);
+        ck_assert_int_eq(wal_append(w, b, 2), 0);
+        wal_close(w);
+        wal_close(open_and_expect(SEG_SIZE, 1, 22));
+}
+END_TEST
+
+/* A real full file system: a tmpfs of 64 KiB mounted for the test, when this process may
+ * mount (root with CAP_SYS_ADMIN, as in CI's container); says so on stderr when it may not.
+ * With CK_FORK=no the whole test program moves to the new mount namespace: harmless. */
+START_TEST (test_enospc_tmpfs) {
+        WalOptions o = { .segment_size = 40 * 1024 };
+        char err[ERRBUF] = "";
+        char mnt[PATH_MAX + 8];
+        Wal *w = NULL;
+        int r;
+
+        snprintf(mnt, sizeof mnt, "%s/mnt", tmpdir);
+        ck_assert_int_eq(mkdir(mnt, 0700), 0);
+        /* in a mount namespace of this process's own, so a failing test leaves no mount behind */
+        if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") < 0) {
+                fprintf(stderr,
+                        "test_enospc_tmpfs: not run: cannot mount a tmpfs (%s); test_enospc_hook covers "
+                        "it\n",
+                        strerror(errno));
+                return;
+        }
+        /* a current segment of 40 KiB fits, its spare does not */
+        r = wal_open(mnt, &o, &w, err, sizeof err);
+        ck_assert_int_eq(umount2(mnt, MNT_DETACH), 0);
+        ck_assert_int_eq(r, -ENOSPC);
+        ck_assert_ptr_nonnull(strstr(err, "cannot allocate 40960 bytes"));
+        ck_assert_ptr_null(w);
+}
+END_TEST
+
+#define KILL_RECORDS 5000 /* records the killed child appends: dozens of 10-record segments */
+
+START_TEST (test_kill9) {
+        int status;
+        pid_t pid;
+
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                WalOptions o = { .segment_size = WAL_HEADER_SIZE + 100 * WAL_RECORD_SIZE };
+                CounterRecord b[50];
+                Wal *w = NULL;
+
+                if (wal_open(tmpdir, &o, &w, NULL, 0) < 0)
+                        _exit(2);
+                for (uint64_t i = 0; i < KILL_RECORDS; i += 50) {
+                        for (uint64_t j = 0; j < 50; j++)
+                                b[j] = rec(i + j);
+                        if (wal_append(w, b, 50) < 0)
+                                _exit(3);
+                }
+                raise(SIGKILL); /* no wal_sync(), no wal_close() */
+                _exit(4);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child status %d", status);
+        wal_close(open_and_expect(WAL_HEADER_SIZE + 100 * WAL_RECORD_SIZE, 1, KILL_RECORDS));
+}
+END_TEST
+
+START_TEST (test_sync_and_limits) {
+        CounterRecord big[SEG_RECORDS + 1], bad = rec(1);
+        WalStats st;
+        Wal *w;
+
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(wal_sync(w), 0); /* the new segment's name */
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.syncs, 1);
+        ck_assert_int_eq(wal_sync(w), 0); /* nothing to do */
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.syncs, 1);
+        append_range(w, 0, 3, 3);
+        ck_assert_int_eq(wal_sync(w), 0);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.syncs, 2);
+
+        for (size_t i = 0; i < SEG_RECORDS + 1; i++)
+                big[i] = rec(i);
+        ck_assert_int_eq(wal_append(w, big, SEG_RECORDS + 1), -EMSGSIZE);
+        bad.algorithm = _COUNTER_ALGORITHM_MAX;
+        ck_assert_int_eq(wal_append(w, &bad, 1), -EINVAL);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.records, 3);
+        wal_close(w);
+        wal_close(open_and_expect(SEG_SIZE, 1, 3));
+}
+END_TEST
+
+START_TEST (test_first_lsn_and_leftovers) {
+        WalOptions o = { .segment_size = SEG_SIZE, .first_lsn = 1000 };
+        char err[ERRBUF] = "";
+        char path[PATH_MAX];
+        WalSegmentInfo info;
+        Wal *w = NULL;
+
+        /* an empty directory starts at the checkpoint's lsn; a stale spare is removed */
+        snprintf(path, sizeof path, "%s/wal-00000000000000aa.divvyd.new", tmpdir);
+        write_file(path, "x", 1, 0);
+        ck_assert_int_eq(wal_open(tmpdir, &o, &w, err, sizeof err), 0);
+        ck_assert(!exists(path));
+        append_range(w, 0, 4, 4);
+        wal_close(w);
+        ck_assert_int_eq(wal_segment_read(tmpdir, 1, 0, NULL, NULL, &info, err, sizeof err), 0);
+        ck_assert_uint_eq(info.first_lsn, 1000);
+        ck_assert_uint_eq(info.records, 4);
+        ck_assert_uint_eq(info.capacity, SEG_RECORDS);
+        ck_assert(!info.damaged_tail);
+        ck_assert_int_eq(wal_segment_read(tmpdir, 9, 0, NULL, NULL, &info, err, sizeof err), -ENOENT);
+        wal_close(open_and_expect(SEG_SIZE, 1000, 4)); /* first_lsn only counts for an empty one */
+}
+END_TEST
+
+/* The checkpoint's way: a thread reads each sealed segment by directory and number while
+ * the owner keeps appending and rotating, and the owner releases what the reader is done
+ * with. The reader sees every record once, in order. */
+#define CONCURRENT_RECORDS 3000
+
+typedef struct Checkpointer {
+        _Atomic uint64_t handed;  /* the last sealed segment the owner handed over */
+        _Atomic uint64_t read_to; /* the last segment the reader has read */
+        _Atomic bool done;        /* the owner handed everything */
+        uint64_t next_lsn;        /* the lsn the reader expects next */
+        int error;
+} Checkpointer;
+
+static int checkpoint_record(const CounterRecord *r, const WalPosition *pos, void *userdata) {
+        Checkpointer *c = userdata;
+        CounterRecord e = rec(pos->lsn - 1);
+
+        if (pos->lsn != c->next_lsn || !rec_eq(r, &e))
+                return -EBADMSG;
+        c->next_lsn++;
+        return 0;
+}
+
+static void *checkpoint_thread(void *userdata) {
+        Checkpointer *c = userdata;
+        char err[ERRBUF];
+
+        for (;;) {
+                bool done = atomic_load(&c->done); /* before handed: nothing handed is missed */
+                uint64_t handed = atomic_load(&c->handed), seq = atomic_load(&c->read_to);
+
+                for (; seq < handed; seq++) {
+                        c->error = wal_segment_read(tmpdir, seq + 1, 0, checkpoint_record, c, NULL, err,
+                                                    sizeof err);
+                        if (c->error < 0)
+                                return NULL;
+                        atomic_store(&c->read_to, seq + 1);
+                }
+                if (done)
+                        return NULL;
+                sched_yield();
+        }
+}
+
+START_TEST (test_concurrent_checkpoint) {
+        Checkpointer c = { .next_lsn = 1 };
+        uint64_t last;
+        pthread_t t;
+        WalStats st;
+        Wal *w;
+
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(pthread_create(&t, NULL, checkpoint_thread, &c), 0);
+        for (uint64_t i = 0; i < CONCURRENT_RECORDS; i += 6) {
+                append_range(w, i, 6, 6);
+                if (wal_sealed(w, NULL, &last) > 0)
+                        atomic_store(&c.handed, last);
+                if (atomic_load(&c.read_to) > 0 && wal_sealed(w, NULL, NULL) > 0)
+                        ck_assert_int_ge(wal_release(w, atomic_load(&c.read_to)), 0);
+        }
+        ck_assert_int_eq(wal_rotate(w), 1);
+        ck_assert_uint_gt(wal_sealed(w, NULL, &last), 0);
+        atomic_store(&c.handed, last);
+        atomic_store(&c.done, true);
+        ck_assert_int_eq(pthread_join(t, NULL), 0);
+        ck_assert_int_eq(c.error, 0);
+        ck_assert_uint_eq(c.next_lsn, CONCURRENT_RECORDS + 1);
+        ck_assert_int_ge(wal_release(w, last), 1);
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.segments, 1);
+        ck_assert_uint_eq(st.records, 0);
+        wal_close(w);
+}
+END_TEST
+
+static Suite *wal_suite(void) {
+        Suite *s = suite_create("wal");
+        TCase *tc = tcase_create("wal");
+
+        tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+        tcase_add_test(tc, test_layout);
+        tcase_add_test(tc, test_round_trip);
+        tcase_add_test(tc, test_rotations);
+        tcase_add_test(tc, test_torn_tail_garbled);
+        tcase_add_test(tc, test_torn_tail_truncated);
+        tcase_add_test(tc, test_sealed_corruption);
+        tcase_add_test(tc, test_foreign);
+        tcase_add_test(tc, test_release);
+        tcase_add_test(tc, test_lock);
+        tcase_add_test(tc, test_enospc_hook);
+        tcase_add_test(tc, test_enospc_tmpfs);
+        tcase_add_test(tc, test_kill9);
+        tcase_add_test(tc, test_sync_and_limits);
+        tcase_add_test(tc, test_first_lsn_and_leftovers);
+        tcase_add_test(tc, test_concurrent_checkpoint);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        return check_run_suite(wal_suite());
+}
