@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * store-verify.c: see store-verify.h. Besides store.c, the only file that includes
- * <lmdb.h>: it knows nothing of the store's format beyond "an environment with named
- * databases", and never writes.
+ * store-verify.c: see store-verify.h. Includes <lmdb.h>, as only files of src/store/ may:
+ * it knows nothing of the store's format beyond "an environment with named databases",
+ * and never writes.
  */
 
 #include <errno.h>

@@ -16,7 +16,8 @@
              * that loops is given up after this */
 
 /* Walks every entry of every database in path/data.mdb (read-only, in a child process).
- * Returns 0 if there is no data.mdb yet (or it is empty or not a regular file: store_open()
- * explains those), 0 if the walk completed, or -EBADMSG with a sentence in errbuf when the
- * walk crashed, failed or timed out; -errno if the child could not be run. */
+ * Returns 0 if there is no data.mdb yet (or it is empty, not a regular file, or not an
+ * environment LMDB opens: store_open() explains those), 0 if the walk completed, or
+ * -EBADMSG with a sentence in errbuf when the walk crashed, failed or timed out; -errno
+ * if the child could not be run. */
 int store_verify(const char *path, char *errbuf, size_t errbuf_size);

@@ -2,7 +2,9 @@
 
 /*
  * The counter store: one LMDB environment (directory with data.mdb + lock.mdb)
- * holding three named databases. This is the only file that includes <lmdb.h>.
+ * holding three named databases. Only src/store/ includes <lmdb.h> (this file and
+ * store-verify.c); the write-back journal (journal.c) deals in bytes and files only, and
+ * this file calls it, never the reverse.
  *
  * On-disk format, version STORE_FORMAT_VERSION (1):
  *
@@ -60,8 +62,9 @@
  *
  * Write-back (opts.write_back, periodic and none): instead of one commit per batch,
  * batches go into one long write transaction, committed by store_sync() (the
- * manager's timer, every sync interval), before a sweep, at close, and early after
- * STORE_WRITE_BACK_HITS_MAX hits. A counter written by many hits between two commits
+ * manager's timer, every sync interval), at close, and early before a batch would take
+ * it past STORE_WRITE_BACK_HITS_MAX hits (a batch larger than that is committed at once).
+ * Sweeps and stats run inside it. A counter written by many hits between two commits
  * is written to disk once, and a batch costs no page writes and no syscall at all.
  * What makes it safe is the journal (STORE_JOURNAL_NAME), a file of JOURNAL_SIZE
  * bytes allocated once and mapped shared: as a batch is applied, the new value of
@@ -81,7 +84,7 @@
  * So, for a batch store_apply() returned:
  *   always   (no write-back) on disk: survives a process crash, an OS crash, a power cut.
  *   periodic survives a process crash; an OS crash or power cut loses at most the
- *            hits since the last sync (about one sync interval), with the caveat below.
+ *            hits since the last sync (about one sync interval), with the caveat above.
  *   none     survives a process crash; an OS crash loses what the kernel had not written.
  *
  * Other environment flags: MDB_NOTLS (reader slots belong to transactions, not
@@ -106,6 +109,8 @@
 #include <unistd.h>
 
 #include "core/hash.h"
+#include "journal.h"
+#include "store-error.h"
 #include "store.h"
 
 #define STORE_MAGIC         "divvyd counter store"
@@ -122,18 +127,31 @@
 #define STORE_RETRIES_MAX                                                                                   \
         128 /* attempts of one batch: each retry follows a map growth (at most 64 doublings) or             \
              * a map resize by another process */
-#define USEC_PER_SEC 1000000ULL
-#define JOURNAL_RECORD_FIXED                                                                                \
-        30 /* bytes: key length (u16), expiry, credit, generation (u64), check (u32)                        \
-            */
+#define USEC_PER_SEC       1000000ULL
 #define JOURNAL_RECORD_MAX (JOURNAL_RECORD_FIXED + STORE_KEY_MAX)
 /* bytes (about 15 MB): room for a full write-back transaction of the longest keys;
  * preallocated, so that a full disk cannot fault a write into the mapping */
 #define JOURNAL_SIZE ((size_t) STORE_WRITE_BACK_HITS_MAX * JOURNAL_RECORD_MAX)
 
+#define _cleanup_(f) __attribute__((cleanup(f)))
+/* Hands the transaction on (to a commit, which frees it), leaving NULL for the cleanup. */
+#define TAKE_TXN(t)                                                                                         \
+        ({                                                                                                  \
+                MDB_txn *_t = (t);                                                                          \
+                (t) = NULL;                                                                                 \
+                _t;                                                                                         \
+        })
+
 _Static_assert(STORE_INDEX_KEY_MAX <= 511, "LMDB's default maximum key size is 511 bytes");
 _Static_assert(STORE_ACTOR_INLINE_MAX >= HASH128_SIZE,
                "a hashed actor must not be longer than an inline one");
+
+/* A write transaction and the first error of its steps (sticky: see txn_check()). */
+typedef struct StoreTxn {
+        MDB_txn *txn;
+        int error;     /* 0 or the first -errno */
+        bool map_full; /* that error was MDB_MAP_FULL: a larger map may let the work through */
+} StoreTxn;
 
 struct Store {
         StoreOptions opts; /* opts.path owned */
@@ -145,14 +163,10 @@ struct Store {
 
         /* Write-back (opts.write_back): the open transaction, the hits in it, and the
          * journal of every batch applied to it (see store.h and "Write-back" above). */
-        MDB_txn *wtxn;
+        StoreTxn wtxn;    /* wtxn.txn NULL: none open */
         MDB_cursor *wcur; /* on the counters in wtxn, kept across batches; LMDB frees it with wtxn */
         size_t wtxn_hits;
-        int journal_fd;  /* < 0: no write-back */
-        uint8_t *jmap;   /* the journal, mapped shared */
-        size_t jmap_len; /* >= JOURNAL_SIZE */
-        size_t jpos;     /* end of this generation's records */
-        uint64_t jgen;   /* generation of the records being written */
+        Journal journal; /* journal.map NULL: no write-back */
 };
 
 static int errno_from_mdb(int r) {
@@ -192,17 +206,6 @@ static int errno_from_mdb(int r) {
         default:
                 return r > 0 ? -r : -EIO;
         }
-}
-
-static void set_error(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *buf, size_t size, const char *fmt, ...) {
-        va_list ap;
-
-        if (!buf || size == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
-        va_end(ap);
 }
 
 static uint64_t get_le64(const void *p) {
@@ -287,10 +290,10 @@ const StoreOptions *store_options(const Store *s) {
  * is kept for what must not fail for lack of room once hits were answered: rebuilding
  * the write-back transaction from the journal (at open too) and sweeping, which needs
  * fresh pages even to delete (copy-on-write). Without it a map full at its maximum
- * could refuse its own journal and never be swept. */
+ * could refuse its own journal and never be swept. The reserve is kept even when the
+ * initial map size is (nearly) the maximum: the map then starts at this size. */
 static uint64_t store_hits_map_max(const Store *s) {
-        uint64_t cap = s->opts.map_size_max - s->opts.map_size_max / 8;
-        return cap < s->opts.map_size ? s->opts.map_size : cap;
+        return s->opts.map_size_max - s->opts.map_size_max / 8;
 }
 
 /* Grows the map after MDB_MAP_FULL (no transaction may be open), up to
@@ -312,18 +315,6 @@ static int store_grow(Store *s, bool recovery) {
         return 0;
 }
 
-/* After a recovery grew the map into the reserve, hands new hits the smaller map again
- * (LMDB keeps at least what is in use). No transaction may be open. */
-static void store_unreserve(Store *s) {
-        uint64_t max = store_hits_map_max(s);
-        MDB_envinfo info;
-
-        if (s->map_size <= max || mdb_env_set_mapsize(s->env, (size_t) max) != 0)
-                return;
-        if (mdb_env_info(s->env, &info) == 0)
-                s->map_size = info.me_mapsize;
-}
-
 static void store_refresh_map_size(Store *s) {
         MDB_envinfo info;
 
@@ -331,29 +322,67 @@ static void store_refresh_map_size(Store *s) {
                 s->map_size = info.me_mapsize;
 }
 
-/* Begins a write transaction, adopting a map grown by another process. */
-static int store_begin(Store *s, MDB_txn **ret) {
+/* After a recovery grew the map into the reserve, hands new hits the smaller map again
+ * (LMDB keeps at least what is in use). No transaction may be open. */
+static void store_unreserve(Store *s) {
+        uint64_t max = store_hits_map_max(s);
+
+        if (s->map_size <= max || mdb_env_set_mapsize(s->env, (size_t) max) != 0)
+                return;
+        store_refresh_map_size(s);
+}
+
+/* Begins a transaction (flags: 0 or MDB_RDONLY), adopting a map grown by another
+ * process. Returns 0 or -errno. */
+static int store_begin(Store *s, unsigned flags, MDB_txn **ret) {
         int r;
 
-        r = mdb_txn_begin(s->env, NULL, 0, ret);
+        r = mdb_txn_begin(s->env, NULL, flags, ret);
         if (r == MDB_MAP_RESIZED) {
                 r = mdb_env_set_mapsize(s->env, 0);
                 if (r != 0)
                         return errno_from_mdb(r);
                 store_refresh_map_size(s);
-                r = mdb_txn_begin(s->env, NULL, 0, ret);
+                r = mdb_txn_begin(s->env, NULL, flags, ret);
         }
+        if (r != 0)
+                *ret = NULL;
         return errno_from_mdb(r);
 }
 
-/* Commits (and frees) txn. Returns an MDB code, so that callers can tell
- * MDB_MAP_FULL (grow and retry) from a disk that is full (ENOSPC: give up). */
-static int store_commit(Store *s, MDB_txn *txn) {
-        int r;
+/* ---- write transactions: one sticky error, one retry loop ---- */
 
-        r = mdb_txn_commit(txn);
-        if (r != 0)
-                return r;
+/* Records the result of an LMDB call in t; the first failure sticks (later steps of a
+ * failed transaction are not attempted: callers return t->error at once). Returns
+ * t->error: 0 or -errno. */
+static int txn_check(StoreTxn *t, int mdb_r) {
+        if (mdb_r != 0 && t->error == 0) {
+                t->error = errno_from_mdb(mdb_r);
+                t->map_full = mdb_r == MDB_MAP_FULL;
+        }
+        return t->error;
+}
+
+static int txn_begin(Store *s, StoreTxn *t) {
+        *t = (StoreTxn){};
+        t->error = store_begin(s, 0, &t->txn);
+        return t->error;
+}
+
+/* Ends t: commits it if commit is set and no step failed, else aborts it. Returns 0 or
+ * the -errno that failed it (t->map_full says whether a larger map may help). */
+static int txn_end(Store *s, StoreTxn *t, bool commit) {
+        if (!t->txn)
+                return t->error;
+        if (!commit || t->error != 0) {
+                mdb_txn_abort(t->txn);
+                t->txn = NULL;
+                return t->error;
+        }
+        (void) txn_check(t, mdb_txn_commit(t->txn)); /* frees it, also on failure */
+        t->txn = NULL;
+        if (t->error != 0)
+                return t->error;
         s->commits++;
         if (s->opts.sync == STORE_SYNC_ALWAYS)
                 s->syncs++; /* the commit itself fsync'ed */
@@ -362,9 +391,94 @@ static int store_commit(Store *s, MDB_txn *txn) {
         return 0;
 }
 
+/* Write-back: aborts the open transaction (LMDB frees its cursor) after a failure. The
+ * journal keeps every batch answered in it. */
+static void write_back_drop(Store *s) {
+        (void) txn_end(s, &s->wtxn, false);
+        s->wtxn = (StoreTxn){};
+        s->wcur = NULL;
+        s->wtxn_hits = 0;
+}
+
+/* Write-back: the open transaction, begun (with its cursor on the counters) if none is. */
+static int write_back_begin(Store *s) {
+        if (s->wtxn.txn)
+                return 0;
+        if (txn_begin(s, &s->wtxn) < 0 ||
+            txn_check(&s->wtxn, mdb_cursor_open(s->wtxn.txn, s->dbi_counters, &s->wcur)) < 0) {
+                int r = s->wtxn.error;
+
+                write_back_drop(s);
+                return r;
+        }
+        return 0;
+}
+
+static int journal_recover(Store *s, size_t len);
+
+/* What a write does inside its transaction: returns 0 to commit (write-back: to keep the
+ * transaction open), STORE_TXN_EMPTY if it wrote nothing (abort), or t->error. */
+#define STORE_TXN_EMPTY 1
+typedef struct StoreWrite {
+        int (*run)(Store *s, StoreTxn *t, void *userdata);
+        bool (*shrink)(void *userdata); /* optional: the map is full at its limit; do less and
+                                         * return true to be run again */
+        bool recovery;                  /* may grow the map into the reserve */
+        bool write_back;                /* run in the open write-back transaction, leave it open */
+} StoreWrite;
+
+/* The one retry loop of every write. Runs w->run in a write transaction and commits it
+ * (write-back: applies it to the open transaction). If the map is full it grows the map
+ * and runs it again from the start in a new transaction (the failed one is gone: for
+ * write-back, the open transaction is rebuilt from the journal first, without the failed
+ * batch's records); at the map's limit it asks w->shrink. A full journal (-ENOBUFS) is
+ * retried once in a fresh write-back transaction. Returns 0 or -errno. */
+static int store_write(Store *s, const StoreWrite *w, void *userdata) {
+        int r = 0;
+
+        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
+                size_t batch_start = s->journal.pos;
+                StoreTxn local, *t = w->write_back ? &s->wtxn : &local;
+                bool map_full, grown;
+
+                r = w->write_back ? write_back_begin(s) : txn_begin(s, t);
+                if (r < 0)
+                        break;
+                r = w->run(s, t, userdata);
+                if (w->write_back && r >= 0)
+                        return 0;
+                if (!w->write_back) {
+                        r = txn_end(s, t, r == 0);
+                        if (r >= 0)
+                                break;
+                }
+                map_full = t->map_full;
+                if (w->write_back) {
+                        /* forget the failed batch's records; the ones before it were answered */
+                        write_back_drop(s);
+                        journal_truncate(&s->journal, batch_start);
+                }
+                grown = map_full && store_grow(s, w->recovery) == 0;
+                if (w->write_back) {
+                        int k = journal_recover(s, batch_start);
+                        if (k < 0)
+                                return k;
+                }
+                if (grown || (map_full && w->shrink && w->shrink(userdata)) ||
+                    (r == -ENOBUFS && attempt == 0))
+                        continue;
+                break;
+        }
+        if (w->recovery)
+                store_unreserve(s);
+        return r < 0 ? r : 0;
+}
+
+/* ---- counters ---- */
+
 /* Moves (or creates) the expiry-index entry of a counter. ikey holds the counter key
  * at offset STORE_EXPIRY_PREFIX. old_expiry 0: no previous entry. */
-static int index_move(Store *s, MDB_txn *txn, uint8_t *ikey, size_t klen, uint64_t old_expiry,
+static int index_move(Store *s, StoreTxn *t, uint8_t *ikey, size_t klen, uint64_t old_expiry,
                       uint64_t new_expiry) {
         MDB_val k = { .mv_size = STORE_EXPIRY_PREFIX + klen, .mv_data = ikey };
         MDB_val empty = { .mv_size = 0, .mv_data = NULL };
@@ -372,80 +486,16 @@ static int index_move(Store *s, MDB_txn *txn, uint8_t *ikey, size_t klen, uint64
 
         if (old_expiry != 0) {
                 put_be64(ikey, old_expiry);
-                r = mdb_del(txn, s->dbi_expiry, &k, NULL);
-                if (r != 0 && r != MDB_NOTFOUND)
-                        return r;
+                r = mdb_del(t->txn, s->dbi_expiry, &k, NULL);
+                if (r != MDB_NOTFOUND && txn_check(t, r) < 0)
+                        return t->error;
         }
         put_be64(ikey, new_expiry);
-        return mdb_put(txn, s->dbi_expiry, &k, &empty, 0);
+        return txn_check(t, mdb_put(t->txn, s->dbi_expiry, &k, &empty, 0));
 }
 
-/* The journal records' checksum: a word-at-a-time multiply-xorshift hash (a byte-wise FNV
- * cost 6 instructions a byte, a tenth of a HIT's whole budget). Detects torn records; not
- * cryptographic. */
-static uint32_t journal_check(const uint8_t *p, size_t n) {
-        uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
-        size_t i = 0;
-
-        for (; i + 8 <= n; i += 8) {
-                memcpy(&w, p + i, sizeof w);
-                h = (h ^ le64toh(w)) * 0xff51afd7ed558ccdULL;
-                h ^= h >> 32;
-        }
-        w = 0;
-        memcpy(&w, p + i, n - i);
-        h = (h ^ le64toh(w)) * 0xc4ceb9fe1a85ec53ULL;
-        h ^= h >> 29;
-        return (uint32_t) h;
-}
-
-/* Copies the record "counter key now has expiry and credit" into the journal. Returns 0,
- * or MDB_TXN_FULL if the journal has no room (the caller commits and retries). */
-static int journal_add(Store *s, const uint8_t *key, size_t klen, uint64_t expiry, uint64_t credit) {
-        uint8_t *p = s->jmap + s->jpos;
-        uint32_t check;
-
-        if (s->jmap_len - s->jpos < JOURNAL_RECORD_FIXED + klen + 2)
-                return MDB_TXN_FULL;
-        p[0] = (uint8_t) (klen & 0xff);
-        p[1] = (uint8_t) (klen >> 8);
-        memcpy(p + 2, key, klen);
-        put_le64(p + 2 + klen, expiry);
-        put_le64(p + 10 + klen, credit);
-        put_le64(p + 18 + klen, s->jgen);
-        check = htole32(journal_check(p, 26 + klen));
-        memcpy(p + 26 + klen, &check, sizeof check);
-        s->jpos += JOURNAL_RECORD_FIXED + klen;
-        return 0;
-}
-
-/* Marks the end of the journal at pos (a zero key length ends replay). */
-static void journal_mark_end(Store *s, size_t pos) {
-        if (s->jmap_len - pos >= 2)
-                s->jmap[pos] = s->jmap[pos + 1] = 0;
-}
-
-/* Writes the journal's first page (its end mark after a commit) to disk. Called after every
- * fsync of the database: else the file on disk could still hold a generation the kernel wrote
- * back long before (tens of seconds), whose replay after an OS crash would set its counters
- * back to those older values. Returns 0 or -errno. */
-static int journal_sync_head(Store *s) {
-        if (!s->jmap)
-                return 0;
-        return msync(s->jmap, 2, MS_SYNC) < 0 ? -errno : 0;
-}
-
-/* Starts a new, empty generation after a commit made everything in the journal redundant. */
-static void journal_reset(Store *s) {
-        if (!s->jmap)
-                return;
-        s->jgen++;
-        s->jpos = 0;
-        journal_mark_end(s, 0);
-}
-
-/* Sets a counter to (expiry, credit), keeping the expiry index in step. Returns an MDB code. */
-static int put_counter(Store *s, MDB_txn *txn, const uint8_t *key, size_t klen, uint64_t expiry,
+/* Sets a counter to (expiry, credit), keeping the expiry index in step. */
+static int put_counter(Store *s, StoreTxn *t, const uint8_t *key, size_t klen, uint64_t expiry,
                        uint64_t credit) {
         uint8_t ikey[STORE_INDEX_KEY_MAX];
         uint8_t buf[STORE_VALUE_SIZE];
@@ -454,183 +504,171 @@ static int put_counter(Store *s, MDB_txn *txn, const uint8_t *key, size_t klen, 
         int r;
 
         memcpy(ikey + STORE_EXPIRY_PREFIX, key, klen);
-        r = mdb_get(txn, s->dbi_counters, &k, &v);
+        r = mdb_get(t->txn, s->dbi_counters, &k, &v);
         if (r == 0) {
                 if (v.mv_size != STORE_VALUE_SIZE)
-                        return MDB_CORRUPTED;
+                        return txn_check(t, MDB_CORRUPTED);
                 old_expiry = get_le64(v.mv_data);
         } else if (r != MDB_NOTFOUND)
-                return r;
+                return txn_check(t, r);
         put_le64(buf, expiry);
         put_le64(buf + 8, credit);
         v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
-        r = mdb_put(txn, s->dbi_counters, &k, &v, 0);
-        if (r != 0 || old_expiry == expiry)
-                return r;
-        return index_move(s, txn, ikey, klen, old_expiry, expiry);
+        if (txn_check(t, mdb_put(t->txn, s->dbi_counters, &k, &v, 0)) < 0 || old_expiry == expiry)
+                return t->error;
+        return index_move(s, t, ikey, klen, old_expiry, expiry);
 }
 
-/* Applies the valid records of the journal's first len bytes to txn, in order. Returns
- * an MDB code. */
-static int journal_replay(Store *s, MDB_txn *txn, size_t len, size_t *ret_records) {
-        const uint8_t *data = s->jmap;
-        uint64_t gen = 0;
-        size_t pos = 0;
-        int r = 0;
+/* Applies the valid records among the journal's first len bytes, in order (a record whose
+ * key is not a counter key ends them, as a torn one does). userdata: the size_t len. */
+static int journal_replay(Store *s, StoreTxn *t, void *userdata) {
+        JournalCursor c;
+        JournalRecord rec;
+        size_t records = 0;
 
-        *ret_records = 0;
-        while (data && len - pos >= JOURNAL_RECORD_FIXED) {
-                const uint8_t *p = data + pos;
-                size_t klen = (size_t) p[0] | (size_t) p[1] << 8;
-                uint32_t check;
-
-                if (klen <= RULE_ID_SIZE || klen > STORE_KEY_MAX || len - pos < JOURNAL_RECORD_FIXED + klen)
+        journal_cursor_init(&c, &s->journal, *(const size_t *) userdata);
+        while (journal_cursor_next(&c, &rec)) {
+                if (rec.key_len <= RULE_ID_SIZE || rec.key_len > STORE_KEY_MAX)
                         break;
-                if (pos == 0)
-                        gen = get_le64(p + 18 + klen);
-                else if (get_le64(p + 18 + klen) != gen)
-                        break; /* left over from an older generation */
-                memcpy(&check, p + 26 + klen, sizeof check);
-                if (le32toh(check) != journal_check(p, 26 + klen))
-                        break; /* torn by an OS crash: nothing after it can be trusted */
-                r = put_counter(s, txn, p + 2, klen, get_le64(p + 2 + klen), get_le64(p + 10 + klen));
-                if (r != 0)
-                        break;
-                pos += JOURNAL_RECORD_FIXED + klen;
-                (*ret_records)++;
+                if (put_counter(s, t, rec.key, rec.key_len, rec.expiry, rec.credit) < 0)
+                        return t->error;
+                records++;
         }
-        return r;
+        return records > 0 ? 0 : STORE_TXN_EMPTY;
 }
 
-/* Rebuilds what the journal holds in a transaction of its own and commits it, growing
- * the map if needed; then empties the journal. Used at open and when the write-back
- * transaction was lost. Returns an MDB code. */
+/* Rebuilds what the journal's first len bytes hold in a transaction of its own and
+ * commits it, growing the map into the reserve if needed; then empties the journal. Used
+ * at open and when the write-back transaction was lost. Returns 0 or -errno. */
 static int journal_recover(Store *s, size_t len) {
-        int r = 0;
+        static const StoreWrite w = { .run = journal_replay, .recovery = true };
+        int r;
 
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                size_t records;
-                MDB_txn *txn;
-
-                r = store_begin(s, &txn);
-                if (r < 0)
-                        return -r;
-                r = journal_replay(s, txn, len, &records);
-                if (r != 0 || records == 0)
-                        mdb_txn_abort(txn);
-                else
-                        r = store_commit(s, txn);
-                if (r != MDB_MAP_FULL || store_grow(s, true) < 0)
-                        break;
-        }
+        r = store_write(s, &w, &len);
         if (r == 0)
-                journal_reset(s);
-        store_unreserve(s);
+                journal_reset(&s->journal);
         return r;
+}
+
+/* Write-back: answered hits that are in no transaction (a rebuild failed for a full map). */
+static bool journal_pending(const Store *s) {
+        return s->journal.map && !s->wtxn.txn && s->journal.pos > 0;
 }
 
 /* Commits the write-back transaction, if one is open, and empties the journal. If the
  * commit fails the transaction is gone: what the journal holds is rebuilt (or, if that
- * fails too, left to the next store_apply() or store_open()), and the commit's error is
- * returned all the same. Returns an MDB code. */
+ * fails too, left to the next store_apply(), store_sweep() or store_open()), and the
+ * commit's error is returned all the same. Returns 0 or -errno. */
 static int write_back_commit(Store *s) {
         int r;
 
-        if (!s->wtxn)
+        if (!s->wtxn.txn)
                 return 0;
-        r = store_commit(s, s->wtxn); /* frees it, also on failure */
-        s->wtxn = NULL;
-        s->wcur = NULL;
-        s->wtxn_hits = 0;
-        if (r != 0) {
-                (void) journal_recover(s, s->jpos);
+        r = txn_end(s, &s->wtxn, true);
+        write_back_drop(s);
+        if (r < 0) {
+                (void) journal_recover(s, s->journal.pos);
                 return r;
         }
-        journal_reset(s);
+        journal_reset(&s->journal);
         return 0;
 }
 
-/* One attempt at the batch inside txn (journal: also record every change in the
- * journal buffer). Returns an MDB error code (not errno). */
-static int apply_batch(Store *s, MDB_txn *txn, StoreHit *hits, size_t n, uint64_t now_usec, bool journal) {
+/* The outcome of a hit on a live counter (expiry, credit): decrements unless exhausted.
+ * Returns true if the counter changed. */
+static bool hit_live(StoreHit *h, uint64_t expiry, uint64_t *credit, uint64_t now_usec) {
+        h->error = 0;
+        h->reset_left = seconds_left(expiry, now_usec);
+        h->allowed = *credit > 0;
+        if (*credit > 0)
+                (*credit)--;
+        h->credit = *credit;
+        return h->allowed;
+}
+
+/* The first hit of a window: a new counter with credit limit - 1. Returns its expiry. */
+static uint64_t hit_new(StoreHit *h, uint64_t *credit, uint64_t now_usec) {
+        uint64_t expiry = usec_add_sat(now_usec, h->reset_seconds > UINT64_MAX / USEC_PER_SEC
+                                                         ? UINT64_MAX
+                                                         : h->reset_seconds * USEC_PER_SEC);
+
+        *credit = h->credit_limit - 1;
+        h->error = 0;
+        h->allowed = true;
+        h->credit = *credit;
+        h->reset_left = seconds_left(expiry, now_usec);
+        return expiry;
+}
+
+typedef struct Batch {
+        StoreHit *hits;
+        size_t n;
+        uint64_t now_usec;
+        bool journal; /* record every change in the journal */
+} Batch;
+
+/* Writes the value (expiry, credit) of the counter key through the cursor c. */
+static int put_value(StoreTxn *t, MDB_cursor *c, uint8_t *key, size_t klen, uint64_t expiry, uint64_t credit,
+                     unsigned flags) {
+        uint8_t buf[STORE_VALUE_SIZE];
+        MDB_val k = { .mv_size = klen, .mv_data = key };
+        MDB_val v = { .mv_size = sizeof buf, .mv_data = buf };
+
+        put_le64(buf, expiry);
+        put_le64(buf + 8, credit);
+        return txn_check(t, mdb_cursor_put(c, &k, &v, flags));
+}
+
+/* One hit inside t, through the cursor c on the counters; journal: records the change. */
+static int apply_hit(Store *s, StoreTxn *t, MDB_cursor *c, StoreHit *h, uint64_t now_usec, bool journal) {
         uint8_t ikey[STORE_INDEX_KEY_MAX];
         uint8_t *ckey = ikey + STORE_EXPIRY_PREFIX;
-        uint8_t buf[STORE_VALUE_SIZE];
-        MDB_cursor *c = txn == s->wtxn ? s->wcur : NULL;
+        size_t klen = counter_key(h, ckey);
+        MDB_val k = { .mv_size = klen, .mv_data = ckey }, v;
+        uint64_t expiry = 0, credit = 0, old_expiry;
         int r;
 
-        if (!c) {
-                r = mdb_cursor_open(txn, s->dbi_counters, &c);
-                if (r != 0)
-                        return r;
+        r = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
+        if (r != 0 && r != MDB_NOTFOUND)
+                return txn_check(t, r);
+        if (r == 0) {
+                if (v.mv_size != STORE_VALUE_SIZE)
+                        return txn_check(t, MDB_CORRUPTED);
+                expiry = get_le64(v.mv_data);
+                credit = get_le64((const uint8_t *) v.mv_data + 8);
         }
-
-        for (size_t i = 0; i < n; i++) {
-                StoreHit *h = hits + i;
-                size_t klen = counter_key(h, ckey);
-                MDB_val k = { .mv_size = klen, .mv_data = ckey };
-                MDB_val v;
-                uint64_t expiry, credit, old_expiry = 0;
-
-                r = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
-                if (r == 0) {
-                        if (v.mv_size != STORE_VALUE_SIZE) {
-                                r = MDB_CORRUPTED;
-                                break;
-                        }
-                        expiry = get_le64(v.mv_data);
-                        credit = get_le64((const uint8_t *) v.mv_data + 8);
-                        if (now_usec < expiry) {
-                                /* live: decrement in place, expiry unchanged */
-                                h->error = 0;
-                                h->reset_left = seconds_left(expiry, now_usec);
-                                if (credit == 0) {
-                                        h->allowed = false;
-                                        h->credit = 0;
-                                        continue;
-                                }
-                                credit--;
-                                h->allowed = true;
-                                h->credit = credit;
-                                put_le64(buf, expiry);
-                                put_le64(buf + 8, credit);
-                                v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
-                                r = mdb_cursor_put(c, &k, &v, MDB_CURRENT);
-                                if (r == 0 && journal)
-                                        r = journal_add(s, ckey, klen, expiry, credit);
-                                if (r != 0)
-                                        break;
-                                continue;
-                        }
-                        old_expiry = expiry; /* expired, not swept yet: renew */
-                } else if (r != MDB_NOTFOUND)
-                        break;
-
-                expiry = usec_add_sat(now_usec, h->reset_seconds > UINT64_MAX / USEC_PER_SEC
-                                                        ? UINT64_MAX
-                                                        : h->reset_seconds * USEC_PER_SEC);
-                credit = h->credit_limit - 1;
-                put_le64(buf, expiry);
-                put_le64(buf + 8, credit);
-                v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
-                k = (MDB_val){ .mv_size = klen, .mv_data = ckey };
-                r = mdb_cursor_put(c, &k, &v, old_expiry != 0 ? MDB_CURRENT : 0);
-                if (r != 0)
-                        break;
-                r = index_move(s, txn, ikey, klen, old_expiry, expiry);
-                if (r == 0 && journal)
-                        r = journal_add(s, ckey, klen, expiry, credit);
-                if (r != 0)
-                        break;
-                h->error = 0;
-                h->allowed = true;
-                h->credit = credit;
-                h->reset_left = seconds_left(expiry, now_usec);
+        if (r == 0 && now_usec < expiry) {
+                /* live: decrement in place, expiry unchanged */
+                if (!hit_live(h, expiry, &credit, now_usec))
+                        return 0;
+                if (put_value(t, c, ckey, klen, expiry, credit, MDB_CURRENT) < 0)
+                        return t->error;
+        } else {
+                /* new, or expired and not swept yet: a new window */
+                old_expiry = expiry;
+                expiry = hit_new(h, &credit, now_usec);
+                if (put_value(t, c, ckey, klen, expiry, credit, old_expiry != 0 ? MDB_CURRENT : 0) < 0 ||
+                    index_move(s, t, ikey, klen, old_expiry, expiry) < 0)
+                        return t->error;
         }
+        if (journal && journal_add(&s->journal, ckey, klen, expiry, credit) < 0)
+                t->error = -ENOBUFS; /* the caller commits and retries in a fresh transaction */
+        return t->error;
+}
 
+/* One attempt at a batch (userdata: a Batch) inside t. */
+static int apply_batch(Store *s, StoreTxn *t, void *userdata) {
+        const Batch *b = userdata;
+        MDB_cursor *c = t == &s->wtxn ? s->wcur : NULL;
+
+        if (!c && txn_check(t, mdb_cursor_open(t->txn, s->dbi_counters, &c)) < 0)
+                return t->error;
+        for (size_t i = 0; i < b->n; i++)
+                if (apply_hit(s, t, c, b->hits + i, b->now_usec, b->journal) < 0)
+                        break;
         if (c != s->wcur)
                 mdb_cursor_close(c);
-        return r == MDB_NOTFOUND ? 0 : r;
+        return t->error;
 }
 
 static bool hit_valid(const StoreHit *h) {
@@ -639,73 +677,36 @@ static bool hit_valid(const StoreHit *h) {
 
 /* Write-back: applies the batch to the open transaction and journals it. On any
  * failure the transaction is aborted and rebuilt from the journal (the earlier
- * batches in it were answered), then the batch is retried: after a map growth, or in
- * a fresh transaction if the old one was full. Returns an MDB code. */
+ * batches in it were answered), then the batch is retried (store_write()). */
 static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
-        bool journal = n <= STORE_WRITE_BACK_HITS_MAX; /* else: too big for the journal */
-        int r = 0;
+        static const StoreWrite w = { .run = apply_batch, .write_back = true };
+        Batch b = { .hits = hits, .n = n, .now_usec = now_usec, .journal = n <= STORE_WRITE_BACK_HITS_MAX };
+        int r;
 
-        if (!s->wtxn && s->jpos > 0) {
-                /* answered batches that are in no transaction (a rebuild failed, the map is
-                 * full): nothing new is taken before they are committed */
-                r = journal_recover(s, s->jpos);
-                if (r != 0)
+        if (journal_pending(s)) {
+                /* nothing new is taken before the answered hits are in a transaction */
+                r = journal_recover(s, s->journal.pos);
+                if (r < 0)
                         return r;
         }
-
         if (s->wtxn_hits + n > STORE_WRITE_BACK_HITS_MAX) {
                 r = write_back_commit(s);
-                if (r != 0)
+                if (r < 0)
                         return r;
         }
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                size_t batch_start = s->jpos;
-                bool grown = false;
-                int k;
-
-                if (!s->wtxn) {
-                        r = store_begin(s, &s->wtxn);
-                        if (r < 0) {
-                                s->wtxn = NULL;
-                                s->wcur = NULL;
-                                return -r;
-                        }
-                        r = mdb_cursor_open(s->wtxn, s->dbi_counters, &s->wcur);
-                        if (r != 0) {
-                                mdb_txn_abort(s->wtxn);
-                                s->wtxn = NULL;
-                                s->wcur = NULL;
-                                return r;
-                        }
-                }
-                r = apply_batch(s, s->wtxn, hits, n, now_usec, journal);
-                if (r == 0) {
-                        s->wtxn_hits += n;
-                        journal_mark_end(s, s->jpos);
-                        if (!journal)
-                                return write_back_commit(s); /* not journaled: make it durable now */
-                        return 0;
-                }
-
-                /* The batch failed: forget its records, rebuild the batches before it. */
-                mdb_txn_abort(s->wtxn);
-                s->wtxn = NULL;
-                s->wcur = NULL;
-                s->wtxn_hits = 0;
-                s->jpos = batch_start;
-                journal_mark_end(s, batch_start);
-                if (r == MDB_MAP_FULL)
-                        grown = store_grow(s, false) >= 0;
-                k = journal_recover(s, batch_start);
-                if (k != 0)
-                        return k;
-                if (!(r == MDB_MAP_FULL && grown) && !(r == MDB_TXN_FULL && attempt == 0))
-                        break;
-        }
-        return r;
+        r = store_write(s, &w, &b);
+        if (r < 0)
+                return r;
+        s->wtxn_hits += n;
+        journal_truncate(&s->journal, s->journal.pos); /* the end mark behind the batch */
+        if (!b.journal)
+                return write_back_commit(s); /* too big for the journal: make it durable now */
+        return 0;
 }
 
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
+        static const StoreWrite w = { .run = apply_batch };
+        Batch b = { .hits = hits, .n = n, .now_usec = now_usec };
         int r = 0;
 
         if (!s || (!hits && n > 0))
@@ -718,28 +719,7 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
                         goto fail;
                 }
 
-        if (s->jmap) {
-                r = errno_from_mdb(apply_write_back(s, hits, n, now_usec));
-                if (r == 0)
-                        return 0;
-                goto fail;
-        }
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                MDB_txn *txn;
-
-                r = store_begin(s, &txn);
-                if (r < 0)
-                        goto fail;
-                r = apply_batch(s, txn, hits, n, now_usec, false);
-                if (r != 0)
-                        mdb_txn_abort(txn);
-                else
-                        r = store_commit(s, txn); /* frees txn, also on failure */
-                if (r != MDB_MAP_FULL || store_grow(s, false) < 0)
-                        break;
-                /* the map grew: redo the whole batch */
-        }
-        r = errno_from_mdb(r);
+        r = s->journal.map ? apply_write_back(s, hits, n, now_usec) : store_write(s, &w, &b);
         if (r == 0)
                 return 0;
 fail:
@@ -758,8 +738,8 @@ int store_sync(Store *s) {
         if (!s)
                 return -EINVAL;
         r = write_back_commit(s);
-        if (r != 0)
-                return errno_from_mdb(r);
+        if (r < 0)
+                return r;
         if (s->opts.sync != STORE_SYNC_PERIODIC || !s->dirty)
                 return 0;
         r = mdb_env_sync(s->env, 1);
@@ -767,126 +747,143 @@ int store_sync(Store *s) {
                 return errno_from_mdb(r);
         s->dirty = false;
         s->syncs++;
-        return journal_sync_head(s);
+        return journal_sync_head(&s->journal);
 }
 
-/* One sweep attempt: deletes up to max expired counters. Returns an MDB code. */
-static int sweep_txn(Store *s, MDB_txn *txn, uint64_t now_usec, size_t max, size_t *deleted, bool *more) {
+typedef struct Sweep {
+        uint64_t now_usec;
+        size_t max, deleted;
+        bool more;
+} Sweep;
+
+/* Deletes the counter an expired index entry (ik) names, if its value still has that
+ * expiry (else it was renewed, and only the stale entry goes). */
+static int sweep_one(StoreTxn *t, MDB_cursor *cc, const MDB_val *ik) {
+        MDB_val ck = { .mv_size = ik->mv_size - STORE_EXPIRY_PREFIX,
+                       .mv_data = (uint8_t *) ik->mv_data + STORE_EXPIRY_PREFIX };
+        MDB_val cv;
+        int r;
+
+        r = mdb_cursor_get(cc, &ck, &cv, MDB_SET_KEY);
+        if (r == 0 && cv.mv_size == STORE_VALUE_SIZE && get_le64(cv.mv_data) == get_be64(ik->mv_data))
+                return txn_check(t, mdb_cursor_del(cc, 0));
+        return r == 0 || r == MDB_NOTFOUND ? 0 : txn_check(t, r); /* entry without its counter */
+}
+
+/* One sweep attempt (userdata: a Sweep): deletes up to max expired counters. */
+static int sweep_txn(Store *s, StoreTxn *t, void *userdata) {
+        Sweep *w = userdata;
         MDB_cursor *ci = NULL, *cc = NULL;
         MDB_val k, v;
         int r;
 
-        *deleted = 0;
-        *more = false;
-        r = mdb_cursor_open(txn, s->dbi_expiry, &ci);
-        if (r == 0)
-                r = mdb_cursor_open(txn, s->dbi_counters, &cc);
-        if (r != 0)
+        w->deleted = 0;
+        w->more = false;
+        if (txn_check(t, mdb_cursor_open(t->txn, s->dbi_expiry, &ci)) < 0 ||
+            txn_check(t, mdb_cursor_open(t->txn, s->dbi_counters, &cc)) < 0)
                 goto finish;
         for (;;) {
                 /* MDB_FIRST after each deletion: a few cached page hops, and no reliance
                  * on where a cursor stands after mdb_cursor_del() */
                 r = mdb_cursor_get(ci, &k, &v, MDB_FIRST);
-                if (r != 0)
+                if (r != 0) {
+                        if (r != MDB_NOTFOUND)
+                                (void) txn_check(t, r);
                         break;
+                }
                 if (k.mv_size <= STORE_EXPIRY_PREFIX) {
-                        r = MDB_CORRUPTED;
+                        (void) txn_check(t, MDB_CORRUPTED);
                         break;
                 }
-                if (get_be64(k.mv_data) > now_usec)
+                if (get_be64(k.mv_data) > w->now_usec)
                         break; /* oldest remaining one is live */
-                if (*deleted >= max) {
-                        *more = true;
+                if (w->deleted >= w->max) {
+                        w->more = true;
                         break;
                 }
-
-                MDB_val ck = { .mv_size = k.mv_size - STORE_EXPIRY_PREFIX,
-                               .mv_data = (uint8_t *) k.mv_data + STORE_EXPIRY_PREFIX };
-                MDB_val cv;
-                r = mdb_cursor_get(cc, &ck, &cv, MDB_SET_KEY);
-                if (r == 0 && cv.mv_size == STORE_VALUE_SIZE && get_le64(cv.mv_data) == get_be64(k.mv_data))
-                        r = mdb_cursor_del(cc, 0);
-                else if (r == 0 || r == MDB_NOTFOUND)
-                        r = 0; /* index entry without its counter: drop only the entry */
-                if (r != 0)
+                if (sweep_one(t, cc, &k) < 0 || txn_check(t, mdb_cursor_del(ci, 0)) < 0)
                         break;
-                r = mdb_cursor_del(ci, 0);
-                if (r != 0)
-                        break;
-                (*deleted)++;
+                w->deleted++;
         }
 finish:
         if (cc)
                 mdb_cursor_close(cc);
         if (ci)
                 mdb_cursor_close(ci);
-        return r == MDB_NOTFOUND ? 0 : r;
+        return t->error < 0 ? t->error : w->deleted > 0 ? 0 : STORE_TXN_EMPTY;
+}
+
+/* Even deleting needs fresh pages (copy-on-write): at the map's limit, delete one counter
+ * per transaction (sweep_own() chains them). */
+static bool sweep_shrink(void *userdata) {
+        Sweep *w = userdata;
+
+        if (w->max <= 1)
+                return false;
+        w->max = 1;
+        return true;
+}
+
+/* Sweeps in transactions of its own. When the map is full even with the reserve, one
+ * counter per transaction, in a chain of them up to the asked number: LMDB reuses the
+ * pages a commit frees only two commits later, so one larger deletion could take all of
+ * the reserve and leave the next transaction nothing, and the store would never be swept;
+ * small ones keep the chain going until the freed pages come back. */
+static int sweep_own(Store *s, Sweep *sw) {
+        static const StoreWrite w = { .run = sweep_txn, .shrink = sweep_shrink, .recovery = true };
+        size_t want = sw->max, total = 0;
+        int r;
+
+        for (;;) {
+                r = store_write(s, &w, sw);
+                if (r < 0)
+                        break;
+                total += sw->deleted;
+                if (!sw->more || sw->max == want || total >= want)
+                        break;
+        }
+        sw->deleted = total;
+        if (r < 0 && total > 0) {
+                sw->more = true; /* what was deleted stays deleted: report it, retry the rest later */
+                r = 0;
+        }
+        return r;
 }
 
 int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted) {
-        size_t deleted = 0;
-        bool more = false;
-        int r = 0;
+        Sweep sw = { .now_usec = now_usec, .max = max_delete > 0 ? max_delete : STORE_SWEEP_CHUNK_DEFAULT };
+        int r;
 
         if (ret_deleted)
                 *ret_deleted = 0;
         if (!s)
                 return -EINVAL;
-        if (max_delete == 0)
-                max_delete = STORE_SWEEP_CHUNK_DEFAULT;
 
-        if (s->wtxn) {
-                /* Write-back: sweep inside the open transaction (one writer at a time), rather
-                 * than commit it early. Deletions need no journal: an expired counter is absent
-                 * whether or not it was deleted, and one that a replay brings back is expired. */
-                r = sweep_txn(s, s->wtxn, now_usec, max_delete, &deleted, &more);
-                if (r == 0) {
-                        s->swept_total += deleted;
-                        if (ret_deleted)
-                                *ret_deleted = deleted;
-                        return more ? 1 : 0;
-                }
-                /* the transaction is broken (a full map): rebuild it, then sweep on our own */
-                mdb_txn_abort(s->wtxn);
-                s->wtxn = NULL;
-                s->wcur = NULL;
-                s->wtxn_hits = 0;
-                r = journal_recover(s, s->jpos);
-                if (r != 0)
-                        return errno_from_mdb(r);
-                deleted = 0;
-                more = false;
+        /* Write-back: sweep inside the open transaction (one writer at a time), rather than
+         * commit it early. Deletions need no journal: an expired counter is absent whether
+         * or not it was deleted, and one that a replay brings back is expired. */
+        r = s->wtxn.txn ? sweep_txn(s, &s->wtxn, &sw) : -EAGAIN;
+        if (r < 0 && s->wtxn.txn)
+                write_back_drop(s); /* broken (a full map): rebuilt below, then swept on our own */
+        if (r < 0 && journal_pending(s)) {
+                /* If even the reserve cannot take the answered hits, sweep first: deleting
+                 * expired counters makes the room, and it is safe before the replay
+                 * (records hold values; an expired one stays expired). */
+                r = journal_recover(s, s->journal.pos);
+                if (r < 0 && r != -ENOSPC)
+                        return r;
         }
-
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                MDB_txn *txn;
-
-                r = store_begin(s, &txn);
+        if (r < 0 || !s->wtxn.txn) {
+                r = sweep_own(s, &sw);
+                if (r == 0 && sw.deleted > 0 && journal_pending(s))
+                        (void) journal_recover(s, s->journal.pos); /* the room it was waiting for */
                 if (r < 0)
                         return r;
-                r = sweep_txn(s, txn, now_usec, max_delete, &deleted, &more);
-                if (r != 0 || deleted == 0)
-                        mdb_txn_abort(txn); /* failed, or nothing written: nothing to commit */
-                else
-                        r = store_commit(s, txn);
-                if (r != MDB_MAP_FULL)
-                        break;
-                /* Even deleting needs fresh pages (copy-on-write). Grow if we may,
-                 * else delete less at a time so a full map can still be swept. */
-                if (store_grow(s, true) < 0) {
-                        if (max_delete == 1)
-                                break;
-                        max_delete /= 2;
-                }
         }
-        store_unreserve(s);
-        r = errno_from_mdb(r);
-        if (r < 0)
-                return r;
-        s->swept_total += deleted;
+        s->swept_total += sw.deleted;
         if (ret_deleted)
-                *ret_deleted = deleted;
-        return more ? 1 : 0;
+                *ret_deleted = sw.deleted;
+        return sw.more ? 1 : 0;
 }
 
 static int file_size(const Store *s, uint64_t *ret) {
@@ -913,19 +910,12 @@ int store_get_stats(Store *s, StoreStats *ret) {
 
         if (!s || !ret)
                 return -EINVAL;
-        if (s->wtxn)
-                txn = s->wtxn; /* sees everything applied; a read transaction would wait for nothing */
+        if (s->wtxn.txn)
+                txn = s->wtxn.txn; /* sees everything applied; a read transaction would wait for nothing */
         else
-                r = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-        if (!s->wtxn && r == MDB_MAP_RESIZED) {
-                r = mdb_env_set_mapsize(s->env, 0);
-                if (r == 0) {
-                        store_refresh_map_size(s);
-                        r = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-                }
-        }
-        if (r != 0)
-                return errno_from_mdb(r);
+                r = store_begin(s, MDB_RDONLY, &txn);
+        if (r < 0)
+                return r;
         r = mdb_stat(txn, s->dbi_main, &st_main);
         if (r == 0)
                 r = mdb_stat(txn, s->dbi_meta, &st_meta);
@@ -933,7 +923,7 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 r = mdb_stat(txn, s->dbi_counters, &st_counters);
         if (r == 0)
                 r = mdb_stat(txn, s->dbi_expiry, &st_expiry);
-        if (txn != s->wtxn)
+        if (txn != s->wtxn.txn)
                 mdb_txn_abort(txn);
         if (r != 0)
                 return errno_from_mdb(r);
@@ -956,6 +946,8 @@ int store_get_stats(Store *s, StoreStats *ret) {
         return 0;
 }
 
+static void store_freep(Store **sp);
+
 Store *store_close(Store *s) {
         if (!s)
                 return NULL;
@@ -963,15 +955,9 @@ Store *store_close(Store *s) {
                 /* If this commit fails, the journal stays for the next open to replay. */
                 (void) write_back_commit(s);
                 if (s->opts.sync != STORE_SYNC_NONE && mdb_env_sync(s->env, 1) == 0)
-                        (void) journal_sync_head(s);
-                mdb_env_close(s->env);
+                        (void) journal_sync_head(&s->journal);
         }
-        if (s->jmap)
-                munmap(s->jmap, s->jmap_len);
-        if (s->journal_fd >= 0)
-                close(s->journal_fd);
-        free((char *) s->opts.path);
-        free(s);
+        store_freep(&s);
         return NULL;
 }
 
@@ -989,8 +975,9 @@ static int check_meta(Store *s, MDB_txn *txn, char *errbuf, size_t errbuf_size) 
                 goto fail_read;
         if (r == MDB_NOTFOUND || v.mv_size != strlen(STORE_MAGIC) ||
             memcmp(v.mv_data, STORE_MAGIC, v.mv_size) != 0) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb: not a divvyd counter store (bad or missing magic)", s->opts.path);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb: not a divvyd counter store (bad or missing magic)",
+                                   s->opts.path);
                 return -EPROTO;
         }
 
@@ -999,8 +986,9 @@ static int check_meta(Store *s, MDB_txn *txn, char *errbuf, size_t errbuf_size) 
         if (r != 0 && r != MDB_NOTFOUND)
                 goto fail_read;
         if (r == MDB_NOTFOUND || v.mv_size == 0 || v.mv_size >= sizeof ver) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb: database format version is missing or unreadable", s->opts.path);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb: database format version is missing or unreadable",
+                                   s->opts.path);
                 return -EPROTO;
         }
         memcpy(ver, v.mv_data, v.mv_size);
@@ -1008,106 +996,103 @@ static int check_meta(Store *s, MDB_txn *txn, char *errbuf, size_t errbuf_size) 
         errno = 0;
         version = strtoul(ver, &end, 10);
         if (errno != 0 || *end != 0 || ver[0] < '0' || ver[0] > '9') {
-                set_error(errbuf, errbuf_size, "%s/data.mdb: database format version '%s' is unreadable",
-                          s->opts.path, ver);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb: database format version '%s' is unreadable", s->opts.path,
+                                   ver);
                 return -EPROTO;
         }
         if (version != STORE_FORMAT_VERSION) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb: database format version %lu is not supported by this divvyd "
-                          "(expects %d)",
-                          s->opts.path, version, STORE_FORMAT_VERSION);
+                (void) store_error(
+                        errbuf, errbuf_size, 0,
+                        "%s/data.mdb: database format version %lu is not supported by this divvyd "
+                        "(expects %d)",
+                        s->opts.path, version, STORE_FORMAT_VERSION);
                 return -EPROTO;
         }
         return 0;
 
 fail_read:
-        set_error(errbuf, errbuf_size, "%s/data.mdb: cannot read format metadata: %s", s->opts.path,
-                  mdb_strerror(r));
+        (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: cannot read format metadata: %s",
+                           s->opts.path, mdb_strerror(r));
         return errno_from_mdb(r) == -EPROTO ? -EPROTO : -EBADMSG;
+}
+
+/* Aborts a transaction that was not committed (commit sets it NULL): the one cleanup of
+ * open_tables()' early returns. */
+static void txn_abortp(MDB_txn **txn) {
+        if (*txn)
+                mdb_txn_abort(*txn);
+}
+
+/* An LMDB error while opening the tables: explained in errbuf, translated once. */
+static int open_tables_failed(Store *s, int mdb_r, char *errbuf, size_t errbuf_size) {
+        int r = errno_from_mdb(mdb_r);
+
+        (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: %s", s->opts.path, mdb_strerror(mdb_r));
+        return r == -ENOENT ? -EBADMSG : r;
+}
+
+/* Writes "magic" and "version" into the meta table of a new environment. Returns an MDB code. */
+static int write_meta(Store *s, MDB_txn *txn) {
+        char ver[16];
+        MDB_val k, v;
+        int r;
+
+        k = (MDB_val){ .mv_size = strlen("magic"), .mv_data = (void *) "magic" };
+        v = (MDB_val){ .mv_size = strlen(STORE_MAGIC), .mv_data = (void *) STORE_MAGIC };
+        r = mdb_put(txn, s->dbi_meta, &k, &v, 0);
+        if (r != 0)
+                return r;
+        k = (MDB_val){ .mv_size = strlen("version"), .mv_data = (void *) "version" };
+        v = (MDB_val){ .mv_size = (size_t) snprintf(ver, sizeof ver, "%d", STORE_FORMAT_VERSION),
+                       .mv_data = ver };
+        return mdb_put(txn, s->dbi_meta, &k, &v, 0);
 }
 
 /* Creates the tables of a new environment, or opens and checks those of an existing one. */
 static int open_tables(Store *s, char *errbuf, size_t errbuf_size) {
-        MDB_txn *txn = NULL;
-        MDB_dbi main_dbi;
+        _cleanup_(txn_abortp) MDB_txn *txn = NULL;
         MDB_stat st;
-        bool fresh;
         unsigned flags;
         int r;
 
-        r = store_begin(s, &txn);
-        if (r < 0) {
-                set_error(errbuf, errbuf_size, "%s: cannot begin a transaction: %s", s->opts.path,
-                          strerror(-r));
-                return r;
-        }
-        r = mdb_dbi_open(txn, NULL, 0, &main_dbi);
+        r = store_begin(s, 0, &txn);
+        if (r < 0)
+                return store_error(errbuf, errbuf_size, r, "%s: cannot begin a transaction: %s",
+                                   s->opts.path, strerror(-r));
+        r = mdb_dbi_open(txn, NULL, 0, &s->dbi_main);
         if (r == 0)
-                r = mdb_stat(txn, main_dbi, &st);
-        s->dbi_main = main_dbi;
+                r = mdb_stat(txn, s->dbi_main, &st);
         if (r != 0)
-                goto fail_mdb;
-        fresh = st.ms_entries == 0;
-        flags = fresh ? MDB_CREATE : 0;
+                return open_tables_failed(s, r, errbuf, errbuf_size);
+        flags = st.ms_entries == 0 ? MDB_CREATE : 0; /* a new environment */
 
         r = mdb_dbi_open(txn, "meta", flags, &s->dbi_meta);
-        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb: an LMDB database, but not a divvyd counter store", s->opts.path);
-                mdb_txn_abort(txn);
-                return -EPROTO;
+        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE)
+                return store_error(errbuf, errbuf_size, -EPROTO,
+                                   "%s/data.mdb: an LMDB database, but not a divvyd counter store",
+                                   s->opts.path);
+        if (r == 0 && flags == MDB_CREATE)
+                r = write_meta(s, txn);
+        else if (r == 0) {
+                r = check_meta(s, txn, errbuf, errbuf_size);
+                if (r < 0)
+                        return r;
         }
         if (r != 0)
-                goto fail_mdb;
-
-        if (fresh) {
-                char ver[16];
-                MDB_val k, v;
-
-                k = (MDB_val){ .mv_size = strlen("magic"), .mv_data = (void *) "magic" };
-                v = (MDB_val){ .mv_size = strlen(STORE_MAGIC), .mv_data = (void *) STORE_MAGIC };
-                r = mdb_put(txn, s->dbi_meta, &k, &v, 0);
-                if (r != 0)
-                        goto fail_mdb;
-                k = (MDB_val){ .mv_size = strlen("version"), .mv_data = (void *) "version" };
-                v = (MDB_val){ .mv_size = (size_t) snprintf(ver, sizeof ver, "%d", STORE_FORMAT_VERSION),
-                               .mv_data = ver };
-                r = mdb_put(txn, s->dbi_meta, &k, &v, 0);
-                if (r != 0)
-                        goto fail_mdb;
-        } else {
-                r = check_meta(s, txn, errbuf, errbuf_size);
-                if (r < 0) {
-                        mdb_txn_abort(txn);
-                        return r;
-                }
-        }
+                return open_tables_failed(s, r, errbuf, errbuf_size);
 
         r = mdb_dbi_open(txn, "counters", flags, &s->dbi_counters);
         if (r == 0)
                 r = mdb_dbi_open(txn, "expiry", flags, &s->dbi_expiry);
-        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE) {
-                set_error(errbuf, errbuf_size, "%s/data.mdb: a divvyd counter store missing its tables",
-                          s->opts.path);
-                mdb_txn_abort(txn);
-                return -EBADMSG;
-        }
+        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE)
+                return store_error(errbuf, errbuf_size, -EBADMSG,
+                                   "%s/data.mdb: a divvyd counter store missing its tables", s->opts.path);
+        if (r == 0)
+                r = mdb_txn_commit(TAKE_TXN(txn));
         if (r != 0)
-                goto fail_mdb;
-
-        r = mdb_txn_commit(txn);
-        txn = NULL;
-        if (r != 0)
-                goto fail_mdb;
+                return open_tables_failed(s, r, errbuf, errbuf_size);
         return 0;
-
-fail_mdb:
-        if (txn)
-                mdb_txn_abort(txn);
-        set_error(errbuf, errbuf_size, "%s/data.mdb: %s", s->opts.path, mdb_strerror(r));
-        r = errno_from_mdb(r);
-        return r == -ENOENT ? -EBADMSG : r;
 }
 
 /* LMDB trusts the file to hold every page its meta page names; a truncated file
@@ -1122,20 +1107,21 @@ static int check_file_size(Store *s, char *errbuf, size_t errbuf_size) {
         if (r == 0)
                 r = mdb_env_stat(s->env, &st);
         if (r != 0) {
-                set_error(errbuf, errbuf_size, "%s: %s", s->opts.path, mdb_strerror(r));
+                (void) store_error(errbuf, errbuf_size, 0, "%s: %s", s->opts.path, mdb_strerror(r));
                 return errno_from_mdb(r);
         }
         r = file_size(s, &size);
         if (r < 0) {
-                set_error(errbuf, errbuf_size, "%s/data.mdb: cannot stat: %s", s->opts.path, strerror(-r));
+                (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: cannot stat: %s", s->opts.path,
+                                   strerror(-r));
                 return r;
         }
         need = ((uint64_t) info.me_last_pgno + 1) * st.ms_psize;
         if (size < need) {
-                set_error(errbuf, errbuf_size,
-                          "%s/data.mdb is truncated or damaged: %" PRIu64
-                          " bytes, but its pages need %" PRIu64,
-                          s->opts.path, size, need);
+                (void) store_error(errbuf, errbuf_size, 0,
+                                   "%s/data.mdb is truncated or damaged: %" PRIu64
+                                   " bytes, but its pages need %" PRIu64,
+                                   s->opts.path, size, need);
                 return -EBADMSG;
         }
         s->map_size = info.me_mapsize;
@@ -1145,104 +1131,42 @@ static int check_file_size(Store *s, char *errbuf, size_t errbuf_size) {
 /* Opens (write-back: creates and preallocates) the journal, locks and maps it, and
  * replays what a previous run left in it. Without write-back a leftover journal is
  * replayed and removed. */
-static int journal_open(Store *s, char *errbuf, size_t errbuf_size) {
+static int store_open_journal(Store *s, char *errbuf, size_t errbuf_size) {
         bool wb = s->opts.write_back && s->opts.sync != STORE_SYNC_ALWAYS;
-        struct timespec ts;
         char p[PATH_MAX];
-        struct stat st;
         int r;
 
-        if ((size_t) snprintf(p, sizeof p, "%s/" STORE_JOURNAL_NAME, s->opts.path) >= sizeof p) {
-                set_error(errbuf, errbuf_size, "%s: path too long", s->opts.path);
-                return -ENAMETOOLONG;
-        }
-        s->journal_fd = open(p, O_RDWR | O_CLOEXEC | (wb ? O_CREAT : 0), STORE_FILE_MODE);
-        if (s->journal_fd < 0) {
-                r = -errno;
-                s->journal_fd = -EBADF;
-                if (r == -ENOENT && !wb)
-                        return 0;
-                set_error(errbuf, errbuf_size, "cannot open %s: %s", p, strerror(-r));
-                return r;
-        }
-        if (flock(s->journal_fd, LOCK_EX | LOCK_NB) < 0) {
-                r = errno == EWOULDBLOCK ? -EBUSY : -errno;
-                set_error(errbuf, errbuf_size, "cannot lock %s: %s", p,
-                          r == -EBUSY ? "the store is in use by another process" : strerror(-r));
-                return r;
-        }
-        if (wb) {
-                r = posix_fallocate(s->journal_fd, 0, (off_t) JOURNAL_SIZE);
-                if (r != 0) {
-                        set_error(errbuf, errbuf_size, "cannot allocate %zu bytes for %s: %s",
-                                  (size_t) JOURNAL_SIZE, p, strerror(r));
-                        return -r;
-                }
-        }
-        if (fstat(s->journal_fd, &st) < 0) {
-                r = -errno;
-                set_error(errbuf, errbuf_size, "cannot stat %s: %s", p, strerror(-r));
-                return r;
-        }
-        if (st.st_size > 0) {
-                void *m = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->journal_fd,
-                               0);
-                if (m == MAP_FAILED) {
-                        r = -errno;
-                        set_error(errbuf, errbuf_size, "cannot map %s: %s", p, strerror(-r));
-                        return r;
-                }
-                s->jmap = m;
-                s->jmap_len = (size_t) st.st_size;
-        }
-        /* a generation no earlier run used: replay never mistakes their records for ours */
-        clock_gettime(CLOCK_REALTIME, &ts);
-        s->jgen = (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
+        if ((size_t) snprintf(p, sizeof p, "%s/" STORE_JOURNAL_NAME, s->opts.path) >= sizeof p)
+                return store_error(errbuf, errbuf_size, -ENAMETOOLONG, "%s: path too long", s->opts.path);
+        r = journal_open(&s->journal, p, wb ? JOURNAL_SIZE : 0, errbuf, errbuf_size);
+        if (r < 0 || s->journal.fd < 0)
+                return r; /* failed, or (no write-back) no journal left to replay */
 
-        r = journal_recover(s, s->jmap_len);
+        r = journal_recover(s, s->journal.len);
         if (r == 0 && s->opts.sync != STORE_SYNC_NONE &&
-            (mdb_env_sync(s->env, 1) != 0 || journal_sync_head(s) < 0))
-                r = EIO;
-        if (r != 0) {
-                r = errno_from_mdb(r);
-                set_error(errbuf, errbuf_size, "cannot replay the journal %s: %s", p, strerror(-r));
-                return r;
+            (mdb_env_sync(s->env, 1) != 0 || journal_sync_head(&s->journal) < 0))
+                r = -EIO;
+        if (r < 0) {
+                return store_error(errbuf, errbuf_size, r, "cannot replay the journal %s: %s", p,
+                                   strerror(-r));
         }
-        if (!wb) {
-                (void) unlink(p);
-                if (s->jmap)
-                        munmap(s->jmap, s->jmap_len);
-                s->jmap = NULL;
-                s->jmap_len = 0;
-                close(s->journal_fd);
-                s->journal_fd = -EBADF;
-        }
+        if (!wb)
+                journal_close(&s->journal, true);
         return 0;
 }
 
-int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
-        Store *s = NULL;
-        unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
-        struct stat st;
-        int r, dead;
+/* A Store with opts and their defaults; nothing opened yet. NULL: out of memory. */
+static Store *store_new(const StoreOptions *opts) {
+        Store *s = calloc(1, sizeof *s);
 
-        if (errbuf && errbuf_size > 0)
-                errbuf[0] = 0;
-        if (!opts || !opts->path || !*opts->path || !ret ||
-            (opts->sync < 0 || opts->sync >= _STORE_SYNC_MAX)) {
-                set_error(errbuf, errbuf_size, "invalid store options");
-                return -EINVAL;
-        }
-
-        s = calloc(1, sizeof *s);
         if (!s)
-                return -ENOMEM;
-        s->journal_fd = -EBADF;
+                return NULL;
+        s->journal = JOURNAL_NULL;
         s->opts = *opts;
         s->opts.path = strdup(opts->path);
         if (!s->opts.path) {
                 free(s);
-                return -ENOMEM;
+                return NULL;
         }
         if (s->opts.map_size == 0)
                 s->opts.map_size = STORE_MAP_SIZE_DEFAULT;
@@ -1252,87 +1176,102 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 s->opts.map_size_max = s->opts.map_size;
         if (s->opts.sync_interval_usec == 0)
                 s->opts.sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC;
-        if (s->opts.sync != STORE_SYNC_ALWAYS)
-                flags |= MDB_NOSYNC;
+        return s;
+}
 
-        if (mkdir(s->opts.path, STORE_DIR_MODE) < 0 && errno != EEXIST) {
-                r = -errno;
-                set_error(errbuf, errbuf_size, "cannot create directory %s: %s", s->opts.path, strerror(-r));
-                goto fail;
-        }
-        if (stat(s->opts.path, &st) < 0) {
-                r = -errno;
-                set_error(errbuf, errbuf_size, "cannot stat %s: %s", s->opts.path, strerror(-r));
-                goto fail;
-        }
-        if (!S_ISDIR(st.st_mode)) {
-                r = -ENOTDIR;
-                set_error(errbuf, errbuf_size, "%s is not a directory", s->opts.path);
-                goto fail;
-        }
+/* Closes what a failed store_open() had opened, committing nothing. */
+static void store_freep(Store **sp) {
+        Store *s = *sp;
+
+        if (!s)
+                return;
+        if (s->env)
+                mdb_env_close(s->env);
+        journal_close(&s->journal, false);
+        free((char *) s->opts.path);
+        free(s);
+}
+
+static int store_make_dir(Store *s, char *errbuf, size_t errbuf_size) {
+        struct stat st;
+
+        if (mkdir(s->opts.path, STORE_DIR_MODE) < 0 && errno != EEXIST)
+                return store_error(errbuf, errbuf_size, -errno, "cannot create directory %s: %m",
+                                   s->opts.path);
+        if (stat(s->opts.path, &st) < 0)
+                return store_error(errbuf, errbuf_size, -errno, "cannot stat %s: %m", s->opts.path);
+        if (!S_ISDIR(st.st_mode))
+                return store_error(errbuf, errbuf_size, -ENOTDIR, "%s is not a directory", s->opts.path);
+        return 0;
+}
+
+/* Creates, configures and opens the LMDB environment; checks its file and clears the slots of
+ * readers that died without closing. */
+static int store_open_env(Store *s, char *errbuf, size_t errbuf_size) {
+        unsigned flags = MDB_NOTLS | MDB_NORDAHEAD | (s->opts.sync != STORE_SYNC_ALWAYS ? MDB_NOSYNC : 0);
+        uint64_t map_size =
+                s->opts.map_size < store_hits_map_max(s) ? s->opts.map_size : store_hits_map_max(s);
+        int r, dead;
 
         r = mdb_env_create(&s->env);
         if (r != 0) {
                 s->env = NULL;
                 r = errno_from_mdb(r);
-                set_error(errbuf, errbuf_size, "cannot create LMDB environment: %s", strerror(-r));
-                goto fail;
+                return store_error(errbuf, errbuf_size, r, "cannot create LMDB environment: %s",
+                                   strerror(-r));
         }
         r = mdb_env_set_maxdbs(s->env, STORE_DBS);
         if (r == 0)
-                r = mdb_env_set_mapsize(s->env, (size_t) s->opts.map_size);
+                r = mdb_env_set_mapsize(s->env, (size_t) map_size);
         if (r != 0) {
                 r = errno_from_mdb(r);
-                set_error(errbuf, errbuf_size, "cannot configure LMDB environment: %s", strerror(-r));
-                goto fail;
+                return store_error(errbuf, errbuf_size, r, "cannot configure LMDB environment: %s",
+                                   strerror(-r));
         }
 
         r = mdb_env_open(s->env, s->opts.path, flags, STORE_FILE_MODE);
-        if (r != 0) {
-                if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH || r == MDB_CORRUPTED ||
-                    r == MDB_PAGE_NOTFOUND) {
-                        set_error(errbuf, errbuf_size,
-                                  "%s/data.mdb is not a valid LMDB database (corrupt, truncated or "
-                                  "foreign file): %s",
-                                  s->opts.path, mdb_strerror(r));
-                        r = -EBADMSG;
-                } else {
-                        set_error(errbuf, errbuf_size, "cannot open LMDB environment in %s: %s",
-                                  s->opts.path, mdb_strerror(r));
-                        r = errno_from_mdb(r);
-                }
-                goto fail;
-        }
+        if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH || r == MDB_CORRUPTED || r == MDB_PAGE_NOTFOUND)
+                return store_error(errbuf, errbuf_size, -EBADMSG,
+                                   "%s/data.mdb is not a valid LMDB database (corrupt, truncated or "
+                                   "foreign file): %s",
+                                   s->opts.path, mdb_strerror(r));
+        if (r != 0)
+                return store_error(errbuf, errbuf_size, errno_from_mdb(r),
+                                   "cannot open LMDB environment in %s: %s", s->opts.path, mdb_strerror(r));
 
         r = check_file_size(s, errbuf, errbuf_size);
         if (r < 0)
-                goto fail;
-
-        /* slots of readers that died without closing */
+                return r;
         r = mdb_reader_check(s->env, &dead);
-        if (r != 0) {
-                set_error(errbuf, errbuf_size, "%s: cannot clear stale readers: %s", s->opts.path,
-                          mdb_strerror(r));
-                r = errno_from_mdb(r);
-                goto fail;
-        }
-
-        r = open_tables(s, errbuf, errbuf_size);
-        if (r < 0)
-                goto fail;
-
-        r = journal_open(s, errbuf, errbuf_size);
-        if (r < 0)
-                goto fail;
-
-        *ret = s;
+        if (r != 0)
+                return store_error(errbuf, errbuf_size, errno_from_mdb(r),
+                                   "%s: cannot clear stale readers: %s", s->opts.path, mdb_strerror(r));
         return 0;
+}
 
-fail:
-        if (s->env) {
-                mdb_env_close(s->env);
-                s->env = NULL;
-        }
-        store_close(s);
-        return r;
+int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
+        _cleanup_(store_freep) Store *s = NULL;
+        int r;
+
+        if (errbuf && errbuf_size > 0)
+                errbuf[0] = 0;
+        if (!opts || !opts->path || !*opts->path || !ret ||
+            (opts->sync < 0 || opts->sync >= _STORE_SYNC_MAX))
+                return store_error(errbuf, errbuf_size, -EINVAL, "invalid store options");
+
+        s = store_new(opts);
+        if (!s)
+                return -ENOMEM;
+        r = store_make_dir(s, errbuf, errbuf_size);
+        if (r == 0)
+                r = store_open_env(s, errbuf, errbuf_size);
+        if (r == 0)
+                r = open_tables(s, errbuf, errbuf_size);
+        if (r == 0)
+                r = store_open_journal(s, errbuf, errbuf_size);
+        if (r < 0)
+                return r;
+        *ret = s;
+        s = NULL;
+        return 0;
 }

@@ -2,11 +2,12 @@
 #pragma once
 
 /*
- * store.c: the counters, in one LMDB environment. The only file that includes
- * <lmdb.h>; LMDB's error codes are translated to -errno here (MDB_MAP_FULL ->
- * -ENOSPC, MDB_NOTFOUND -> -ENOENT, version/format mismatch -> -EPROTO, corrupt
- * -> -EBADMSG). Library-like: never logs; human-readable details of a failed
- * open go to the caller's buffer.
+ * store.c: the counters, in one LMDB environment. Only src/store/ includes <lmdb.h>
+ * (store.c and store-verify.c; the write-back journal, journal.c, knows no LMDB), and
+ * nothing of LMDB shows in this header: its error codes become -errno where they are
+ * returned (MDB_MAP_FULL -> -ENOSPC, MDB_NOTFOUND -> -ENOENT, version/format mismatch
+ * -> -EPROTO, corrupt -> -EBADMSG). Library-like: never logs; human-readable details of
+ * a failed open go to the caller's buffer.
  *
  * Semantics are divvy's fixed window (its Redis script): the first hit creates
  * a counter with credit = limit - 1 and expiry = now + reset; later hits
@@ -50,17 +51,21 @@ typedef enum StoreSync {
 
 typedef struct StoreOptions {
         const char *path;      /* directory; created (0750) if missing */
-        uint64_t map_size;     /* initial map size in bytes; 0 = default */
+        uint64_t map_size;     /* initial map size in bytes (at most 7/8 of map_size_max is used:
+                                * see store_apply()); 0 = default */
         uint64_t map_size_max; /* growth cap in bytes; 0 = default */
         StoreSync sync;
         uint64_t sync_interval_usec; /* STORE_SYNC_PERIODIC; 0 = default */
         /* Write-back (ignored with STORE_SYNC_ALWAYS): batches are applied to one long
-         * write transaction that store_sync() commits (so do store_sweep(),
-         * store_get_stats(), store_close(), and every STORE_WRITE_BACK_HITS_MAX hits);
-         * each batch's new counter values are appended with one write() to the journal
-         * file beside data.mdb, so a crash of the process loses nothing store_apply()
-         * returned: the journal is replayed by the next store_open() and emptied after
-         * every commit. false: every batch is one LMDB commit. */
+         * write transaction. It is committed by store_sync() and store_close(), by
+         * store_apply() before a batch that would take it past STORE_WRITE_BACK_HITS_MAX
+         * hits, and right after a batch of more hits than that (too big for the journal).
+         * store_sweep() and store_get_stats() work inside it and commit nothing. Each
+         * batch's new counter values are copied into the journal file beside data.mdb (a
+         * shared mapping: no syscall), so a crash of the process loses nothing
+         * store_apply() returned: the journal is replayed by the next store_open() (or in
+         * a commit of its own when the open transaction is lost to a full map or a failed
+         * commit) and emptied after every commit. false: every batch is one LMDB commit. */
         bool write_back;
 } StoreOptions;
 
@@ -107,7 +112,9 @@ static inline void store_closep(Store **s) {
 
 /* Applies n hits in ONE write transaction at wall-clock time now_usec, in order
  * (two hits on the same counter in one batch see each other). No allocation per
- * hit. Grows the map on MDB_MAP_FULL up to map_size_max and retries. Returns 0
+ * hit. Grows the map when it is full, up to 7/8 of map_size_max (the rest is kept for
+ * journal replays and sweeps, so that a full map can always be swept), and retries
+ * the whole batch. Returns 0
  * if the batch committed (each hit's outputs set, error 0); on failure returns
  * -errno and sets every hit's error to it (nothing of the batch is kept):
  * -ENOSPC map full at the maximum or disk full, -EIO etc. With STORE_SYNC_ALWAYS
@@ -120,11 +127,15 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec);
  * from a timer every sync_interval_usec. Returns 0 or -errno. */
 int store_sync(Store *s);
 
-/* Deletes up to max_delete expired counters (expiry <= now_usec), oldest first, in
- * one short write transaction. Sets *ret_deleted; returns 1 if more expired
- * counters remain, 0 if none, or -errno. */
+/* Deletes up to max_delete (0: STORE_SWEEP_CHUNK_DEFAULT) expired counters (expiry <=
+ * now_usec), oldest first: in one short write transaction of its own, or with write-back
+ * inside the open transaction (committed with it). On a full map it may use the reserve
+ * and deletes fewer at a time. Sets *ret_deleted; returns 1 if more expired counters
+ * remain, 0 if none, or -errno. */
 int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted);
 
+/* Fills *ret. With write-back it sees the open transaction (commits nothing). Returns 0
+ * or -errno. */
 int store_get_stats(Store *s, StoreStats *ret);
 
 const StoreOptions *store_options(const Store *s);

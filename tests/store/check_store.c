@@ -3,6 +3,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <ftw.h>
 #include <lmdb.h> /* test-only: to forge incompatible and foreign databases */
 #include <signal.h>
@@ -16,8 +17,8 @@
 #include <unistd.h>
 
 #include "store/store.h"
-#include "store/store-verify.h"
 #include "check-run.h"
+#include "fixture-v1.h"
 
 #define SEC       1000000ULL            /* usec per second */
 #define T0        (1700000000ULL * SEC) /* an arbitrary wall-clock start */
@@ -31,11 +32,17 @@ static const uint8_t RULE_B[RULE_ID_SIZE] = { 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6
 
 /* ---- fixture: one temporary directory per test ---- */
 
-static char tmpdir[64];
+static char tmpdir[PATH_MAX / 2];
 
+/* Under the build directory when run by make (a disk filesystem there is likelier than on
+ * /tmp, which may be a tmpfs: test_periodic_sync_journal_head needs one), else in /tmp. */
 static void make_tmpdir(void) {
-        strcpy(tmpdir, "/tmp/check-store-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+        const char *base = getenv("top_builddir");
+
+        ck_assert_int_lt(
+                snprintf(tmpdir, sizeof tmpdir, "%s/check-store-XXXXXX", base && *base ? base : "/tmp"),
+                (int) sizeof tmpdir - 64);
+        ck_assert_msg(mkdtemp(tmpdir), "mkdtemp %s: %s", tmpdir, strerror(errno));
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -58,7 +65,7 @@ static char *db_path(char *buf, size_t size, const char *file) {
 
 static int open_store_full(uint64_t map_size, uint64_t map_size_max, StoreSync sync, bool write_back,
                            Store **ret, char *err, size_t err_size) {
-        char path[128];
+        char path[PATH_MAX];
         StoreOptions o = {
                 .path = db_path(path, sizeof path, NULL),
                 .map_size = map_size,
@@ -91,7 +98,7 @@ static Store *open_store(void) {
 }
 
 static int try_open(char *err, size_t err_size) {
-        char path[128];
+        char path[PATH_MAX];
         StoreOptions o = { .path = db_path(path, sizeof path, NULL), .sync = STORE_SYNC_NONE };
         Store *s = NULL;
         int r;
@@ -383,7 +390,7 @@ END_TEST
 
 /* Kilobytes of our mapping of the journal not yet written to disk (from /proc/self/smaps). */
 static unsigned long journal_dirty_kb(void) {
-        char path[128], line[512];
+        char path[PATH_MAX], line[512];
         unsigned long total = 0, kb;
         bool in = false, found = false;
         FILE *f;
@@ -414,12 +421,12 @@ START_TEST (test_periodic_sync_journal_head) {
         Store *s = open_store_wb(0, 0, STORE_SYNC_PERIODIC, true);
         struct statfs fs;
 
+        /* on a tmpfs there is no disk to write to and nothing to check: say so, loudly */
         ck_assert_int_eq(statfs(tmpdir, &fs), 0);
-        if (fs.f_type == TMPFS_MAGIC) {
-                fprintf(stderr, "SKIP test_periodic_sync_journal_head: %s is on tmpfs\n", tmpdir);
-                store_close(s);
-                return;
-        }
+        ck_assert_msg(fs.f_type != TMPFS_MAGIC,
+                      "cannot check the journal's end mark: %s is on a tmpfs; run the test with "
+                      "top_builddir set to a directory on a disk filesystem",
+                      tmpdir);
         expect_hit(s, RULE_A, "a", 1, 10, 60, T0, true, 9, 60);
         expect_hit(s, RULE_A, "a", 1, 10, 60, T0, true, 8, 60);
         /* the records are in the page cache only (not asserted: the kernel may write them
@@ -432,7 +439,7 @@ END_TEST
 
 /* Rewrites the divvyd meta table with LMDB directly. */
 static void forge_meta(const char *key, const char *value) {
-        char path[128];
+        char path[PATH_MAX];
         MDB_env *env;
         MDB_txn *txn;
         MDB_dbi dbi;
@@ -471,7 +478,7 @@ START_TEST (test_incompatible_version) {
 END_TEST
 
 START_TEST (test_foreign_lmdb) {
-        char path[128], err[ERRBUF];
+        char path[PATH_MAX], err[ERRBUF];
         MDB_env *env;
         MDB_txn *txn;
         MDB_val k = { .mv_size = 3, .mv_data = (void *) "foo" },
@@ -500,7 +507,7 @@ static void write_file(const char *path, const void *data, size_t size) {
 }
 
 START_TEST (test_corrupt_random) {
-        char path[128], err[ERRBUF] = "";
+        char path[PATH_MAX], err[ERRBUF] = "";
         static uint8_t junk[64 * 1024];
         uint32_t x = 0x2545f491u + (uint32_t) _i; /* deterministic xorshift */
 
@@ -522,7 +529,7 @@ static void hit_many(Store *s, const char *prefix, unsigned from, unsigned to, u
 
 START_TEST (test_corrupt_truncated) {
         static const off_t sizes[] = { 4096, 3 * 4096, -1 /* half */ };
-        char path[128], err[ERRBUF] = "";
+        char path[PATH_MAX], err[ERRBUF] = "";
         Store *s = open_store();
         struct stat st;
 
@@ -580,44 +587,113 @@ START_TEST (test_map_growth) {
 }
 END_TEST
 
-START_TEST (test_map_full) {
-        Store *s = open_store_opts(128 * 1024, 512 * 1024, STORE_SYNC_NONE);
-        StoreStats st;
-        unsigned i, batch = 100;
-        char key[32];
-        int r = 0;
+/* Creates counters of 1 s windows (actors prefix + "<batch>-<i>"), batch hits a batch at T0,
+ * until the store refuses a batch whole (-ENOSPC for every hit, asserted); returns how many
+ * it created. sync_every: store_sync() after that many batches (0: never). spread: actors
+ * prefix + 8 hex digits in no order, and each batch's windows ending 1 us after the last
+ * one's (the daemon's pattern: a sweep's deletions touch pages all over the map). */
+static unsigned fill_until_full(Store *s, const char *prefix, unsigned batch, unsigned sync_every,
+                                bool spread) {
+        static char keys[100][32];
+        unsigned filled = 0;
 
-        /* fill with short windows until the map is full at its maximum */
-        for (i = 0; i < 1000; i++) {
+        ck_assert_uint_le(batch, 100);
+        for (unsigned i = 0; i < 100000; i++) {
                 StoreHit b[100];
-                static char keys[100][32];
+                int r;
 
                 for (unsigned j = 0; j < batch; j++) {
-                        snprintf(keys[j], sizeof keys[j], "full-%u-%u", i, j);
+                        if (spread)
+                                snprintf(keys[j], sizeof keys[j], "%s%08x", prefix,
+                                         (i * batch + j) * 2654435761u);
+                        else
+                                snprintf(keys[j], sizeof keys[j], "%s%u-%u", prefix, i, j);
                         b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
                 }
-                r = store_apply(s, b, batch, T0);
+                r = store_apply(s, b, batch, T0 + (spread ? i : 0));
                 if (r < 0) {
                         ck_assert_int_eq(r, -ENOSPC);
                         for (unsigned j = 0; j < batch; j++)
                                 ck_assert_int_eq(b[j].error, -ENOSPC);
-                        break;
+                        return filled;
                 }
+                filled += batch;
+                if (sync_every > 0 && i % sync_every == 0)
+                        (void) store_sync(s); /* may meet the full map too: the journal keeps the hits */
         }
-        ck_assert_int_eq(r, -ENOSPC);
+        ck_abort_msg("the store never filled up");
+        return filled;
+}
+
+START_TEST (test_map_full) {
+        Store *s = open_store_opts(128 * 1024, 512 * 1024, STORE_SYNC_NONE);
+        StoreStats st;
+        unsigned filled, batch = 100;
+        char key[32];
+
+        /* fill with short windows until the map is full at its maximum */
+        filled = fill_until_full(s, "full-", batch, 0, false);
         ck_assert_int_eq(store_get_stats(s, &st), 0);
         /* new hits stop at 7/8 of the maximum: the rest is kept for journal rebuilds and sweeps */
         ck_assert_uint_eq(st.map_size, 512 * 1024 - 512 * 1024 / 8);
-        ck_assert_uint_eq(st.counters, i * batch);
+        ck_assert_uint_eq(st.counters, filled);
         /* still usable: existing counters keep counting... */
         expect_hit(s, RULE_A, "full-0-0", 8, 5, 1, T0, true, 3, 1);
-        snprintf(key, sizeof key, "full-%u-", i);
+        snprintf(key, sizeof key, "full-%u-", filled / batch);
 
         /* once the windows are over the sweeper frees the room */
-        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), i * batch);
+        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), filled);
         ck_assert_uint_eq(stat_counters(s), 0);
         hit_many(s, key, 0, batch, 1, T0 + SEC, 0);
         ck_assert_uint_eq(stat_counters(s), batch);
+        store_close(s);
+}
+END_TEST
+
+/* The map's initial size is its maximum (--map-size equal to --map-size-max): new hits
+ * still stop short of the maximum, so that once the windows are over the sweeper has the
+ * pages it needs to delete (copy-on-write) and the store serves new counters again.
+ * _i: 0 write-through, 1 write-back. */
+START_TEST (test_map_full_at_max_recovers) {
+        Store *s =
+                open_store_wb(512 * 1024, 512 * 1024, _i ? STORE_SYNC_PERIODIC : STORE_SYNC_NONE, _i == 1);
+        unsigned filled = fill_until_full(s, "max-", 100, 8, false);
+
+        ck_assert_uint_eq(stat_counters(s), filled);
+
+        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), filled);
+        ck_assert_int_eq(store_sync(s), 0);
+        ck_assert_uint_eq(stat_counters(s), 0);
+        hit_many(s, "again-", 0, 1000, 60, T0 + SEC, 0);
+        ck_assert_int_eq(store_sync(s), 0);
+        ck_assert_uint_eq(stat_counters(s), 1000);
+        store_close(s);
+}
+END_TEST
+
+/* The daemon's case: a map at its maximum filled in one write-back transaction (no commit
+ * between the filling and the sweeps), actors in no particular order and windows ending
+ * a little apart, so that a sweep's deletions touch pages all over the map. LMDB hands a
+ * transaction the pages a commit freed only two commits later: a first sweep that took the
+ * whole reserve left the next ones nothing, and the store was never swept again. */
+START_TEST (test_map_full_sweep_chain) {
+        Store *s = open_store_wb(1 << 20, 1 << 20, STORE_SYNC_PERIODIC, true);
+        unsigned filled = fill_until_full(s, "f-", 64, 0, true);
+        size_t d, swept = 0;
+        int r;
+
+        /* the sweeper's timer: 100 at a time, while more remain */
+        for (unsigned tick = 0; tick < 1000; tick++) {
+                r = store_sweep(s, T0 + 2 * SEC, 100, &d);
+                ck_assert_msg(r >= 0, "sweep %u failed: %d after %zu of %u", tick, r, swept, filled);
+                swept += d;
+                if (r == 0)
+                        break;
+        }
+        ck_assert_uint_eq(swept, filled);
+        ck_assert_int_eq(store_sync(s), 0);
+        ck_assert_uint_eq(stat_counters(s), 0);
+        hit_many(s, "again-", 0, 1000, 60, T0 + 2 * SEC, 0);
         store_close(s);
 }
 END_TEST
@@ -813,9 +889,131 @@ START_TEST (test_crash) {
         }
         store_close(s);
         if (mode != CRASH_WRITE_THROUGH && !reopen_wb) {
-                char path[128];
+                char path[PATH_MAX];
                 ck_assert_int_eq(access(db_path(path, sizeof path, STORE_JOURNAL_NAME), F_OK), -1);
         }
+}
+END_TEST
+
+/* ---- the on-disk format, pinned ---- */
+
+/* tests/data/store/v1/data.mdb (README there), copied into the test's directory. */
+static void copy_fixture_v1(void) {
+        const char *top = getenv("top_srcdir");
+        char src[PATH_MAX], dst[PATH_MAX];
+        static uint8_t buf[1 << 20];
+        ssize_t n;
+        int fd;
+
+        snprintf(src, sizeof src, "%s/tests/data/store/v1/data.mdb", top && *top ? top : ".");
+        fd = open(src, O_RDONLY | O_CLOEXEC);
+        ck_assert_msg(fd >= 0, "%s: %s (set top_srcdir)", src, strerror(errno));
+        n = read(fd, buf, sizeof buf);
+        close(fd);
+        ck_assert_int_gt(n, 0);
+        ck_assert_int_lt(n, (ssize_t) sizeof buf);
+        ck_assert_int_eq(mkdir(db_path(dst, sizeof dst, NULL), 0750), 0);
+        write_file(db_path(dst, sizeof dst, "data.mdb"), buf, (size_t) n);
+}
+
+#define FIXTURE_RULE_A_HEX "\xa1\xa2\xa3\xa4\xa5\xa6\xa7\xa8\xa9\xaa\xab\xac\xad\xae\xaf\xa0"
+#define FIXTURE_RULE_B_HEX "\xa1\xa2\xa3\xa4\xa5\xa6\xa7\xa8\xa9\xaa\xab\xac\xad\xae\xaf\xa1"
+
+/* Every byte of the version-1 layout (see store.c): key = rule id + tag (0 no actor,
+ * 1 verbatim, 2 hash128 of the actor) + actor; value = expiry (u64 LE usec) + credit
+ * (u64 LE); the expiry index key = expiry (u64 BE) + the counter key. */
+static const struct {
+        const char *key;
+        size_t key_len;
+        const char *value; /* 16 bytes */
+} FIXTURE_V1[] = {
+        { FIXTURE_RULE_A_HEX "\x00", 17,
+          "\x00\xc7\xb1\x1b\x24\x0a\x06\x00"
+          "\x07\0\0\0\0\0\0\0" },
+        { FIXTURE_RULE_A_HEX "\x01"
+                             "alice",
+          22,
+          "\x00\xe4\xb1\xee\x24\x0a\x06\x00"
+          "\x04\0\0\0\0\0\0\0" },
+        { FIXTURE_RULE_B_HEX "\x01"
+                             "bob",
+          20,
+          "\x40\x82\x2d\x18\x24\x0a\x06\x00"
+          "\x02\0\0\0\0\0\0\0" },
+        { FIXTURE_RULE_B_HEX "\x02\xb6\x78\x3f\xcf\x6c\xae\x41\x3c\x18\xb1\x1e\x21\xa6\x4f\x65\x4d", 33,
+          "\x00\xa0\xf5\x35\x38\x0a\x06\x00"
+          "\x00\0\0\0\0\0\0\0" },
+};
+
+/* The fixture read with LMDB alone: the key and value layout, byte for byte. */
+START_TEST (test_format_v1_layout) {
+        char path[PATH_MAX];
+        MDB_env *env;
+        MDB_txn *txn;
+        MDB_dbi meta, counters, expiry;
+        MDB_stat st;
+        MDB_val k, v;
+
+        copy_fixture_v1();
+        ck_assert_int_eq(mdb_env_create(&env), 0);
+        ck_assert_int_eq(mdb_env_set_maxdbs(env, 4), 0);
+        ck_assert_int_eq(mdb_env_open(env, db_path(path, sizeof path, NULL), MDB_RDONLY, 0640), 0);
+        ck_assert_int_eq(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+        ck_assert_int_eq(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+        ck_assert_int_eq(mdb_dbi_open(txn, "counters", 0, &counters), 0);
+        ck_assert_int_eq(mdb_dbi_open(txn, "expiry", 0, &expiry), 0);
+
+        k = (MDB_val){ .mv_size = 7, .mv_data = (void *) "version" };
+        ck_assert_int_eq(mdb_get(txn, meta, &k, &v), 0);
+        ck_assert_int_eq(v.mv_size, 1);
+        ck_assert_int_eq(memcmp(v.mv_data, "1", 1), 0);
+        k = (MDB_val){ .mv_size = 5, .mv_data = (void *) "magic" };
+        ck_assert_int_eq(mdb_get(txn, meta, &k, &v), 0);
+        ck_assert_int_eq(v.mv_size, strlen("divvyd counter store"));
+        ck_assert_int_eq(memcmp(v.mv_data, "divvyd counter store", v.mv_size), 0);
+
+        ck_assert_int_eq(mdb_stat(txn, counters, &st), 0);
+        ck_assert_uint_eq(st.ms_entries, 4);
+        ck_assert_int_eq(mdb_stat(txn, expiry, &st), 0);
+        ck_assert_uint_eq(st.ms_entries, 4);
+        for (size_t i = 0; i < sizeof FIXTURE_V1 / sizeof FIXTURE_V1[0]; i++) {
+                uint8_t ikey[8 + 64];
+
+                k = (MDB_val){ .mv_size = FIXTURE_V1[i].key_len, .mv_data = (void *) FIXTURE_V1[i].key };
+                ck_assert_msg(mdb_get(txn, counters, &k, &v) == 0, "counter %zu missing", i);
+                ck_assert_uint_eq(v.mv_size, 16);
+                ck_assert_msg(memcmp(v.mv_data, FIXTURE_V1[i].value, 16) == 0, "counter %zu differs", i);
+                for (unsigned b = 0; b < 8; b++) /* the expiry, big-endian */
+                        ikey[b] = (uint8_t) FIXTURE_V1[i].value[7 - b];
+                memcpy(ikey + 8, FIXTURE_V1[i].key, FIXTURE_V1[i].key_len);
+                k = (MDB_val){ .mv_size = 8 + FIXTURE_V1[i].key_len, .mv_data = ikey };
+                ck_assert_msg(mdb_get(txn, expiry, &k, &v) == 0, "index entry %zu missing", i);
+                ck_assert_uint_eq(v.mv_size, 0);
+        }
+        mdb_txn_abort(txn);
+        mdb_env_close(env);
+}
+END_TEST
+
+/* The fixture opened by the current code: the counters it holds, as hits see them. */
+START_TEST (test_format_v1_counters) {
+        static char long_actor[FIXTURE_LONG_ACTOR_LEN];
+        const uint64_t now = FIXTURE_T0 + 10 * SEC;
+        Store *s;
+
+        copy_fixture_v1();
+        memset(long_actor, 'x', sizeof long_actor);
+        s = open_store();
+        ck_assert_uint_eq(stat_counters(s), 4);
+        /* 3 of 10 used, 60 s window from FIXTURE_T0 */
+        expect_hit(s, FIXTURE_RULE_A, NULL, 0, 10, 60, now, true, 6, 50);
+        /* 1 of 5 used, 3600 s window */
+        expect_hit(s, FIXTURE_RULE_A, "alice", 5, 5, 3600, now, true, 3, 3590);
+        /* an actor over 400 bytes (hashed): 2 of 2 used, a day's window */
+        expect_hit(s, FIXTURE_RULE_B, long_actor, sizeof long_actor, 2, 86400, now, false, 0, 86390);
+        /* its 1 s window is over: a new one */
+        expect_hit(s, FIXTURE_RULE_B, "bob", 3, 4, 1, now, true, 3, 1);
+        store_close(s);
 }
 END_TEST
 
@@ -823,7 +1021,7 @@ END_TEST
 
 START_TEST (test_write_back_commit_points) {
         Store *s = open_store_wb(0, 0, STORE_SYNC_PERIODIC, true);
-        char path[128];
+        char path[PATH_MAX];
         struct stat st;
         StoreStats before, after;
         size_t deleted;
@@ -912,34 +1110,17 @@ END_TEST
 
 START_TEST (test_write_back_map_full) {
         Store *s = open_store_wb(128 * 1024, 512 * 1024, STORE_SYNC_NONE, true);
-        static char keys[100][32];
-        unsigned i;
-        int r = 0;
-
         /* the failing batch is refused whole, the ones before it are kept */
-        for (i = 0; i < 1000; i++) {
-                StoreHit b[100];
+        unsigned filled = fill_until_full(s, "full-", 100, 0, false);
 
-                for (unsigned j = 0; j < 100; j++) {
-                        snprintf(keys[j], sizeof keys[j], "full-%u-%u", i, j);
-                        b[j] = mkhit(RULE_A, keys[j], strlen(keys[j]), 5, 1);
-                }
-                r = store_apply(s, b, 100, T0);
-                if (r < 0) {
-                        for (unsigned j = 0; j < 100; j++)
-                                ck_assert_int_eq(b[j].error, -ENOSPC);
-                        break;
-                }
-        }
-        ck_assert_int_eq(r, -ENOSPC);
-        ck_assert_uint_eq(stat_counters(s), i * 100);
+        ck_assert_uint_eq(stat_counters(s), filled);
         expect_hit(s, RULE_A, "full-0-0", 8, 5, 1, T0, true, 3, 1); /* still usable */
         store_close(s);
         s = open_store_wb(128 * 1024, 512 * 1024, STORE_SYNC_NONE, true);
-        ck_assert_uint_eq(stat_counters(s), i * 100);
+        ck_assert_uint_eq(stat_counters(s), filled);
         expect_hit(s, RULE_A, "full-0-0", 8, 5, 1, T0, true, 2, 1);
         /* the sweeper frees the room */
-        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), i * 100);
+        ck_assert_uint_eq(sweep_all(s, T0 + SEC, 0), filled);
         expect_hit(s, RULE_A, "after", 5, 5, 1, T0 + SEC, true, 4, 1);
         store_close(s);
 }
@@ -1006,7 +1187,7 @@ END_TEST
 START_TEST (test_write_back_torn_journal) {
         /* records: key length (2), key (rule id, tag, actor), expiry, credit, generation, check */
         const off_t record = 2 + RULE_ID_SIZE + 1 + strlen("first") + 8 + 8 + 8 + 4;
-        char path[128], c;
+        char path[PATH_MAX], c;
         int status, fd;
         pid_t pid;
         Store *s;
@@ -1045,7 +1226,7 @@ START_TEST (test_write_back_torn_journal) {
 END_TEST
 
 START_TEST (test_open_errors) {
-        char path[128], err[ERRBUF];
+        char path[PATH_MAX], err[ERRBUF];
         StoreOptions o = { .path = NULL };
         Store *s = NULL;
 
@@ -1064,7 +1245,7 @@ START_TEST (test_open_errors) {
 END_TEST
 
 START_TEST (test_dir_created) {
-        char path[128];
+        char path[PATH_MAX];
         struct stat st;
         Store *s = open_store();
 
@@ -1072,23 +1253,6 @@ START_TEST (test_dir_created) {
         ck_assert(S_ISDIR(st.st_mode));
         ck_assert_int_eq(st.st_mode & 0027, 0); /* 0750 less the umask */
         store_close(s);
-}
-END_TEST
-
-START_TEST (test_verify_sigchld_ignored) {
-        /* A caller ignoring SIGCHLD must not make the check fail with ECHILD. */
-        char path[128], err[ERRBUF] = "";
-        struct sigaction sa;
-        Store *s = open_store();
-
-        expect_hit(s, RULE_A, "v", 1, 5, 60, T0, true, 4, 60);
-        store_close(s);
-        ck_assert_ptr_ne(signal(SIGCHLD, SIG_IGN), SIG_ERR);
-        ck_assert_int_eq(store_verify(db_path(path, sizeof path, NULL), err, sizeof err), 0);
-        ck_assert_str_eq(err, "");
-        ck_assert_int_eq(sigaction(SIGCHLD, NULL, &sa), 0);
-        ck_assert(sa.sa_handler == SIG_IGN); /* the caller's disposition is back */
-        signal(SIGCHLD, SIG_DFL);
 }
 END_TEST
 
@@ -1114,7 +1278,8 @@ static Suite *store_suite(void) {
         tcase_add_loop_test(tc, test_corrupt_truncated, 0, 3);
         tcase_add_test(tc, test_map_growth);
         tcase_add_test(tc, test_map_full);
-        tcase_add_test(tc, test_verify_sigchld_ignored);
+        tcase_add_loop_test(tc, test_map_full_at_max_recovers, 0, 2);
+        tcase_add_test(tc, test_map_full_sweep_chain);
         tcase_add_test(tc, test_sweep_chunks);
         tcase_add_test(tc, test_churn_file_stops_growing);
         tcase_add_loop_test(tc, test_crash, 0, 4 * _CRASH_MODE_MAX);
@@ -1127,6 +1292,8 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_write_back_torn_journal);
         tcase_add_test(tc, test_open_errors);
         tcase_add_test(tc, test_dir_created);
+        tcase_add_test(tc, test_format_v1_layout);
+        tcase_add_test(tc, test_format_v1_counters);
         suite_add_tcase(su, tc);
         return su;
 }
