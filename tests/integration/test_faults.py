@@ -214,12 +214,8 @@ class Full(harness.DaemonTestCase):
             with d.connect("unix") as c:
                 replies = c.pipeline(["HIT path=/keep user=%s-%d" % (uid("after"), k) for k in range(200)])
             return all(r.startswith("OK true") for r in replies)
-        # KNOWN BUG (store.c; the lead's issue list has it): depending on the freelist at the
-        # moment the map filled up, the sweeper's own delete transaction gets MDB_MAP_FULL, even
-        # one counter at a time (copy-on-write needs pages the freelist cannot hand out yet),
-        # and the store never recovers without a restart with a larger map. An expected
-        # failure (XFAIL) while it lasts; when it passes the test FAILS (strict): then remove
-        # the marker and put "writes again once the sweeper frees space" back in the README.
+        # The sweeper must make room again: at the map's limit it deletes one counter per
+        # transaction, chained, until the pages LMDB freed two commits ago come back.
         try:
             recovered = faultlib.wait_for(room, 10, "room for 200 new counters after the sweeper "
                                           "reclaimed the expired ones")
@@ -228,10 +224,8 @@ class Full(harness.DaemonTestCase):
         # Whatever the store does, the daemon stays up and serves what needs no counter.
         self.assertTrue(d.running())
         self.assertEqual(d.request("HIT path=/open", "unix"), "OK true 5 0")
-        with self.known_bug("a map full at --map-size-max is not swept: no room for 200 new "
-                            "counters within 10 s after the filler expired (log: %s)" %
-                            d.log_text().strip().splitlines()[-1]):
-            self.assertTrue(recovered, "the store did not recover after the sweep")
+        self.assertTrue(recovered, "the store did not recover after the sweep (log: %s)" %
+                        d.log_text().strip().splitlines()[-1])
 
     def test_filesystem_full(self):
         if os.geteuid() != 0:
