@@ -435,7 +435,14 @@ big_point() {
 	prefill_limit=$((120 + n / 10000)) # seconds: far beyond 10,000 HITs/s
 	echo
 	echo "== $n counters, actors like IPv4 addresses, divvyd ${bsync:+--sync=$bsync}${bsync:-default settings} =="
-	echo "memory available: $(awk '/MemAvailable/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+	avail=$(awk '/MemAvailable/ { print $2 * 1024 }' /proc/meminfo)
+	echo "memory available: $(mib "$avail")"
+	# redis needs about 207 bytes a key (the most of anything here): refuse rather than
+	# push a shared machine into the OOM killer
+	if [ "$avail" -lt $((n * 260)) ]; then
+		echo "run-bench.sh: $n keys need about $(mib $((n * 260))) for redis; $(mib "$avail") available" >&2
+		exit 1
+	fi
 
 	start_redis
 	r0=$(rss_anon "$redis_pid")
