@@ -44,7 +44,8 @@
 #define PIPELINE_MAX    4096  /* requests per batch: bounds the output buffer */
 #define THREADS_MAX     256
 #define TEMPLATE_MAX    1024                /* bytes: longest rendered request or key */
-#define REQUEST_MAX     (TEMPLATE_MAX + 64) /* bytes: one request with its RESP framing */
+#define REQUEST_MAX     (TEMPLATE_MAX + 256) /* bytes: one request with its RESP framing */
+#define REDIS_WORDS_MAX 16 /* words of a whole Redis command: bounds its framing */
 #define IN_SIZE         (64u * 1024u)       /* bytes: input buffer per connection, many replies a read */
 #define REPLY_LINE_MAX  512                 /* bytes: a reply line longer than this is malformed */
 #define STALL_NSEC                                                                                          \
@@ -83,6 +84,8 @@ typedef struct Options {
         uint64_t actors;      /* -k */
         bool sequential;      /* actors in order, each connection its stride */
         bool redis;           /* INCR in RESP instead of divvy HITs */
+        bool redis_command;   /* --redis with a template of several words: the whole command */
+        bool ipv4;            /* {actor} as a dotted quad instead of a number */
         bool quiet;           /* only the machine-readable line */
         const char *template;
         const char *label;
@@ -214,22 +217,69 @@ static size_t put_u64(char *p, uint64_t v) {
         return n;
 }
 
-/* Renders the template for actor into p (at least TEMPLATE_MAX + 20 * parts bytes). */
+/* Writes actor as a dotted quad at p (at most 15 bytes); returns its length. The index is
+ * scrambled by a bijection of 32 bits (multiplication by an odd constant, then an xor-shift),
+ * so the addresses spread over the whole space and have the lengths of real clients' ones
+ * (7 to 15 characters, 13.3 on average) while staying distinct: actor < 2^32. */
+static size_t put_ipv4(char *p, uint64_t actor) {
+        uint32_t x = (uint32_t) actor * 0x9E3779B1u;
+        size_t n = 0;
+
+        x ^= x >> 16;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+                n += put_u64(p + n, (x >> shift) & 0xFFu);
+                if (shift > 0)
+                        p[n++] = '.';
+        }
+        return n;
+}
+
+/* Renders the template for actor into p (TEMPLATE_MAX bytes: split_template() checks that the
+ * longest rendering fits); returns its length. */
 static size_t render(char *p, uint64_t actor) {
         size_t n = 0;
 
         for (size_t i = 0; i < tpl_n; i++) {
                 if (i > 0)
-                        n += put_u64(p + n, actor);
+                        n += opt.ipv4 ? put_ipv4(p + n, actor) : put_u64(p + n, actor);
                 memcpy(p + n, tpl_parts[i], tpl_lens[i]);
                 n += tpl_lens[i];
         }
         return n;
 }
 
+/* Appends line (k < TEMPLATE_MAX bytes, at most REDIS_WORDS_MAX words separated by single
+ * spaces: parse_argv() checks) to p as a RESP array of bulk strings; returns its length,
+ * framing included (< REQUEST_MAX). */
+static size_t put_resp_command(char *p, const char *line, size_t k) {
+        size_t n = 0, words = 1;
+
+        for (size_t i = 0; i < k; i++)
+                words += line[i] == ' ';
+        p[n++] = '*';
+        n += put_u64(p + n, words);
+        memcpy(p + n, "\r\n", 2);
+        n += 2;
+        for (size_t i = 0; i < k;) {
+                const char *sp = memchr(line + i, ' ', k - i);
+                size_t w = sp ? (size_t) (sp - (line + i)) : k - i;
+
+                p[n++] = '$';
+                n += put_u64(p + n, w);
+                memcpy(p + n, "\r\n", 2);
+                n += 2;
+                memcpy(p + n, line + i, w);
+                n += w;
+                memcpy(p + n, "\r\n", 2);
+                n += 2;
+                i += w + 1;
+        }
+        return n;
+}
+
 /* Appends one request for actor to p; returns its length (<= REQUEST_MAX). */
 static size_t put_request(char *p, uint64_t actor) {
-        char key[TEMPLATE_MAX + 64];
+        char key[TEMPLATE_MAX];
         size_t n, k;
 
         if (!opt.redis) {
@@ -238,6 +288,8 @@ static size_t put_request(char *p, uint64_t actor) {
                 return n;
         }
         k = render(key, actor);
+        if (opt.redis_command)
+                return put_resp_command(p, key, k);
         memcpy(p, "*2\r\n$4\r\nINCR\r\n$", 15);
         n = 15;
         n += put_u64(p + n, k);
@@ -399,6 +451,10 @@ static bool handle_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t)
         if (opt.redis) {
                 if (n >= 2 && l[n - 1] == '\r' && l[0] == ':' && is_uint(l + 1, n - 2, true)) {
                         w->stats.ok_true++;
+                        return true;
+                }
+                if (opt.redis_command && n == 4 && memcmp(l, "+OK\r", 4) == 0) {
+                        w->stats.ok_true++; /* SET, SETEX */
                         return true;
                 }
                 if (n >= 1 && l[0] == '-') {
@@ -630,14 +686,18 @@ static void help(void) {
                "      --sequential       actors in order instead of at random (one hit each with -n = -k)\n"
                "  -r, --request=TEMPLATE request line; " PLACEHOLDER " becomes the actor number\n"
                "                         (default '" DEFAULT_TEMPLATE "';\n"
-               "                         with --redis, the key: '" DEFAULT_REDIS_TEMPLATE "')\n"
+               "                         with --redis, the key: '" DEFAULT_REDIS_TEMPLATE "', or a whole\n"
+               "                         command of several words, e.g. 'SETEX key{actor} 60 1')\n"
+               "      --ipv4             " PLACEHOLDER " as a dotted quad derived from the actor number\n"
+               "                         (distinct for each, spread like clients' addresses)\n"
                "      --redis            baseline: INCR <key> in the Redis protocol\n"
                "  -t, --threads=N        client threads (default: half the CPUs, at least 1)\n"
                "      --label=TEXT       name of this run in the RESULT line (default divvy or redis)\n"
                "      --seed=N           random seed (default 1)\n"
                "  -q, --quiet            print only the RESULT line\n"
                "  -h, --help\n\n"
-               "Exit status: 0 if every reply was OK true/OK false (redis: an integer), 1 on any ERR,\n"
+               "Exit status: 0 if every reply was OK true/OK false (redis: an integer, or +OK for a\n"
+               "whole command), 1 on any ERR,\n"
                "malformed reply or lost connection, 2 on a usage error.\n");
 }
 
@@ -694,14 +754,14 @@ static int split_template(const char *t) {
                 tpl_parts[tpl_n] = p;
                 tpl_lens[tpl_n] = h ? (size_t) (h - p) : strlen(p);
                 tpl_n++;
-                if (!h)
-                        return 0;
+                if (!h) /* each placeholder may become 20 digits */
+                        return strlen(t) + (tpl_n - 1) * (20 - strlen(PLACEHOLDER)) < TEMPLATE_MAX ? 0 : -E2BIG;
                 p = h + strlen(PLACEHOLDER);
         }
 }
 
 static int parse_argv(int argc, char **argv) {
-        enum { ARG_SEQUENTIAL = 0x100, ARG_REDIS, ARG_LABEL, ARG_SEED };
+        enum { ARG_SEQUENTIAL = 0x100, ARG_REDIS, ARG_LABEL, ARG_SEED, ARG_IPV4 };
         static const struct option options[] = {
                 { "address", required_argument, NULL, 'a' },
                 { "connections", required_argument, NULL, 'c' },
@@ -713,6 +773,7 @@ static int parse_argv(int argc, char **argv) {
                 { "sequential", no_argument, NULL, ARG_SEQUENTIAL },
                 { "request", required_argument, NULL, 'r' },
                 { "redis", no_argument, NULL, ARG_REDIS },
+                { "ipv4", no_argument, NULL, ARG_IPV4 },
                 { "threads", required_argument, NULL, 't' },
                 { "label", required_argument, NULL, ARG_LABEL },
                 { "seed", required_argument, NULL, ARG_SEED },
@@ -766,6 +827,9 @@ static int parse_argv(int argc, char **argv) {
                 case ARG_REDIS:
                         opt.redis = true;
                         break;
+                case ARG_IPV4:
+                        opt.ipv4 = true;
+                        break;
                 case 't':
                         r = parse_uint(optarg, 1, THREADS_MAX, &opt.threads);
                         break;
@@ -815,9 +879,27 @@ static int parse_argv(int argc, char **argv) {
                 opt.template = opt.redis ? DEFAULT_REDIS_TEMPLATE : DEFAULT_TEMPLATE;
         if (split_template(opt.template) < 0) {
                 fprintf(stderr,
-                        "divvy-benchmark: request template must be 1..%d bytes, one line, "
+                        "divvy-benchmark: request template must be 1..%d bytes once rendered, one line, "
                         "at most 15 " PLACEHOLDER "\n",
                         TEMPLATE_MAX - 1);
+                return -EINVAL;
+        }
+        /* with --redis, a template of several words is the whole command (e.g. SETEX key ttl 1) */
+        opt.redis_command = opt.redis && strchr(opt.template, ' ');
+        if (opt.redis_command) {
+                size_t words = 1;
+
+                for (const char *q = opt.template; *q; q++)
+                        words += *q == ' ';
+                if (opt.template[0] == ' ' || strstr(opt.template, "  ") ||
+                    opt.template[strlen(opt.template) - 1] == ' ' || words > REDIS_WORDS_MAX) {
+                        fprintf(stderr, "divvy-benchmark: a Redis command is 2..%d words separated by "
+                                        "single spaces\n", REDIS_WORDS_MAX);
+                        return -EINVAL;
+                }
+        }
+        if (opt.ipv4 && opt.actors > UINT64_C(1) << 32) {
+                fprintf(stderr, "divvy-benchmark: --ipv4 allows at most 2^32 actors\n");
                 return -EINVAL;
         }
         if (!opt.label)

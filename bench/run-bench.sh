@@ -1,20 +1,38 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # divvyd against redis-server on this machine, with the same client (divvy-benchmark),
-# the same connections, pipelining and key count, in the same run.
+# the same connections, pipelining and key count, in the same run; ratios, not raw figures,
+# are what compares across runs. Prints every run, then one table: each figure beside its
+# target (issue #14's), "met" or "NOT MET".
 #
-#   bench/run-bench.sh [--runs N] [--duration SEC] [--sync MODE] [--10m] [--only-10m]
-#                      [--big-actors N] [--divvyd PATH] [--benchmark PATH] [--rules FILE] [--keep]
+#   bench/run-bench.sh [--runs N] [--duration SEC] [--sync MODE] [--no-sync-compare]
+#                      [--before PATH] [--10m] [--only-10m] [--big-actors N] [--50m]
+#                      [--big N] [--only-big] [--io-seconds SEC] [--warm]
+#                      [--divvyd PATH] [--benchmark PATH] [--rules FILE] [--keep]
 #
-# Starts redis-server (persistence off) and divvyd (temporary database, --sync MODE,
-# default periodic) on free loopback ports and a Unix socket in a temporary directory,
-# runs the matrix (connections,pipeline) = 1,1 16,1 64,1 16,16 at 10,000 actors against
-# redis (INCR key<actor>), divvyd over TCP and divvyd over its Unix socket, N times each
-# (medians are reported), and prints the table with the ratios divvyd / redis.
-# --10m also pre-fills a fresh divvyd with 10 million counters through the protocol and
-# measures (16,16) over them, with the RSS and the data-file size per live counter.
-# Needs redis-server (Debian: apt-get install redis-server). Everything it starts listens on
-# 127.0.0.1 or in its temporary directory, and is stopped at exit.
+# The matrix (default; skipped by --only-10m and --only-big): (connections,pipeline) =
+# 1,1 16,1 64,1 16,16 at 10,000 actors against redis (INCR key<actor>), divvyd over TCP and
+# divvyd over its Unix socket (--sync MODE, default periodic), N times each (medians).
+# Then --sync=periodic and --sync=always at 16,16 on fresh databases, back to back
+# (--no-sync-compare skips it). --before PATH also measures an older divvyd at 16,1 and
+# 16,16 in the same run, for "no lower than before" (else the ratios recorded in README).
+#
+# A big point (--10m: 10 million counters, or --big-actors N; --50m; --big N, repeatable)
+# uses actors like IPv4 addresses (divvy-benchmark --ipv4). Redis first: it is pre-filled
+# with keys like divvy's own (SETEX divvy:<op>:<actor>:<limit>:<reset> 86400 1) through a
+# Unix socket, its RssAnon (/proc/PID/status) read before and after, then INCR at random
+# over those keys at 16,16 over TCP; it is stopped before divvyd starts (memory). divvyd:
+# a fresh database (the daemon's defaults; --sync only if given), RssAnon before and after
+# a pre-fill of one HIT per actor (16 connections, pipeline 256); a clean stop (SIGTERM),
+# data.mdb and the --db directory measured; the page cache dropped (root; else "warm", and
+# --warm asks for that); started again and timed from exec to the first answered HIT (whose
+# credit shows whether the counters survived); 16,16 at random over TCP and Unix; then
+# --io-seconds (20) of 16,16 over TCP with write_bytes (/proc/PID/io, living children
+# included) read before and after, divided by the HITs answered.
+#
+# Needs redis-server (Debian: apt-get install redis-server) and python3. Everything it starts
+# listens on 127.0.0.1 or in its temporary directory, on free ports, and is stopped by pid at
+# exit; every load run is bounded in requests or time, and by timeout(1).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,20 +43,42 @@ runs=1
 duration=5
 warmup=1
 sync=periodic
+sync_given=no
+sync_compare=yes
+before=""
 with_10m=no
 with_matrix=yes
+big_actors=10000000
+big_sizes=""
+io_seconds=20
+warm=no
 keep=no
 actors=10000
-big_actors=10000000
+
+# The ratios the README recorded before issue #14 (TCP ÷ redis at 10,000 actors, commit
+# b3aff2d): "no lower than before" when --before is not given.
+before_16_1=1.00
+before_16_16=0.82
+# Redis's memory per key of divvy's own, measured by the issue (for the table).
+redis_ref_bytes=207
+# Keys like divvy's: divvy:<operation>:<actor>:<creditLimit>:<resetSeconds>, as bench/divvyd-bench.ini.
+redis_key='divvy:method=GET&path=/bench:{actor}:1000000000000:86400'
 
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) runs=$2; shift ;;
 	--duration) duration=$2; shift ;;
-	--sync) sync=$2; shift ;;
+	--sync) sync=$2; sync_given=yes; shift ;;
+	--no-sync-compare) sync_compare=no ;;
+	--before) before=$2; shift ;;
 	--10m) with_10m=yes ;;
 	--only-10m) with_10m=yes; with_matrix=no ;;
 	--big-actors) big_actors=$2; shift ;;
+	--50m) big_sizes="$big_sizes 50000000" ;;
+	--big) big_sizes="$big_sizes $2"; shift ;;
+	--only-big) with_matrix=no ;;
+	--io-seconds) io_seconds=$2; shift ;;
+	--warm) warm=yes ;;
 	--divvyd) divvyd=$2; shift ;;
 	--benchmark) bench=$2; shift ;;
 	--rules) rules=$2; shift ;;
@@ -50,25 +90,49 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+[ "$with_10m" = no ] || big_sizes="$big_actors $big_sizes"
+[ "$with_matrix" = yes ] || [ -n "$big_sizes" ] || { echo "run-bench.sh: --only-big needs --10m, --50m or --big N" >&2; exit 2; }
 
 if ! command -v redis-server >/dev/null 2>&1; then
 	echo "run-bench.sh: redis-server is needed for the baseline: apt-get install redis-server" >&2
 	exit 1
 fi
-for p in "$divvyd" "$bench"; do
+for p in "$divvyd" "$bench" ${before:+"$before"}; do
 	[ -x "$p" ] || { echo "run-bench.sh: $p is not built (make src/divvyd bench/divvy-benchmark)" >&2; exit 1; }
 done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/divvyd-bench.XXXXXX")
 redis_pid=""
 divvyd_pid=""
-stop() { # stop PID: SIGTERM, then wait for it
+before_pid=""
+# alive PID: the process exists and is not a zombie waiting for us
+alive() {
+	[ -d "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+}
+# stop PID [SECONDS]: SIGTERM, up to SECONDS (10) for it to exit, then SIGKILL; reaps it.
+# Sets stop_status (its exit status, or "killed") and stop_secs.
+stop() {
+	stop_status="" stop_secs=0
 	[ -n "$1" ] || return 0
+	stop_t0=$(now)
 	kill "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
+	i=0
+	while alive "$1" && [ $i -lt $((${2:-10} * 20)) ]; do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	if alive "$1"; then
+		kill -9 "$1" 2>/dev/null || true
+		stop_status=killed
+	fi
+	stop_secs=$(awk -v a="$stop_t0" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
+	st=0
+	wait "$1" 2>/dev/null || st=$?
+	[ -n "$stop_status" ] || stop_status=$st
 }
 cleanup() {
 	stop "$divvyd_pid"
+	stop "$before_pid"
 	stop "$redis_pid"
 	if [ "$keep" = yes ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
@@ -79,18 +143,27 @@ trap 'exit 1' INT TERM
 allow_root=""
 [ "$(id -u)" -ne 0 ] || allow_root=--allow-root
 
+now() { date +%s.%N; }
+
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# wait_for WHAT ARGS...: runs divvy-benchmark ARGS until it succeeds (10 s at most).
-wait_for() {
-	what=$1
+# bounded SECONDS COMMAND...: COMMAND, killed after SECONDS (a fraction is fine)
+bounded() {
+	b_secs=$1
 	shift
+	timeout --kill-after=5 "$b_secs" "$@"
+}
+
+# wait_for WHAT PID ARGS...: runs divvy-benchmark ARGS until it succeeds (10 s at most).
+wait_for() {
+	what=$1 pid=$2
+	shift 2
 	i=0
-	until "$bench" -q -n 1 -c 1 "$@" >/dev/null 2>&1; do
+	until bounded 5 "$bench" -q -n 1 -c 1 "$@" >/dev/null 2>&1; do
 		i=$((i + 1))
-		if [ $i -ge 100 ]; then
+		if [ $i -ge 100 ] || ! alive "$pid"; then
 			echo "run-bench.sh: $what did not start; its log:" >&2
 			cat "$tmp/$what.log" >&2
 			exit 1
@@ -101,20 +174,31 @@ wait_for() {
 
 start_redis() {
 	redis_port=$(free_port)
-	redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
-		--daemonize no --logfile "$tmp/redis.log" &
+	redis_sock=$tmp/redis.sock
+	redis-server --port "$redis_port" --bind 127.0.0.1 --unixsocket "$redis_sock" --save '' \
+		--appendonly no --dir "$tmp" --daemonize no --logfile "$tmp/redis.log" &
 	redis_pid=$!
-	wait_for redis --redis "tcp:127.0.0.1:$redis_port"
+	wait_for redis "$redis_pid" --redis "unix:$redis_sock"
 }
 
-# start_divvyd DBDIR: a divvyd on a fresh TCP port and $tmp/divvyd.sock
-start_divvyd() {
+# launch_divvyd BINARY DBDIR [SYNC]: starts a divvyd on a fresh TCP port and a fresh Unix
+# socket, without waiting; sets launched_pid, divvyd_port, divvyd_sock. No --sync when SYNC
+# is empty: the daemon's default.
+sock_n=0
+launch_divvyd() {
 	divvyd_port=$(free_port)
-	divvyd_sock=$tmp/divvyd.sock
-	"$divvyd" $allow_root -l "tcp:127.0.0.1:$divvyd_port" -l "unix:$divvyd_sock" -d "$1" --sync="$sync" \
-		--map-size=1G "$rules" 2>"$tmp/divvyd.log" &
-	divvyd_pid=$!
-	wait_for divvyd "unix:$divvyd_sock"
+	sock_n=$((sock_n + 1))
+	divvyd_sock=$tmp/divvyd-$sock_n.sock
+	"$1" $allow_root --listen="tcp:127.0.0.1:$divvyd_port" --listen="unix:$divvyd_sock" --db="$2" \
+		${3:+--sync="$3"} "$rules" 2>>"$tmp/divvyd.log" &
+	launched_pid=$!
+}
+
+# start_divvyd DBDIR [SYNC]: launch_divvyd, then waits until it answers; sets divvyd_pid
+start_divvyd() {
+	launch_divvyd "$divvyd" "$@"
+	divvyd_pid=$launched_pid
+	wait_for divvyd "$divvyd_pid" "unix:$divvyd_sock"
 }
 
 # field NAME LINE: the value of NAME=... in a RESULT line
@@ -122,17 +206,46 @@ field() {
 	echo "$2" | sed -n 's/^RESULT .* '"$1"'=\([^ ]*\).*$/\1/p'
 }
 
-# measure NAME C P ARGS...: one run; appends "NAME C P rps p50 p99" to $tmp/results
+# rss_anon PID: its anonymous resident memory in bytes (RssAnon of /proc/PID/status);
+# rss_shmem PID: its resident shared memory (memfd, shm: not in RssAnon, shown beside it)
+# (byte counts go through printf "%.0f": mawk prints integers beyond 2^31 as 2.4e+10)
+rss_anon() {
+	awk '/^RssAnon:/ { printf "%.0f\n", $2 * 1024 }' "/proc/$1/status"
+}
+rss_shmem() {
+	awk '/^RssShmem:/ { printf "%.0f\n", $2 * 1024 }' "/proc/$1/status"
+}
+
+# write_bytes PID: write_bytes of /proc/PID/io (all its threads) plus its living descendants'
+# (a reaped child's are added to its parent's by the kernel)
+write_bytes() {
+	wb=$(awk '/^write_bytes:/ { print $2 }' "/proc/$1/io" 2>/dev/null || true)
+	wb=${wb:-0}
+	for child in $(cat /proc/"$1"/task/*/children 2>/dev/null || true); do
+		wb=$((wb + $(write_bytes "$child")))
+	done
+	echo "$wb"
+}
+
+# allocated PATH...: bytes allocated on disk (not the apparent size) by the files under PATH
+allocated() {
+	du -s -B1 "$@" 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'
+}
+
+# measure NAME C P ARGS...: one run; appends "NAME C P rps p50 p99 replies" to $tmp/results
+# (replies: every reply, warm-up included, for the bytes written per HIT)
 measure() {
 	name=$1 c=$2 pl=$3
 	shift 3
-	line=$("$bench" -q -c "$c" -P "$pl" -d "$duration" -w "$warmup" "$@" 2>"$tmp/bench.err" | grep '^RESULT ') || {
+	line=$(bounded "$(awk -v d="$duration" -v w="$warmup" 'BEGIN { print d + w + 30 }')" \
+		"$bench" -q -c "$c" -P "$pl" -d "$duration" -w "$warmup" "$@" 2>"$tmp/bench.err" | grep '^RESULT ') || {
 		echo "run-bench.sh: divvy-benchmark failed ($name, $c,$pl):" >&2
 		cat "$tmp/bench.err" >&2
 		exit 1
 	}
-	echo "$name $c $pl $(field rps "$line") $(field p50_us "$line") $(field p99_us "$line")" >>"$tmp/results"
-	printf '  %-12s c=%-3s P=%-3s %10s req/s  p50 %7s us  p99 %7s us\n' "$name" "$c" "$pl" \
+	echo "$name $c $pl $(field rps "$line") $(field p50_us "$line") $(field p99_us "$line")" \
+		"$(($(field ok_true "$line") + $(field ok_false "$line")))" >>"$tmp/results"
+	printf '  %-18s c=%-3s P=%-3s %10s req/s  p50 %7s us  p99 %7s us\n' "$name" "$c" "$pl" \
 		"$(field rps "$line")" "$(field p50_us "$line")" "$(field p99_us "$line")"
 }
 
@@ -143,21 +256,100 @@ median() {
 		else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# total NAME COLUMN: the sum of COLUMN over NAME's runs
+total() {
+	awk -v n="$1" -v col="$2" '$1 == n { s += $col } END { printf "%.0f\n", s }' "$tmp/results"
+}
+
 ratio() {
 	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f\n", a / b }'
 }
 
+# per A B: A / B with one decimal ("-" if either is missing)
+per() {
+	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.1f\n", a / b }'
+}
+
+# mib BYTES: in MiB, one decimal
+mib() {
+	awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'
+}
+
+# short N: 10000000 -> 10M, 300000 -> 300k
+short() {
+	awk -v n="$1" 'BEGIN { if (n % 1000000 == 0) print n / 1000000 "M"; else if (n % 1000 == 0) print n / 1000 "k"; else print n }'
+}
+
+# row MEASURE FIGURE OP LIMIT [NOTE]: a line of the final table, checked (OP >= or <=);
+# row MEASURE FIGURE - - NOTE: a figure reported without a target
+row() {
+	if [ "$3" = - ]; then
+		verdict="" target=""
+	else
+		target="$3 $4"
+		if awk -v v="$2" -v l="$4" -v op="$3" 'BEGIN { exit !(v != "-" && (op == ">=" ? v + 0 >= l : v + 0 <= l)) }'; then
+			verdict=met
+		else
+			verdict="NOT MET"
+		fi
+	fi
+	echo "| $1 | $2 | $target | $verdict | ${5:-} |" >>"$tmp/summary"
+}
+
+cat >"$tmp/probe.py" <<'EOF'
+# probe.py SOCKET T0 TIMEOUT LINE: connects (retrying), sends LINE, prints
+# "<seconds since T0> <reply>" when the reply is read; exit 1 after TIMEOUT seconds.
+import socket, sys, time
+path, t0, limit, line = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+end = t0 + limit
+while True:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        break
+    except OSError:
+        s.close()
+        if time.time() > end:
+            print("- no connection")
+            sys.exit(1)
+        time.sleep(0.002)
+buf = b""
+try:
+    s.settimeout(max(0.01, end - time.time()))
+    s.sendall((line + "\n").encode())
+    while not buf.endswith(b"\n"):
+        s.settimeout(max(0.01, end - time.time()))
+        d = s.recv(4096)
+        if not d:
+            break
+        buf += d
+except OSError:
+    pass
+if not buf.endswith(b"\n"):
+    print("- no answer")
+    sys.exit(1)
+print("%.3f %s" % (time.time() - t0, buf.decode().strip()))
+EOF
+
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -sr)"
 echo "redis:   $(redis-server --version | sed 's/ sha=.*//')"
-echo "divvyd:  $("$divvyd" --version | head -n 1), --sync=$sync; $runs run(s) of ${duration} s (+${warmup} s warm-up) per point"
+echo "divvyd:  $("$divvyd" --version | head -n 1); $runs run(s) of ${duration} s (+${warmup} s warm-up) per point"
 echo "load:    average $(cut -d" " -f1-3 /proc/loadavg) at start (other work on the machine skews every figure)"
 : >"$tmp/results"
+: >"$tmp/summary"
 
 points="1,1 16,1 64,1 16,16"
 if [ "$with_matrix" = yes ]; then
+	echo
+	echo "== $actors actors, --sync=$sync =="
 	start_redis
-	start_divvyd "$tmp/db"
+	start_divvyd "$tmp/db" "$sync"
+	if [ -n "$before" ]; then
+		launch_divvyd "$before" "$tmp/db-before" "$sync"
+		before_pid=$launched_pid before_port=$divvyd_port
+		wait_for divvyd "$before_pid" "tcp:127.0.0.1:$before_port"
+	fi
 	run=1
 	while [ $run -le "$runs" ]; do
 		echo "run $run of $runs, $actors actors:"
@@ -166,13 +358,32 @@ if [ "$with_matrix" = yes ]; then
 			measure redis "$c" "$pl" -k "$actors" --redis "tcp:127.0.0.1:$redis_port"
 			measure divvyd-tcp "$c" "$pl" -k "$actors" "tcp:127.0.0.1:$divvyd_port"
 			measure divvyd-unix "$c" "$pl" -k "$actors" "unix:$divvyd_sock"
+			case $pt in 16,1 | 16,16)
+				[ -z "$before" ] || measure before-tcp "$c" "$pl" -k "$actors" "tcp:127.0.0.1:$before_port" ;;
+			esac
 		done
 		run=$((run + 1))
 	done
+	stop "$before_pid"
+	before_pid=""
 	stop "$divvyd_pid"
 	divvyd_pid=""
 	stop "$redis_pid"
 	redis_pid=""
+
+	if [ "$sync_compare" = yes ]; then
+		echo "--sync=periodic and --sync=always, 16,16, $actors actors, fresh databases:"
+		run=1
+		while [ $run -le "$runs" ]; do
+			for mode in periodic always; do
+				start_divvyd "$tmp/db-$mode-$run" "$mode"
+				measure "sync-$mode" 16 16 -k "$actors" "tcp:127.0.0.1:$divvyd_port"
+				stop "$divvyd_pid"
+				divvyd_pid=""
+			done
+			run=$((run + 1))
+		done
+	fi
 
 	echo
 	echo "Medians of $runs run(s), $actors actors, requests/s (ratio = divvyd / redis):"
@@ -188,52 +399,170 @@ if [ "$with_matrix" = yes ]; then
 			"$(median redis "$c" "$pl" 5) / $(median divvyd-tcp "$c" "$pl" 5) / $(median divvyd-unix "$c" "$pl" 5) |" \
 			"$(median redis "$c" "$pl" 6) / $(median divvyd-tcp "$c" "$pl" 6) / $(median divvyd-unix "$c" "$pl" 6) |"
 	done
-	echo
-	echo "Targets (TCP vs redis; Unix vs TCP):"
-	check() { # check WHAT VALUE OP LIMIT
-		if awk -v v="$2" -v l="$4" -v op="$3" 'BEGIN { exit !(v != "-" && (op == ">=" ? v >= l : v <= l)) }'; then
-			echo "  met:     $1 ($2 $3 $4)"
+
+	tcp_ratio() { ratio "$(median divvyd-tcp "$1" "$2" "${3:-4}")" "$(median redis "$1" "$2" "${3:-4}")"; }
+	k=$(short "$actors")
+	row "$k, 1×1: TCP ÷ redis" "$(tcp_ratio 1 1)" ">=" 0.9
+	row "$k, 1×1: p99 TCP ÷ redis" "$(tcp_ratio 1 1 6)" "<=" 1.2
+	for pt in 16,1 16,16; do
+		c=${pt%,*} pl=${pt#*,}
+		if [ -n "$before" ]; then
+			b=$(ratio "$(median before-tcp "$c" "$pl" 4)" "$(median redis "$c" "$pl" 4)")
+			src="before: --before divvyd, same run ($(median before-tcp "$c" "$pl" 4) req/s)"
 		else
-			echo "  NOT MET: $1 ($2, needs $3 $4)"
+			[ "$pt" = 16,1 ] && b=$before_16_1 || b=$before_16_16
+			src="before: README's figure at b3aff2d (--before PATH measures it in this run)"
 		fi
-	}
-	check "1,1 throughput" "$(ratio "$(median divvyd-tcp 1 1 4)" "$(median redis 1 1 4)")" ">=" 0.9
-	check "1,1 p99" "$(ratio "$(median divvyd-tcp 1 1 6)" "$(median redis 1 1 6)")" "<=" 1.2
-	check "16,1 throughput" "$(ratio "$(median divvyd-tcp 16 1 4)" "$(median redis 16 1 4)")" ">=" 1.0
-	check "64,1 throughput" "$(ratio "$(median divvyd-tcp 64 1 4)" "$(median redis 64 1 4)")" ">=" 1.0
-	check "16,16 throughput" "$(ratio "$(median divvyd-tcp 16 16 4)" "$(median redis 16 16 4)")" ">=" 0.75
+		row "$k, $c×$pl: TCP ÷ redis" "$(tcp_ratio "$c" "$pl")" ">=" "$b" "$src"
+	done
+	row "$k, 64×1: TCP ÷ redis" "$(tcp_ratio 64 1)" ">=" 1.0
+	worst="" worst_pt=""
 	for pt in $points; do
 		c=${pt%,*} pl=${pt#*,}
-		check "Unix beats TCP at $c,$pl" "$(ratio "$(median divvyd-unix "$c" "$pl" 4)" "$(median divvyd-tcp "$c" "$pl" 4)")" ">=" 1.0
+		r=$(ratio "$(median divvyd-unix "$c" "$pl" 4)" "$(median divvyd-tcp "$c" "$pl" 4)")
+		if [ -z "$worst" ] || awk -v a="$r" -v b="$worst" 'BEGIN { exit !(a == "-" || a + 0 < b + 0) }'; then
+			worst=$r worst_pt="$c×$pl"
+		fi
 	done
+	row "$k: Unix ÷ TCP, the lowest of the 4 points" "$worst" ">=" 1.0 "at $worst_pt"
+	if [ "$sync_compare" = yes ]; then
+		a=$(median sync-always 16 16 4) p=$(median sync-periodic 16 16 4)
+		row "$k, 16×16: --sync=always ÷ --sync=periodic" "$(ratio "$a" "$p")" ">=" 0.5 "$a ÷ $p req/s"
+	fi
 fi
 
-if [ "$with_10m" = yes ]; then
+# big_point N: the scale measures at N counters (see the header)
+big_point() {
+	n=$1
+	k=$(short "$n")
+	bsync=""
+	[ "$sync_given" = no ] || bsync=$sync
+	prefill_limit=$((120 + n / 10000)) # seconds: far beyond 10,000 HITs/s
 	echo
-	echo "$big_actors actors: pre-filling a fresh database through the protocol (16 connections, pipeline 256)..."
-	start_divvyd "$tmp/db-big"
-	t0=$(date +%s)
-	"$bench" -q -n "$big_actors" -k "$big_actors" --sequential -c 16 -P 256 -w 0 \
-		"unix:$divvyd_sock" >"$tmp/prefill.out" 2>&1 || { cat "$tmp/prefill.out" >&2; exit 1; }
-	echo "  pre-filled in $(($(date +%s) - t0)) s: $(field rps "$(grep '^RESULT' "$tmp/prefill.out")") HITs/s"
+	echo "== $n counters, actors like IPv4 addresses, divvyd ${bsync:+--sync=$bsync}${bsync:-default settings} =="
+	avail=$(awk '/MemAvailable/ { printf "%.0f\n", $2 * 1024 }' /proc/meminfo)
+	echo "memory available: $(mib "$avail")"
+	# redis needs about 207 bytes a key (the most of anything here): refuse rather than
+	# push a shared machine into the OOM killer
+	if [ "$avail" -lt $((n * 260)) ]; then
+		echo "run-bench.sh: $n keys need about $(mib $((n * 260))) for redis; $(mib "$avail") available" >&2
+		exit 1
+	fi
+
+	start_redis
+	r0=$(rss_anon "$redis_pid")
+	t0=$(now)
+	bounded "$prefill_limit" "$bench" -q -n "$n" -k "$n" --sequential --ipv4 -c 16 -P 256 -w 0 --redis \
+		-r "SETEX $redis_key 86400 1" "unix:$redis_sock" >"$tmp/prefill.out" 2>&1 ||
+		{ cat "$tmp/prefill.out" >&2; exit 1; }
+	r1=$(rss_anon "$redis_pid")
+	echo "  redis pre-filled (SETEX) in $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s:" \
+		"$(field rps "$(grep '^RESULT' "$tmp/prefill.out")") keys/s; RssAnon $(mib "$r0") -> $(mib "$r1")"
 	run=1
 	while [ $run -le "$runs" ]; do
-		measure big-tcp 16 16 -k "$big_actors" "tcp:127.0.0.1:$divvyd_port"
-		measure big-unix 16 16 -k "$big_actors" "unix:$divvyd_sock"
+		measure "redis-$k" 16 16 -k "$n" --ipv4 --redis -r "$redis_key" "tcp:127.0.0.1:$redis_port"
 		run=$((run + 1))
 	done
-	rss_kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$divvyd_pid/status")
-	file_bytes=$(stat -c %s "$tmp/db-big/data.mdb")
-	disk_bytes=$(($(stat -c %b "$tmp/db-big/data.mdb") * $(stat -c %B "$tmp/db-big/data.mdb")))
-	big=$(median big-tcp 16 16 4)
+	stop "$redis_pid"
+	redis_pid=""
+
+	db=$tmp/db-$k
+	start_divvyd "$db" "$bsync"
+	d0=$(rss_anon "$divvyd_pid")
+	t0=$(now)
+	bounded "$prefill_limit" "$bench" -q -n "$n" -k "$n" --sequential --ipv4 -c 16 -P 256 -w 0 \
+		"unix:$divvyd_sock" >"$tmp/prefill.out" 2>&1 || { cat "$tmp/prefill.out" >&2; exit 1; }
+	prefill_rate=$(field rps "$(grep '^RESULT' "$tmp/prefill.out")")
+	d1=$(rss_anon "$divvyd_pid")
+	echo "  divvyd pre-filled in $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s:" \
+		"$prefill_rate HITs/s; RssAnon $(mib "$d0") -> $(mib "$d1") (RssShmem $(mib "$(rss_shmem "$divvyd_pid")"))"
+
+	stop "$divvyd_pid" 600
+	divvyd_pid=""
+	echo "  stopped (SIGTERM) in $stop_secs s, exit status $stop_status"
+	mdb=$(allocated "$db/data.mdb")
+	mdb_size=$(stat -c %s "$db/data.mdb" 2>/dev/null || echo 0)
+	dir=$(allocated "$db")
+	wal=0 segs=0
+	for f in "$db"/wal-*.divvyd; do
+		[ -e "$f" ] || continue
+		wal=$((wal + $(allocated "$f")))
+		segs=$((segs + 1))
+	done
+	echo "  --db: data.mdb $(mib "$mdb") allocated ($(mib "$mdb_size") apparent)," \
+		"$segs journal segments $(mib "$wal"), directory $(mib "$dir")"
+
+	cache=warm
+	if [ "$warm" = no ]; then
+		sync
+		if (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then cache=cold; fi
+	fi
+	# actor 1 as divvy-benchmark --ipv4 renders it: hit once by the pre-fill
+	probe_ip=$(python3 -c 'x = (1 * 0x9E3779B1) & 0xFFFFFFFF; x ^= x >> 16; print(".".join(str(x >> s & 255) for s in (24, 16, 8, 0)))')
+	t0=$(now)
+	launch_divvyd "$divvyd" "$db" "$bsync"
+	divvyd_pid=$launched_pid
+	probe=$(python3 "$tmp/probe.py" "$divvyd_sock" "$t0" 300 "HIT method=GET path=/bench ip=$probe_ip") || {
+		echo "run-bench.sh: divvyd did not answer within 300 s of its start ($probe); its log:" >&2
+		cat "$tmp/divvyd.log" >&2
+		exit 1
+	}
+	startup=${probe%% *}
+	credit=$(echo "$probe" | awk '{ print $4 }')
+	kept=no
+	[ "$credit" != 999999999998 ] || kept=yes
+	echo "  started again ($cache page cache): first HIT answered after $startup s: ${probe#* }"
+	d2=$(rss_anon "$divvyd_pid")
+
+	run=1
+	while [ $run -le "$runs" ]; do
+		measure "divvyd-tcp-$k" 16 16 -k "$n" --ipv4 "tcp:127.0.0.1:$divvyd_port"
+		measure "divvyd-unix-$k" 16 16 -k "$n" --ipv4 "unix:$divvyd_sock"
+		run=$((run + 1))
+	done
+	w0=$(write_bytes "$divvyd_pid")
+	saved_duration=$duration
+	duration=$io_seconds
+	measure "io-$k" 16 16 -k "$n" --ipv4 "tcp:127.0.0.1:$divvyd_port"
+	duration=$saved_duration
+	w1=$(write_bytes "$divvyd_pid")
+	d3=$(rss_anon "$divvyd_pid")
+	hits=$(total "io-$k" 7)
+	echo "  written during ${io_seconds} s of 16,16 (+${warmup} s warm-up): $(mib $((w1 - w0))) for $hits HITs;" \
+		"RssAnon after the restart $(mib "$d2"), after the runs $(mib "$d3")"
+	stop "$divvyd_pid" 600
+	divvyd_pid=""
+	mdb2=$(allocated "$db/data.mdb")
+	echo "  stopped again in $stop_secs s, exit status $stop_status: data.mdb $(mib "$mdb2") allocated," \
+		"directory $(mib "$(allocated "$db")")"
+	[ "$mdb2" -le "$mdb" ] || mdb=$mdb2
+
+	t=$(median "divvyd-tcp-$k" 16 16 4) r=$(median "redis-$k" 16 16 4)
+	row "$k, 16×16: TCP ÷ redis INCR on $k keys" "$(ratio "$t" "$r")" ">=" 0.8 "$t ÷ $r req/s"
+	tp=$(median "divvyd-tcp-$k" 16 16 6) rp=$(median "redis-$k" 16 16 6)
+	row "$k, 16×16: p99 TCP ÷ redis" "$(ratio "$tp" "$rp")" "<=" 2 "$tp ÷ $rp us"
+	row "$k, 16×16: Unix (req/s)" "$(median "divvyd-unix-$k" 16 16 4)" - - "pre-fill: $prefill_rate HITs/s"
 	small=$(median divvyd-tcp 16 16 4)
-	echo
-	echo "| $big_actors actors, 16, 16 | divvyd TCP | divvyd Unix | TCP / own 10k figure |"
-	echo "|---|---:|---:|---:|"
-	echo "| requests/s | $big | $(median big-unix 16 16 4) | $(ratio "$big" "$small") |"
-	echo
-	awk -v rss="$rss_kb" -v f="$file_bytes" -v d="$disk_bytes" -v n="$big_actors" 'BEGIN {
-		printf "RSS %.0f MiB = %.1f bytes per live counter; data.mdb %.0f MiB (%.0f MiB allocated on disk) = %.1f bytes per live counter\n",
-			rss / 1024, rss * 1024 / n, f / 1048576, d / 1048576, d / n }'
-	[ "$small" = "-" ] || echo "(target: TCP / own 10k figure >= 0.7)"
-fi
+	[ "$small" = - ] || row "$k, 16×16: TCP ÷ own 10k figure" "$(ratio "$t" "$small")" - - "the target before #14 was >= 0.7"
+	mx=$d1
+	[ "$d3" -le "$mx" ] || mx=$d3
+	row "$k: divvyd RssAnon per live counter (bytes)" "$(per $((mx - d0)) "$n")" "<=" 64 \
+		"the larger of after the pre-fill ($(per $((d1 - d0)) "$n")) and after the runs ($(per $((d3 - d0)) "$n")), less before"
+	row "$k: redis RssAnon per key like divvy's (bytes)" "$(per $((r1 - r0)) "$n")" - - "the issue's reference: $redis_ref_bytes"
+	row "$k: data.mdb per live counter (bytes)" "$(per "$mdb" "$n")" "<=" 100 \
+		"allocated, the larger of after the pre-fill and after the runs (clean stops)"
+	row "$k: --db directory per live counter (bytes)" "$(per "$dir" "$n")" - - "$segs journal segments: $(per "$wal" "$n")"
+	row "$k: bytes written per HIT" "$(per $((w1 - w0)) "$hits")" "<=" 128 "write_bytes over ${io_seconds} s at 16×16"
+	row "$k: start-up to first answer (s, $cache)" "$startup" "<=" 3 "counters kept: $kept"
+}
+
+for n in $big_sizes; do
+	big_point "$n"
+done
+
+echo
+echo "Summary ($runs run(s) of ${duration} s, medians; ratios are from this run):"
+echo
+echo "| measure | figure | target | verdict | detail |"
+echo "|---|---:|---|---|---|"
+cat "$tmp/summary"

@@ -104,6 +104,13 @@ expect "tcp, two threads, sequential actors" 0 \
 expect "OK false is counted, and is not an error" 0 \
 	requests=9 ok_true=6 ok_false=3 err=0 -- \
 	-q -n 9 -c 1 -k 3 --sequential -r 'HIT method=GET path=/bench-limited ip=lim{actor}' "unix:$sock"
+# --ipv4: the same 3 actors as dotted quads, distinct and stable: again 2 allowed and 1 denied each.
+expect "--ipv4 actors are distinct and stable" 0 \
+	requests=9 ok_true=6 ok_false=3 err=0 -- \
+	-q -n 9 -c 1 -k 3 --sequential --ipv4 -r 'HIT method=GET path=/bench-limited ip={actor}' "unix:$sock"
+expect "--ipv4 at random, pipelined: every reply OK true" 0 \
+	requests=400 ok_true=400 ok_false=0 err=0 -- \
+	-q -n 400 -c 4 -P 8 -k 1000000 --ipv4 "unix:$sock"
 expect "ERR replies make the exit status 1" 1 err=1 -- \
 	-q -n 10 -c 1 -r 'FOO {actor}' "unix:$sock"
 expect "RESP requests to divvyd fail the run (exit 1)" 1 -- \
@@ -112,6 +119,8 @@ expect "RESP requests to divvyd fail the run (exit 1)" 1 -- \
 [ $? -eq 1 ] && grep -q "cannot connect" "$tmp/err" && pass "no server: exit 1" || fail "no server: exit 1"
 "$bench" -n 5 -d 1 >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 2 ] && pass "usage error: exit 2" || fail "usage error: exit 2"
+"$bench" -n 5 --redis -r 'SETEX  k{actor} 60 1' "unix:$sock" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 2 ] && pass "Redis command with empty words: exit 2" || fail "Redis command with empty words: exit 2"
 
 kill -0 "$pid" 2>/dev/null && pass "divvyd still running" || fail "divvyd still running"
 finish
