@@ -54,6 +54,9 @@ static void remove_tmpdir(void) {
         tmpdir[0] = 0;
 }
 
+/* The id key of the database opened last (v1_id() hashes under it). */
+static uint8_t id_key[CHECKPOINT_ID_KEY_SIZE];
+
 static Checkpoint *open_opts(const CheckpointOptions *o) {
         char err[ERRBUF] = "";
         Checkpoint *c = NULL;
@@ -62,6 +65,7 @@ static Checkpoint *open_opts(const CheckpointOptions *o) {
         r = checkpoint_open(dbdir, o, &c, err, sizeof err);
         ck_assert_msg(r == 0, "checkpoint_open: %d %s", r, err);
         ck_assert_ptr_nonnull(c);
+        checkpoint_id_key(c, id_key);
         return c;
 }
 
@@ -562,11 +566,11 @@ END_TEST
 /* ---- migration from version 1 ---- */
 
 /* The v2 id of a v1 counter, from the v1 key built by hand (store.c's layout: rule id, tag 0
- * no actor / 1 verbatim / 2 hashed, then the actor or its hash128()). */
+ * no actor / 1 verbatim / 2 hashed, then the actor or its hash128()), under the secret id key
+ * of the database opened last: the migration must hash under the key it stores. */
 static CounterId v1_id(const uint8_t *rule, const char *actor, size_t len) {
-        uint8_t key[RULE_ID_SIZE + 1 + STORE_ACTOR_INLINE_MAX], h[HASH128_SIZE];
+        uint8_t key[RULE_ID_SIZE + 1 + STORE_ACTOR_INLINE_MAX];
         size_t klen = RULE_ID_SIZE + 1;
-        uint64_t lo, hi;
 
         memcpy(key, rule, RULE_ID_SIZE);
         if (!actor)
@@ -580,10 +584,7 @@ static CounterId v1_id(const uint8_t *rule, const char *actor, size_t len) {
                 hash128(actor, len, key + klen);
                 klen += HASH128_SIZE;
         }
-        hash128(key, klen, h);
-        memcpy(&lo, h, sizeof lo);
-        memcpy(&hi, h + 8, sizeof hi);
-        return (CounterId){ .lo = le64toh(lo), .hi = le64toh(hi) };
+        return counter_id_from_key(id_key, key, klen);
 }
 
 static StoreHit hit(const uint8_t *rule, const char *actor, size_t len, uint64_t limit, uint64_t reset) {
