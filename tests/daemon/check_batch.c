@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,10 +174,21 @@ START_TEST (test_output_limit_blocks) {
 }
 END_TEST
 
-/* Swaps the store for a tiny one filled until a new counter of rule [f=*] no longer fits;
- * returns that counter's actor in actor. */
+/* The journal's preallocation, failing while disk_full (a full filesystem). */
+static bool disk_full;
+static int allocate_hook(int fd, off_t len) {
+        return disk_full ? ENOSPC : posix_fallocate(fd, 0, len);
+}
+
+/* Swaps the store for one on a "full disk": filled until its journal needs a segment that
+ * cannot be made, so that a new counter of rule [f=*] no longer fits; returns that counter's
+ * actor in actor. (Version 1 filled its LMDB map; version 2 keeps counters in memory and
+ * fails a batch only when its journal cannot be written, which is this.) */
 static void fill_store(char actor[static 32]) {
-        StoreOptions o = { .map_size = 128 * 1024, .map_size_max = 128 * 1024, .sync = STORE_SYNC_NONE };
+        StoreOptions o = { .sync = STORE_SYNC_NONE,
+                           .journal_segment_size = 16 * 1024,
+                           .journal_allocate = allocate_hook,
+                           .now_usec = NOW_USEC };
         const Rule *f = &rules->rules[5];
         char err[256] = "", path[96];
         int r = 0;
@@ -186,6 +198,7 @@ static void fill_store(char actor[static 32]) {
         o.path = path;
         store = store_close(store);
         ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        disk_full = true;
         for (unsigned i = 0; r == 0; i++) {
                 ck_assert_uint_lt(i, 1000000);
                 snprintf(actor, 32, "actor-%u", i);

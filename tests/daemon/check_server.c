@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,13 +266,22 @@ START_TEST (test_too_many_connections) {
 }
 END_TEST
 
-/* Swaps the fixture's store for one whose map is full; returns in actor a value of f whose
- * counter the store cannot create ("HIT f=<actor>" is answered ERR). */
+/* The journal's preallocation, failing while disk_full (a full filesystem). */
+static bool disk_full;
+static int allocate_hook(int fd, off_t len) {
+        return disk_full ? ENOSPC : posix_fallocate(fd, 0, len);
+}
+
+/* Swaps the fixture's store for one on a full disk, its journal's segments full; returns in
+ * actor a value of f whose counter the store cannot create ("HIT f=<actor>" is answered ERR).
+ * (Version 1's map filled up; version 2 fails a batch when its journal cannot be written.) */
 static void use_full_store(char actor[static 32]) {
         static const char probe[] = "HIT f=x";
         char err[256] = "", path[96], keys[100][32];
         const Rule *matched[RULES_MATCH_MAX];
-        StoreOptions o = { .map_size = 128 * 1024, .map_size_max = 512 * 1024, .sync = STORE_SYNC_NONE };
+        StoreOptions o = { .sync = STORE_SYNC_NONE,
+                           .journal_segment_size = 16 * 1024,
+                           .journal_allocate = allocate_hook };
         ProtoRequest req;
         struct timespec ts;
         unsigned n = 100;
@@ -287,6 +297,7 @@ static void use_full_store(char actor[static 32]) {
         snprintf(path, sizeof path, "%s/full", tmpdir);
         o.path = path;
         ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        disk_full = true;
         /* New counters in batches of 100, then one at a time, until one does not fit: the
          * store is left as it was, so the same counter fails again. */
         for (unsigned i = 0; i < 100000; i++) {
