@@ -37,6 +37,7 @@ struct Manager {
 
         bool stopping;
         bool reload_failed;
+        bool reload_wanted;      /* SIGHUP during a batch in flight: reloaded by the next maintenance */
         bool checkpoint_failing; /* the last checkpoint failed: logged once per change */
         char reload_error[512];  /* first diag message of the failed reload */
 
@@ -180,7 +181,11 @@ static int manager_signal_handler(sd_event_source *s, const struct signalfd_sigi
 
         switch (si->ssi_signo) {
         case SIGHUP:
-                if (!m->stopping)
+                if (m->stopping)
+                        break;
+                if (server_batch_pending(m->server))
+                        m->reload_wanted = true; /* the batch in flight points into the rules */
+                else
                         (void) manager_reload(m);
                 break;
         case SIGTERM:
@@ -237,6 +242,10 @@ static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *use
         StoreStats st;
         int r;
 
+        if (m->reload_wanted && !server_batch_pending(m->server)) {
+                m->reload_wanted = false;
+                (void) manager_reload(m);
+        }
         r = store_maintain(m->store, clock_usec(CLOCK_REALTIME));
         if (store_get_stats(m->store, &st) >= 0) {
                 if (st.checkpoint_failing && !m->checkpoint_failing)
