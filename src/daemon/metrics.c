@@ -46,6 +46,7 @@ struct Metrics {
         uint64_t store_size_bytes, store_counters, sweeper_deleted;
         uint64_t store_memory_bytes, journal_bytes, journal_segments;
         uint64_t checkpoint_age_usec, checkpoint_duration_usec, checkpoint_failures;
+        uint64_t store_set; /* metrics_set_store() was called */
         uint64_t statsd_dropped;
         uint64_t serving;
 
@@ -290,6 +291,22 @@ void metrics_set_store(Metrics *m, const StoreStats *st) {
         STORE(m->checkpoint_age_usec, st->checkpoint_age_usec);
         STORE(m->checkpoint_duration_usec, st->checkpoint_duration_usec);
         STORE(m->checkpoint_failures, st->checkpoint_failures);
+        STORE(m->store_set, 1);
+}
+
+bool metrics_store_gauges(const Metrics *m, MetricsStoreGauges *ret) {
+        if (!LOAD(m->store_set))
+                return false;
+        *ret = (MetricsStoreGauges){
+                .counters = LOAD(m->store_counters),
+                .size_bytes = LOAD(m->store_size_bytes),
+                .memory_bytes = LOAD(m->store_memory_bytes),
+                .journal_bytes = LOAD(m->journal_bytes),
+                .checkpoint_age_usec = LOAD(m->checkpoint_age_usec),
+                .checkpoint_duration_usec = LOAD(m->checkpoint_duration_usec),
+                .checkpoint_failures = LOAD(m->checkpoint_failures),
+        };
+        return true;
 }
 
 void metrics_add_statsd_dropped(Metrics *m, uint64_t n) {
@@ -455,7 +472,7 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
         put_header(f, "divvyd_store_memory_bytes", "gauge", "Memory held by the resident counter table.");
         fprintf(f, "divvyd_store_memory_bytes %" PRIu64 "\n", LOAD(m->store_memory_bytes));
         put_header(f, "divvyd_journal_bytes", "gauge",
-                   "Bytes of the write-ahead journal's segments not yet covered by a checkpoint.");
+                   "Bytes of the write-ahead journal's segment files (preallocated), sealed and current.");
         fprintf(f, "divvyd_journal_bytes %" PRIu64 "\n", LOAD(m->journal_bytes));
         put_header(f, "divvyd_journal_segments", "gauge", "Segments of the write-ahead journal.");
         fprintf(f, "divvyd_journal_segments %" PRIu64 "\n", LOAD(m->journal_segments));
