@@ -76,7 +76,6 @@ typedef struct Job {
         size_t pass_records;
         /* out */
         int result;
-        uint64_t records, passes;
         uint64_t duration_usec;
         CheckpointStats stats; /* after the job, if stats_ok */
         bool stats_ok;
@@ -513,7 +512,6 @@ static int job_run(Job *j) {
                         if (r < 0)
                                 break;
                 }
-                j->records += p.n;
                 if (p.n == 0 && !last)
                         continue;
                 r = checkpoint_write(j->checkpoint, p.records, p.n,
@@ -527,7 +525,6 @@ static int job_run(Job *j) {
                                                : "");
                         break;
                 }
-                j->passes++;
         }
 finish:
         free(p.slots);
