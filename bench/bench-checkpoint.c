@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "store/checkpoint.h"
-#include "store/store.h"
+#include "../tests/store/v1-store.h"
 
 #define SEC    1000000ULL            /* usec per second */
 #define T0     (1700000000ULL * SEC) /* wall-clock time the benchmark pretends it is */
@@ -136,17 +136,17 @@ static uint64_t file_size(const char *dir) {
 /* --migrate: a version-1 store of total counters, then checkpoint_open() on it. */
 static int migrate(const char *dir, size_t total) {
         static const uint8_t rule[RULE_ID_SIZE] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 };
-        StoreOptions so = { .path = dir, .sync = STORE_SYNC_NONE, .write_back = true };
+        V1StoreOptions so = { .path = dir, .sync = V1_STORE_SYNC_NONE, .write_back = true };
         CheckpointOptions o = { .now_usec = T0 };
         static char actors[FILL][16];
-        StoreHit hits[FILL];
+        V1StoreHit hits[FILL];
         CheckpointStats st;
         char err[512] = "";
         Checkpoint *c = NULL;
-        Store *s = NULL;
+        V1Store *s = NULL;
         uint64_t t, v1_size;
 
-        if (store_open(&so, &s, err, sizeof err) < 0) {
+        if (v1_store_open(&so, &s, err, sizeof err) < 0) {
                 fprintf(stderr, "%s\n", err);
                 return -EIO;
         }
@@ -156,19 +156,19 @@ static int migrate(const char *dir, size_t total) {
 
                 for (size_t j = 0; j < n; j++) {
                         snprintf(actors[j], sizeof actors[j], "a%010zu", i + j);
-                        hits[j] = (StoreHit){ .rule_id = rule,
-                                              .actor = actors[j],
-                                              .actor_len = 11,
-                                              .credit_limit = 100,
-                                              .reset_seconds = 3600 };
+                        hits[j] = (V1StoreHit){ .rule_id = rule,
+                                                .actor = actors[j],
+                                                .actor_len = 11,
+                                                .credit_limit = 100,
+                                                .reset_seconds = 3600 };
                 }
-                if (store_apply(s, hits, n, T0) < 0) {
-                        fprintf(stderr, "store_apply failed\n");
-                        store_close(s);
+                if (v1_store_apply(s, hits, n, T0) < 0) {
+                        fprintf(stderr, "v1_store_apply failed\n");
+                        v1_store_close(s);
                         return -EIO;
                 }
         }
-        store_close(s);
+        v1_store_close(s);
         v1_size = file_size(dir);
         printf("version-1 store        %9zu counters %8.3f s to fill  %6.1f bytes data.mdb/counter\n", total,
                (double) (now_ns() - t) / 1e9, (double) v1_size / (double) total);

@@ -43,11 +43,11 @@
 #define CONNECTIONS_MAX 10000 /* connections: far beyond any useful run, bounds the arrays */
 #define PIPELINE_MAX    4096  /* requests per batch: bounds the output buffer */
 #define THREADS_MAX     256
-#define TEMPLATE_MAX    1024                /* bytes: longest rendered request or key */
+#define TEMPLATE_MAX    1024                 /* bytes: longest rendered request or key */
 #define REQUEST_MAX     (TEMPLATE_MAX + 256) /* bytes: one request with its RESP framing */
-#define REDIS_WORDS_MAX 16 /* words of a whole Redis command: bounds its framing */
-#define IN_SIZE         (64u * 1024u)       /* bytes: input buffer per connection, many replies a read */
-#define REPLY_LINE_MAX  512                 /* bytes: a reply line longer than this is malformed */
+#define REDIS_WORDS_MAX 16                   /* words of a whole Redis command: bounds its framing */
+#define IN_SIZE         (64u * 1024u)        /* bytes: input buffer per connection, many replies a read */
+#define REPLY_LINE_MAX  512                  /* bytes: a reply line longer than this is malformed */
 #define STALL_NSEC                                                                                          \
         (10ULL * NSEC_PER_SEC) /* 10 s without any reply while requests are outstanding: the                \
                                 * server is stuck; give up instead of hanging */
@@ -755,7 +755,8 @@ static int split_template(const char *t) {
                 tpl_lens[tpl_n] = h ? (size_t) (h - p) : strlen(p);
                 tpl_n++;
                 if (!h) /* each placeholder may become 20 digits */
-                        return strlen(t) + (tpl_n - 1) * (20 - strlen(PLACEHOLDER)) < TEMPLATE_MAX ? 0 : -E2BIG;
+                        return strlen(t) + (tpl_n - 1) * (20 - strlen(PLACEHOLDER)) < TEMPLATE_MAX ? 0
+                                                                                                   : -E2BIG;
                 p = h + strlen(PLACEHOLDER);
         }
 }
@@ -893,8 +894,10 @@ static int parse_argv(int argc, char **argv) {
                         words += *q == ' ';
                 if (opt.template[0] == ' ' || strstr(opt.template, "  ") ||
                     opt.template[strlen(opt.template) - 1] == ' ' || words > REDIS_WORDS_MAX) {
-                        fprintf(stderr, "divvy-benchmark: a Redis command is 2..%d words separated by "
-                                        "single spaces\n", REDIS_WORDS_MAX);
+                        fprintf(stderr,
+                                "divvy-benchmark: a Redis command is 2..%d words separated by "
+                                "single spaces\n",
+                                REDIS_WORDS_MAX);
                         return -EINVAL;
                 }
         }

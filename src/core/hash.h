@@ -15,5 +15,7 @@
 
 void hash128(const void *data, size_t len, uint8_t out[HASH128_SIZE]);
 
-/* The same function under a caller-chosen key (for tests against the reference vectors). */
+/* The same function under a caller-chosen key: the reference vectors' tests, and the counter
+ * ids of the store, keyed with a secret per database (src/store/counter.h) so that clients
+ * cannot choose actors that collide in the counter table. */
 void siphash24_128(const uint8_t key[16], const void *data, size_t len, uint8_t out[HASH128_SIZE]);

@@ -31,9 +31,12 @@ typedef struct BatchSlot {
 
 struct Batch {
         BatchSettings settings;
-        const RuleSet *rules; /* borrowed */
-        Store *store;         /* borrowed */
-        Metrics *metrics;     /* borrowed; may be NULL */
+        const RuleSet *rules;   /* borrowed */
+        StoreSubmitFunc submit; /* the store backend: one call per batch */
+        void *backend;          /* borrowed */
+        BatchDoneFunc done;     /* called when a batch is answered */
+        void *done_userdata;
+        Metrics *metrics; /* borrowed; may be NULL */
 
         /* Preallocated once: a batch allocates nothing. */
         BatchSlot *slots; /* BATCH_REQUESTS_MAX */
@@ -47,6 +50,8 @@ struct Batch {
 
         uint64_t start_usec; /* CLOCK_MONOTONIC when the first request was taken; 0 without metrics */
         bool started;
+        bool pending;         /* submitted, not completed yet */
+        uint64_t completions; /* batches completed: tells a completion inside submit from a later one */
 
         char store_error_reason[PROTO_REPLY_MAX];
         uint64_t store_errors;
@@ -84,7 +89,21 @@ void batch_set_rules(Batch *b, const RuleSet *rules) {
 }
 
 void batch_set_store(Batch *b, Store *store) {
-        b->store = store;
+        batch_set_backend(b, store_submit_backend, store);
+}
+
+void batch_set_backend(Batch *b, StoreSubmitFunc submit, void *backend) {
+        b->submit = submit;
+        b->backend = backend;
+}
+
+void batch_set_done(Batch *b, BatchDoneFunc done, void *userdata) {
+        b->done = done;
+        b->done_userdata = userdata;
+}
+
+bool batch_pending(const Batch *b) {
+        return b->pending;
 }
 
 void batch_set_metrics(Batch *b, Metrics *metrics) {
@@ -310,18 +329,11 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
         return true;
 }
 
-/* Applies the batch's hits. Returns 0 or the store's -errno, which every request with a hit
- * is answered with; a full store fails every batch: logged once per interval, with a count. */
-static int batch_apply(Batch *b, uint64_t now_usec) {
-        int r;
-
-        if (b->n_hits == 0)
-                return 0;
-        r = store_apply(b->store, b->hits, b->n_hits, now_usec);
-        if (r >= 0)
-                return 0;
-
+/* The store failed the batch: every request with a hit is answered with its -errno; a full
+ * store fails every batch: logged once per interval, with a count. */
+static void batch_store_failed(Batch *b, int r) {
         uint64_t now = clock_usec(CLOCK_MONOTONIC);
+
         b->store_errors++;
         if (b->store_error_logged_usec == 0 ||
             now - b->store_error_logged_usec >= BATCH_ERROR_LOG_INTERVAL_USEC) {
@@ -335,18 +347,15 @@ static int batch_apply(Batch *b, uint64_t now_usec) {
         else
                 snprintf(b->store_error_reason, sizeof b->store_error_reason, "store error: %s",
                          strerror(-r));
-        return r;
 }
 
-size_t batch_finish(Batch *b, uint64_t now_usec) {
+/* The hits have their outputs: formats every reply, counts, empties the batch, tells the
+ * server. */
+static void batch_complete(Batch *b, int store_error) {
         size_t n_answered = 0, n_ok = 0;
-        int store_error;
 
-        if (!b->started)
-                return 0;
-
-        store_error = batch_apply(b, now_usec);
-
+        if (store_error < 0)
+                batch_store_failed(b, store_error);
         for (size_t i = 0; i < b->n_slots; i++) {
                 bool ok = false;
                 if (batch_format_reply(b, &b->slots[i], store_error, &ok))
@@ -355,11 +364,35 @@ size_t batch_finish(Batch *b, uint64_t now_usec) {
                         n_ok++;
         }
 
-        if (b->metrics)
+        if (b->metrics && b->started)
                 metrics_observe_batch(b->metrics, n_answered, n_ok,
                                       clock_usec(CLOCK_MONOTONIC) - b->start_usec);
 
         b->n_slots = b->n_hits = b->n_rules_matched = b->n_canaries_uncounted = 0;
         b->started = false;
-        return n_answered;
+        b->pending = false;
+        b->completions++;
+        if (b->done)
+                b->done(b, n_answered, b->done_userdata);
+}
+
+static void batch_store_done(void *userdata, int error) {
+        batch_complete(userdata, error < 0 ? error : 0);
+}
+
+int batch_finish(Batch *b, uint64_t now_usec) {
+        uint64_t completions = b->completions;
+        int r;
+
+        if (b->pending)
+                return -EBUSY;
+        b->pending = true;
+        if (b->n_hits == 0) {
+                batch_complete(b, 0);
+                return 0;
+        }
+        r = b->submit(b->backend, b->hits, b->n_hits, now_usec, batch_store_done, b);
+        if (r < 0)
+                batch_complete(b, r); /* not taken: answered with the error */
+        return b->completions == completions;
 }

@@ -5,9 +5,13 @@
  * batch.c: the batch engine. The server hands it the connections that have requests
  * (batch_take(), one connection after the other); it frames, parses and matches their
  * lines into per-request slots that carry the matched rules, and collects the store hits
- * of all of them. batch_finish() then applies every hit with ONE store_apply(), formats
+ * of all of them. batch_finish() then hands every hit to the store with ONE submit call
+ * (store.h: store_submit(), completion-based); once the store completes (the local store at
+ * once, inside batch_finish(); a remote one later, from the event loop) the batch formats
  * the replies in request order at the end of each connection's output buffer (room was
- * reserved when the request was taken) and counts the outcomes in the Metrics. It never
+ * reserved when the request was taken), counts the outcomes in the Metrics and calls the
+ * done callback. Until then the batch is pending: nothing may be taken, and the connections
+ * of the batch and their input (the hits point into it) must stay as they are. It never
  * reads, writes or closes a socket: sending the replies is the server's job.
  *
  * The rules, the store and the metrics are borrowed; the rules may be swapped between
@@ -45,7 +49,14 @@ Batch *batch_free(Batch *b);
 
 /* Borrowed; see above. metrics may be NULL: nothing is counted. */
 void batch_set_rules(Batch *b, const RuleSet *rules);
+/* The local store (store_submit()), or any backend with the same interface. */
 void batch_set_store(Batch *b, Store *store);
+void batch_set_backend(Batch *b, StoreSubmitFunc submit, void *backend);
+
+/* Called once per batch_finish(), when the batch is answered: n_answered requests (ERR
+ * replies included) have their replies in their connections' output buffers. */
+typedef void (*BatchDoneFunc)(Batch *b, size_t n_answered, void *userdata);
+void batch_set_done(Batch *b, BatchDoneFunc done, void *userdata);
 void batch_set_metrics(Batch *b, Metrics *metrics);
 
 /* True if the batch can take at least one more request (of a new connection). */
@@ -57,11 +68,16 @@ bool batch_has_room(const Batch *b);
  * batch_finish(). */
 void batch_take(Batch *b, Connection *c);
 
-/* Applies the store hits of every request taken (at wall-clock time now_usec), formats
- * every reply and counts it, and empties the batch. A connection with an ERR reply gets
- * err_sent and closing; nothing after its ERR is answered. Returns the number of requests
- * answered (ERR replies included). */
-size_t batch_finish(Batch *b, uint64_t now_usec);
+/* Submits the store hits of every request taken (at wall-clock time now_usec); once they
+ * are applied, formats every reply and counts it, empties the batch and calls the done
+ * callback (also for an empty batch). A connection with an ERR reply gets err_sent and
+ * closing; nothing after its ERR is answered. Returns 0 if the batch completed before
+ * returning (done was called), 1 if it is pending (done will be called), -EBUSY if a batch
+ * is pending already. */
+int batch_finish(Batch *b, uint64_t now_usec);
 
-/* Failed store_apply() calls so far. */
+/* A batch was submitted and has not completed yet. */
+bool batch_pending(const Batch *b);
+
+/* Batches the store failed so far. */
 uint64_t batch_store_errors(const Batch *b);

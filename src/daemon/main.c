@@ -19,6 +19,7 @@
 #include "log.h"
 #include "manager.h"
 #include "core/rules.h"
+#include "store/wal.h"
 
 #define LISTEN_MAX              64 /* --listen options: more is a mistake, not a configuration */
 #define DB_DEFAULT              "/var/lib/divvyd"
@@ -36,11 +37,18 @@ static void help(void) {
                "                           repeatable (default tcp:127.0.0.1:$PORT, else port %d;\n"
                "                           ignored when socket-activated)\n"
                "      --unix-mode=MODE     Octal mode of Unix sockets we create (default 0%o)\n"
-               "  -d, --db=DIR             LMDB directory (default $STATE_DIRECTORY, else %s)\n"
+               "  -d, --db=DIR             Store directory: journal and LMDB checkpoint\n"
+               "                           (default $STATE_DIRECTORY, else %s)\n"
                "      --map-size=BYTES     Initial LMDB map size, suffixes K M G (default 64M)\n"
-               "      --map-size-max=BYTES Map growth cap (default 16G; hits may use 7/8 of it)\n"
+               "      --map-size-max=BYTES Map growth cap (default 16G; checkpoints may use 7/8)\n"
                "      --sync=MODE          none, periodic or always (default periodic)\n"
-               "      --sync-interval=MS   Periodic mode: fsync at most this often (default 100)\n"
+               "      --sync-interval=MS   Periodic mode: sync the journal this often (default 100)\n"
+               "      --checkpoint-journal-max=BYTES\n"
+               "                           Checkpoint once the journal holds this much (default 256M)\n"
+               "      --checkpoint-interval=SEC\n"
+               "                           ... or once its oldest record is this old (default 300)\n"
+               "      --journal-segment-size=BYTES\n"
+               "                           Journal file size, preallocated (default 64M)\n"
                "      --max-connections=N  Refuse clients beyond N (default %d)\n"
                "      --idle-timeout=SEC   Close connections idle this long (default 0 = never)\n"
                "      --output-limit=BYTES Stop reading a client whose unsent replies exceed this\n"
@@ -153,6 +161,9 @@ enum {
         ARG_IDLE_TIMEOUT,
         ARG_OUTPUT_LIMIT,
         ARG_SWEEP_INTERVAL,
+        ARG_CHECKPOINT_JOURNAL_MAX,
+        ARG_CHECKPOINT_INTERVAL,
+        ARG_JOURNAL_SEGMENT_SIZE,
         ARG_DEBUG,
         ARG_STATSD_HOST,
         ARG_STATSD_PORT,
@@ -212,6 +223,21 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 if (parse_uint64(arg, 1, 3600 * 1000, &v) < 0)
                         return usage_error("--sweep-interval", arg);
                 o->settings.sweep_interval_usec = v * 1000;
+                return 0;
+        case ARG_CHECKPOINT_JOURNAL_MAX:
+                if (parse_size(arg, &v) < 0 || v == 0)
+                        return usage_error("--checkpoint-journal-max", arg);
+                o->settings.store.checkpoint_journal_max = v;
+                return 0;
+        case ARG_CHECKPOINT_INTERVAL:
+                if (parse_uint64(arg, 1, 365ULL * 24 * 3600, &v) < 0)
+                        return usage_error("--checkpoint-interval", arg);
+                o->settings.store.checkpoint_interval_usec = v * 1000 * 1000;
+                return 0;
+        case ARG_JOURNAL_SEGMENT_SIZE:
+                if (parse_size(arg, &v) < 0 || v < 64 * 1024 || v > WAL_SEGMENT_SIZE_MAX)
+                        return usage_error("--journal-segment-size (64K .. 1G)", arg);
+                o->settings.store.journal_segment_size = v;
                 return 0;
         default:
                 return 1;
@@ -283,6 +309,9 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "idle-timeout", required_argument, NULL, ARG_IDLE_TIMEOUT },
                 { "output-limit", required_argument, NULL, ARG_OUTPUT_LIMIT },
                 { "sweep-interval", required_argument, NULL, ARG_SWEEP_INTERVAL },
+                { "checkpoint-journal-max", required_argument, NULL, ARG_CHECKPOINT_JOURNAL_MAX },
+                { "checkpoint-interval", required_argument, NULL, ARG_CHECKPOINT_INTERVAL },
+                { "journal-segment-size", required_argument, NULL, ARG_JOURNAL_SEGMENT_SIZE },
                 { "debug", no_argument, NULL, ARG_DEBUG },
                 { "statsd-host", required_argument, NULL, ARG_STATSD_HOST },
                 { "statsd-port", required_argument, NULL, ARG_STATSD_PORT },

@@ -24,7 +24,7 @@ struct Manager {
         ManagerSettings settings;
         sd_event *event;
         sd_event_source *sigterm, *sigint, *sighup;
-        sd_event_source *sync_timer, *sweep_timer, *status_timer, *stop_timer;
+        sd_event_source *sync_timer, *sweep_timer, *status_timer, *stop_timer, *maintain_timer;
 
         RuleSet *rules;
         Store *store;
@@ -37,7 +37,9 @@ struct Manager {
 
         bool stopping;
         bool reload_failed;
-        char reload_error[512]; /* first diag message of the failed reload */
+        bool reload_wanted;      /* SIGHUP during a batch in flight: reloaded by the next maintenance */
+        bool checkpoint_failing; /* the last checkpoint failed: logged once per change */
+        char reload_error[512];  /* first diag message of the failed reload */
 
         uint64_t status_hits; /* hits at the last STATUS, for the rate */
         uint64_t status_usec; /* CLOCK_MONOTONIC of the last STATUS */
@@ -85,11 +87,26 @@ static void manager_notify_status(Manager *m) {
         else if (m->stopping)
                 (void) sd_notifyf(false, "STATUS=Stopping, %" PRIu64 " connections left",
                                   k->connections_current);
-        else
+        else {
+                StoreStats st = {};
+                char ckpt[640];
+
+                (void) store_get_stats(m->store, &st);
+                if (st.checkpoint_failing)
+                        snprintf(ckpt, sizeof ckpt, "checkpoint failing (%" PRIu64 " failures): %s",
+                                 st.checkpoint_failures, store_checkpoint_error(m->store));
+                else if (st.commits == 0)
+                        snprintf(ckpt, sizeof ckpt, "no checkpoint since start");
+                else
+                        snprintf(ckpt, sizeof ckpt, "last checkpoint %" PRIu64 " s ago",
+                                 st.checkpoint_age_usec / 1000000);
                 (void) sd_notifyf(false,
                                   "STATUS=Serving %zu rules on %zu listeners, %" PRIu64
-                                  " connections, %.0f hits/s",
-                                  m->rules->n_rules, m->n_listeners, k->connections_current, rate);
+                                  " connections, %.0f hits/s, %" PRIu64 " counters, journal %" PRIu64
+                                  " MiB, %s",
+                                  m->rules->n_rules, m->n_listeners, k->connections_current, rate,
+                                  st.counters, st.journal_bytes >> 20, ckpt);
+        }
 }
 
 static int manager_reload(Manager *m) {
@@ -164,7 +181,11 @@ static int manager_signal_handler(sd_event_source *s, const struct signalfd_sigi
 
         switch (si->ssi_signo) {
         case SIGHUP:
-                if (!m->stopping)
+                if (m->stopping)
+                        break;
+                if (server_batch_pending(m->server))
+                        m->reload_wanted = true; /* the batch in flight points into the rules */
+                else
                         (void) manager_reload(m);
                 break;
         case SIGTERM:
@@ -204,8 +225,6 @@ static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userda
          * due at once, but every batch of requests that became ready in between is served
          * first, so sweeping a million expired counters never stalls clients. */
         r = store_sweep(m->store, clock_usec(CLOCK_REALTIME), STORE_SWEEP_CHUNK_DEFAULT, &deleted);
-        if (r < 0)
-                log_warning_errno(r, "Sweeping expired counters failed, retrying later: %m");
         if (deleted > 0)
                 log_debug("Swept %zu expired counters", deleted);
         if (r > 0)
@@ -213,6 +232,38 @@ static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userda
 
         manager_publish_store_stats(m);
         return sd_event_source_set_time_relative(s, m->settings.sweep_interval_usec);
+}
+
+/* The background checkpoint: reaped, started, the journal's next segment prepared. A failed
+ * checkpoint changes nothing for clients (hits are answered from memory and journaled); it is
+ * logged once per change of state, shown in STATUS and counted in the metrics. */
+static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+        StoreStats st;
+        int r;
+
+        if (m->reload_wanted && !server_batch_pending(m->server)) {
+                m->reload_wanted = false;
+                (void) manager_reload(m);
+        }
+        r = store_maintain(m->store, clock_usec(CLOCK_REALTIME));
+        if (store_get_stats(m->store, &st) >= 0) {
+                if (st.checkpoint_failing && !m->checkpoint_failing)
+                        log_error("Checkpoint failed, keeping the journal and retrying: %s",
+                                  store_checkpoint_error(m->store));
+                else if (!st.checkpoint_failing && m->checkpoint_failing)
+                        log_info("Checkpoint succeeded again");
+                else if (r > 0 && !st.checkpoint_failing)
+                        log_debug("Checkpoint written in %" PRIu64 " ms, data.mdb %" PRIu64 " bytes",
+                                  st.checkpoint_duration_usec / 1000, st.file_size);
+                if (r > 0)
+                        metrics_set_store(m->metrics, &st);
+                if (st.checkpoint_failing != m->checkpoint_failing || (r > 0 && st.commits == 1)) {
+                        m->checkpoint_failing = st.checkpoint_failing;
+                        manager_notify_status(m); /* at once, not at the next refresh */
+                }
+        }
+        return sd_event_source_set_time_relative(s, MANAGER_MAINTAIN_INTERVAL_USEC);
 }
 
 static int manager_status_handler(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -354,13 +405,16 @@ static int manager_start_exporters(Manager *m) {
 static int manager_add_timers(Manager *m) {
         int r;
 
-        if (m->settings.store.write_back || m->settings.store.sync == STORE_SYNC_PERIODIC) {
+        if (m->settings.store.sync == STORE_SYNC_PERIODIC) {
                 r = manager_add_periodic(m, &m->sync_timer, m->settings.store.sync_interval_usec,
                                          manager_sync_handler);
                 if (r < 0)
                         return log_error_errno(r, "Failed to set up the sync timer: %m");
         }
         r = manager_add_periodic(m, &m->sweep_timer, m->settings.sweep_interval_usec, manager_sweep_handler);
+        if (r >= 0)
+                r = manager_add_periodic(m, &m->maintain_timer, MANAGER_MAINTAIN_INTERVAL_USEC,
+                                         manager_maintain_handler);
         if (r >= 0)
                 r = manager_add_periodic(m, &m->status_timer, MANAGER_STATUS_INTERVAL_USEC,
                                          manager_status_handler);
@@ -382,9 +436,6 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
                 m->settings.sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC;
         if (m->settings.store.sync_interval_usec == 0)
                 m->settings.store.sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC;
-        /* periodic and none: batches go to one transaction committed by the sync timer,
-         * journaled so that a crash of the process loses nothing answered (store.h) */
-        m->settings.store.write_back = m->settings.store.sync != STORE_SYNC_ALWAYS;
 
         r = manager_load_rules(m, &m->rules);
         if (r < 0)
@@ -398,7 +449,7 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         }
         log_info("Loaded %s: %s", settings->config_path, config_summary(m->rules, summary, sizeof summary));
 
-        /* LMDB keeps no checksums: read the whole database in a child first, so that a damaged
+        /* LMDB keeps no checksums: read the whole checkpoint in a child first, so that a damaged
          * one is refused here rather than crashing us now or at some later HIT. That read
          * can outlast systemd's start timeout on a large, uncached database: ask for time. */
         (void) sd_notifyf(false, "STATUS=Checking the database in %s\nEXTEND_TIMEOUT_USEC=%llu",
@@ -486,12 +537,13 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->sighup);
         sd_event_source_disable_unref(m->sync_timer);
         sd_event_source_disable_unref(m->sweep_timer);
+        sd_event_source_disable_unref(m->maintain_timer);
         sd_event_source_disable_unref(m->status_timer);
         sd_event_source_disable_unref(m->stop_timer);
         sd_event_unref(m->event);
 
         if (m->store) {
-                store_close(m->store); /* commits and syncs */
+                store_close(m->store); /* waits for a checkpoint, syncs the journal */
                 log_debug("Store closed");
         }
         ruleset_free(m->rules);

@@ -5,8 +5,8 @@
  * manager.c: the daemon's one state struct. Owns the event loop, the current
  * RuleSet, the Store, the Metrics, the server, the listeners (which hand their
  * connections to the server) and the statsd sender and HTTP endpoint; handles
- * signals (SIGHUP reload, SIGTERM/SIGINT stop), the periodic jobs (store sync,
- * sweeper, STATUS) and sd_notify. STATUS shows the connections counted by the
+ * signals (SIGHUP reload, SIGTERM/SIGINT stop), the periodic jobs (journal sync,
+ * sweeper, checkpoint, STATUS) and sd_notify. STATUS shows the connections counted by the
  * server and the hits counted in the Metrics. Reload is parse -> validate -> swap,
  * or change nothing.
  */
@@ -29,6 +29,8 @@
         (1000ULL) /* 1 ms: gap between sweep steps while expired counters remain; pending                   \
                    * requests are served in between */
 #define MANAGER_SWEEP_INTERVAL_DEFAULT_USEC (1000ULL * 1000ULL) /* 1 s */
+#define MANAGER_MAINTAIN_INTERVAL_USEC                                                                      \
+        (1000ULL * 1000ULL) /* 1 s: the checkpoint's timer (store_maintain()): reap, start, prepare */
 
 typedef struct ManagerSettings {
         const char *config_path;

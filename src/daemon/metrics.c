@@ -44,6 +44,9 @@ struct Metrics {
         Histogram batch_size;   /* requests */
         uint64_t reloads_ok, reloads_failed;
         uint64_t store_size_bytes, store_counters, sweeper_deleted;
+        uint64_t store_memory_bytes, journal_bytes, journal_segments;
+        uint64_t checkpoint_age_usec, checkpoint_duration_usec, checkpoint_failures;
+        uint64_t store_set; /* metrics_set_store() was called */
         uint64_t statsd_dropped;
         uint64_t serving;
 
@@ -282,6 +285,28 @@ void metrics_set_store(Metrics *m, const StoreStats *st) {
         STORE(m->store_size_bytes, st->file_size);
         STORE(m->store_counters, st->counters);
         STORE(m->sweeper_deleted, st->swept_total);
+        STORE(m->store_memory_bytes, st->memory);
+        STORE(m->journal_bytes, st->journal_bytes);
+        STORE(m->journal_segments, st->journal_segments);
+        STORE(m->checkpoint_age_usec, st->checkpoint_age_usec);
+        STORE(m->checkpoint_duration_usec, st->checkpoint_duration_usec);
+        STORE(m->checkpoint_failures, st->checkpoint_failures);
+        STORE(m->store_set, 1);
+}
+
+bool metrics_store_gauges(const Metrics *m, MetricsStoreGauges *ret) {
+        if (!LOAD(m->store_set))
+                return false;
+        *ret = (MetricsStoreGauges){
+                .counters = LOAD(m->store_counters),
+                .size_bytes = LOAD(m->store_size_bytes),
+                .memory_bytes = LOAD(m->store_memory_bytes),
+                .journal_bytes = LOAD(m->journal_bytes),
+                .checkpoint_age_usec = LOAD(m->checkpoint_age_usec),
+                .checkpoint_duration_usec = LOAD(m->checkpoint_duration_usec),
+                .checkpoint_failures = LOAD(m->checkpoint_failures),
+        };
+        return true;
 }
 
 void metrics_add_statsd_dropped(Metrics *m, uint64_t n) {
@@ -444,8 +469,24 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
         put_header(f, "divvyd_store_counters", "gauge",
                    "Counters in the store (live ones and expired ones the sweeper has not deleted yet).");
         fprintf(f, "divvyd_store_counters %" PRIu64 "\n", LOAD(m->store_counters));
-        put_header(f, "divvyd_batch_size", "histogram",
-                   "Requests answered per batch (one store transaction).");
+        put_header(f, "divvyd_store_memory_bytes", "gauge", "Memory held by the resident counter table.");
+        fprintf(f, "divvyd_store_memory_bytes %" PRIu64 "\n", LOAD(m->store_memory_bytes));
+        put_header(f, "divvyd_journal_bytes", "gauge",
+                   "Bytes of the write-ahead journal's segment files (preallocated), sealed and current.");
+        fprintf(f, "divvyd_journal_bytes %" PRIu64 "\n", LOAD(m->journal_bytes));
+        put_header(f, "divvyd_journal_segments", "gauge", "Segments of the write-ahead journal.");
+        fprintf(f, "divvyd_journal_segments %" PRIu64 "\n", LOAD(m->journal_segments));
+        put_header(f, "divvyd_checkpoint_age_seconds", "gauge",
+                   "Seconds since the last successful checkpoint (or since start).");
+        fprintf(f, "divvyd_checkpoint_age_seconds %.3f\n", (double) LOAD(m->checkpoint_age_usec) / 1e6);
+        put_header(f, "divvyd_checkpoint_duration_seconds", "gauge",
+                   "How long the last successful checkpoint took.");
+        fprintf(f, "divvyd_checkpoint_duration_seconds %.3f\n",
+                (double) LOAD(m->checkpoint_duration_usec) / 1e6);
+        put_header(f, "divvyd_checkpoint_failures_total", "counter",
+                   "Checkpoints that failed (the journal is kept and the checkpoint retried).");
+        fprintf(f, "divvyd_checkpoint_failures_total %" PRIu64 "\n", LOAD(m->checkpoint_failures));
+        put_header(f, "divvyd_batch_size", "histogram", "Requests answered per batch (one journal append).");
         put_histogram(f, "divvyd_batch_size", &m->batch_size, batch_bounds_text, METRICS_BATCH_BUCKETS, 1.0);
         put_header(f, "divvyd_sweeper_deleted_total", "counter", "Expired counters deleted by the sweeper.");
         fprintf(f, "divvyd_sweeper_deleted_total %" PRIu64 "\n", LOAD(m->sweeper_deleted));

@@ -99,6 +99,14 @@ uint64_t metrics_connections(const Metrics *m);
 uint64_t metrics_statsd_dropped(const Metrics *m);
 bool metrics_serving(const Metrics *m);
 
+/* The store's gauges for statsd, as metrics_set_store() last set them. */
+typedef struct MetricsStoreGauges {
+        uint64_t counters, size_bytes, memory_bytes, journal_bytes;
+        uint64_t checkpoint_age_usec, checkpoint_duration_usec, checkpoint_failures;
+} MetricsStoreGauges;
+/* Returns false (and sets nothing) until metrics_set_store() was first called. */
+bool metrics_store_gauges(const Metrics *m, MetricsStoreGauges *ret);
+
 /* Loop side: moves the statsd timer samples of the current interval (hit durations in
  * usec, at most max) into out and resets the reservoir. *ret_hits: HITs timed in the
  * interval, so the sample rate is n / *ret_hits. Returns n. */

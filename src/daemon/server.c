@@ -35,7 +35,9 @@ struct Server {
         sd_event_source *defer;        /* runs one batch */
         sd_event_source *housekeeping; /* idle and linger timeouts */
         ServerSettings settings;
-        Batch *batch; /* every request read is answered by it */
+        Batch *batch;           /* every request read is answered by it */
+        Connection *batch_last; /* the last connection of the batch in flight */
+        bool batch_async;       /* a batch is pending in the store: connection IO is paused */
 
         Connection *connections; /* all of them */
         Connection *ready_head, *ready_tail;
@@ -345,22 +347,24 @@ static void server_after_batch(Server *s, Connection *c) {
                 server_update_events(s, c);
 }
 
-/* One batch: the ready connections in order, as many as the batch takes, then their replies. */
-static void server_run_batch(Server *s) {
-        Connection *c, *last = NULL;
+/* A batch was answered (store.h: at once for the local store, later for a remote one): the
+ * replies of its connections go out. */
+static void server_batch_done(Batch *b, size_t n_answered, void *userdata) {
+        Server *s = userdata;
+        Connection *c, *last = s->batch_last;
 
-        for (c = s->ready_head; c && batch_has_room(s->batch); c = c->ready_next) {
-                last = c;
-                batch_take(s->batch, c);
-        }
-        if (!last)
-                return;
-
-        s->counters.batch_requests += batch_finish(s->batch, server_now(s, CLOCK_REALTIME));
+        s->counters.batch_requests += n_answered;
         s->counters.batches++;
+        s->batch_last = NULL;
+        if (s->batch_async) {
+                /* Connection IO resumes; events that arrived meanwhile wait in our epoll set. */
+                s->batch_async = false;
+                if (sd_event_source_set_enabled(s->epoll_source, SD_EVENT_ON) < 0)
+                        log_error("Failed to resume reading the connections");
+        }
 
         /* Visit the connections of this batch; those with leftovers go to the tail. */
-        for (c = s->ready_head; c;) {
+        for (c = s->ready_head; c && last;) {
                 Connection *next = c->ready_next;
                 bool at_last = c == last;
 
@@ -376,6 +380,32 @@ static void server_run_batch(Server *s) {
                 s->defer_armed = !!s->ready_head;
 }
 
+/* One batch: the ready connections in order, as many as the batch takes, then their replies
+ * (server_batch_done()). While a store completes a batch later, no other batch starts and no
+ * connection is read, written or closed: the batch's requests point into their input, and
+ * each connection's replies stay in order. */
+static void server_run_batch(Server *s) {
+        Connection *c, *last = NULL;
+        int r;
+
+        if (batch_pending(s->batch))
+                return;
+        for (c = s->ready_head; c && batch_has_room(s->batch); c = c->ready_next) {
+                last = c;
+                batch_take(s->batch, c);
+        }
+        if (!last)
+                return;
+
+        s->batch_last = last;
+        r = batch_finish(s->batch, server_now(s, CLOCK_REALTIME));
+        if (r > 0) {
+                s->batch_async = true;
+                if (sd_event_source_set_enabled(s->epoll_source, SD_EVENT_OFF) < 0)
+                        log_error("Failed to pause reading the connections");
+        }
+}
+
 static int server_defer_handler(sd_event_source *es, void *userdata) {
         Server *s = userdata;
 
@@ -388,6 +418,11 @@ static int server_housekeeping_handler(sd_event_source *es, uint64_t usec, void 
         Server *s = userdata;
         uint64_t now = server_now(s, CLOCK_MONOTONIC);
 
+        if (s->batch_async) {
+                /* the batch's connections must not close under it: look again later */
+                server_arm_housekeeping(s);
+                return 0;
+        }
         for (Connection *c = s->connections, *next; c; c = next) {
                 next = c->next;
                 if (c->lingering) {
@@ -448,6 +483,7 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                 server_free(s);
                 return r;
         }
+        batch_set_done(s->batch, server_batch_done, s);
 
         s->epfd = epoll_create1(EPOLL_CLOEXEC);
         if (s->epfd < 0) {
@@ -495,6 +531,14 @@ void server_set_rules(Server *s, const RuleSet *rules) {
 
 void server_set_store(Server *s, Store *store) {
         batch_set_store(s->batch, store);
+}
+
+void server_set_backend(Server *s, StoreSubmitFunc submit, void *backend) {
+        batch_set_backend(s->batch, submit, backend);
+}
+
+bool server_batch_pending(const Server *s) {
+        return batch_pending(s->batch);
 }
 
 void server_set_metrics(Server *s, Metrics *metrics) {

@@ -57,6 +57,12 @@ Server *server_free(Server *s);
  * other event callback is "between batches"). */
 void server_set_rules(Server *s, const RuleSet *rules);
 void server_set_store(Server *s, Store *store);
+/* Another store backend (store.h: StoreSubmitFunc), e.g. a test double that completes later. */
+void server_set_backend(Server *s, StoreSubmitFunc submit, void *backend);
+
+/* A batch is in flight in a store that completes later: the rules must not be swapped or
+ * freed, nor the server freed, until it is answered. Never true with the local store. */
+bool server_batch_pending(const Server *s);
 /* Borrowed; NULL (the default) counts nothing. The server and its batch update it per
  * hit and per batch with plain stores, never a syscall (see metrics.h). */
 void server_set_metrics(Server *s, Metrics *metrics);

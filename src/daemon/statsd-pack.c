@@ -165,5 +165,26 @@ int statsd_aggregator_collect(StatsdAggregator *a, Metrics *m, StatsdPacker *p) 
 
         if (statsd_packer_addf(p, "%sconnections:%" PRIu64 "|g", a->prefix, metrics_connections(m)) >= 0)
                 n++;
+
+        /* The store's gauges (once the manager published them): the checkpoint's health. */
+        MetricsStoreGauges g;
+        if (metrics_store_gauges(m, &g)) {
+                const struct {
+                        const char *name;
+                        uint64_t value;
+                } gauges[] = {
+                        { "store.counters", g.counters },
+                        { "store.size_bytes", g.size_bytes },
+                        { "store.memory_bytes", g.memory_bytes },
+                        { "journal.bytes", g.journal_bytes },
+                        { "checkpoint.age_ms", g.checkpoint_age_usec / 1000 },
+                        { "checkpoint.duration_ms", g.checkpoint_duration_usec / 1000 },
+                        { "checkpoint.failures", g.checkpoint_failures },
+                };
+                for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
+                        if (statsd_packer_addf(p, "%s%s:%" PRIu64 "|g", a->prefix, gauges[i].name,
+                                               gauges[i].value) >= 0)
+                                n++;
+        }
         return n;
 }

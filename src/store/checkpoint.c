@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,6 +86,8 @@ struct Checkpoint {
         pid_t other_pid;    /* another process had the environment open before ours (0: none) */
         CounterId walk_pos; /* the expiry walk's next entry, if walk_valid */
         bool walk_valid;
+        uint8_t id_key[CHECKPOINT_ID_KEY_SIZE]; /* the secret key of counter ids (meta "id_key") */
+        bool id_key_stored;                     /* read from meta, or written there */
         uint64_t last_duration_usec, checkpoints, expired_total, map_grows, migrated;
 };
 
@@ -364,6 +367,8 @@ static int meta_put_v2(Checkpoint *c, MDB_txn *txn, uint64_t seq) {
         if (r == 0)
                 r = meta_put_seq(c, txn, seq);
         if (r == 0)
+                r = meta_put(c, txn, "id_key", c->id_key, sizeof c->id_key);
+        if (r == 0)
                 r = mdb_dbi_open(txn, "counters", MDB_CREATE, &c->dbi_counters);
         return r;
 }
@@ -599,15 +604,7 @@ typedef struct Migration {
         size_t n, allocated;
 } Migration;
 
-/* The id a hit computes for the counter whose version-1 key this is (counter.h). */
-static CounterId id_from_v1_key(const void *key, size_t len) {
-        uint8_t h[HASH128_SIZE];
-
-        hash128(key, len, h);
-        return (CounterId){ .lo = get_le64(h), .hi = get_le64(h + 8) };
-}
-
-static int migration_add(Migration *m, const MDB_val *k, const MDB_val *v) {
+static int migration_add(Checkpoint *c, Migration *m, const MDB_val *k, const MDB_val *v) {
         uint64_t expiry;
 
         if (k->mv_size < V1_KEY_MIN || k->mv_size > V1_KEY_MAX || v->mv_size != V1_VALUE_SIZE)
@@ -625,7 +622,7 @@ static int migration_add(Migration *m, const MDB_val *k, const MDB_val *v) {
                 m->allocated = a;
         }
         m->records[m->n++] = (CounterRecord){
-                .id = id_from_v1_key(k->mv_data, k->mv_size),
+                .id = counter_id_from_key(c->id_key, k->mv_data, k->mv_size),
                 .algorithm = COUNTER_FIXED_WINDOW,
                 .state = { .w0 = expiry, .w1 = get_le64((const uint8_t *) v->mv_data + 8) },
         };
@@ -651,7 +648,7 @@ static int migrate_txn(Checkpoint *c, MDB_txn *txn, void *userdata) {
         if (r != 0)
                 return r;
         for (r = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                r = migration_add(m, &k, &v);
+                r = migration_add(c, m, &k, &v);
                 if (r != 0)
                         break;
         }
@@ -686,6 +683,11 @@ static int migrate_txn(Checkpoint *c, MDB_txn *txn, void *userdata) {
         }
         mdb_cursor_close(cur);
         return r;
+}
+
+static int id_key_txn(Checkpoint *c, MDB_txn *txn, void *userdata) {
+        (void) userdata;
+        return meta_put(c, txn, "id_key", c->id_key, sizeof c->id_key);
 }
 
 static int create_txn(Checkpoint *c, MDB_txn *txn, void *userdata) {
@@ -774,6 +776,17 @@ static int read_version(Checkpoint *c, char *err, size_t err_size) {
         if (r != 0)
                 goto fail_mdb;
         c->journal_seq = get_le64(v.mv_data);
+        r = meta_get(c, txn, "id_key", &v);
+        if (r == 0 && v.mv_size != sizeof c->id_key) {
+                set_error(err, err_size, "%s/data.mdb: the counter id key is damaged", c->dir);
+                mdb_txn_abort(txn);
+                return -EBADMSG;
+        }
+        if (r == 0) {
+                memcpy(c->id_key, v.mv_data, sizeof c->id_key);
+                c->id_key_stored = true;
+        } else if (r != MDB_NOTFOUND)
+                goto fail_mdb;
         r = mdb_txn_commit(txn); /* keeps the handles */
         if (r != 0)
                 goto fail_mdb_done;
@@ -1017,12 +1030,25 @@ int checkpoint_open(const char *dir, const CheckpointOptions *o, Checkpoint **re
         if (c->opts.expire_max == 0)
                 c->opts.expire_max = CHECKPOINT_EXPIRE_MAX_DEFAULT;
 
+        /* A fresh secret key for the counter ids; read_version() replaces it with the stored one. */
+        if (getrandom(c->id_key, sizeof c->id_key, 0) != (ssize_t) sizeof c->id_key) {
+                r = -errno;
+                set_error(err, err_size, "cannot get random bytes for the counter id key: %s", strerror(-r));
+                goto fail;
+        }
         c->other_pid = lock_holder(c->dir);
         r = env_open(c, err, err_size);
         if (r < 0)
                 goto fail;
         r = read_version(c, err, err_size);
-        if (r == 0) {
+        if (r == CHECKPOINT_FORMAT_VERSION && !c->id_key_stored) {
+                /* a version-2 database of a divvyd that hashed ids under the public key: it has
+                 * no counter a keyed id can find, since none could be migrated to it */
+                r = txn_run(c, false, id_key_txn, NULL);
+                if (r < 0)
+                        set_error(err, err_size, "%s/data.mdb: cannot store the counter id key: %s", c->dir,
+                                  strerror(-r));
+        } else if (r == 0) {
                 r = txn_run(c, false, create_txn, NULL);
                 if (r < 0)
                         set_error(err, err_size, "%s/data.mdb: cannot create the store: %s", c->dir,
@@ -1047,6 +1073,10 @@ Checkpoint *checkpoint_close(Checkpoint *c) {
         free(c->dir);
         free(c);
         return NULL;
+}
+
+void checkpoint_id_key(const Checkpoint *c, uint8_t ret[static CHECKPOINT_ID_KEY_SIZE]) {
+        memcpy(ret, c->id_key, CHECKPOINT_ID_KEY_SIZE);
 }
 
 uint64_t checkpoint_journal_seq(const Checkpoint *c) {

@@ -14,25 +14,26 @@
  * On-disk format, version 2 (layout in detail at the top of checkpoint.c):
  *   "meta"      "magic" -> "divvyd counter store", "version" -> "2",
  *               "journal_seq" -> u64 little-endian: the journal sequence the last
- *               checkpoint covers (0: none).
+ *               checkpoint covers (0: none),
+ *               "id_key" -> 16 random bytes, the secret key of counter ids (counter.h),
+ *               made with the database (or by the migration) and never changed.
  *   "counters"  key = CounterId, 16 bytes big-endian hi then lo (so LMDB's byte order is
  *               counter_id_compare()'s order); value = 17 bytes: algorithm (1 byte), w0, w1
  *               (u64 little-endian each). Only live counters; no expiry index.
  *
  * Migration from version 1, in checkpoint_open(), in ONE write transaction: every v1
- * counter still live at CheckpointOptions.now_usec becomes the record id = hash128(v1 key)
- * (counter.h), algorithm COUNTER_FIXED_WINDOW, w0 = v1 expiry, w1 = v1 credit; the v1
- * "counters" and "expiry" databases are dropped, "version" becomes "2", "journal_seq" 0.
- * Interrupted (crash, map cap too small, disk full) the database is still version 1, as it
- * was, and the next checkpoint_open() migrates it again. The v1 counters are held in memory
- * during the migration (40 bytes each) and the transaction needs room for both formats, so it
- * may grow the map up to map_size_max (the reserve included). A v1 write-back journal
- * (journal.divvyd) that may still hold records is refused with -EUCLEAN and a sentence (start
- * the previous divvyd once and stop it cleanly: it replays and empties its journal), one that
- * a running divvyd holds with -EBUSY; an empty one is removed after the migration committed.
- * Any other process that has the environment open (an old divvyd without write-back) is
- * refused with -EBUSY too: it would go on writing version-1 keys into version 2's tables.
- * So call checkpoint_open() before the version-2 journal is opened.
+ * counter still live at CheckpointOptions.now_usec becomes the record id =
+ * counter_id_from_key(id_key, v1 key) (counter.h) under a fresh random id_key stored with it, algorithm
+ * COUNTER_FIXED_WINDOW, w0 = v1 expiry, w1 = v1 credit; the v1 "counters" and "expiry" databases are
+ * dropped, "version" becomes "2", "journal_seq" 0. Interrupted (crash, map cap too small, disk full) the
+ * database is still version 1, as it was, and the next checkpoint_open() migrates it again. The v1 counters
+ * are held in memory during the migration (40 bytes each) and the transaction needs room for both formats,
+ * so it may grow the map up to map_size_max (the reserve included). A v1 write-back journal (journal.divvyd)
+ * that may still hold records is refused with -EUCLEAN and a sentence (start the previous divvyd once and
+ * stop it cleanly: it replays and empties its journal), one that a running divvyd holds with -EBUSY; an
+ * empty one is removed after the migration committed. Any other process that has the environment open (an
+ * old divvyd without write-back) is refused with -EBUSY too: it would go on writing version-1 keys into
+ * version 2's tables. So call checkpoint_open() before the version-2 journal is opened.
  *
  * Map: starts at map_size, doubles on demand up to map_size_max. As in version 1 the last
  * eighth of map_size_max is a reserve: checkpoint_write() grows the map only up to seven
@@ -65,6 +66,7 @@
 #include "counter.h"
 
 #define CHECKPOINT_FORMAT_VERSION       2
+#define CHECKPOINT_ID_KEY_SIZE          COUNTER_ID_KEY_SIZE
 #define CHECKPOINT_MAP_SIZE_DEFAULT     (16ULL << 20) /* bytes: initial map */
 #define CHECKPOINT_MAP_SIZE_MAX_DEFAULT (16ULL << 30) /* bytes: growth cap */
 #define CHECKPOINT_EXPIRE_MAX_DEFAULT                                                                       \
@@ -131,6 +133,10 @@ int checkpoint_write(Checkpoint *c, CounterRecord *records, size_t n, uint64_t j
  * transaction that may use the map's reserve. Sets *ret_deleted (if non-NULL). Returns 1
  * if the walk reached the end of the counters (a pass is complete), 0 if not, or -errno. */
 int checkpoint_expire(Checkpoint *c, uint64_t now_usec, size_t max, size_t *ret_deleted);
+
+/* The database's secret key of counter ids (counter.h): what counter_id_from_key() of every
+ * hit must use. Read at open (made there for a new or migrated database). */
+void checkpoint_id_key(const Checkpoint *c, uint8_t ret[static CHECKPOINT_ID_KEY_SIZE]);
 
 /* The journal sequence the last checkpoint covers (0: none yet). */
 uint64_t checkpoint_journal_seq(const Checkpoint *c);

@@ -6,11 +6,14 @@
  * it (format version 2): a 128-bit id, an algorithm tag and two 64-bit state words. The three
  * modules share these types and nothing else.
  *
- * Id: hash128() (keyed SipHash-128, src/core/hash.h) of the version-1 counter key, i.e.
- * rule id (16 bytes) + actor tag (1 byte) + actor part (store.c's counter_key()). Hashing the
+ * Id: counter_id_from_key(), SipHash-2-4-128 (siphash24_128(), src/core/hash.h) of the
+ * version-1 counter key, i.e. rule id (16 bytes) + actor tag (1 byte) + actor part (store.c's
+ * counter_key()), under the database's SECRET id key: 16 random bytes made with the database
+ * and kept in the checkpoint's "meta" ("id_key", checkpoint_id_key()). Secret, so that no
+ * client can pick actors whose ids share a home slot of the table (hash flooding); hashing the
  * version-1 key, not something new, makes migrating a version-1 database exact: every v1 key
- * maps to the id a hit computes for the same rule and actor. lo is bytes 0..7 of the hash
- * read little-endian, hi bytes 8..15.
+ * maps to the id a hit computes for the same rule and actor under the same key. lo is bytes
+ * 0..7 of the hash read little-endian, hi bytes 8..15.
  *
  * State: w0 is, for every algorithm, the wall-clock time in µs (CLOCK_REALTIME) from which
  * the counter is the same as an absent one and may be deleted (fixed window: the window's
@@ -19,9 +22,15 @@
  * A record whose w0 is 0 deletes the counter (a reset, or an expired counter dropped).
  */
 
+#include <endian.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
-#define COUNTER_ID_SIZE 16 /* bytes: the hash of the v1 key */
+#include "core/hash.h"
+
+#define COUNTER_ID_SIZE     16 /* bytes: the hash of the v1 key */
+#define COUNTER_ID_KEY_SIZE 16 /* bytes: SipHash's key, secret per database */
 
 typedef struct CounterId {
         uint64_t lo, hi;
@@ -51,4 +60,16 @@ static inline int counter_id_compare(const CounterId *a, const CounterId *b) {
         if (a->lo != b->lo)
                 return a->lo < b->lo ? -1 : 1;
         return 0;
+}
+
+/* The id of the counter whose version-1 key is key[0..len) under the database's id_key. */
+static inline CounterId counter_id_from_key(const uint8_t id_key[COUNTER_ID_KEY_SIZE], const void *key,
+                                            size_t len) {
+        uint8_t h[HASH128_SIZE];
+        uint64_t lo, hi;
+
+        siphash24_128(id_key, key, len, h);
+        memcpy(&lo, h, sizeof lo);
+        memcpy(&hi, h + 8, sizeof hi);
+        return (CounterId){ .lo = le64toh(lo), .hi = le64toh(hi) };
 }

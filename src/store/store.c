@@ -1,238 +1,130 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * The counter store: one LMDB environment (directory with data.mdb + lock.mdb)
- * holding three named databases. Only src/store/ includes <lmdb.h> (this file and
- * store-verify.c); the write-back journal (journal.c) deals in bytes and files only, and
- * this file calls it, never the reverse.
+ * The counter store, format version 2: the resident table answers, the journal makes each
+ * batch durable, a background thread checkpoints the journal into LMDB. See store.h for the
+ * contract; table.h, wal.h and checkpoint.h for the parts.
  *
- * On-disk format, version STORE_FORMAT_VERSION (1):
+ * A batch (store_apply()): every hit's id is computed and prefetched first, so that the
+ * table's cache misses overlap; then each hit is applied to its table entry, the entry's old
+ * state saved in the undo buffer and its new state written to the record buffer (a hit that
+ * changes nothing, a denied one, writes no record); then ONE wal_append() of the records and,
+ * with sync=always, ONE wal_sync(). If either fails the undo buffer puts the table back as it
+ * was (a counter the batch created is deleted), so an error answer never leaves a change
+ * behind; if only the sync failed, the old states are journaled after the new ones so that a
+ * replay ends where the table is. The buffers are allocated once and grow only when a batch
+ * is larger than any before.
  *
- *   "meta"      key "magic"   -> STORE_MAGIC (ASCII, no NUL)
- *               key "version" -> format version as ASCII decimal ("1")
- *               Written once when the environment is created; store_open() refuses
- *               anything else (-EPROTO).
- *
- *   "counters"  key   = rule_id (RULE_ID_SIZE = 16 bytes)
- *                       + tag (1 byte): 0 no actor (rule without actorField),
- *                                       1 actor kept verbatim,
- *                                       2 actor hashed
- *                       + tag 1: the actor bytes (0..STORE_ACTOR_INLINE_MAX = 400)
- *                         tag 2: hash128(actor) (16 bytes), for actors longer than 400
- *                       so a key is at most 417 bytes, under LMDB's 511-byte limit.
- *               value = 16 bytes: expiry_usec (u64 little-endian, wall-clock
- *                       microseconds since the epoch at which the window ends)
- *                       + credit (u64 little-endian, credit left in the window).
- *
- *   "expiry"    key   = expiry_usec (u64 big-endian, so keys sort by time)
- *                       + the counter key as above (at most 425 bytes in all)
- *               value = empty.
- *               One entry per counter, kept in step with its value: creating or
- *               renewing a counter moves its entry; a decrement does not touch it.
- *               The sweeper walks this index from the front and stops at the first
- *               unexpired entry, so it never scans live counters.
- *
- * A counter is live while now < expiry_usec. An expired counter is treated as absent
- * by every hit, whether or not the sweeper has deleted it yet.
- *
- * Durability (LMDB without MDB_WRITEMAP in every mode):
- *
- *   STORE_SYNC_ALWAYS   normal LMDB commits: data pages and the meta page are
- *                       fsync'ed before store_apply() returns. A committed batch
- *                       survives a process crash, an OS crash and a power cut.
- *   STORE_SYNC_PERIODIC MDB_NOSYNC; store_sync(), called by the server's timer,
- *                       fsyncs (mdb_env_sync(env, 1)) if anything was committed since
- *                       the last sync. A committed batch survives a process crash at
- *                       once; after an OS crash or power cut the database comes back
- *                       as of some commit at or after the last completed sync (at most
- *                       about one sync interval of updates is lost).
- *   STORE_SYNC_NONE     MDB_NOSYNC and no fsync ever (except what the kernel flushes on
- *                       its own and the final sync at close is skipped too). Survives
- *                       a process crash; an OS crash loses whatever the kernel had not
- *                       written back yet.
- *
- * The write-order caveat from lmdb.h: with MDB_NOSYNC, LMDB writes a commit's data
- * pages and then its meta page with plain write()s and relies on them reaching the
- * disk in that order. Only if the filesystem preserves write order does an OS crash
- * merely undo the final transactions; on one that reorders writes (and with a disk
- * cache that does), a meta page could land before the pages it points to, and the
- * database could be damaged. MDB_WRITEMAP is never used: combined with MDB_NOSYNC it
- * gives the kernel no ordering at all. Where an OS crash must not risk the database
- * on such a filesystem, use sync=always.
- *
- * Write-back (opts.write_back, periodic and none): instead of one commit per batch,
- * batches go into one long write transaction, committed by store_sync() (the
- * manager's timer, every sync interval), at close, and early before a batch would take
- * it past STORE_WRITE_BACK_HITS_MAX hits (a batch larger than that is committed at once).
- * Sweeps and stats run inside it. A counter written by many hits between two commits
- * is written to disk once, and a batch costs no page writes and no syscall at all.
- * What makes it safe is the journal (STORE_JOURNAL_NAME), a file of JOURNAL_SIZE
- * bytes allocated once and mapped shared: as a batch is applied, the new value of
- * every counter it changes is copied into the mapping, before store_apply() returns.
- * Memory of a shared file mapping belongs to the kernel's page cache, so a crash of
- * the process loses none of it; the records are never msync'ed, the sync modes keep
- * their meaning for crashes of the OS (only the first page, with the end mark a commit
- * left there, is msync'ed after each fsync of the database, so that an OS crash cannot
- * bring back a generation older than the database on disk). Each record carries the
- * journal's generation and a checksum; a commit starts a new generation at offset 0
- * (and marks the end there), so replay reads records from offset 0 while they are
- * whole, valid and of the first record's generation. Replay (idempotent: records hold values, not
- * increments, in order) happens in store_open(), and in the store itself when the
- * open transaction is lost (map full, or a failed commit). The journal file is locked
- * (flock): a second process cannot open the same store in write-back mode (it would
- * wait forever for LMDB's writer lock, which the open transaction holds).
- * So, for a batch store_apply() returned:
- *   always   (no write-back) on disk: survives a process crash, an OS crash, a power cut.
- *   periodic survives a process crash; an OS crash or power cut loses at most the
- *            hits since the last sync (about one sync interval), with the caveat above.
- *   none     survives a process crash; an OS crash loses what the kernel had not written.
- *
- * Other environment flags: MDB_NOTLS (reader slots belong to transactions, not
- * threads), MDB_NORDAHEAD (every access is a point lookup; kernel readahead on a
- * database larger than RAM only evicts useful pages).
+ * The checkpoint (store_maintain()): rotate the journal so that its records up to now are in
+ * sealed, immutable segments, and hand their range to a thread. The thread reads them with
+ * wal_segment_read() (never the table, which the event loop keeps changing) in one or more
+ * passes, each taking the records whose id.hi falls in one slice of the id space (so each
+ * pass holds at most about checkpoint_pass_records records and writes one contiguous key
+ * range of data.mdb), and checkpoint_write()s each pass; only the last pass records the lsn
+ * the checkpoint covers (checkpoint.h: a record is a whole state, so counters checkpointed
+ * newer than the recorded lsn are set right again by the replay). Then a bounded
+ * checkpoint_expire(). The event loop reaps the thread (an atomic flag, then pthread_join())
+ * and deletes the covered segments with wal_release(). While a thread runs, the Checkpoint
+ * is the thread's: the event loop uses the stats it cached at the last reap.
  */
 
-#include <endian.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <lmdb.h>
 #include <limits.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "checkpoint.h"
 #include "core/hash.h"
-#include "journal.h"
-#include "store-error.h"
+#include "shared/clock.h"
 #include "store.h"
+#include "table.h"
+#include "wal.h"
 
-#define STORE_MAGIC         "divvyd counter store"
-#define STORE_DBS           3 /* named databases: meta, counters, expiry */
-#define STORE_TAG_NO_ACTOR  0
-#define STORE_TAG_VERBATIM  1
-#define STORE_TAG_HASHED    2
-#define STORE_KEY_MAX       (RULE_ID_SIZE + 1 + STORE_ACTOR_INLINE_MAX) /* bytes: 417 */
-#define STORE_EXPIRY_PREFIX 8                                           /* bytes: big-endian u64 */
-#define STORE_INDEX_KEY_MAX (STORE_EXPIRY_PREFIX + STORE_KEY_MAX)       /* bytes: 425 */
-#define STORE_VALUE_SIZE    16                                          /* bytes: expiry + credit */
-#define STORE_FILE_MODE     0640                                        /* data.mdb, lock.mdb */
-#define STORE_DIR_MODE      0750
-#define STORE_RETRIES_MAX                                                                                   \
-        128 /* attempts of one batch: each retry follows a map growth (at most 64 doublings) or             \
-             * a map resize by another process */
-#define USEC_PER_SEC       1000000ULL
-#define JOURNAL_RECORD_MAX (JOURNAL_RECORD_FIXED + STORE_KEY_MAX)
-/* bytes (about 15 MB): room for a full write-back transaction of the longest keys;
- * preallocated, so that a full disk cannot fault a write into the mapping */
-#define JOURNAL_SIZE ((size_t) STORE_WRITE_BACK_HITS_MAX * JOURNAL_RECORD_MAX)
+#define STORE_TAG_NO_ACTOR 0
+#define STORE_TAG_VERBATIM 1
+#define STORE_TAG_HASHED   2
+#define STORE_KEY_MAX      (RULE_ID_SIZE + 1 + STORE_ACTOR_INLINE_MAX) /* bytes: 417 */
+#define STORE_BATCH_INITIAL                                                                                 \
+        4096                /* hits the batch buffers hold from the start (the daemon's BATCH_HITS_MAX) */
+#define STORE_ERROR_MAX 512 /* bytes of a checkpoint's error sentence */
 
-#define _cleanup_(f) __attribute__((cleanup(f)))
-/* Hands the transaction on (to a commit, which frees it), leaving NULL for the cleanup. */
-#define TAKE_TXN(t)                                                                                         \
-        ({                                                                                                  \
-                MDB_txn *_t = (t);                                                                          \
-                (t) = NULL;                                                                                 \
-                _t;                                                                                         \
-        })
-
-_Static_assert(STORE_INDEX_KEY_MAX <= 511, "LMDB's default maximum key size is 511 bytes");
 _Static_assert(STORE_ACTOR_INLINE_MAX >= HASH128_SIZE,
                "a hashed actor must not be longer than an inline one");
 
-/* A write transaction and the first error of its steps (sticky: see txn_check()). */
-typedef struct StoreTxn {
-        MDB_txn *txn;
-        int error;     /* 0 or the first -errno */
-        bool map_full; /* that error was MDB_MAP_FULL: a larger map may let the work through */
-} StoreTxn;
+/* One hit's table change, to undo it. */
+typedef struct Undo {
+        CounterId id;
+        CounterState state; /* before the hit */
+        uint8_t algorithm;
+        bool created;
+} Undo;
+
+/* What the checkpoint thread is given and gives back. */
+typedef struct Job {
+        /* in */
+        Checkpoint *checkpoint;
+        const char *dir;
+        uint64_t first_seq, last_seq; /* the sealed segments */
+        uint64_t last_lsn;            /* of last_seq: what the checkpoint covers */
+        uint64_t now_usec;
+        size_t pass_records;
+        /* out */
+        int result;
+        uint64_t duration_usec;
+        CheckpointStats stats; /* after the job, if stats_ok */
+        bool stats_ok;
+        char error[STORE_ERROR_MAX];
+        int done; /* set (release) by the thread when it is finished */
+} Job;
 
 struct Store {
-        StoreOptions opts; /* opts.path owned */
-        MDB_env *env;
-        MDB_dbi dbi_main, dbi_meta, dbi_counters, dbi_expiry;
-        uint64_t map_size; /* current */
-        bool dirty;        /* committed since the last sync */
-        uint64_t swept_total, map_grows, commits, syncs;
+        StoreOptions opts; /* path owned; defaults filled in */
+        Table *table;
+        Wal *wal;
+        Checkpoint *checkpoint; /* the thread's while job_running */
+        uint8_t id_key[COUNTER_ID_KEY_SIZE];
 
-        /* Write-back (opts.write_back): the open transaction, the hits in it, and the
-         * journal of every batch applied to it (see store.h and "Write-back" above). */
-        StoreTxn wtxn;    /* wtxn.txn NULL: none open */
-        MDB_cursor *wcur; /* on the counters in wtxn, kept across batches; LMDB frees it with wtxn */
-        size_t wtxn_hits;
-        Journal journal; /* journal.map NULL: no write-back */
+        /* The batch buffers: ids, records, undo; capacity each. */
+        CounterId *ids;
+        CounterRecord *records;
+        Undo *undo;
+        size_t batch_capacity;
+
+        /* The checkpoint thread. */
+        pthread_t thread;
+        bool job_running;
+        Job job;
+        uint64_t covered_lsn;          /* the last checkpoint's lsn */
+        uint64_t last_checkpoint_usec; /* CLOCK_MONOTONIC: last success, or open */
+        uint64_t retry_usec;           /* CLOCK_MONOTONIC: no new attempt before */
+        uint64_t backoff_usec;         /* after the last failure (0: none) */
+        CheckpointStats ckpt_stats;    /* cached at the last reap */
+        char ckpt_error[STORE_ERROR_MAX];
+        uint64_t ckpt_failures, ckpt_ok;
+        uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
+
+        uint64_t swept_total;
 };
 
-static int errno_from_mdb(int r) {
-        switch (r) {
-        case MDB_SUCCESS:
-                return 0;
-        case MDB_KEYEXIST:
-                return -EEXIST;
-        case MDB_NOTFOUND:
-                return -ENOENT;
-        case MDB_MAP_FULL:
-        case MDB_PAGE_FULL:
-                return -ENOSPC;
-        case MDB_TXN_FULL:
-        case MDB_CURSOR_FULL:
-        case MDB_DBS_FULL:
-                return -E2BIG;
-        case MDB_READERS_FULL:
-        case MDB_TLS_FULL:
-                return -EUSERS;
-        case MDB_MAP_RESIZED:
-                return -EAGAIN;
-        case MDB_VERSION_MISMATCH:
-        case MDB_INCOMPATIBLE:
-                return -EPROTO;
-        case MDB_INVALID:
-        case MDB_CORRUPTED:
-        case MDB_PAGE_NOTFOUND:
-                return -EBADMSG;
-        case MDB_PANIC:
-                return -EIO;
-        case MDB_BAD_RSLOT:
-        case MDB_BAD_TXN:
-        case MDB_BAD_VALSIZE:
-        case MDB_BAD_DBI:
-                return -EINVAL;
-        default:
-                return r > 0 ? -r : -EIO;
-        }
+static void set_error(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_error(char *buf, size_t size, const char *fmt, ...) {
+        va_list ap;
+
+        if (!buf || size == 0)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(buf, size, fmt, ap);
+        va_end(ap);
 }
 
-static uint64_t get_le64(const void *p) {
-        uint64_t v;
-
-        memcpy(&v, p, sizeof v);
-        return le64toh(v);
-}
-
-static void put_le64(void *p, uint64_t v) {
-        v = htole64(v);
-        memcpy(p, &v, sizeof v);
-}
-
-static uint64_t get_be64(const void *p) {
-        uint64_t v;
-
-        memcpy(&v, p, sizeof v);
-        return be64toh(v);
-}
-
-static void put_be64(void *p, uint64_t v) {
-        v = htobe64(v);
-        memcpy(p, &v, sizeof v);
-}
-
-/* Writes the counter key of h to out; returns its length (<= STORE_KEY_MAX). */
+/* Writes the version-1 counter key of h to out; returns its length (<= STORE_KEY_MAX). The id
+ * is its keyed hash (counter.h): the layout must not change. */
 static size_t counter_key(const StoreHit *h, uint8_t *out) {
         memcpy(out, h->rule_id, RULE_ID_SIZE);
         if (!h->actor) {
@@ -250,15 +142,19 @@ static size_t counter_key(const StoreHit *h, uint8_t *out) {
         return RULE_ID_SIZE + 1 + HASH128_SIZE;
 }
 
-static uint64_t usec_add_sat(uint64_t a, uint64_t b) {
-        return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
 static uint64_t seconds_left(uint64_t expiry_usec, uint64_t now_usec) {
         /* caller guarantees now < expiry: the result is >= 1 */
         uint64_t d = expiry_usec - now_usec;
 
         return d / USEC_PER_SEC + (d % USEC_PER_SEC != 0);
+}
+
+/* The end of a window of reset_seconds starting now, as the table keeps it (clamped). */
+static uint64_t window_end(uint64_t now_usec, uint64_t reset_seconds) {
+        uint64_t d = reset_seconds > UINT64_MAX / USEC_PER_SEC ? UINT64_MAX : reset_seconds * USEC_PER_SEC;
+        uint64_t end = now_usec > UINT64_MAX - d ? UINT64_MAX : now_usec + d;
+
+        return end < TABLE_W0_MAX ? end : TABLE_W0_MAX;
 }
 
 const char *store_sync_to_string(StoreSync s) {
@@ -286,444 +182,148 @@ const StoreOptions *store_options(const Store *s) {
         return s ? &s->opts : NULL;
 }
 
-/* How far new hits may grow the map: all but the last eighth of map_size_max. The rest
- * is kept for what must not fail for lack of room once hits were answered: rebuilding
- * the write-back transaction from the journal (at open too) and sweeping, which needs
- * fresh pages even to delete (copy-on-write). Without it a map full at its maximum
- * could refuse its own journal and never be swept. The reserve is kept even when the
- * initial map size is (nearly) the maximum: the map then starts at this size. */
-static uint64_t store_hits_map_max(const Store *s) {
-        return s->opts.map_size_max - s->opts.map_size_max / 8;
-}
+/* ---- the HIT path ---- */
 
-/* Grows the map after MDB_MAP_FULL (no transaction may be open), up to
- * store_hits_map_max() for new hits, or up to map_size_max for a recovery (journal
- * rebuild, sweep). Returns 0 if it grew, -ENOSPC if already at that limit, or -errno. */
-static int store_grow(Store *s, bool recovery) {
-        uint64_t max = recovery ? s->opts.map_size_max : store_hits_map_max(s);
-        uint64_t n;
-        int r;
+static int batch_reserve(Store *s, size_t n) {
+        size_t cap = s->batch_capacity;
+        void *p;
 
-        if (s->map_size >= max)
-                return -ENOSPC;
-        n = s->map_size > max / 2 ? max : s->map_size * 2;
-        r = mdb_env_set_mapsize(s->env, (size_t) n);
-        if (r != 0)
-                return errno_from_mdb(r);
-        s->map_size = n;
-        s->map_grows++;
-        return 0;
-}
-
-static void store_refresh_map_size(Store *s) {
-        MDB_envinfo info;
-
-        if (mdb_env_info(s->env, &info) == 0)
-                s->map_size = info.me_mapsize;
-}
-
-/* After a recovery grew the map into the reserve, hands new hits the smaller map again
- * (LMDB keeps at least what is in use). No transaction may be open. */
-static void store_unreserve(Store *s) {
-        uint64_t max = store_hits_map_max(s);
-
-        if (s->map_size <= max || mdb_env_set_mapsize(s->env, (size_t) max) != 0)
-                return;
-        store_refresh_map_size(s);
-}
-
-/* Begins a transaction (flags: 0 or MDB_RDONLY), adopting a map grown by another
- * process. Returns 0 or -errno. */
-static int store_begin(Store *s, unsigned flags, MDB_txn **ret) {
-        int r;
-
-        r = mdb_txn_begin(s->env, NULL, flags, ret);
-        if (r == MDB_MAP_RESIZED) {
-                r = mdb_env_set_mapsize(s->env, 0);
-                if (r != 0)
-                        return errno_from_mdb(r);
-                store_refresh_map_size(s);
-                r = mdb_txn_begin(s->env, NULL, flags, ret);
-        }
-        if (r != 0)
-                *ret = NULL;
-        return errno_from_mdb(r);
-}
-
-/* ---- write transactions: one sticky error, one retry loop ---- */
-
-/* Records the result of an LMDB call in t; the first failure sticks (later steps of a
- * failed transaction are not attempted: callers return t->error at once). Returns
- * t->error: 0 or -errno. */
-static int txn_check(StoreTxn *t, int mdb_r) {
-        if (mdb_r != 0 && t->error == 0) {
-                t->error = errno_from_mdb(mdb_r);
-                t->map_full = mdb_r == MDB_MAP_FULL;
-        }
-        return t->error;
-}
-
-static int txn_begin(Store *s, StoreTxn *t) {
-        *t = (StoreTxn){};
-        t->error = store_begin(s, 0, &t->txn);
-        return t->error;
-}
-
-/* Ends t: commits it if commit is set and no step failed, else aborts it. Returns 0 or
- * the -errno that failed it (t->map_full says whether a larger map may help). */
-static int txn_end(Store *s, StoreTxn *t, bool commit) {
-        if (!t->txn)
-                return t->error;
-        if (!commit || t->error != 0) {
-                mdb_txn_abort(t->txn);
-                t->txn = NULL;
-                return t->error;
-        }
-        (void) txn_check(t, mdb_txn_commit(t->txn)); /* frees it, also on failure */
-        t->txn = NULL;
-        if (t->error != 0)
-                return t->error;
-        s->commits++;
-        if (s->opts.sync == STORE_SYNC_ALWAYS)
-                s->syncs++; /* the commit itself fsync'ed */
-        else
-                s->dirty = true;
-        return 0;
-}
-
-/* Write-back: aborts the open transaction (LMDB frees its cursor) after a failure. The
- * journal keeps every batch answered in it. */
-static void write_back_drop(Store *s) {
-        (void) txn_end(s, &s->wtxn, false);
-        s->wtxn = (StoreTxn){};
-        s->wcur = NULL;
-        s->wtxn_hits = 0;
-}
-
-/* Write-back: the open transaction, begun (with its cursor on the counters) if none is. */
-static int write_back_begin(Store *s) {
-        if (s->wtxn.txn)
+        if (n <= cap)
                 return 0;
-        if (txn_begin(s, &s->wtxn) < 0 ||
-            txn_check(&s->wtxn, mdb_cursor_open(s->wtxn.txn, s->dbi_counters, &s->wcur)) < 0) {
-                int r = s->wtxn.error;
-
-                write_back_drop(s);
-                return r;
-        }
+        while (cap < n)
+                cap = cap ? cap * 2 : STORE_BATCH_INITIAL;
+        p = reallocarray(s->ids, cap, sizeof *s->ids);
+        if (!p)
+                return -ENOMEM;
+        s->ids = p;
+        p = reallocarray(s->records, cap, sizeof *s->records);
+        if (!p)
+                return -ENOMEM;
+        s->records = p;
+        p = reallocarray(s->undo, cap, sizeof *s->undo);
+        if (!p)
+                return -ENOMEM;
+        s->undo = p;
+        s->batch_capacity = cap;
         return 0;
-}
-
-static int journal_recover(Store *s, size_t len);
-
-/* What a write does inside its transaction: returns 0 to commit (write-back: to keep the
- * transaction open), STORE_TXN_EMPTY if it wrote nothing (abort), or t->error. */
-#define STORE_TXN_EMPTY 1
-typedef struct StoreWrite {
-        int (*run)(Store *s, StoreTxn *t, void *userdata);
-        bool (*shrink)(void *userdata); /* optional: the map is full at its limit; do less and
-                                         * return true to be run again */
-        bool recovery;                  /* may grow the map into the reserve */
-        bool write_back;                /* run in the open write-back transaction, leave it open */
-} StoreWrite;
-
-/* The one retry loop of every write. Runs w->run in a write transaction and commits it
- * (write-back: applies it to the open transaction). If the map is full it grows the map
- * and runs it again from the start in a new transaction (the failed one is gone: for
- * write-back, the open transaction is rebuilt from the journal first, without the failed
- * batch's records); at the map's limit it asks w->shrink. A full journal (-ENOBUFS) is
- * retried once in a fresh write-back transaction. Returns 0 or -errno. */
-static int store_write(Store *s, const StoreWrite *w, void *userdata) {
-        int r = 0;
-
-        for (unsigned attempt = 0; attempt < STORE_RETRIES_MAX; attempt++) {
-                size_t batch_start = s->journal.pos;
-                StoreTxn local, *t = w->write_back ? &s->wtxn : &local;
-                bool map_full, grown;
-
-                r = w->write_back ? write_back_begin(s) : txn_begin(s, t);
-                if (r < 0)
-                        break;
-                r = w->run(s, t, userdata);
-                if (w->write_back && r >= 0)
-                        return 0;
-                if (!w->write_back) {
-                        r = txn_end(s, t, r == 0);
-                        if (r >= 0)
-                                break;
-                }
-                map_full = t->map_full;
-                if (w->write_back) {
-                        /* forget the failed batch's records; the ones before it were answered */
-                        write_back_drop(s);
-                        journal_truncate(&s->journal, batch_start);
-                }
-                grown = map_full && store_grow(s, w->recovery) == 0;
-                if (w->write_back) {
-                        int k = journal_recover(s, batch_start);
-                        if (k < 0)
-                                return k;
-                }
-                if (grown || (map_full && w->shrink && w->shrink(userdata)) ||
-                    (r == -ENOBUFS && attempt == 0))
-                        continue;
-                break;
-        }
-        if (w->recovery)
-                store_unreserve(s);
-        return r < 0 ? r : 0;
-}
-
-/* ---- counters ---- */
-
-/* Moves (or creates) the expiry-index entry of a counter. ikey holds the counter key
- * at offset STORE_EXPIRY_PREFIX. old_expiry 0: no previous entry. */
-static int index_move(Store *s, StoreTxn *t, uint8_t *ikey, size_t klen, uint64_t old_expiry,
-                      uint64_t new_expiry) {
-        MDB_val k = { .mv_size = STORE_EXPIRY_PREFIX + klen, .mv_data = ikey };
-        MDB_val empty = { .mv_size = 0, .mv_data = NULL };
-        int r;
-
-        if (old_expiry != 0) {
-                put_be64(ikey, old_expiry);
-                r = mdb_del(t->txn, s->dbi_expiry, &k, NULL);
-                if (r != MDB_NOTFOUND && txn_check(t, r) < 0)
-                        return t->error;
-        }
-        put_be64(ikey, new_expiry);
-        return txn_check(t, mdb_put(t->txn, s->dbi_expiry, &k, &empty, 0));
-}
-
-/* Sets a counter to (expiry, credit), keeping the expiry index in step. */
-static int put_counter(Store *s, StoreTxn *t, const uint8_t *key, size_t klen, uint64_t expiry,
-                       uint64_t credit) {
-        uint8_t ikey[STORE_INDEX_KEY_MAX];
-        uint8_t buf[STORE_VALUE_SIZE];
-        uint64_t old_expiry = 0;
-        MDB_val k = { .mv_size = klen, .mv_data = ikey + STORE_EXPIRY_PREFIX }, v;
-        int r;
-
-        memcpy(ikey + STORE_EXPIRY_PREFIX, key, klen);
-        r = mdb_get(t->txn, s->dbi_counters, &k, &v);
-        if (r == 0) {
-                if (v.mv_size != STORE_VALUE_SIZE)
-                        return txn_check(t, MDB_CORRUPTED);
-                old_expiry = get_le64(v.mv_data);
-        } else if (r != MDB_NOTFOUND)
-                return txn_check(t, r);
-        put_le64(buf, expiry);
-        put_le64(buf + 8, credit);
-        v = (MDB_val){ .mv_size = sizeof buf, .mv_data = buf };
-        if (txn_check(t, mdb_put(t->txn, s->dbi_counters, &k, &v, 0)) < 0 || old_expiry == expiry)
-                return t->error;
-        return index_move(s, t, ikey, klen, old_expiry, expiry);
-}
-
-/* Applies the valid records among the journal's first len bytes, in order (a record whose
- * key is not a counter key ends them, as a torn one does). userdata: the size_t len. */
-static int journal_replay(Store *s, StoreTxn *t, void *userdata) {
-        JournalCursor c;
-        JournalRecord rec;
-        size_t records = 0;
-
-        journal_cursor_init(&c, &s->journal, *(const size_t *) userdata);
-        while (journal_cursor_next(&c, &rec)) {
-                if (rec.key_len <= RULE_ID_SIZE || rec.key_len > STORE_KEY_MAX)
-                        break;
-                if (put_counter(s, t, rec.key, rec.key_len, rec.expiry, rec.credit) < 0)
-                        return t->error;
-                records++;
-        }
-        return records > 0 ? 0 : STORE_TXN_EMPTY;
-}
-
-/* Rebuilds what the journal's first len bytes hold in a transaction of its own and
- * commits it, growing the map into the reserve if needed; then empties the journal. Used
- * at open and when the write-back transaction was lost. Returns 0 or -errno. */
-static int journal_recover(Store *s, size_t len) {
-        static const StoreWrite w = { .run = journal_replay, .recovery = true };
-        int r;
-
-        r = store_write(s, &w, &len);
-        if (r == 0)
-                journal_reset(&s->journal);
-        return r;
-}
-
-/* Write-back: answered hits that are in no transaction (a rebuild failed for a full map). */
-static bool journal_pending(const Store *s) {
-        return s->journal.map && !s->wtxn.txn && s->journal.pos > 0;
-}
-
-/* Commits the write-back transaction, if one is open, and empties the journal. If the
- * commit fails the transaction is gone: what the journal holds is rebuilt (or, if that
- * fails too, left to the next store_apply(), store_sweep() or store_open()), and the
- * commit's error is returned all the same. Returns 0 or -errno. */
-static int write_back_commit(Store *s) {
-        int r;
-
-        if (!s->wtxn.txn)
-                return 0;
-        r = txn_end(s, &s->wtxn, true);
-        write_back_drop(s);
-        if (r < 0) {
-                (void) journal_recover(s, s->journal.pos);
-                return r;
-        }
-        journal_reset(&s->journal);
-        return 0;
-}
-
-/* The outcome of a hit on a live counter (expiry, credit): decrements unless exhausted.
- * Returns true if the counter changed. */
-static bool hit_live(StoreHit *h, uint64_t expiry, uint64_t *credit, uint64_t now_usec) {
-        h->error = 0;
-        h->reset_left = seconds_left(expiry, now_usec);
-        h->allowed = *credit > 0;
-        if (*credit > 0)
-                (*credit)--;
-        h->credit = *credit;
-        return h->allowed;
-}
-
-/* The first hit of a window: a new counter with credit limit - 1. Returns its expiry. */
-static uint64_t hit_new(StoreHit *h, uint64_t *credit, uint64_t now_usec) {
-        uint64_t expiry = usec_add_sat(now_usec, h->reset_seconds > UINT64_MAX / USEC_PER_SEC
-                                                         ? UINT64_MAX
-                                                         : h->reset_seconds * USEC_PER_SEC);
-
-        *credit = h->credit_limit - 1;
-        h->error = 0;
-        h->allowed = true;
-        h->credit = *credit;
-        h->reset_left = seconds_left(expiry, now_usec);
-        return expiry;
-}
-
-typedef struct Batch {
-        StoreHit *hits;
-        size_t n;
-        uint64_t now_usec;
-        bool journal; /* record every change in the journal */
-} Batch;
-
-/* Writes the value (expiry, credit) of the counter key through the cursor c. */
-static int put_value(StoreTxn *t, MDB_cursor *c, uint8_t *key, size_t klen, uint64_t expiry, uint64_t credit,
-                     unsigned flags) {
-        uint8_t buf[STORE_VALUE_SIZE];
-        MDB_val k = { .mv_size = klen, .mv_data = key };
-        MDB_val v = { .mv_size = sizeof buf, .mv_data = buf };
-
-        put_le64(buf, expiry);
-        put_le64(buf + 8, credit);
-        return txn_check(t, mdb_cursor_put(c, &k, &v, flags));
-}
-
-/* One hit inside t, through the cursor c on the counters; journal: records the change. */
-static int apply_hit(Store *s, StoreTxn *t, MDB_cursor *c, StoreHit *h, uint64_t now_usec, bool journal) {
-        uint8_t ikey[STORE_INDEX_KEY_MAX];
-        uint8_t *ckey = ikey + STORE_EXPIRY_PREFIX;
-        size_t klen = counter_key(h, ckey);
-        MDB_val k = { .mv_size = klen, .mv_data = ckey }, v;
-        uint64_t expiry = 0, credit = 0, old_expiry;
-        int r;
-
-        r = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
-        if (r != 0 && r != MDB_NOTFOUND)
-                return txn_check(t, r);
-        if (r == 0) {
-                if (v.mv_size != STORE_VALUE_SIZE)
-                        return txn_check(t, MDB_CORRUPTED);
-                expiry = get_le64(v.mv_data);
-                credit = get_le64((const uint8_t *) v.mv_data + 8);
-        }
-        if (r == 0 && now_usec < expiry) {
-                /* live: decrement in place, expiry unchanged */
-                if (!hit_live(h, expiry, &credit, now_usec))
-                        return 0;
-                if (put_value(t, c, ckey, klen, expiry, credit, MDB_CURRENT) < 0)
-                        return t->error;
-        } else {
-                /* new, or expired and not swept yet: a new window */
-                old_expiry = expiry;
-                expiry = hit_new(h, &credit, now_usec);
-                if (put_value(t, c, ckey, klen, expiry, credit, old_expiry != 0 ? MDB_CURRENT : 0) < 0 ||
-                    index_move(s, t, ikey, klen, old_expiry, expiry) < 0)
-                        return t->error;
-        }
-        if (journal && journal_add(&s->journal, ckey, klen, expiry, credit) < 0)
-                t->error = -ENOBUFS; /* the caller commits and retries in a fresh transaction */
-        return t->error;
-}
-
-/* One attempt at a batch (userdata: a Batch) inside t. */
-static int apply_batch(Store *s, StoreTxn *t, void *userdata) {
-        const Batch *b = userdata;
-        MDB_cursor *c = t == &s->wtxn ? s->wcur : NULL;
-
-        if (!c && txn_check(t, mdb_cursor_open(t->txn, s->dbi_counters, &c)) < 0)
-                return t->error;
-        for (size_t i = 0; i < b->n; i++)
-                if (apply_hit(s, t, c, b->hits + i, b->now_usec, b->journal) < 0)
-                        break;
-        if (c != s->wcur)
-                mdb_cursor_close(c);
-        return t->error;
 }
 
 static bool hit_valid(const StoreHit *h) {
         return h->rule_id && h->credit_limit > 0 && h->reset_seconds > 0 && (h->actor || h->actor_len == 0);
 }
 
-/* Write-back: applies the batch to the open transaction and journals it. On any
- * failure the transaction is aborted and rebuilt from the journal (the earlier
- * batches in it were answered), then the batch is retried (store_write()). */
-static int apply_write_back(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
-        static const StoreWrite w = { .run = apply_batch, .write_back = true };
-        Batch b = { .hits = hits, .n = n, .now_usec = now_usec, .journal = n <= STORE_WRITE_BACK_HITS_MAX };
-        int r;
+/* Puts the table back as it was before the first n_undo hits of the batch, newest first. */
+static void undo_hits(Store *s, size_t n_undo) {
+        for (size_t i = n_undo; i-- > 0;) {
+                const Undo *u = s->undo + i;
+                TableEntry *e;
 
-        if (journal_pending(s)) {
-                /* nothing new is taken before the answered hits are in a transaction */
-                r = journal_recover(s, s->journal.pos);
-                if (r < 0)
-                        return r;
+                if (u->created) {
+                        (void) table_delete(s->table, u->id);
+                        continue;
+                }
+                if (table_put(s->table, u->id, &e) < 0)
+                        continue; /* cannot happen: the counter exists */
+                table_entry_set_algorithm(e, (CounterAlgorithm) u->algorithm);
+                table_entry_set_state(e, u->state);
         }
-        if (s->wtxn_hits + n > STORE_WRITE_BACK_HITS_MAX) {
-                r = write_back_commit(s);
-                if (r < 0)
-                        return r;
-        }
-        r = store_write(s, &w, &b);
-        if (r < 0)
-                return r;
-        s->wtxn_hits += n;
-        journal_truncate(&s->journal, s->journal.pos); /* the end mark behind the batch */
-        if (!b.journal)
-                return write_back_commit(s); /* too big for the journal: make it durable now */
-        return 0;
+}
+
+/* After a failed sync: journals the undone states after the batch's, so that a replay of the
+ * journal ends as the table is. Best effort: the sync failed already. */
+static void undo_journal(Store *s, size_t n_undo) {
+        size_t m = 0;
+
+        for (size_t i = n_undo; i-- > 0;)
+                s->records[m++] = (CounterRecord){
+                        .id = s->undo[i].id,
+                        .algorithm = s->undo[i].algorithm,
+                        .state = s->undo[i].created ? (CounterState){ 0, 0 } : s->undo[i].state,
+                };
+        (void) wal_append(s->wal, s->records, m);
 }
 
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
-        static const StoreWrite w = { .run = apply_batch };
-        Batch b = { .hits = hits, .n = n, .now_usec = now_usec };
+        uint8_t key[STORE_KEY_MAX];
+        size_t m = 0, i;
         int r = 0;
 
         if (!s || (!hits && n > 0))
                 return -EINVAL;
         if (n == 0)
                 return 0;
-        for (size_t i = 0; i < n; i++)
+        for (i = 0; i < n; i++)
                 if (!hit_valid(hits + i)) {
                         r = -EINVAL;
                         goto fail;
                 }
+        r = batch_reserve(s, n);
+        if (r < 0)
+                goto fail;
 
-        r = s->journal.map ? apply_write_back(s, hits, n, now_usec) : store_write(s, &w, &b);
-        if (r == 0)
-                return 0;
+        for (i = 0; i < n; i++) {
+                s->ids[i] = counter_id_from_key(s->id_key, key, counter_key(hits + i, key));
+                table_prefetch(s->table, s->ids[i]);
+        }
+
+        for (i = 0; i < n; i++) {
+                StoreHit *h = hits + i;
+                TableEntry *e;
+                CounterState st;
+
+                r = table_put(s->table, s->ids[i], &e);
+                if (r < 0) {
+                        undo_hits(s, i);
+                        goto fail;
+                }
+                st = table_entry_state(e);
+                s->undo[i] = (Undo){
+                        .id = s->ids[i],
+                        .state = st,
+                        .algorithm = (uint8_t) table_entry_algorithm(e),
+                        .created = r > 0,
+                };
+                h->error = 0;
+                if (r > 0 || table_entry_algorithm(e) != COUNTER_FIXED_WINDOW || st.w0 <= now_usec) {
+                        /* absent, expired, or another algorithm's: a fresh window */
+                        st = (CounterState){ .w0 = window_end(now_usec, h->reset_seconds),
+                                             .w1 = h->credit_limit - 1 };
+                        table_entry_set_algorithm(e, COUNTER_FIXED_WINDOW);
+                } else if (st.w1 > 0)
+                        st.w1--;
+                else {
+                        h->allowed = false;
+                        h->credit = 0;
+                        h->reset_left = seconds_left(st.w0, now_usec);
+                        continue; /* denied: nothing changes, nothing to journal */
+                }
+                table_entry_set_state(e, st);
+                h->allowed = true;
+                h->credit = st.w1;
+                h->reset_left = seconds_left(st.w0, now_usec);
+                s->records[m++] =
+                        (CounterRecord){ .id = s->ids[i], .algorithm = COUNTER_FIXED_WINDOW, .state = st };
+        }
+
+        if (m > 0) {
+                r = wal_append(s->wal, s->records, m);
+                if (r < 0) {
+                        undo_hits(s, n);
+                        goto fail;
+                }
+                if (s->opts.sync == STORE_SYNC_ALWAYS) {
+                        r = wal_sync(s->wal);
+                        if (r < 0) {
+                                undo_hits(s, n);
+                                undo_journal(s, n);
+                                goto fail;
+                        }
+                }
+        }
+        return 0;
+
 fail:
-        for (size_t i = 0; i < n; i++) {
+        for (i = 0; i < n; i++) {
                 hits[i].error = r;
                 hits[i].allowed = false;
                 hits[i].credit = 0;
@@ -732,441 +332,436 @@ fail:
         return r;
 }
 
-int store_sync(Store *s) {
-        int r;
+int store_submit(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done, void *userdata) {
+        int r = store_apply(s, hits, n, now_usec);
 
-        if (!s)
-                return -EINVAL;
-        r = write_back_commit(s);
-        if (r < 0)
-                return r;
-        if (s->opts.sync != STORE_SYNC_PERIODIC || !s->dirty)
-                return 0;
-        r = mdb_env_sync(s->env, 1);
-        if (r != 0)
-                return errno_from_mdb(r);
-        s->dirty = false;
-        s->syncs++;
-        return journal_sync_head(&s->journal);
-}
-
-typedef struct Sweep {
-        uint64_t now_usec;
-        size_t max, deleted;
-        bool more;
-} Sweep;
-
-/* Deletes the counter an expired index entry (ik) names, if its value still has that
- * expiry (else it was renewed, and only the stale entry goes). */
-static int sweep_one(StoreTxn *t, MDB_cursor *cc, const MDB_val *ik) {
-        MDB_val ck = { .mv_size = ik->mv_size - STORE_EXPIRY_PREFIX,
-                       .mv_data = (uint8_t *) ik->mv_data + STORE_EXPIRY_PREFIX };
-        MDB_val cv;
-        int r;
-
-        r = mdb_cursor_get(cc, &ck, &cv, MDB_SET_KEY);
-        if (r == 0 && cv.mv_size == STORE_VALUE_SIZE && get_le64(cv.mv_data) == get_be64(ik->mv_data))
-                return txn_check(t, mdb_cursor_del(cc, 0));
-        return r == 0 || r == MDB_NOTFOUND ? 0 : txn_check(t, r); /* entry without its counter */
-}
-
-/* One sweep attempt (userdata: a Sweep): deletes up to max expired counters. */
-static int sweep_txn(Store *s, StoreTxn *t, void *userdata) {
-        Sweep *w = userdata;
-        MDB_cursor *ci = NULL, *cc = NULL;
-        MDB_val k, v;
-        int r;
-
-        w->deleted = 0;
-        w->more = false;
-        if (txn_check(t, mdb_cursor_open(t->txn, s->dbi_expiry, &ci)) < 0 ||
-            txn_check(t, mdb_cursor_open(t->txn, s->dbi_counters, &cc)) < 0)
-                goto finish;
-        for (;;) {
-                /* MDB_FIRST after each deletion: a few cached page hops, and no reliance
-                 * on where a cursor stands after mdb_cursor_del() */
-                r = mdb_cursor_get(ci, &k, &v, MDB_FIRST);
-                if (r != 0) {
-                        if (r != MDB_NOTFOUND)
-                                (void) txn_check(t, r);
-                        break;
-                }
-                if (k.mv_size <= STORE_EXPIRY_PREFIX) {
-                        (void) txn_check(t, MDB_CORRUPTED);
-                        break;
-                }
-                if (get_be64(k.mv_data) > w->now_usec)
-                        break; /* oldest remaining one is live */
-                if (w->deleted >= w->max) {
-                        w->more = true;
-                        break;
-                }
-                if (sweep_one(t, cc, &k) < 0 || txn_check(t, mdb_cursor_del(ci, 0)) < 0)
-                        break;
-                w->deleted++;
-        }
-finish:
-        if (cc)
-                mdb_cursor_close(cc);
-        if (ci)
-                mdb_cursor_close(ci);
-        return t->error < 0 ? t->error : w->deleted > 0 ? 0 : STORE_TXN_EMPTY;
-}
-
-/* Even deleting needs fresh pages (copy-on-write): at the map's limit, delete one counter
- * per transaction (sweep_own() chains them). */
-static bool sweep_shrink(void *userdata) {
-        Sweep *w = userdata;
-
-        if (w->max <= 1)
-                return false;
-        w->max = 1;
-        return true;
-}
-
-/* Sweeps in transactions of its own. When the map is full even with the reserve, one
- * counter per transaction, in a chain of them up to the asked number: LMDB reuses the
- * pages a commit frees only two commits later, so one larger deletion could take all of
- * the reserve and leave the next transaction nothing, and the store would never be swept;
- * small ones keep the chain going until the freed pages come back. */
-static int sweep_own(Store *s, Sweep *sw) {
-        static const StoreWrite w = { .run = sweep_txn, .shrink = sweep_shrink, .recovery = true };
-        size_t want = sw->max, total = 0;
-        int r;
-
-        for (;;) {
-                r = store_write(s, &w, sw);
-                if (r < 0)
-                        break;
-                total += sw->deleted;
-                if (!sw->more || sw->max == want || total >= want)
-                        break;
-        }
-        sw->deleted = total;
-        if (r < 0 && total > 0) {
-                sw->more = true; /* what was deleted stays deleted: report it, retry the rest later */
-                r = 0;
-        }
-        return r;
-}
-
-int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted) {
-        Sweep sw = { .now_usec = now_usec, .max = max_delete > 0 ? max_delete : STORE_SWEEP_CHUNK_DEFAULT };
-        int r;
-
-        if (ret_deleted)
-                *ret_deleted = 0;
-        if (!s)
-                return -EINVAL;
-
-        /* Write-back: sweep inside the open transaction (one writer at a time), rather than
-         * commit it early. Deletions need no journal: an expired counter is absent whether
-         * or not it was deleted, and one that a replay brings back is expired. */
-        r = s->wtxn.txn ? sweep_txn(s, &s->wtxn, &sw) : -EAGAIN;
-        if (r < 0 && s->wtxn.txn)
-                write_back_drop(s); /* broken (a full map): rebuilt below, then swept on our own */
-        if (r < 0 && journal_pending(s)) {
-                /* If even the reserve cannot take the answered hits, sweep first: deleting
-                 * expired counters makes the room, and it is safe before the replay
-                 * (records hold values; an expired one stays expired). */
-                r = journal_recover(s, s->journal.pos);
-                if (r < 0 && r != -ENOSPC)
-                        return r;
-        }
-        if (r < 0 || !s->wtxn.txn) {
-                r = sweep_own(s, &sw);
-                if (r == 0 && sw.deleted > 0 && journal_pending(s))
-                        (void) journal_recover(s, s->journal.pos); /* the room it was waiting for */
-                if (r < 0)
-                        return r;
-        }
-        s->swept_total += sw.deleted;
-        if (ret_deleted)
-                *ret_deleted = sw.deleted;
-        return sw.more ? 1 : 0;
-}
-
-static int file_size(const Store *s, uint64_t *ret) {
-        char p[PATH_MAX];
-        struct stat st;
-
-        if ((size_t) snprintf(p, sizeof p, "%s/data.mdb", s->opts.path) >= sizeof p)
-                return -ENAMETOOLONG;
-        if (stat(p, &st) < 0)
-                return -errno;
-        *ret = (uint64_t) st.st_size;
+        if (done)
+                done(userdata, r);
         return 0;
 }
 
-static uint64_t stat_pages(const MDB_stat *st) {
-        return (uint64_t) st->ms_branch_pages + st->ms_leaf_pages + st->ms_overflow_pages;
+int store_submit_backend(void *store, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done,
+                         void *userdata) {
+        return store_submit(store, hits, n, now_usec, done, userdata);
+}
+
+int store_sync(Store *s) {
+        if (!s)
+                return -EINVAL;
+        if (s->opts.sync == STORE_SYNC_NONE)
+                return 0;
+        return wal_sync(s->wal);
+}
+
+int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_deleted) {
+        size_t deleted = 0;
+
+        if (!s)
+                return -EINVAL;
+        (void) table_expire_step(s->table, now_usec, max_slots, &deleted);
+        if (table_migrating(s->table))
+                (void) table_migrate_step(s->table, max_slots);
+        s->swept_total += deleted;
+        if (ret_deleted)
+                *ret_deleted = deleted;
+        return deleted > 0;
+}
+
+/* ---- the checkpoint thread ---- */
+
+/* One pass of a checkpoint: the records of one slice of the id space, one per id (the last
+ * read wins: the journal is in lsn order), found again through an open-addressing index of
+ * their positions, so that a journal of many changes to few counters needs little memory. */
+typedef struct Pass {
+        uint64_t hi_min, hi_max; /* inclusive: the slice of ids this pass takes */
+        CounterRecord *records;
+        size_t n, allocated;
+        uint32_t *slots;  /* position + 1 of the record of an id; 0: empty */
+        size_t slot_mask; /* slots - 1, a power of two >= 2 * allocated */
+        size_t limit;     /* 0: grow as needed; else -E2BIG past limit distinct ids */
+        bool count_only;
+        uint64_t counted;
+} Pass;
+
+static uint32_t *pass_slot(Pass *p, CounterId id) {
+        /* ids are a keyed hash: their low bits are as good as any */
+        for (size_t i = (size_t) id.lo & p->slot_mask;; i = (i + 1) & p->slot_mask) {
+                uint32_t v = p->slots[i];
+
+                if (v == 0 || counter_id_compare(&p->records[v - 1].id, &id) == 0)
+                        return p->slots + i;
+        }
+}
+
+static int pass_grow(Pass *p) {
+        size_t a = p->allocated ? p->allocated * 2 : 4096, cap = 1;
+        CounterRecord *q;
+        uint32_t *slots;
+
+        if (a > UINT32_MAX / 2)
+                return -E2BIG;
+        while (cap < 2 * a)
+                cap <<= 1;
+        q = reallocarray(p->records, a, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        p->records = q;
+        slots = calloc(cap, sizeof *slots);
+        if (!slots)
+                return -ENOMEM;
+        free(p->slots);
+        p->slots = slots;
+        p->slot_mask = cap - 1;
+        p->allocated = a;
+        for (size_t i = 0; i < p->n; i++)
+                *pass_slot(p, p->records[i].id) = (uint32_t) i + 1;
+        return 0;
+}
+
+static void pass_reset(Pass *p) {
+        p->n = 0;
+        if (p->slots)
+                memset(p->slots, 0, (p->slot_mask + 1) * sizeof *p->slots);
+}
+
+static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userdata) {
+        Pass *p = userdata;
+        uint32_t *slot;
+        int k;
+
+        (void) pos;
+        if (p->count_only) {
+                p->counted++;
+                return 0;
+        }
+        if (r->id.hi < p->hi_min || r->id.hi > p->hi_max)
+                return 0;
+        if (p->allocated == 0) {
+                k = pass_grow(p);
+                if (k < 0)
+                        return k;
+        }
+        slot = pass_slot(p, r->id);
+        if (*slot != 0) {
+                p->records[*slot - 1] = *r; /* a later state of the same counter */
+                return 0;
+        }
+        if (p->n == p->allocated) {
+                if (p->limit > 0 && p->n >= p->limit)
+                        return -E2BIG;
+                k = pass_grow(p);
+                if (k < 0)
+                        return k;
+                slot = pass_slot(p, r->id);
+        }
+        p->records[p->n] = *r;
+        *slot = (uint32_t) ++p->n;
+        return 0;
+}
+
+static int job_read(Job *j, Pass *p, uint64_t after_lsn) {
+        for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
+                int r = wal_segment_read(j->dir, seq, after_lsn, pass_take, p, NULL, j->error,
+                                         sizeof j->error);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int job_run(Job *j) {
+        uint64_t after = checkpoint_journal_seq(j->checkpoint);
+        Pass p = { .hi_max = UINT64_MAX, .limit = j->pass_records };
+        uint64_t passes = 1;
+        bool have_first;
+        int r;
+
+        /* First, one pass over every id: enough unless the journal changed more than
+         * pass_records counters (then -E2BIG, found early, after that many). */
+        while (p.allocated < p.limit) {
+                r = pass_grow(&p);
+                if (r < 0)
+                        goto finish;
+        }
+        r = job_read(j, &p, after);
+        have_first = r >= 0;
+        if (r == -E2BIG) {
+                /* passes over slices of the id space, sized by the number of records */
+                p = (Pass){ .records = p.records,
+                            .allocated = p.allocated,
+                            .slots = p.slots,
+                            .slot_mask = p.slot_mask,
+                            .count_only = true };
+                r = job_read(j, &p, after);
+                if (r < 0)
+                        goto finish;
+                passes = p.counted / j->pass_records + 2;
+                p.count_only = false;
+        } else if (r < 0)
+                goto finish;
+        for (uint64_t k = 0; k < passes; k++) {
+                bool last = k + 1 == passes;
+
+                if (!have_first) {
+                        /* slice k of the id space: [k * 2^64 / passes, (k + 1) * 2^64 / passes) */
+                        p.hi_min = (uint64_t) (((unsigned __int128) k << 64) / passes);
+                        p.hi_max = last ? UINT64_MAX
+                                        : (uint64_t) (((unsigned __int128) (k + 1) << 64) / passes) - 1;
+                        pass_reset(&p);
+                        r = job_read(j, &p, after);
+                        if (r < 0)
+                                break;
+                }
+                if (p.n == 0 && !last)
+                        continue;
+                r = checkpoint_write(j->checkpoint, p.records, p.n,
+                                     last ? j->last_lsn : checkpoint_journal_seq(j->checkpoint),
+                                     j->now_usec);
+                if (r < 0) {
+                        set_error(j->error, sizeof j->error, "writing the checkpoint failed: %s%s",
+                                  strerror(-r),
+                                  r == -ENOSPC ? " (the maximum map size, less its reserve, is reached, or "
+                                                 "the disk is full)"
+                                               : "");
+                        break;
+                }
+        }
+finish:
+        free(p.slots);
+        free(p.records);
+        if (r < 0)
+                return r;
+        (void) checkpoint_expire(j->checkpoint, j->now_usec, CHECKPOINT_EXPIRE_MAX_DEFAULT, NULL);
+        return 0;
+}
+
+static void *job_thread(void *userdata) {
+        Job *j = userdata;
+        uint64_t start = clock_usec(CLOCK_MONOTONIC);
+
+        j->result = job_run(j);
+        j->duration_usec = clock_usec(CLOCK_MONOTONIC) - start;
+        /* The passes' buffer grew through sizes glibc keeps in this thread's arena after
+         * free(): give those pages back, or RSS keeps tens of MB per live checkpoint thread. */
+        (void) malloc_trim(0);
+        j->stats_ok = checkpoint_get_stats(j->checkpoint, &j->stats) >= 0;
+        __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+        return NULL;
+}
+
+/* Joins a job that is done (or, with wait, waits for it) and takes its result. Returns 1 if
+ * one was reaped, 0 if none. */
+static int job_reap(Store *s, bool wait) {
+        Job *j = &s->job;
+        int r;
+
+        if (!s->job_running)
+                return 0;
+        if (!wait && !__atomic_load_n(&j->done, __ATOMIC_ACQUIRE))
+                return 0;
+        (void) pthread_join(s->thread, NULL);
+        s->job_running = false;
+        if (j->stats_ok)
+                s->ckpt_stats = j->stats;
+        if (j->result >= 0) {
+                r = wal_release(s->wal, j->last_seq);
+                if (r < 0 && r != -EINVAL) {
+                        /* the segments stay: replay skips what the checkpoint covers */
+                        set_error(s->ckpt_error, sizeof s->ckpt_error,
+                                  "checkpoint written, but deleting the journal it covers failed: %s",
+                                  wal_error(s->wal));
+                } else
+                        s->ckpt_error[0] = 0;
+                s->covered_lsn = j->last_lsn;
+                s->ckpt_duration_usec = j->duration_usec;
+                s->ckpt_ok++;
+                s->backoff_usec = 0;
+                s->retry_usec = 0;
+                s->last_checkpoint_usec = clock_usec(CLOCK_MONOTONIC);
+                return 1;
+        }
+        if (!j->error[0])
+                set_error(j->error, sizeof j->error, "checkpoint failed: %s", strerror(-j->result));
+        memcpy(s->ckpt_error, j->error, sizeof s->ckpt_error);
+        s->ckpt_failures++;
+        s->backoff_usec = s->backoff_usec ? s->backoff_usec * 2 : STORE_CHECKPOINT_RETRY_MIN_USEC;
+        if (s->backoff_usec > STORE_CHECKPOINT_RETRY_MAX_USEC)
+                s->backoff_usec = STORE_CHECKPOINT_RETRY_MAX_USEC;
+        s->retry_usec = clock_usec(CLOCK_MONOTONIC) + s->backoff_usec;
+        return 1;
+}
+
+/* Rotates the journal and starts a thread on its sealed segments. Returns 1 if started, 0 if
+ * there is nothing to checkpoint, or -errno. */
+static int job_start(Store *s, uint64_t now_usec) {
+        uint64_t first, last, lsn;
+        int r;
+
+        r = wal_rotate(s->wal);
+        if (r < 0)
+                return r;
+        if (wal_sealed(s->wal, &first, &last) == 0)
+                return 0;
+        r = wal_sealed_last_lsn(s->wal, last, &lsn);
+        if (r < 0)
+                return r;
+        s->job = (Job){
+                .checkpoint = s->checkpoint,
+                .dir = s->opts.path,
+                .first_seq = first,
+                .last_seq = last,
+                .last_lsn = lsn,
+                .now_usec = now_usec,
+                .pass_records = s->opts.checkpoint_pass_records,
+        };
+        r = -pthread_create(&s->thread, NULL, job_thread, &s->job);
+        if (r < 0)
+                return r;
+        s->job_running = true;
+        return 1;
+}
+
+/* Journal records not yet covered by a checkpoint. */
+static uint64_t journal_pending(const Store *s) {
+        WalStats ws;
+
+        if (wal_get_stats(s->wal, &ws) < 0)
+                return 0;
+        return ws.next_lsn > s->covered_lsn + 1 ? ws.next_lsn - s->covered_lsn - 1 : 0;
+}
+
+int store_maintain(Store *s, uint64_t now_usec) {
+        uint64_t now = clock_usec(CLOCK_MONOTONIC), pending;
+        int reaped, r;
+
+        if (!s)
+                return -EINVAL;
+        reaped = job_reap(s, false);
+        if (s->job_running)
+                return reaped;
+        pending = journal_pending(s);
+        if (pending > 0 && now >= s->retry_usec &&
+            (pending * WAL_RECORD_SIZE >= s->opts.checkpoint_journal_max ||
+             now - s->last_checkpoint_usec >= s->opts.checkpoint_interval_usec)) {
+                r = job_start(s, now_usec);
+                if (r < 0) {
+                        set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
+                                  wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
+                        s->ckpt_failures++;
+                        s->backoff_usec = STORE_CHECKPOINT_RETRY_MIN_USEC;
+                        s->retry_usec = now + s->backoff_usec;
+                        return r;
+                }
+                if (r > 0)
+                        return reaped;
+        }
+        (void) wal_prepare(s->wal); /* a failure shows at the next rotation */
+        return reaped;
+}
+
+int store_checkpoint(Store *s, uint64_t now_usec) {
+        int r;
+
+        if (!s)
+                return -EINVAL;
+        (void) job_reap(s, true);
+        if (journal_pending(s) == 0)
+                return 0;
+        r = job_start(s, now_usec);
+        if (r <= 0)
+                return r;
+        (void) job_reap(s, true);
+        return s->job.result < 0 ? s->job.result : 0;
+}
+
+const char *store_checkpoint_error(const Store *s) {
+        return s ? s->ckpt_error : "";
 }
 
 int store_get_stats(Store *s, StoreStats *ret) {
-        MDB_stat st_main, st_meta, st_counters, st_expiry;
-        MDB_txn *txn = NULL;
-        uint64_t fsize = 0;
-        int r = 0;
+        WalStats ws;
+        int r;
 
         if (!s || !ret)
                 return -EINVAL;
-        if (s->wtxn.txn)
-                txn = s->wtxn.txn; /* sees everything applied; a read transaction would wait for nothing */
-        else
-                r = store_begin(s, MDB_RDONLY, &txn);
+        r = wal_get_stats(s->wal, &ws);
         if (r < 0)
                 return r;
-        r = mdb_stat(txn, s->dbi_main, &st_main);
-        if (r == 0)
-                r = mdb_stat(txn, s->dbi_meta, &st_meta);
-        if (r == 0)
-                r = mdb_stat(txn, s->dbi_counters, &st_counters);
-        if (r == 0)
-                r = mdb_stat(txn, s->dbi_expiry, &st_expiry);
-        if (txn != s->wtxn.txn)
-                mdb_txn_abort(txn);
-        if (r != 0)
-                return errno_from_mdb(r);
-        r = file_size(s, &fsize);
-        if (r < 0)
-                return r;
-
         *ret = (StoreStats){
-                .counters = st_counters.ms_entries,
-                .map_size = s->map_size,
-                .data_size = (stat_pages(&st_main) + stat_pages(&st_meta) + stat_pages(&st_counters) +
-                              stat_pages(&st_expiry)) *
-                             st_main.ms_psize,
-                .file_size = fsize,
+                .counters = table_count(s->table),
+                .memory = table_memory(s->table),
+                .map_size = s->ckpt_stats.map_size,
+                .data_size = s->ckpt_stats.data_size,
+                .file_size = s->ckpt_stats.file_size,
                 .swept_total = s->swept_total,
-                .map_grows = s->map_grows,
-                .commits = s->commits,
-                .syncs = s->syncs,
+                .map_grows = s->ckpt_stats.map_grows,
+                .commits = s->ckpt_ok,
+                .syncs = ws.syncs,
+                .journal_bytes = ws.bytes,
+                .journal_segments = ws.segments,
+                .journal_records = ws.records,
+                .checkpoint_counters = s->ckpt_stats.counters,
+                .checkpoint_age_usec = clock_usec(CLOCK_MONOTONIC) - s->last_checkpoint_usec,
+                .checkpoint_duration_usec = s->ckpt_duration_usec,
+                .checkpoint_failures = s->ckpt_failures,
+                .checkpoint_running = s->job_running,
+                .checkpoint_failing = s->ckpt_error[0] != 0,
         };
         return 0;
 }
 
-static void store_freep(Store **sp);
+/* ---- open and close ---- */
 
-Store *store_close(Store *s) {
+static int load_record(const CounterRecord *r, void *userdata) {
+        Store *s = userdata;
+        TableEntry *e;
+        int k;
+
+        k = table_put(s->table, r->id, &e);
+        if (k < 0)
+                return k;
+        table_entry_set_algorithm(e, (CounterAlgorithm) r->algorithm);
+        table_entry_set_state(e, r->state);
+        return 0;
+}
+
+typedef struct Replay {
+        Store *store;
+        uint64_t now_usec;
+} Replay;
+
+static int replay_record(const CounterRecord *r, const WalPosition *pos, void *userdata) {
+        Replay *rp = userdata;
+
+        (void) pos;
+        if (r->state.w0 == 0 || r->state.w0 <= rp->now_usec) {
+                (void) table_delete(rp->store->table, r->id); /* deleted, or expired since */
+                return 0;
+        }
+        return load_record(r, rp->store);
+}
+
+int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
+        CheckpointStats cs;
+        Store *s;
+        uint64_t now = opts && opts->now_usec ? opts->now_usec : clock_usec(CLOCK_REALTIME);
+        int r;
+
+        if (errbuf && errbuf_size > 0)
+                errbuf[0] = 0;
+        if (!opts || !opts->path || !*opts->path || !ret || opts->sync < 0 ||
+            opts->sync >= _STORE_SYNC_MAX) {
+                set_error(errbuf, errbuf_size, "invalid store options");
+                return -EINVAL;
+        }
+        s = calloc(1, sizeof *s);
         if (!s)
-                return NULL;
-        if (s->env) {
-                /* If this commit fails, the journal stays for the next open to replay. */
-                (void) write_back_commit(s);
-                if (s->opts.sync != STORE_SYNC_NONE && mdb_env_sync(s->env, 1) == 0)
-                        (void) journal_sync_head(&s->journal);
-        }
-        store_freep(&s);
-        return NULL;
-}
-
-/* Reads and checks "magic" and "version" from the meta table. */
-static int check_meta(Store *s, MDB_txn *txn, char *errbuf, size_t errbuf_size) {
-        MDB_val k, v;
-        char ver[16];
-        unsigned long version;
-        char *end;
-        int r;
-
-        k = (MDB_val){ .mv_size = strlen("magic"), .mv_data = (void *) "magic" };
-        r = mdb_get(txn, s->dbi_meta, &k, &v);
-        if (r != 0 && r != MDB_NOTFOUND)
-                goto fail_read;
-        if (r == MDB_NOTFOUND || v.mv_size != strlen(STORE_MAGIC) ||
-            memcmp(v.mv_data, STORE_MAGIC, v.mv_size) != 0) {
-                (void) store_error(errbuf, errbuf_size, 0,
-                                   "%s/data.mdb: not a divvyd counter store (bad or missing magic)",
-                                   s->opts.path);
-                return -EPROTO;
-        }
-
-        k = (MDB_val){ .mv_size = strlen("version"), .mv_data = (void *) "version" };
-        r = mdb_get(txn, s->dbi_meta, &k, &v);
-        if (r != 0 && r != MDB_NOTFOUND)
-                goto fail_read;
-        if (r == MDB_NOTFOUND || v.mv_size == 0 || v.mv_size >= sizeof ver) {
-                (void) store_error(errbuf, errbuf_size, 0,
-                                   "%s/data.mdb: database format version is missing or unreadable",
-                                   s->opts.path);
-                return -EPROTO;
-        }
-        memcpy(ver, v.mv_data, v.mv_size);
-        ver[v.mv_size] = 0;
-        errno = 0;
-        version = strtoul(ver, &end, 10);
-        if (errno != 0 || *end != 0 || ver[0] < '0' || ver[0] > '9') {
-                (void) store_error(errbuf, errbuf_size, 0,
-                                   "%s/data.mdb: database format version '%s' is unreadable", s->opts.path,
-                                   ver);
-                return -EPROTO;
-        }
-        if (version != STORE_FORMAT_VERSION) {
-                (void) store_error(
-                        errbuf, errbuf_size, 0,
-                        "%s/data.mdb: database format version %lu is not supported by this divvyd "
-                        "(expects %d)",
-                        s->opts.path, version, STORE_FORMAT_VERSION);
-                return -EPROTO;
-        }
-        return 0;
-
-fail_read:
-        (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: cannot read format metadata: %s",
-                           s->opts.path, mdb_strerror(r));
-        return errno_from_mdb(r) == -EPROTO ? -EPROTO : -EBADMSG;
-}
-
-/* Aborts a transaction that was not committed (commit sets it NULL): the one cleanup of
- * open_tables()' early returns. */
-static void txn_abortp(MDB_txn **txn) {
-        if (*txn)
-                mdb_txn_abort(*txn);
-}
-
-/* An LMDB error while opening the tables: explained in errbuf, translated once. */
-static int open_tables_failed(Store *s, int mdb_r, char *errbuf, size_t errbuf_size) {
-        int r = errno_from_mdb(mdb_r);
-
-        (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: %s", s->opts.path, mdb_strerror(mdb_r));
-        return r == -ENOENT ? -EBADMSG : r;
-}
-
-/* Writes "magic" and "version" into the meta table of a new environment. Returns an MDB code. */
-static int write_meta(Store *s, MDB_txn *txn) {
-        char ver[16];
-        MDB_val k, v;
-        int r;
-
-        k = (MDB_val){ .mv_size = strlen("magic"), .mv_data = (void *) "magic" };
-        v = (MDB_val){ .mv_size = strlen(STORE_MAGIC), .mv_data = (void *) STORE_MAGIC };
-        r = mdb_put(txn, s->dbi_meta, &k, &v, 0);
-        if (r != 0)
-                return r;
-        k = (MDB_val){ .mv_size = strlen("version"), .mv_data = (void *) "version" };
-        v = (MDB_val){ .mv_size = (size_t) snprintf(ver, sizeof ver, "%d", STORE_FORMAT_VERSION),
-                       .mv_data = ver };
-        return mdb_put(txn, s->dbi_meta, &k, &v, 0);
-}
-
-/* Creates the tables of a new environment, or opens and checks those of an existing one. */
-static int open_tables(Store *s, char *errbuf, size_t errbuf_size) {
-        _cleanup_(txn_abortp) MDB_txn *txn = NULL;
-        MDB_stat st;
-        unsigned flags;
-        int r;
-
-        r = store_begin(s, 0, &txn);
-        if (r < 0)
-                return store_error(errbuf, errbuf_size, r, "%s: cannot begin a transaction: %s",
-                                   s->opts.path, strerror(-r));
-        r = mdb_dbi_open(txn, NULL, 0, &s->dbi_main);
-        if (r == 0)
-                r = mdb_stat(txn, s->dbi_main, &st);
-        if (r != 0)
-                return open_tables_failed(s, r, errbuf, errbuf_size);
-        flags = st.ms_entries == 0 ? MDB_CREATE : 0; /* a new environment */
-
-        r = mdb_dbi_open(txn, "meta", flags, &s->dbi_meta);
-        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE)
-                return store_error(errbuf, errbuf_size, -EPROTO,
-                                   "%s/data.mdb: an LMDB database, but not a divvyd counter store",
-                                   s->opts.path);
-        if (r == 0 && flags == MDB_CREATE)
-                r = write_meta(s, txn);
-        else if (r == 0) {
-                r = check_meta(s, txn, errbuf, errbuf_size);
-                if (r < 0)
-                        return r;
-        }
-        if (r != 0)
-                return open_tables_failed(s, r, errbuf, errbuf_size);
-
-        r = mdb_dbi_open(txn, "counters", flags, &s->dbi_counters);
-        if (r == 0)
-                r = mdb_dbi_open(txn, "expiry", flags, &s->dbi_expiry);
-        if (r == MDB_NOTFOUND || r == MDB_INCOMPATIBLE)
-                return store_error(errbuf, errbuf_size, -EBADMSG,
-                                   "%s/data.mdb: a divvyd counter store missing its tables", s->opts.path);
-        if (r == 0)
-                r = mdb_txn_commit(TAKE_TXN(txn));
-        if (r != 0)
-                return open_tables_failed(s, r, errbuf, errbuf_size);
-        return 0;
-}
-
-/* LMDB trusts the file to hold every page its meta page names; a truncated file
- * would be a SIGBUS on first access. Refuse it instead. */
-static int check_file_size(Store *s, char *errbuf, size_t errbuf_size) {
-        MDB_envinfo info;
-        MDB_stat st;
-        uint64_t size, need;
-        int r;
-
-        r = mdb_env_info(s->env, &info);
-        if (r == 0)
-                r = mdb_env_stat(s->env, &st);
-        if (r != 0) {
-                (void) store_error(errbuf, errbuf_size, 0, "%s: %s", s->opts.path, mdb_strerror(r));
-                return errno_from_mdb(r);
-        }
-        r = file_size(s, &size);
-        if (r < 0) {
-                (void) store_error(errbuf, errbuf_size, 0, "%s/data.mdb: cannot stat: %s", s->opts.path,
-                                   strerror(-r));
-                return r;
-        }
-        need = ((uint64_t) info.me_last_pgno + 1) * st.ms_psize;
-        if (size < need) {
-                (void) store_error(errbuf, errbuf_size, 0,
-                                   "%s/data.mdb is truncated or damaged: %" PRIu64
-                                   " bytes, but its pages need %" PRIu64,
-                                   s->opts.path, size, need);
-                return -EBADMSG;
-        }
-        s->map_size = info.me_mapsize;
-        return 0;
-}
-
-/* Opens (write-back: creates and preallocates) the journal, locks and maps it, and
- * replays what a previous run left in it. Without write-back a leftover journal is
- * replayed and removed. */
-static int store_open_journal(Store *s, char *errbuf, size_t errbuf_size) {
-        bool wb = s->opts.write_back && s->opts.sync != STORE_SYNC_ALWAYS;
-        char p[PATH_MAX];
-        int r;
-
-        if ((size_t) snprintf(p, sizeof p, "%s/" STORE_JOURNAL_NAME, s->opts.path) >= sizeof p)
-                return store_error(errbuf, errbuf_size, -ENAMETOOLONG, "%s: path too long", s->opts.path);
-        r = journal_open(&s->journal, p, wb ? JOURNAL_SIZE : 0, errbuf, errbuf_size);
-        if (r < 0 || s->journal.fd < 0)
-                return r; /* failed, or (no write-back) no journal left to replay */
-
-        r = journal_recover(s, s->journal.len);
-        if (r == 0 && s->opts.sync != STORE_SYNC_NONE &&
-            (mdb_env_sync(s->env, 1) != 0 || journal_sync_head(&s->journal) < 0))
-                r = -EIO;
-        if (r < 0) {
-                return store_error(errbuf, errbuf_size, r, "cannot replay the journal %s: %s", p,
-                                   strerror(-r));
-        }
-        if (!wb)
-                journal_close(&s->journal, true);
-        return 0;
-}
-
-/* A Store with opts and their defaults; nothing opened yet. NULL: out of memory. */
-static Store *store_new(const StoreOptions *opts) {
-        Store *s = calloc(1, sizeof *s);
-
-        if (!s)
-                return NULL;
-        s->journal = JOURNAL_NULL;
+                return -ENOMEM;
         s->opts = *opts;
         s->opts.path = strdup(opts->path);
         if (!s->opts.path) {
                 free(s);
-                return NULL;
+                return -ENOMEM;
         }
         if (s->opts.map_size == 0)
                 s->opts.map_size = STORE_MAP_SIZE_DEFAULT;
@@ -1176,102 +771,83 @@ static Store *store_new(const StoreOptions *opts) {
                 s->opts.map_size_max = s->opts.map_size;
         if (s->opts.sync_interval_usec == 0)
                 s->opts.sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC;
-        return s;
+        if (s->opts.checkpoint_journal_max == 0)
+                s->opts.checkpoint_journal_max = STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT;
+        if (s->opts.checkpoint_interval_usec == 0)
+                s->opts.checkpoint_interval_usec = STORE_CHECKPOINT_INTERVAL_DEFAULT_USEC;
+        if (s->opts.checkpoint_pass_records == 0)
+                s->opts.checkpoint_pass_records = STORE_CHECKPOINT_PASS_RECORDS_DEFAULT;
+        if (s->opts.checkpoint_txn_records == 0)
+                s->opts.checkpoint_txn_records = STORE_CHECKPOINT_TXN_RECORDS_DEFAULT;
+
+        r = checkpoint_open(s->opts.path,
+                            &(CheckpointOptions){ .map_size = s->opts.map_size,
+                                                  .map_size_max = s->opts.map_size_max,
+                                                  .now_usec = now,
+                                                  .txn_records_max = s->opts.checkpoint_txn_records },
+                            &s->checkpoint, errbuf, errbuf_size);
+        if (r < 0)
+                goto fail;
+        checkpoint_id_key(s->checkpoint, s->id_key);
+        r = checkpoint_get_stats(s->checkpoint, &cs);
+        if (r < 0) {
+                set_error(errbuf, errbuf_size, "%s/data.mdb: %s", s->opts.path, strerror(-r));
+                goto fail;
+        }
+        s->ckpt_stats = cs;
+        s->covered_lsn = checkpoint_journal_seq(s->checkpoint);
+
+        r = table_new(cs.counters, &s->table);
+        if (r < 0) {
+                set_error(errbuf, errbuf_size, "cannot allocate the counter table: %s", strerror(-r));
+                goto fail;
+        }
+        r = checkpoint_load(s->checkpoint, now, load_record, s);
+        if (r < 0) {
+                set_error(errbuf, errbuf_size, "%s/data.mdb: cannot load the counters: %s", s->opts.path,
+                          strerror(-r));
+                goto fail;
+        }
+
+        r = wal_open(s->opts.path,
+                     &(WalOptions){ .segment_size = s->opts.journal_segment_size,
+                                    .first_lsn = s->covered_lsn + 1,
+                                    .allocate = s->opts.journal_allocate },
+                     &s->wal, errbuf, errbuf_size);
+        if (r < 0)
+                goto fail;
+        r = wal_replay(s->wal, s->covered_lsn, replay_record, &(Replay){ .store = s, .now_usec = now });
+        if (r < 0) {
+                set_error(errbuf, errbuf_size, "%s: cannot replay the journal: %s", s->opts.path,
+                          wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
+                goto fail;
+        }
+        r = batch_reserve(s, STORE_BATCH_INITIAL);
+        if (r < 0)
+                goto fail;
+        s->last_checkpoint_usec = clock_usec(CLOCK_MONOTONIC);
+        *ret = s;
+        return 0;
+
+fail:
+        store_close(s);
+        return r;
 }
 
-/* Closes what a failed store_open() had opened, committing nothing. */
-static void store_freep(Store **sp) {
-        Store *s = *sp;
-
+Store *store_close(Store *s) {
         if (!s)
-                return;
-        if (s->env)
-                mdb_env_close(s->env);
-        journal_close(&s->journal, false);
+                return NULL;
+        if (s->wal)
+                (void) job_reap(s, true);
+        if (s->wal && s->opts.sync != STORE_SYNC_NONE)
+                (void) wal_sync(s->wal);
+        wal_close(s->wal);
+        checkpoint_close(s->checkpoint);
+        table_free(s->table);
+        free(s->ids);
+        free(s->records);
+        free(s->undo);
         free((char *) s->opts.path);
         free(s);
-}
-
-static int store_make_dir(Store *s, char *errbuf, size_t errbuf_size) {
-        struct stat st;
-
-        if (mkdir(s->opts.path, STORE_DIR_MODE) < 0 && errno != EEXIST)
-                return store_error(errbuf, errbuf_size, -errno, "cannot create directory %s: %m",
-                                   s->opts.path);
-        if (stat(s->opts.path, &st) < 0)
-                return store_error(errbuf, errbuf_size, -errno, "cannot stat %s: %m", s->opts.path);
-        if (!S_ISDIR(st.st_mode))
-                return store_error(errbuf, errbuf_size, -ENOTDIR, "%s is not a directory", s->opts.path);
-        return 0;
-}
-
-/* Creates, configures and opens the LMDB environment; checks its file and clears the slots of
- * readers that died without closing. */
-static int store_open_env(Store *s, char *errbuf, size_t errbuf_size) {
-        unsigned flags = MDB_NOTLS | MDB_NORDAHEAD | (s->opts.sync != STORE_SYNC_ALWAYS ? MDB_NOSYNC : 0);
-        uint64_t map_size =
-                s->opts.map_size < store_hits_map_max(s) ? s->opts.map_size : store_hits_map_max(s);
-        int r, dead;
-
-        r = mdb_env_create(&s->env);
-        if (r != 0) {
-                s->env = NULL;
-                r = errno_from_mdb(r);
-                return store_error(errbuf, errbuf_size, r, "cannot create LMDB environment: %s",
-                                   strerror(-r));
-        }
-        r = mdb_env_set_maxdbs(s->env, STORE_DBS);
-        if (r == 0)
-                r = mdb_env_set_mapsize(s->env, (size_t) map_size);
-        if (r != 0) {
-                r = errno_from_mdb(r);
-                return store_error(errbuf, errbuf_size, r, "cannot configure LMDB environment: %s",
-                                   strerror(-r));
-        }
-
-        r = mdb_env_open(s->env, s->opts.path, flags, STORE_FILE_MODE);
-        if (r == MDB_INVALID || r == MDB_VERSION_MISMATCH || r == MDB_CORRUPTED || r == MDB_PAGE_NOTFOUND)
-                return store_error(errbuf, errbuf_size, -EBADMSG,
-                                   "%s/data.mdb is not a valid LMDB database (corrupt, truncated or "
-                                   "foreign file): %s",
-                                   s->opts.path, mdb_strerror(r));
-        if (r != 0)
-                return store_error(errbuf, errbuf_size, errno_from_mdb(r),
-                                   "cannot open LMDB environment in %s: %s", s->opts.path, mdb_strerror(r));
-
-        r = check_file_size(s, errbuf, errbuf_size);
-        if (r < 0)
-                return r;
-        r = mdb_reader_check(s->env, &dead);
-        if (r != 0)
-                return store_error(errbuf, errbuf_size, errno_from_mdb(r),
-                                   "%s: cannot clear stale readers: %s", s->opts.path, mdb_strerror(r));
-        return 0;
-}
-
-int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
-        _cleanup_(store_freep) Store *s = NULL;
-        int r;
-
-        if (errbuf && errbuf_size > 0)
-                errbuf[0] = 0;
-        if (!opts || !opts->path || !*opts->path || !ret ||
-            (opts->sync < 0 || opts->sync >= _STORE_SYNC_MAX))
-                return store_error(errbuf, errbuf_size, -EINVAL, "invalid store options");
-
-        s = store_new(opts);
-        if (!s)
-                return -ENOMEM;
-        r = store_make_dir(s, errbuf, errbuf_size);
-        if (r == 0)
-                r = store_open_env(s, errbuf, errbuf_size);
-        if (r == 0)
-                r = open_tables(s, errbuf, errbuf_size);
-        if (r == 0)
-                r = store_open_journal(s, errbuf, errbuf_size);
-        if (r < 0)
-                return r;
-        *ret = s;
-        s = NULL;
-        return 0;
+        return NULL;
 }

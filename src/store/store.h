@@ -2,71 +2,93 @@
 #pragma once
 
 /*
- * store.c: the counters, in one LMDB environment. Only src/store/ includes <lmdb.h>
- * (store.c and store-verify.c; the write-back journal, journal.c, knows no LMDB), and
- * nothing of LMDB shows in this header: its error codes become -errno where they are
- * returned (MDB_MAP_FULL -> -ENOSPC, MDB_NOTFOUND -> -ENOENT, version/format mismatch
- * -> -EPROTO, corrupt -> -EBADMSG). Library-like: never logs; human-readable details of
- * a failed open go to the caller's buffer.
+ * store.c: the counters (format version 2, issue #14). A façade over three parts:
+ *   table.c       the counters, RESIDENT in memory: every hit is answered from there;
+ *   wal.c         the write-ahead journal: each batch's new counter states are appended to
+ *                 mmap'd segments before the batch is answered;
+ *   checkpoint.c  LMDB (data.mdb): the durable checkpoint, written by a background thread from
+ *                 the journal's sealed segments, after which they are deleted.
+ * Start-up (store_open()): open the checkpoint (migrating a version-1 database), load its live
+ * counters into the table, replay the journal after the lsn it covers.
  *
- * Semantics are divvy's fixed window (its Redis script): the first hit creates
- * a counter with credit = limit - 1 and expiry = now + reset; later hits
- * decrement while credit > 0; an expired counter is treated as absent.
- * Time is wall-clock microseconds passed in by the caller (injectable for tests);
- * expiry is stored as wall-clock time so windows survive restarts.
+ * Semantics are divvy's fixed window (its Redis script): the first hit creates a counter with
+ * credit = limit - 1 and expiry = now + reset; later hits decrement while credit > 0; an
+ * expired counter is treated as absent. Time is wall-clock microseconds passed in by the
+ * caller (injectable for tests); expiry is stored as wall-clock time so windows survive
+ * restarts.
+ *
+ * Durability of an answered hit (the batch's records are in the journal's shared mapping when
+ * store_apply() returns, i.e. in the page cache):
+ *   always    the batch's records are fdatasync'ed (one msync per batch) before it returns:
+ *             survives a process crash, an OS crash and a power cut;
+ *   periodic  survives a process crash; store_sync() (the manager's timer, every
+ *             sync_interval_usec) syncs: an OS crash loses at most the last interval;
+ *   none      survives a process crash; an OS crash loses what the kernel had not written back
+ *             since the last checkpoint or segment seal.
+ *
+ * Library-like: never logs; returns 0 or -errno; a sentence for the operator goes to errbuf
+ * (open) or store_checkpoint_error(). One thread uses a Store; the checkpoint thread it starts
+ * reads only sealed journal segments and writes only data.mdb.
  */
 
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "core/rules.h"
 
-#define STORE_FORMAT_VERSION 1 /* bump on any change of key or value layout */
+#define STORE_FORMAT_VERSION 2 /* checkpoint.c's: bump on any change of key or value layout */
 #define STORE_ACTOR_INLINE_MAX                                                                              \
-        400                                      /* bytes: longer actors are hashed so keys stay under      \
-                                                  * LMDB's 511-byte limit */
-#define STORE_MAP_SIZE_DEFAULT     (64ULL << 20) /* bytes: initial map */
-#define STORE_MAP_SIZE_MAX_DEFAULT (16ULL << 30) /* bytes: growth cap */
+        400 /* bytes: longer actors are hashed in the counter key (version 1's rule, kept so that           \
+             * ids of migrated counters match) */
+#define STORE_MAP_SIZE_DEFAULT     (64ULL << 20) /* bytes: initial map of data.mdb */
+#define STORE_MAP_SIZE_MAX_DEFAULT (16ULL << 30) /* bytes: growth cap of data.mdb */
 #define STORE_SYNC_INTERVAL_DEFAULT_USEC                                                                    \
-        (100ULL * 1000ULL) /* periodic mode: fsync at most                                                  \
+        (100ULL * 1000ULL) /* periodic mode: sync the journal at most                                       \
                             * this often (100 ms) */
 #define STORE_SWEEP_CHUNK_DEFAULT                                                                           \
-        100 /* expired counters deleted per sweep step: measured ~0.6 ms per step at 10 million             \
-             * counters (1000 took ~7 ms), so a step never holds the write lock long */
-#define STORE_JOURNAL_NAME "journal.divvyd" /* write-back journal, beside data.mdb */
-#define STORE_WRITE_BACK_HITS_MAX                                                                           \
-        32768 /* hits per write-back transaction before it is committed early: bounds its dirty             \
-               * pages (LMDB keeps at most 131072 in memory) and the journal (about 1.5 MB) */
+        4096 /* table slots examined per sweep step: bench-table measures about 0.6 ms per 100k             \
+              * slots, so a step costs about 25 us of the event loop */
+#define STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT                                                                \
+        (256ULL << 20) /* bytes of journal records since the last checkpoint that start one */
+#define STORE_CHECKPOINT_INTERVAL_DEFAULT_USEC                                                              \
+        (300ULL * 1000ULL * 1000ULL) /* 5 min: a journal with any record this old starts a checkpoint */
+#define STORE_CHECKPOINT_RETRY_MIN_USEC                                                                     \
+        (1000ULL * 1000ULL) /* 1 s: first retry after a failed checkpoint, doubling ...                     \
+                             */
+#define STORE_CHECKPOINT_RETRY_MAX_USEC (60ULL * 1000ULL * 1000ULL) /* ... up to 1 min */
+#define STORE_CHECKPOINT_PASS_RECORDS_DEFAULT                                                               \
+        (1U << 19) /* journal records a checkpoint pass holds in memory (20 MB, and as much again           \
+                    * to sort them): a larger journal is checkpointed in several passes, each over          \
+                    * one range of ids; measured at 10 million counters, 1 << 20 left RssAnon 7 bytes       \
+                    * per counter higher while a checkpoint ran */
+#define STORE_CHECKPOINT_TXN_RECORDS_DEFAULT                                                                \
+        65536 /* records per LMDB transaction of a checkpoint (checkpoint.h: chunked; about 58              \
+               * bytes of data.mdb a counter instead of 140 in one transaction) */
 
 typedef enum StoreSync {
-        STORE_SYNC_NONE,     /* never fsync: survives a process crash, an OS crash may
-                              * lose recent updates (never corrupts) */
-        STORE_SYNC_PERIODIC, /* fsync at most every sync_interval_usec */
-        STORE_SYNC_ALWAYS,   /* fsync before store_apply() returns */
+        STORE_SYNC_NONE,     /* never sync the journal (see above) */
+        STORE_SYNC_PERIODIC, /* sync the journal every sync_interval_usec */
+        STORE_SYNC_ALWAYS,   /* sync each batch's records before store_apply() returns */
         _STORE_SYNC_MAX,
         _STORE_SYNC_INVALID = -EINVAL,
 } StoreSync;
 
 typedef struct StoreOptions {
         const char *path;      /* directory; created (0750) if missing */
-        uint64_t map_size;     /* initial map size in bytes (at most 7/8 of map_size_max is used:
-                                * see store_apply()); 0 = default */
-        uint64_t map_size_max; /* growth cap in bytes; 0 = default */
+        uint64_t map_size;     /* initial map size of data.mdb in bytes; 0 = default */
+        uint64_t map_size_max; /* its growth cap in bytes; 0 = default */
         StoreSync sync;
-        uint64_t sync_interval_usec; /* STORE_SYNC_PERIODIC; 0 = default */
-        /* Write-back (ignored with STORE_SYNC_ALWAYS): batches are applied to one long
-         * write transaction. It is committed by store_sync() and store_close(), by
-         * store_apply() before a batch that would take it past STORE_WRITE_BACK_HITS_MAX
-         * hits, and right after a batch of more hits than that (too big for the journal).
-         * store_sweep() and store_get_stats() work inside it and commit nothing. Each
-         * batch's new counter values are copied into the journal file beside data.mdb (a
-         * shared mapping: no syscall), so a crash of the process loses nothing
-         * store_apply() returned: the journal is replayed by the next store_open() (or in
-         * a commit of its own when the open transaction is lost to a full map or a failed
-         * commit) and emptied after every commit. false: every batch is one LMDB commit. */
-        bool write_back;
+        uint64_t sync_interval_usec;         /* STORE_SYNC_PERIODIC; 0 = default */
+        uint64_t checkpoint_journal_max;     /* bytes; 0 = default */
+        uint64_t checkpoint_interval_usec;   /* 0 = default */
+        size_t checkpoint_pass_records;      /* 0 = default */
+        size_t checkpoint_txn_records;       /* 0 = default */
+        uint64_t journal_segment_size;       /* bytes; 0 = WAL_SEGMENT_SIZE_DEFAULT */
+        int (*journal_allocate)(int, off_t); /* test hook, WalOptions.allocate; NULL: the disk */
+        uint64_t now_usec; /* wall clock of store_open() (what is expired when loading); 0 = now */
 } StoreOptions;
 
 /* One hit of a batch. The caller fills the inputs; store_apply() the outputs. */
@@ -85,57 +107,92 @@ typedef struct StoreHit {
 } StoreHit;
 
 typedef struct StoreStats {
-        uint64_t counters;    /* entries in the counter table (live + not yet swept) */
-        uint64_t map_size;    /* current map size, bytes */
-        uint64_t data_size;   /* bytes in use (pages * page size) */
-        uint64_t file_size;   /* size of data.mdb on disk */
-        uint64_t swept_total; /* expired counters deleted since open */
-        uint64_t map_grows;   /* automatic map growths since open */
-        uint64_t commits;     /* write transactions committed since open */
-        uint64_t syncs;       /* fsyncs since open */
+        uint64_t counters;    /* counters in the table (live + not yet swept) */
+        uint64_t memory;      /* bytes the table holds */
+        uint64_t map_size;    /* data.mdb: current map size, bytes */
+        uint64_t data_size;   /* data.mdb: bytes in use (pages * page size) */
+        uint64_t file_size;   /* size of data.mdb on disk, as of the last checkpoint */
+        uint64_t swept_total; /* expired counters deleted from the table since open */
+        uint64_t map_grows;   /* data.mdb map growths since open */
+        uint64_t commits;     /* successful checkpoints since open */
+        uint64_t syncs;       /* journal syncs since open */
+        uint64_t journal_bytes;
+        uint64_t journal_segments;
+        uint64_t journal_records;          /* records in the journal (not yet released) */
+        uint64_t checkpoint_counters;      /* entries in data.mdb, as of the last checkpoint */
+        uint64_t checkpoint_age_usec;      /* since the last successful checkpoint (or open) */
+        uint64_t checkpoint_duration_usec; /* of the last successful checkpoint */
+        uint64_t checkpoint_failures;      /* failed checkpoints since open */
+        bool checkpoint_running;           /* a checkpoint thread is at work */
+        bool checkpoint_failing;           /* the last checkpoint failed */
 } StoreStats;
 
 typedef struct Store Store;
 
-/* Opens (creating if needed) the environment at opts->path, clears stale readers,
- * checks the format version. On failure returns -errno and writes a sentence for
- * the operator into errbuf (if non-NULL), e.g. "database format version 7 is not
- * supported by this divvyd (expects 1)". */
+/* Opens (creating if needed) the store at opts->path: the checkpoint (migrating version 1),
+ * its live counters into the table, the journal replayed. On failure returns -errno and
+ * writes a sentence for the operator into errbuf (if non-NULL). */
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size);
 
-/* Commits (and, unless sync=none, fsyncs) everything, closes. Accepts NULL; returns NULL. */
+/* Waits for a running checkpoint (and releases what it covers), syncs the journal unless
+ * sync=none, closes. Accepts NULL; returns NULL. */
 Store *store_close(Store *s);
 static inline void store_closep(Store **s) {
         if (*s)
                 store_close(*s);
 }
 
-/* Applies n hits in ONE write transaction at wall-clock time now_usec, in order
- * (two hits on the same counter in one batch see each other). No allocation per
- * hit. Grows the map when it is full, up to 7/8 of map_size_max (the rest is kept for
- * journal replays and sweeps, so that a full map can always be swept), and retries
- * the whole batch. Returns 0
- * if the batch committed (each hit's outputs set, error 0); on failure returns
- * -errno and sets every hit's error to it (nothing of the batch is kept):
- * -ENOSPC map full at the maximum or disk full, -EIO etc. With STORE_SYNC_ALWAYS
- * the commit is on disk when this returns. With write_back, "committed" means
- * applied to the open transaction and written to the journal (see StoreOptions). */
+/* Applies n hits at wall-clock time now_usec, in order (two hits on the same counter in one
+ * batch see each other), then appends their new states to the journal with one write (and
+ * with sync=always syncs it). No allocation per hit. Returns 0 (each hit's outputs set, error
+ * 0); on failure returns -errno and sets every hit's error to it, and the table is as before
+ * the batch: -ENOSPC the journal's next segment does not fit on the disk, -ENOMEM the table
+ * cannot grow, -EIO etc. */
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec);
 
-/* Write-back: commits the open transaction and empties the journal. Periodic mode:
- * then fsyncs if anything was committed since the last sync. The manager calls this
- * from a timer every sync_interval_usec. Returns 0 or -errno. */
+/* Called once the hits of a store_submit() have their outputs: error is store_apply()'s. */
+typedef void (*StoreDoneFunc)(void *userdata, int error);
+
+/* The completion-based interface the server uses, the same for every backend: hands the batch
+ * over; done(userdata, error) is called once its outputs are set. The local store completes
+ * at once (done runs before store_submit() returns); a remote backend completes later, from
+ * its event source, and the hits (and what they point to) must stay untouched until then.
+ * Returns 0 (done will be or was called), or -errno if the batch was not taken (done is not
+ * called). */
+int store_submit(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done, void *userdata);
+
+/* The batch interface as a function pointer, so that a batch engine can hold another backend
+ * (a test double that completes later, a remote store) with one indirect call per batch. */
+typedef int (*StoreSubmitFunc)(void *backend, StoreHit *hits, size_t n, uint64_t now_usec,
+                               StoreDoneFunc done, void *userdata);
+int store_submit_backend(void *store, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done,
+                         void *userdata);
+
+/* Periodic mode: syncs the journal if anything was appended since the last sync. The manager
+ * calls this from a timer every sync_interval_usec. Returns 0 or -errno. */
 int store_sync(Store *s);
 
-/* Deletes up to max_delete (0: STORE_SWEEP_CHUNK_DEFAULT) expired counters (expiry <=
- * now_usec), oldest first: in one short write transaction of its own, or with write-back
- * inside the open transaction (committed with it). On a full map it may use the reserve
- * and deletes fewer at a time. Sets *ret_deleted; returns 1 if more expired counters
- * remain, 0 if none, or -errno. */
-int store_sweep(Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted);
+/* One bounded step of expiry in the table (at most max_slots slots, see table_expire_step())
+ * plus a step of a table migration in progress. Sets *ret_deleted; returns 1 if it deleted
+ * something (more may follow soon), 0 if not. Expiry in data.mdb is the checkpoint's. */
+int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_deleted);
 
-/* Fills *ret. With write-back it sees the open transaction (commits nothing). Returns 0
- * or -errno. */
+/* The background checkpoint, from a periodic timer (never blocks on LMDB): reaps a finished
+ * checkpoint (on success deletes the journal segments it covers; on failure keeps them and
+ * retries after a backoff), starts one when none runs and the journal holds at least
+ * checkpoint_journal_max bytes of records since the last, or any record older than
+ * checkpoint_interval_usec, and otherwise preallocates the journal's next segment. Returns
+ * 1 if a checkpoint finished (successfully or not: see store_get_stats()), 0 if not, or
+ * -errno if one could not be started (the journal could not rotate). */
+int store_maintain(Store *s, uint64_t now_usec);
+
+/* Checkpoints everything journaled so far and waits for it (tests, tools): starts a
+ * checkpoint unless one runs, waits, reaps. Returns 0 or its -errno. */
+int store_checkpoint(Store *s, uint64_t now_usec);
+
+/* The sentence explaining the last failed checkpoint ("" if the last one succeeded). */
+const char *store_checkpoint_error(const Store *s);
+
 int store_get_stats(Store *s, StoreStats *ret);
 
 const StoreOptions *store_options(const Store *s);

@@ -345,7 +345,6 @@ int table_put(Table *t, CounterId id, TableEntry **ret) {
 
         e = find(t, id);
         if (e) {
-                table_entry_set_dirty(e);
                 *ret = e;
                 return 0;
         }
@@ -360,7 +359,7 @@ int table_put(Table *t, CounterId id, TableEntry **ret) {
                         return r;
         }
 
-        n = (TableEntry){ .id = id, .w0_meta = TABLE_FLAG_USED | TABLE_FLAG_DIRTY };
+        n = (TableEntry){ .id = id, .w0_meta = TABLE_FLAG_USED };
         *ret = slots_insert(&t->cur, &n);
         t->cur_used++;
         t->generation++;
@@ -459,7 +458,7 @@ size_t table_expire_step(Table *t, uint64_t now_usec, size_t max_slots, size_t *
         return n;
 }
 
-int table_iterate(Table *t, TableIter *i, TableIterateFlags flags, TableEntry **ret) {
+int table_iterate(Table *t, TableIter *i, TableEntry **ret) {
         assert(t);
         assert(i);
         assert(ret);
@@ -482,11 +481,6 @@ int table_iterate(Table *t, TableIter *i, TableIterateFlags flags, TableEntry **
 
                 if (!used(e) || deleted(e))
                         continue;
-                if (flags & TABLE_ITERATE_DIRTY) {
-                        if (!table_entry_dirty(e))
-                                continue;
-                        e->w0_meta &= ~TABLE_FLAG_DIRTY;
-                }
                 *ret = e;
                 return 1;
         }

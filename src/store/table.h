@@ -15,9 +15,9 @@
  *   w0_meta  bits 0..55: the state's w0 (counter.h: for every algorithm, the wall-clock time
  *            in usec from which the counter is the same as an absent one; 2^56 usec is the
  *            year 4253, so no time is lost; larger values are clamped); bits 56..59: the
- *            CounterAlgorithm; bit 61: deleted during a migration (old array only); bit 62:
- *            dirty (changed since the last checkpoint); bit 63: slot in use. An all-zero entry
- *            is an empty slot, so fresh anonymous memory is an empty table.
+ *            CounterAlgorithm; bit 61: deleted during a migration (old array only); bit 63:
+ *            slot in use; bits 60 and 62 are zero. An all-zero entry is an empty slot, so
+ *            fresh anonymous memory is an empty table.
  *   w1       the state's w1, the algorithm's own word, all 64 bits.
  *
  * The flags live in w0's spare top byte rather than in the id so that the table keeps whole
@@ -74,7 +74,6 @@ typedef struct TableEntry {
 #define TABLE_ALGORITHM_SHIFT 56
 #define TABLE_ALGORITHM_MASK  (UINT64_C(0xf) << TABLE_ALGORITHM_SHIFT)
 #define TABLE_FLAG_DELETED    (UINT64_C(1) << 61)
-#define TABLE_FLAG_DIRTY      (UINT64_C(1) << 62)
 #define TABLE_FLAG_USED       (UINT64_C(1) << 63)
 
 static inline CounterState table_entry_state(const TableEntry *e) {
@@ -105,15 +104,6 @@ static inline CounterRecord table_entry_record(const TableEntry *e) {
         };
 }
 
-static inline bool table_entry_dirty(const TableEntry *e) {
-        return e->w0_meta & TABLE_FLAG_DIRTY;
-}
-
-/* Marks the entry changed since the last checkpoint. table_put() does it for you. */
-static inline void table_entry_set_dirty(TableEntry *e) {
-        e->w0_meta |= TABLE_FLAG_DIRTY;
-}
-
 #define TABLE_MIGRATE_SLOTS                                                                                 \
         16 /* old-array slots each table_put() moves during a migration: a handful of copies                \
             * (about 1 us) per operation, and a migration ends after capacity/16 puts, before               \
@@ -141,7 +131,7 @@ void table_set_memory_max(Table *t, size_t bytes);
 
 /* Finds the counter `id`, creating it if absent with algorithm 0 (COUNTER_FIXED_WINDOW) and
  * state {0, 0}, i.e. the same as absent: the caller initialises it. Sets *ret to its entry
- * (marked dirty: the caller is expected to update it) and returns 1 if it was created, 0 if it
+ * and returns 1 if it was created, 0 if it
  * existed; -ENOMEM if it was absent and the table could not grow (the table is unchanged and
  * usable). Moves at most TABLE_MIGRATE_SLOTS slots of a migration first. An expired counter
  * is returned as it is: the caller decides (w0 <= now: start afresh). */
@@ -153,7 +143,7 @@ int table_put(Table *t, CounterId id, TableEntry **ret);
 void table_prefetch(const Table *t, CounterId id);
 
 /* Finds the counter `id` without creating it or moving anything (for PEEK). Returns 0 and
- * sets *ret, or -ENOENT. Does not mark the entry dirty. */
+ * sets *ret, or -ENOENT. */
 int table_get(Table *t, CounterId id, TableEntry **ret);
 
 /* Deletes the counter `id`. Returns 0, or -ENOENT. */
@@ -189,16 +179,8 @@ size_t table_migrate_step(Table *t, size_t max_slots);
 /* Iteration over every counter: TableIter it = TABLE_ITER_INIT, then table_iterate() until
  * it returns 0. Each counter is returned exactly once, also during a migration, as long as
  * nothing moves entries between the calls (updating entries through their pointers is
- * fine). The order is nearly counter_id_compare() order (home slots follow id.hi).
- *
- * The checkpoint (not written yet) is meant to use it so: in the event loop, between two
- * batches, copy the dirty counters out with TABLE_ITERATE_DIRTY in one pass (a memcpy-speed
- * walk, about 0.6 ms per 100k slots by bench-table's expiry step; a pass over 10 million
- * counters must then be cut in pieces, restarted on -ESTALE, or become a rotating dirty
- * cursor like the expiry step's), sort the copies by id and write them to LMDB from a thread. A
- * deletion clears no flag and leaves nothing to iterate: the checkpoint learns of deletions
- * from the journal (counter.h: a record with w0 = 0), and expired ones need no record since a
- * loaded record whose w0 has passed is dropped. */
+ * fine). The order is nearly counter_id_compare() order (home slots follow id.hi). The
+ * checkpoint does not use it: it writes the journal's records, never the table (store.c). */
 typedef struct TableIter {
         uint64_t generation; /* the table's, when the iteration started */
         size_t pos;          /* next slot: new array, then the old array's unmigrated part */
@@ -207,12 +189,6 @@ typedef struct TableIter {
 
 #define TABLE_ITER_INIT ((TableIter){})
 
-typedef enum TableIterateFlags {
-        TABLE_ITERATE_DIRTY = 1 << 0, /* only dirty counters, and clear their dirty flag */
-} TableIterateFlags;
-
 /* Sets *ret to the next counter and returns 1; returns 0 at the end, -ESTALE if entries
- * were moved (a put, delete or step that moved something) since the iteration started.
- * With TABLE_ITERATE_DIRTY (the checkpoint's use) the dirty flags are cleared as counters
- * are returned: a checkpoint that fails sets them again with table_entry_set_dirty(). */
-int table_iterate(Table *t, TableIter *i, TableIterateFlags flags, TableEntry **ret);
+ * were moved (a put, delete or step that moved something) since the iteration started. */
+int table_iterate(Table *t, TableIter *i, TableEntry **ret);

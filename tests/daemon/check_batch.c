@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* batch.c: requests taken from connections (socketpairs), matched, applied to a real store,
  * answered in order at the end of each connection's output, and counted in the metrics.
- * No event loop: the tests call batch_take() and batch_finish() as the server does. */
+ * No event loop: the tests call batch_take() and batch_finish() as the server does; a fake
+ * backend that completes when the test says so stands for a store that completes later. */
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,25 @@ static Batch *batch;
 static Connection *conns[4];
 static int peers[4];
 
+static size_t answered;
+static unsigned done_calls;
+
+static void on_done(Batch *b, size_t n_answered, void *userdata) {
+        (void) b;
+        (void) userdata;
+        answered = n_answered;
+        done_calls++;
+}
+
+/* batch_finish() with the local store: completes before it returns. */
+static size_t finish(void) {
+        unsigned before = done_calls;
+
+        ck_assert_int_eq(batch_finish(batch, NOW_USEC), 0);
+        ck_assert_uint_eq(done_calls, before + 1);
+        return answered;
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
         return remove(path);
 }
@@ -55,6 +76,7 @@ static void setup(void) {
         batch_set_rules(batch, rules);
         batch_set_store(batch, store);
         batch_set_metrics(batch, metrics);
+        batch_set_done(batch, on_done, NULL);
         for (unsigned i = 0; i < 4; i++) {
                 int sv[2];
                 ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
@@ -98,7 +120,7 @@ START_TEST (test_replies_in_order) {
         ck_assert(batch_has_room(batch));
         batch_take(batch, conns[0]);
         batch_take(batch, conns[1]);
-        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 6);
+        ck_assert_uint_eq(finish(), 6);
         /* One store transaction, in request order: connection 0 first. */
         ck_assert_str_eq(output(0), "OK true 1 60\nOK true 5 0\nOK true 0 60\nOK false 0 60\n");
         ck_assert_str_eq(output(1), "OK false 0 60\nOK false 0 -1\n");
@@ -110,7 +132,7 @@ START_TEST (test_replies_in_order) {
         ck_assert_uint_eq(metrics_label_hits(metrics, 1, METRICS_STATUS_REJECTED), 2); /* "a" */
 
         /* An empty batch answers nothing. */
-        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 0);
+        ck_assert_uint_eq(finish(), 0);
 }
 END_TEST
 
@@ -119,7 +141,7 @@ START_TEST (test_canaries) {
          * with its request's OK reply, none deciding it. */
         input(0, "HIT c=1 ip=x e=1 g=1\nHIT c=1 ip=x\n");
         batch_take(batch, conns[0]);
-        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 2);
+        ck_assert_uint_eq(finish(), 2);
         ck_assert_str_eq(output(0), "OK true 5 0\nOK true 5 0\n");
         ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_ACCEPTED), 2);
         ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_REJECTED), 2);
@@ -132,7 +154,7 @@ START_TEST (test_error_stops_connection) {
         input(1, "HIT a=1\n");
         batch_take(batch, conns[0]);
         batch_take(batch, conns[1]);
-        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 3);
+        ck_assert_uint_eq(finish(), 3);
         ck_assert_str_eq(output(0), "OK true 1 60\nERR unknown-command \"unknown command\"\n");
         ck_assert(conns[0]->closing && conns[0]->err_sent);
         ck_assert_uint_eq(conns[0]->in_pos, conns[0]->in_len); /* the line after it is dropped */
@@ -151,10 +173,10 @@ START_TEST (test_lines_per_connection) {
                 len += (size_t) snprintf(in + len, sizeof in - len, "HIT x=1\n");
         input(0, in);
         batch_take(batch, conns[0]);
-        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), BATCH_LINES_PER_CONNECTION);
+        ck_assert_uint_eq(finish(), BATCH_LINES_PER_CONNECTION);
         ck_assert(connection_has_request(conns[0]));
         batch_take(batch, conns[0]);
-        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 5);
+        ck_assert_uint_eq(finish(), 5);
         ck_assert(!connection_has_request(conns[0]));
 }
 END_TEST
@@ -168,15 +190,26 @@ START_TEST (test_output_limit_blocks) {
         input(0, "HIT x=1\n");
         batch_take(batch, conns[0]);
         ck_assert(conns[0]->blocked);
-        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 0);
+        ck_assert_uint_eq(finish(), 0);
         ck_assert(connection_has_request(conns[0]));
 }
 END_TEST
 
-/* Swaps the store for a tiny one filled until a new counter of rule [f=*] no longer fits;
- * returns that counter's actor in actor. */
+/* The journal's preallocation, failing while disk_full (a full filesystem). */
+static bool disk_full;
+static int allocate_hook(int fd, off_t len) {
+        return disk_full ? ENOSPC : posix_fallocate(fd, 0, len);
+}
+
+/* Swaps the store for one on a "full disk": filled until its journal needs a segment that
+ * cannot be made, so that a new counter of rule [f=*] no longer fits; returns that counter's
+ * actor in actor. (Version 1 filled its LMDB map; version 2 keeps counters in memory and
+ * fails a batch only when its journal cannot be written, which is this.) */
 static void fill_store(char actor[static 32]) {
-        StoreOptions o = { .map_size = 128 * 1024, .map_size_max = 128 * 1024, .sync = STORE_SYNC_NONE };
+        StoreOptions o = { .sync = STORE_SYNC_NONE,
+                           .journal_segment_size = 16 * 1024,
+                           .journal_allocate = allocate_hook,
+                           .now_usec = NOW_USEC };
         const Rule *f = &rules->rules[5];
         char err[256] = "", path[96];
         int r = 0;
@@ -186,6 +219,7 @@ static void fill_store(char actor[static 32]) {
         o.path = path;
         store = store_close(store);
         ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        disk_full = true;
         for (unsigned i = 0; r == 0; i++) {
                 ck_assert_uint_lt(i, 1000000);
                 snprintf(actor, 32, "actor-%u", i);
@@ -214,7 +248,7 @@ START_TEST (test_store_error_once) {
         batch_take(batch, conns[0]);
         batch_take(batch, conns[1]);
         batch_take(batch, conns[2]);
-        ck_assert_uint_eq(batch_finish(batch, NOW_USEC), 3);
+        ck_assert_uint_eq(finish(), 3);
         ck_assert_str_eq(output(0), "ERR unknown \"store full\"\n");
         ck_assert_str_eq(output(1), "OK true 5 0\n");
         ck_assert_str_eq(output(2), "ERR unknown \"store full\"\n");
@@ -222,6 +256,66 @@ START_TEST (test_store_error_once) {
         ck_assert_uint_eq(metrics_errors(metrics, PROTO_ERROR_UNKNOWN), 2);
         /* The canary of an ERR'd request is not counted. */
         ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_REJECTED), 0);
+}
+END_TEST
+
+/* A backend that completes when the test says so (a remote store answering later). */
+typedef struct Deferred {
+        StoreHit *hits;
+        size_t n;
+        StoreDoneFunc done;
+        void *userdata;
+        unsigned submits;
+} Deferred;
+
+static int deferred_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done,
+                           void *userdata) {
+        Deferred *d = backend;
+
+        (void) now_usec;
+        d->hits = hits;
+        d->n = n;
+        d->done = done;
+        d->userdata = userdata;
+        d->submits++;
+        return 0;
+}
+
+START_TEST (test_completes_later) {
+        Deferred d = {};
+        unsigned before = done_calls;
+
+        batch_set_backend(batch, deferred_submit, &d);
+        input(0, "HIT a=1\nHIT x=1\nHIT a=1\n");
+        input(1, "HIT f=z\n");
+        batch_take(batch, conns[0]);
+        batch_take(batch, conns[1]);
+        ck_assert_int_eq(batch_finish(batch, NOW_USEC), 1); /* pending */
+        ck_assert(batch_pending(batch));
+        ck_assert_uint_eq(d.submits, 1);
+        ck_assert_uint_eq(d.n, 3); /* one call for the batch's every hit */
+        ck_assert_uint_eq(done_calls, before);
+        ck_assert_str_eq(output(0), ""); /* no reply before the store completes */
+        ck_assert_str_eq(output(1), "");
+        ck_assert_int_eq(batch_finish(batch, NOW_USEC), -EBUSY);
+
+        /* the store's answers, then its completion: the replies in request order */
+        d.hits[0] = (StoreHit){ .allowed = true, .credit = 1, .reset_left = 60 };
+        d.hits[1] = (StoreHit){ .allowed = false, .credit = 0, .reset_left = 59 };
+        d.hits[2] = (StoreHit){ .allowed = true, .credit = 4, .reset_left = 60 };
+        d.done(d.userdata, 0);
+        ck_assert(!batch_pending(batch));
+        ck_assert_uint_eq(done_calls, before + 1);
+        ck_assert_uint_eq(answered, 4);
+        ck_assert_str_eq(output(0), "OK true 1 60\nOK true 5 0\nOK false 0 59\n");
+        ck_assert_str_eq(output(1), "OK true 4 60\n");
+
+        /* a failure completes with the error, as the local store's would */
+        input(2, "HIT a=1\n");
+        batch_take(batch, conns[2]);
+        ck_assert_int_eq(batch_finish(batch, NOW_USEC), 1);
+        d.done(d.userdata, -EIO);
+        ck_assert_str_eq(output(2), "ERR unknown \"store error: Input/output error\"\n");
 }
 END_TEST
 
@@ -236,6 +330,7 @@ int main(void) {
         tcase_add_test(tc, test_lines_per_connection);
         tcase_add_test(tc, test_output_limit_blocks);
         tcase_add_test(tc, test_store_error_once);
+        tcase_add_test(tc, test_completes_later);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);

@@ -109,6 +109,18 @@ START_TEST (test_fresh_render) {
                 "# TYPE divvyd_reloads_total counter",
                 "divvyd_reloads_total{result=\"ok\"} 0",
                 "divvyd_reloads_total{result=\"failed\"} 0",
+                "# TYPE divvyd_store_memory_bytes gauge",
+                "divvyd_store_memory_bytes 0",
+                "# TYPE divvyd_journal_bytes gauge",
+                "divvyd_journal_bytes 0",
+                "# TYPE divvyd_journal_segments gauge",
+                "divvyd_journal_segments 0",
+                "# TYPE divvyd_checkpoint_age_seconds gauge",
+                "divvyd_checkpoint_age_seconds 0.000",
+                "# TYPE divvyd_checkpoint_duration_seconds gauge",
+                "divvyd_checkpoint_duration_seconds 0.000",
+                "# TYPE divvyd_checkpoint_failures_total counter",
+                "divvyd_checkpoint_failures_total 0",
                 "# TYPE divvyd_statsd_dropped_total counter",
                 "divvyd_statsd_dropped_total 0",
                 "# TYPE divvyd_build_info gauge",
@@ -133,8 +145,8 @@ START_TEST (test_fresh_render) {
                         ck_assert_ptr_nonnull(strchr(line, ' '));
                 }
         }
-        ck_assert_uint_eq(n_help, 11);
-        ck_assert_uint_eq(n_type, 11);
+        ck_assert_uint_eq(n_help, 17);
+        ck_assert_uint_eq(n_type, 17);
         ck_assert(t[strlen(t) - 1] == '\n');
         free(copy);
         free(t);
@@ -307,7 +319,15 @@ START_TEST (test_gauges_and_counters) {
         metrics_count_reload(m, true);
         metrics_count_reload(m, true);
         metrics_count_reload(m, false);
-        metrics_set_store(m, &(StoreStats){ .counters = 42, .file_size = 65536, .swept_total = 9 });
+        metrics_set_store(m, &(StoreStats){ .counters = 42,
+                                            .file_size = 65536,
+                                            .swept_total = 9,
+                                            .memory = 1 << 20,
+                                            .journal_bytes = 3 << 20,
+                                            .journal_segments = 2,
+                                            .checkpoint_age_usec = 1500000,
+                                            .checkpoint_duration_usec = 250000,
+                                            .checkpoint_failures = 4 });
         metrics_add_statsd_dropped(m, 3);
         metrics_add_statsd_dropped(m, 4);
 
@@ -326,6 +346,12 @@ START_TEST (test_gauges_and_counters) {
         ck_assert_line(t, "divvyd_reloads_total{result=\"ok\"} 2");
         ck_assert_line(t, "divvyd_reloads_total{result=\"failed\"} 1");
         ck_assert_line(t, "divvyd_store_size_bytes 65536");
+        ck_assert_line(t, "divvyd_store_memory_bytes 1048576");
+        ck_assert_line(t, "divvyd_journal_bytes 3145728");
+        ck_assert_line(t, "divvyd_journal_segments 2");
+        ck_assert_line(t, "divvyd_checkpoint_age_seconds 1.500");
+        ck_assert_line(t, "divvyd_checkpoint_duration_seconds 0.250");
+        ck_assert_line(t, "divvyd_checkpoint_failures_total 4");
         ck_assert_line(t, "divvyd_store_counters 42");
         ck_assert_line(t, "divvyd_sweeper_deleted_total 9");
         ck_assert_line(t, "divvyd_statsd_dropped_total 7");

@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,13 +266,22 @@ START_TEST (test_too_many_connections) {
 }
 END_TEST
 
-/* Swaps the fixture's store for one whose map is full; returns in actor a value of f whose
- * counter the store cannot create ("HIT f=<actor>" is answered ERR). */
+/* The journal's preallocation, failing while disk_full (a full filesystem). */
+static bool disk_full;
+static int allocate_hook(int fd, off_t len) {
+        return disk_full ? ENOSPC : posix_fallocate(fd, 0, len);
+}
+
+/* Swaps the fixture's store for one on a full disk, its journal's segments full; returns in
+ * actor a value of f whose counter the store cannot create ("HIT f=<actor>" is answered ERR).
+ * (Version 1's map filled up; version 2 fails a batch when its journal cannot be written.) */
 static void use_full_store(char actor[static 32]) {
         static const char probe[] = "HIT f=x";
         char err[256] = "", path[96], keys[100][32];
         const Rule *matched[RULES_MATCH_MAX];
-        StoreOptions o = { .map_size = 128 * 1024, .map_size_max = 512 * 1024, .sync = STORE_SYNC_NONE };
+        StoreOptions o = { .sync = STORE_SYNC_NONE,
+                           .journal_segment_size = 16 * 1024,
+                           .journal_allocate = allocate_hook };
         ProtoRequest req;
         struct timespec ts;
         unsigned n = 100;
@@ -287,6 +297,7 @@ static void use_full_store(char actor[static 32]) {
         snprintf(path, sizeof path, "%s/full", tmpdir);
         o.path = path;
         ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        disk_full = true;
         /* New counters in batches of 100, then one at a time, until one does not fit: the
          * store is left as it was, so the same counter fails again. */
         for (unsigned i = 0; i < 100000; i++) {
@@ -349,6 +360,94 @@ START_TEST (test_canary_without_counter_counted) {
 }
 END_TEST
 
+/* A store backend that completes later: it applies the batch to the real store at once, but
+ * calls done from a defer source, i.e. in a later iteration of the loop (as a remote store
+ * answering over a socket would). */
+typedef struct Deferred {
+        sd_event_source *source;
+        StoreDoneFunc done;
+        void *userdata;
+        int error;
+        bool in_flight;
+        unsigned submits, overlaps;
+} Deferred;
+
+static int deferred_fire(sd_event_source *es, void *userdata) {
+        Deferred *d = userdata;
+
+        (void) es;
+        d->in_flight = false;
+        d->done(d->userdata, d->error);
+        return 0;
+}
+
+static int deferred_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done,
+                           void *userdata) {
+        Deferred *d = backend;
+
+        if (d->in_flight)
+                d->overlaps++; /* the server must never start a batch before the last completed */
+        d->error = store_apply(store, hits, n, now_usec);
+        d->done = done;
+        d->userdata = userdata;
+        d->in_flight = true;
+        d->submits++;
+        return sd_event_source_set_enabled(d->source, SD_EVENT_ONESHOT);
+}
+
+START_TEST (test_store_completes_later) {
+        /* Two pipelining clients over many batches: every reply in order, per connection, the
+         * counters shared, no batch started before the previous one completed. */
+        enum { N = 2 * BATCH_LINES_PER_CONNECTION + 3 };
+        static char input[N * 16];
+        size_t in_len = 0;
+        Deferred d = {};
+        int a, b;
+
+        ck_assert_int_eq(sd_event_add_defer(event, &d.source, deferred_fire, &d), 0);
+        ck_assert_int_eq(sd_event_source_set_enabled(d.source, SD_EVENT_OFF), 0);
+        server_set_backend(server, deferred_submit, &d);
+        a = client_connect();
+        b = client_connect();
+        for (unsigned i = 0; i < N; i++) {
+                in_len += (size_t) sprintf(input + in_len, "HIT f=k%u\n", i % 7);
+        }
+        send_all(a, input, in_len);
+        send_all(b, "HIT a=1\nHIT a=1\nHIT a=1\nBOGUS\nHIT a=1\n", 36);
+        ck_assert_int_eq(shutdown(a, SHUT_WR), 0);
+        ck_assert_int_eq(shutdown(b, SHUT_WR), 0);
+
+        char *out_b = collect_until_eof(b);
+        char *out_a = collect_until_eof(a);
+        ck_assert_str_eq(out_b, "OK true 1 60\nOK true 0 60\nOK false 0 60\n"
+                                "ERR unknown-command \"unknown command\"\n");
+        /* a's replies: for each of the 7 actors, credit 4, 3, ... then refused, in order */
+        unsigned seen[7] = {};
+        char *line = out_a;
+        for (unsigned i = 0; i < N; i++) {
+                char want[32];
+                unsigned k = seen[i % 7]++;
+                char *end = strchr(line, '\n');
+
+                ck_assert_ptr_nonnull(end);
+                snprintf(want, sizeof want, k < 5 ? "OK true %u 60" : "OK false 0 60", 4 - k);
+                ck_assert_int_eq((int) (end - line), (int) strlen(want));
+                ck_assert(strncmp(line, want, strlen(want)) == 0);
+                line = end + 1;
+        }
+        ck_assert_str_eq(line, "");
+        ck_assert_uint_ge(d.submits, 3);
+        ck_assert_uint_eq(d.overlaps, 0);
+        ck_assert(!server_batch_pending(server));
+        free(out_a);
+        free(out_b);
+        close(a);
+        close(b);
+        server_set_store(server, store);
+        sd_event_source_disable_unref(d.source);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("server");
         TCase *tc;
@@ -361,6 +460,7 @@ int main(void) {
         tcase_add_test(tc, test_too_many_connections);
         tcase_add_test(tc, test_canary_without_counter_counted);
         tcase_add_test(tc, test_store_error_counts_nothing_answered_ok);
+        tcase_add_test(tc, test_store_completes_later);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);

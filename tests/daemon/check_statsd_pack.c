@@ -169,6 +169,39 @@ START_TEST (test_aggregate) {
 }
 END_TEST
 
+START_TEST (test_store_gauges) {
+        /* Not before the manager published the store's stats; then every gauge, each flush. */
+        Metrics *m = NULL;
+        StatsdAggregator *a = NULL;
+        Capture c = { .n = 0 };
+        StatsdPacker p;
+
+        ck_assert_int_eq(metrics_new(&m), 0);
+        ck_assert_int_eq(statsd_aggregator_new("d", &a), 0);
+        statsd_packer_init(&p, STATSD_PAYLOAD_MAX, capture_emit, &c);
+        ck_assert_int_eq(statsd_aggregator_collect(a, m, &p), 1);
+        statsd_packer_finish(&p);
+        ck_assert_str_eq(c.payload[0], "d.connections:0|g");
+
+        metrics_set_store(m, &(StoreStats){ .counters = 42,
+                                            .file_size = 65536,
+                                            .memory = 1024,
+                                            .journal_bytes = 3 << 20,
+                                            .checkpoint_age_usec = 1500000,
+                                            .checkpoint_duration_usec = 250000,
+                                            .checkpoint_failures = 4 });
+        ck_assert_int_eq(statsd_aggregator_collect(a, m, &p), 8);
+        statsd_packer_finish(&p);
+        ck_assert_str_eq(c.payload[1],
+                         "d.connections:0|g\nd.store.counters:42|g\nd.store.size_bytes:65536|g\n"
+                         "d.store.memory_bytes:1024|g\nd.journal.bytes:3145728|g\n"
+                         "d.checkpoint.age_ms:1500|g\nd.checkpoint.duration_ms:250|g\n"
+                         "d.checkpoint.failures:4|g");
+        statsd_aggregator_free(a);
+        metrics_free(m);
+}
+END_TEST
+
 START_TEST (test_timer_sample_rate) {
         Metrics *m = NULL;
         StatsdAggregator *a = NULL;
@@ -259,6 +292,7 @@ static Suite *statsd_pack_suite(void) {
         tcase_add_test(tc, test_packer_mtu);
         tcase_add_loop_test(tc, test_aggregate, 0, sizeof aggregations / sizeof aggregations[0]);
         tcase_add_test(tc, test_timer_sample_rate);
+        tcase_add_test(tc, test_store_gauges);
         tcase_add_test(tc, test_aggregate_many_labels_split);
         suite_add_tcase(s, tc);
         return s;

@@ -207,6 +207,11 @@ def wait_for_sample(port, key, predicate, timeout=WAIT):
         time.sleep(0.05)
 
 
+# The store's gauges (version 2): sent with every flush once the store's stats are published.
+STORE_GAUGES = {"store.counters", "store.size_bytes", "store.memory_bytes", "journal.bytes",
+                "checkpoint.age_ms", "checkpoint.duration_ms", "checkpoint.failures"}
+
+
 class StatsdTests(harness.DaemonTestCase):
     def run_sequence_and_check(self, sink, prefix, env, args=()):
         d = self.new_daemon(None, env=env, args=["--statsd-interval=50"] + list(args))
@@ -224,7 +229,11 @@ class StatsdTests(harness.DaemonTestCase):
             self.assertGreaterEqual(value, 0.0)
             if rate is not None:
                 self.assertTrue(0 < float(rate) < 1, rate)
-        self.assertTrue(gauges and all(name == "connections" for name, _ in gauges), gauges)
+        # Gauges: the connections, and the store's (checkpoint health) once the manager
+        # published them; exactly these names.
+        self.assertTrue(gauges and all(name in STORE_GAUGES or name == "connections"
+                                       for name, _ in gauges), gauges)
+        self.assertIn("connections", [name for name, _ in gauges])
         return d
 
     def test_udp_names_prefix_counts(self):

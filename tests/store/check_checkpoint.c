@@ -16,7 +16,7 @@
 
 #include "core/hash.h"
 #include "store/checkpoint.h"
-#include "store/store.h"
+#include "v1-store.h"
 #include "check-run.h"
 
 #define SEC        1000000ULL            /* usec per second */
@@ -54,6 +54,9 @@ static void remove_tmpdir(void) {
         tmpdir[0] = 0;
 }
 
+/* The id key of the database opened last (v1_id() hashes under it). */
+static uint8_t id_key[CHECKPOINT_ID_KEY_SIZE];
+
 static Checkpoint *open_opts(const CheckpointOptions *o) {
         char err[ERRBUF] = "";
         Checkpoint *c = NULL;
@@ -62,6 +65,7 @@ static Checkpoint *open_opts(const CheckpointOptions *o) {
         r = checkpoint_open(dbdir, o, &c, err, sizeof err);
         ck_assert_msg(r == 0, "checkpoint_open: %d %s", r, err);
         ck_assert_ptr_nonnull(c);
+        checkpoint_id_key(c, id_key);
         return c;
 }
 
@@ -547,13 +551,13 @@ END_TEST
 
 /* Version 1 refuses version 2 (so an older divvyd cannot damage a migrated store). */
 START_TEST (test_v1_refuses_v2) {
-        StoreOptions so = { .path = dbdir, .sync = STORE_SYNC_ALWAYS };
+        V1StoreOptions so = { .path = dbdir, .sync = V1_STORE_SYNC_ALWAYS };
         Checkpoint *c = open_default();
         char err[ERRBUF] = "";
-        Store *s = NULL;
+        V1Store *s = NULL;
 
         checkpoint_close(c);
-        ck_assert_int_eq(store_open(&so, &s, err, sizeof err), -EPROTO);
+        ck_assert_int_eq(v1_store_open(&so, &s, err, sizeof err), -EPROTO);
         ck_assert_ptr_null(s);
         ck_assert_ptr_nonnull(strstr(err, "version 2"));
 }
@@ -562,16 +566,16 @@ END_TEST
 /* ---- migration from version 1 ---- */
 
 /* The v2 id of a v1 counter, from the v1 key built by hand (store.c's layout: rule id, tag 0
- * no actor / 1 verbatim / 2 hashed, then the actor or its hash128()). */
+ * no actor / 1 verbatim / 2 hashed, then the actor or its hash128()), under the secret id key
+ * of the database opened last: the migration must hash under the key it stores. */
 static CounterId v1_id(const uint8_t *rule, const char *actor, size_t len) {
-        uint8_t key[RULE_ID_SIZE + 1 + STORE_ACTOR_INLINE_MAX], h[HASH128_SIZE];
+        uint8_t key[RULE_ID_SIZE + 1 + V1_STORE_ACTOR_INLINE_MAX];
         size_t klen = RULE_ID_SIZE + 1;
-        uint64_t lo, hi;
 
         memcpy(key, rule, RULE_ID_SIZE);
         if (!actor)
                 key[RULE_ID_SIZE] = 0;
-        else if (len <= STORE_ACTOR_INLINE_MAX) {
+        else if (len <= V1_STORE_ACTOR_INLINE_MAX) {
                 key[RULE_ID_SIZE] = 1;
                 memcpy(key + klen, actor, len);
                 klen += len;
@@ -580,28 +584,26 @@ static CounterId v1_id(const uint8_t *rule, const char *actor, size_t len) {
                 hash128(actor, len, key + klen);
                 klen += HASH128_SIZE;
         }
-        hash128(key, klen, h);
-        memcpy(&lo, h, sizeof lo);
-        memcpy(&hi, h + 8, sizeof hi);
-        return (CounterId){ .lo = le64toh(lo), .hi = le64toh(hi) };
+        return counter_id_from_key(id_key, key, klen);
 }
 
-static StoreHit hit(const uint8_t *rule, const char *actor, size_t len, uint64_t limit, uint64_t reset) {
-        return (StoreHit){ .rule_id = rule,
-                           .actor = actor,
-                           .actor_len = len,
-                           .credit_limit = limit,
-                           .reset_seconds = reset };
+static V1StoreHit hit(const uint8_t *rule, const char *actor, size_t len, uint64_t limit, uint64_t reset) {
+        return (V1StoreHit){ .rule_id = rule,
+                             .actor = actor,
+                             .actor_len = len,
+                             .credit_limit = limit,
+                             .reset_seconds = reset };
 }
 
 static char long_actor[LONG_ACTOR];
 
 /* A real version-1 store by store.c, sync=always, at T0: see expect_migrated(). */
 static void make_v1(uint64_t map_size, uint64_t map_size_max, size_t extra) {
-        StoreOptions so = {
-                .path = dbdir, .sync = STORE_SYNC_ALWAYS, .map_size = map_size, .map_size_max = map_size_max
-        };
-        StoreHit hs[] = {
+        V1StoreOptions so = { .path = dbdir,
+                              .sync = V1_STORE_SYNC_ALWAYS,
+                              .map_size = map_size,
+                              .map_size_max = map_size_max };
+        V1StoreHit hs[] = {
                 hit(RULE_A, NULL, 0, 10, 60), /* 3 hits: credit 7 */
                 hit(RULE_A, NULL, 0, 10, 60),
                 hit(RULE_A, NULL, 0, 10, 60),
@@ -613,20 +615,20 @@ static void make_v1(uint64_t map_size, uint64_t map_size_max, size_t extra) {
                 hit(RULE_B, "bob", 3, 3, 5),                   /* expired at migration time */
         };
         char err[ERRBUF] = "";
-        Store *s = NULL;
+        V1Store *s = NULL;
 
         memset(long_actor, 'L', sizeof long_actor);
-        ck_assert_int_eq(store_open(&so, &s, err, sizeof err), 0);
-        ck_assert_int_eq(store_apply(s, hs, sizeof hs / sizeof hs[0], T0), 0);
+        ck_assert_int_eq(v1_store_open(&so, &s, err, sizeof err), 0);
+        ck_assert_int_eq(v1_store_apply(s, hs, sizeof hs / sizeof hs[0], T0), 0);
         for (size_t i = 0; i < extra; i++) {
                 char a[32];
-                StoreHit h;
+                V1StoreHit h;
 
                 snprintf(a, sizeof a, "actor-%zu", i);
                 h = hit(RULE_A, a, strlen(a), 10, 60);
-                ck_assert_int_eq(store_apply(s, &h, 1, T0), 0);
+                ck_assert_int_eq(v1_store_apply(s, &h, 1, T0), 0);
         }
-        store_close(s);
+        v1_store_close(s);
 }
 
 #define MIGRATION_NOW (T0 + 30 * SEC)
@@ -716,11 +718,11 @@ END_TEST
 START_TEST (test_migrate_interrupted) {
         enum { EXTRA = 1500 };
         CheckpointOptions o = { .now_usec = MIGRATION_NOW };
-        StoreOptions so = { .path = dbdir, .sync = STORE_SYNC_ALWAYS };
-        StoreHit h = hit(RULE_A, "alice", 5, 5, 3600);
+        V1StoreOptions so = { .path = dbdir, .sync = V1_STORE_SYNC_ALWAYS };
+        V1StoreHit h = hit(RULE_A, "alice", 5, 5, 3600);
         char p[PATH_MAX + 64], err[ERRBUF] = "";
         struct stat fst;
-        Store *s = NULL;
+        V1Store *s = NULL;
         Checkpoint *c;
 
         make_v1(1 << 20, 8 << 20, EXTRA);
@@ -731,10 +733,10 @@ START_TEST (test_migrate_interrupted) {
         ck_assert(has_db("expiry"));
 
         /* still version 1, with its counters: the next hit of alice on RULE_A takes credit 4 -> 3 */
-        ck_assert_int_eq(store_open(&so, &s, err, sizeof err), 0);
-        ck_assert_int_eq(store_apply(s, &h, 1, T0 + SEC), 0);
+        ck_assert_int_eq(v1_store_open(&so, &s, err, sizeof err), 0);
+        ck_assert_int_eq(v1_store_apply(s, &h, 1, T0 + SEC), 0);
         ck_assert_uint_eq(h.credit, 3);
-        store_close(s);
+        v1_store_close(s);
 
         o.map_size = o.map_size_max = 0;
         c = open_opts(&o);
@@ -748,10 +750,10 @@ END_TEST
  * with write_back, it has applied two hits on RULE_A's counter (journaled, not committed).
  * Returns once the child is ready; the caller kills it. */
 static pid_t spawn_v1(bool write_back) {
-        StoreOptions so = { .path = dbdir, .sync = STORE_SYNC_PERIODIC, .write_back = write_back };
-        StoreHit h = hit(RULE_A, NULL, 0, 10, 60);
+        V1StoreOptions so = { .path = dbdir, .sync = V1_STORE_SYNC_PERIODIC, .write_back = write_back };
+        V1StoreHit h = hit(RULE_A, NULL, 0, 10, 60);
         char err[ERRBUF] = "", b;
-        Store *s = NULL;
+        V1Store *s = NULL;
         int fds[2];
         pid_t pid;
 
@@ -759,9 +761,9 @@ static pid_t spawn_v1(bool write_back) {
         pid = fork();
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
-                if (store_open(&so, &s, err, sizeof err) < 0 ||
+                if (v1_store_open(&so, &s, err, sizeof err) < 0 ||
                     (write_back &&
-                     (store_apply(s, &h, 1, T0 + SEC) < 0 || store_apply(s, &h, 1, T0 + SEC) < 0)))
+                     (v1_store_apply(s, &h, 1, T0 + SEC) < 0 || v1_store_apply(s, &h, 1, T0 + SEC) < 0)))
                         _exit(1);
                 (void) !write(fds[1], "x", 1);
                 for (;;)
@@ -789,9 +791,9 @@ static void refused_while_running(const CheckpointOptions *o, bool write_back) {
  * records data.mdb lacks; migrated once the old store replayed it. */
 START_TEST (test_migrate_v1_journal) {
         CheckpointOptions o = { .now_usec = MIGRATION_NOW };
-        StoreOptions so = { .path = dbdir, .sync = STORE_SYNC_PERIODIC };
+        V1StoreOptions so = { .path = dbdir, .sync = V1_STORE_SYNC_PERIODIC };
         char err[ERRBUF] = "";
-        Store *s = NULL;
+        V1Store *s = NULL;
         Checkpoint *c;
 
         refused_while_running(&o, true);
@@ -801,8 +803,8 @@ START_TEST (test_migrate_v1_journal) {
         ck_assert(has_db("expiry"));
 
         /* the old store replays them, and then the migration has them */
-        ck_assert_int_eq(store_open(&so, &s, err, sizeof err), 0);
-        store_close(s);
+        ck_assert_int_eq(v1_store_open(&so, &s, err, sizeof err), 0);
+        v1_store_close(s);
         c = open_opts(&o);
         expect_loaded(c, 5, &(CounterRecord){ v1_id(RULE_A, NULL, 0), 0, { T0 + 60 * SEC, 5 } });
         checkpoint_close(c);
@@ -827,14 +829,14 @@ END_TEST
 /* A clean write-back store leaves an empty journal: migrated, and the journal removed. */
 START_TEST (test_migrate_v1_empty_journal) {
         CheckpointOptions o = { .now_usec = MIGRATION_NOW };
-        StoreOptions so = { .path = dbdir, .sync = STORE_SYNC_PERIODIC, .write_back = true };
+        V1StoreOptions so = { .path = dbdir, .sync = V1_STORE_SYNC_PERIODIC, .write_back = true };
         char p[PATH_MAX + 64], err[ERRBUF] = "";
-        Store *s = NULL;
+        V1Store *s = NULL;
         Checkpoint *c;
 
         make_v1(0, 0, 0);
-        ck_assert_int_eq(store_open(&so, &s, err, sizeof err), 0);
-        store_close(s);
+        ck_assert_int_eq(v1_store_open(&so, &s, err, sizeof err), 0);
+        v1_store_close(s);
         snprintf(p, sizeof p, "%s/journal.divvyd", dbdir);
         ck_assert_int_eq(access(p, F_OK), 0);
         c = open_opts(&o);

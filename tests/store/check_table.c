@@ -112,10 +112,9 @@ START_TEST (test_basic) {
         assert_has(t, a, 100, 5);
         assert_has(t, b, 200, 6);
 
-        /* existing: same entry, not created, marked dirty, words kept */
+        /* existing: same entry, not created, words kept */
         ck_assert_int_eq(table_put(t, a, &e), 0);
         ck_assert_uint_eq(table_entry_state(e).w1, 5);
-        ck_assert(table_entry_dirty(e));
         table_entry_set_state(e, (CounterState){ 100, 4 });
         assert_has(t, a, 100, 4);
         ck_assert_uint_eq(table_count(t), 2);
@@ -150,7 +149,6 @@ START_TEST (test_entry) {
         for (unsigned a = 0; a < 16; a++) {
                 table_entry_set_algorithm(e, (CounterAlgorithm) a);
                 ck_assert_uint_eq(table_entry_algorithm(e), a);
-                ck_assert(table_entry_dirty(e));
                 ck_assert_uint_eq(table_entry_state(e).w0, 1);
         }
         table_entry_set_algorithm(e, COUNTER_SLIDING_WINDOW);
@@ -159,7 +157,6 @@ START_TEST (test_entry) {
         table_entry_set_state(e, (CounterState){ UINT64_MAX, 8 }); /* clamped, flags kept */
         ck_assert_uint_eq(table_entry_state(e).w0, TABLE_W0_MAX);
         ck_assert_int_eq(table_entry_algorithm(e), COUNTER_SLIDING_WINDOW);
-        ck_assert(table_entry_dirty(e));
         ck_assert_int_eq(table_get(t, id, &e), 0); /* still in use, still found */
 
         rec = table_entry_record(e);
@@ -447,8 +444,7 @@ END_TEST
 
 /* Iterates t, asserting each of ids[0..n) (present[]) is seen exactly once and nothing else;
  * returns how many were seen. */
-static size_t iterate_check(Table *t, const CounterId *ids, const bool *present, size_t n,
-                            TableIterateFlags flags) {
+static size_t iterate_check(Table *t, const CounterId *ids, const bool *present, size_t n) {
         bool *seen = calloc(n, sizeof(bool));
         TableIter it = TABLE_ITER_INIT;
         TableEntry *e;
@@ -456,7 +452,7 @@ static size_t iterate_check(Table *t, const CounterId *ids, const bool *present,
         int r;
 
         expect(seen);
-        while ((r = table_iterate(t, &it, flags, &e)) > 0) {
+        while ((r = table_iterate(t, &it, &e)) > 0) {
                 size_t i = (size_t) table_entry_state(e)
                                    .w1; /* fill() and the growth test keep the index here */
 
@@ -468,7 +464,7 @@ static size_t iterate_check(Table *t, const CounterId *ids, const bool *present,
                 count++;
         }
         expect(r == 0);
-        expect(table_iterate(t, &it, flags, &e) == 0);
+        expect(table_iterate(t, &it, &e) == 0);
         free(seen);
         return count;
 }
@@ -481,7 +477,7 @@ START_TEST (test_iterate) {
         TableIter it = TABLE_ITER_INIT;
         TableEntry *e;
 
-        ck_assert_int_eq(table_iterate(t, &it, 0, &e), 0);
+        ck_assert_int_eq(table_iterate(t, &it, &e), 0);
 
         rng_state = SEED + 5;
         while (n < GROW_COUNT) {
@@ -495,41 +491,20 @@ START_TEST (test_iterate) {
                                 ck_assert_int_eq(table_delete(t, ids[v]), 0);
                                 present[v] = false;
                         }
-                        ck_assert_uint_eq(iterate_check(t, ids, present, n, 0), table_count(t));
+                        ck_assert_uint_eq(iterate_check(t, ids, present, n), table_count(t));
                         mid++;
                 }
         }
         ck_assert_uint_ge(mid, 50);
-        ck_assert_uint_eq(iterate_check(t, ids, present, n, 0), table_count(t));
-
-        /* dirty: everything was written; a dirty pass clears, the next sees none */
-        ck_assert_uint_eq(iterate_check(t, ids, present, n, TABLE_ITERATE_DIRTY), table_count(t));
-        ck_assert_uint_eq(iterate_check(t, ids, present, n, TABLE_ITERATE_DIRTY), 0);
-        /* get does not dirty, put does, set_dirty does */
-        for (size_t i = 0; i < n; i++)
-                if (present[i] && i % 10 == 0) {
-                        ck_assert_int_eq(table_get(t, ids[i], &e), 0);
-                        ck_assert_int_eq(table_put(t, ids[i], &e), 0);
-                } else if (present[i] && i % 10 == 1) {
-                        ck_assert_int_eq(table_get(t, ids[i], &e), 0);
-                        table_entry_set_dirty(e);
-                } else if (present[i])
-                        ck_assert_int_eq(table_get(t, ids[i], &e), 0);
-        {
-                size_t want = 0;
-
-                for (size_t i = 0; i < n; i++)
-                        want += present[i] && i % 10 <= 1;
-                ck_assert_uint_eq(iterate_check(t, ids, present, n, TABLE_ITERATE_DIRTY), want);
-        }
+        ck_assert_uint_eq(iterate_check(t, ids, present, n), table_count(t));
 
         /* moving entries makes a running iteration stale; updating through pointers does not */
         it = TABLE_ITER_INIT;
-        ck_assert_int_eq(table_iterate(t, &it, 0, &e), 1);
+        ck_assert_int_eq(table_iterate(t, &it, &e), 1);
         table_entry_set_state(e, (CounterState){ 2, table_entry_state(e).w1 });
-        ck_assert_int_eq(table_iterate(t, &it, 0, &e), 1);
+        ck_assert_int_eq(table_iterate(t, &it, &e), 1);
         put_new(t, (CounterId){ .lo = 42, .hi = 42 }, 1, 0);
-        ck_assert_int_eq(table_iterate(t, &it, 0, &e), -ESTALE);
+        ck_assert_int_eq(table_iterate(t, &it, &e), -ESTALE);
 }
 END_TEST
 
