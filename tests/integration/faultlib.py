@@ -204,3 +204,20 @@ def freeze(pid, timeout=None):
     os.kill(pid, signal.SIGSTOP)
     wait_for(lambda: all(_task_state(pid, t) in ("T", "t", None) for t in tasks(pid)),
              timeout or 10, "pid %d to stop on SIGSTOP" % pid, interval=0.001)
+
+
+def fill_filesystem(path, leave=0):
+    """Writes the file path until its filesystem is full, then gives back `leave` bytes of it
+    (truncating the file): a filesystem with exactly that much room. Returns the file's size."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        try:
+            while os.write(fd, b"\0" * 65536) > 0:
+                pass
+        except OSError:
+            pass
+        size = max(0, os.fstat(fd).st_size - leave)
+        os.ftruncate(fd, size)
+        return size
+    finally:
+        os.close(fd)
