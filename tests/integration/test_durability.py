@@ -16,12 +16,15 @@ fifth restart is killed DURING THE JOURNAL REPLAY (a sealed segment open, before
 then restarted again. Every kill is a SIGSTOP first, so that /proc shows the state the
 process was frozen in (a checkpoint thread alive, a segment being replayed), then SIGKILL:
 the counts of kills that landed mid-checkpoint and mid-replay come from that, not from timing.
+Also 10 kills with --sync=none (the mapping is shared: a process crash loses nothing), and
+SIGTERMs that land inside a checkpoint (exit 0, nothing lost).
 
 Full: the LMDB map cap reached by a checkpoint (hits answered from memory, the failure in the
 log, STATUS and divvyd_checkpoint_failures_total, retried; a larger cap lets it through and a
 restart keeps every counter); a full filesystem (a tmpfs the test mounts as root): the journal
 cannot get a new segment, hits answer ERR and are not counted, the checkpoint fails and is
-reported, and once space is freed hits and checkpoints work again with nothing lost.
+reported, and once space is freed hits and checkpoints work again with nothing lost; and a
+tmpfs with room for the journal but not for data.mdb: LMDB's write fails, hits go on.
 
 Restart: counters survive a clean SIGTERM restart from the journal alone (no checkpoint ever
 ran), and after a checkpoint released the journal (fewer wal-* files), from LMDB.
@@ -356,6 +359,40 @@ class Kill(harness.DaemonTestCase):
 
     def test_kill_sync_always(self):
         self._rounds("always")
+
+    def test_kill_sync_none(self):
+        # The mapping is shared: a process crash loses nothing even without any sync.
+        self.ROUNDS = 10
+        self._rounds("none")
+
+    def test_sigterm_in_checkpoint(self):
+        # A clean stop that arrives while the checkpoint thread runs: exit 0, nothing lost.
+        _, config = rules_file(self)
+        d = self.new_daemon(config, args=["--journal-segment-size", "1M"] + FREQUENT)
+        ledger = Ledger(["t-%d" % i for i in range(self.KEYS)])
+        landed = 0
+        for i in range(3):
+            d.start()
+            base = faultlib.tasks(d.pid())
+            ledger.check(self, d, "sigterm round %d" % i)
+            load = Load(d, ledger.keys, seed=100 + i).start()
+            pid = d.pid()
+            faultlib.wait_for(lambda: faultlib.tasks(pid) - base, 5, "a checkpoint thread", interval=0.0005)
+            load.killing.set()
+            faultlib.freeze(pid)
+            landed += bool(faultlib.tasks(pid) - base)
+            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)
+            self.assertEqual(d.wait_exit(), 0, d.log_tail())
+            load.stop()
+            self.assertEqual(load.errors(), [], "sigterm round %d" % i)
+            ledger.merge(load)
+        d.start()
+        ledger.check(self, d, "after SIGTERMs in checkpoints")
+        self.assertEqual(d.stop(), 0)
+        report("sigterm-in-checkpoint", "%d of 3 SIGTERMs landed inside a checkpoint: exit 0, "
+               "%d acknowledged hits kept" % (landed, ledger.acked))
+        self.assertGreater(landed, 0)
 
     def test_kill_sync_periodic(self):
         self._rounds("periodic")
