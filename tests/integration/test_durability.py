@@ -433,32 +433,34 @@ class _Counters:
 
 
 class Full(_Counters, harness.DaemonTestCase):
-    def _until_refused(self, d, prefix, hits, chunk=1000):
-        """New counters, chunk by chunk, until the store refuses one. An ERR ends its
-        connection (the protocol): the requests after it are not answered. Every OK must be
-        right. Returns (refused keys, unanswered keys, the ERR)."""
-        refused, unanswered, err = [], [], None
-        n = 0
-        while not refused and n < 200000:
-            batch = ["%s-%d" % (prefix, n + k) for k in range(chunk)]
-            n += chunk
+    def _until_refused(self, d, keys, hits, chunk=1000):
+        """Hits on keys (new or known counters, hits says how many each has), chunk by chunk,
+        until the store refuses one. An ERR ends its connection (the protocol): the requests
+        after it are not answered. Every OK must be right, and counts in hits; a refused hit
+        must never count; an unanswered one may (hits[k] becomes a (lo, hi) range). Returns
+        (refused keys, the ERR)."""
+        refused, err = [], None
+        for start in range(0, len(keys), chunk):
+            batch = keys[start:start + chunk]
             with d.connect("unix") as c:
                 replies = c.pipeline([hit(k) for k in batch])
             for k, r in zip(batch, replies):
                 ok = harness.parse_ok(r)
                 self.assertEqual(refused, [], "an answer after an ERR: %s %r" % (k, r))
                 if ok:
-                    self.assertEqual(ok[:2], (True, LIMIT - 1), "%s: %r" % (k, r))
-                    hits[k] = 1
+                    self.assertEqual(ok[:2], (True, LIMIT - 1 - hits.get(k, 0)), "%s: %r" % (k, r))
+                    hits[k] = hits.get(k, 0) + 1
                 else:
                     self.assertRegex(r, STORE_ERR)
                     refused.append(k)
+                    hits.setdefault(k, 0)
                     err = r
-            if not refused:
-                self.assertEqual(len(replies), len(batch), "EOF without an ERR")
-            unanswered += batch[len(replies):]
-        self.assertTrue(refused, "the store never refused a hit on the full filesystem")
-        return refused, unanswered, err
+            if refused:
+                for k in batch[len(replies):]:
+                    hits[k] = (hits.get(k, 0), hits.get(k, 0) + 1)
+                return refused, err
+            self.assertEqual(len(replies), len(batch), "EOF without an ERR")
+        self.fail("the store never refused a hit on the full filesystem")
 
     def test_map_full_checkpoint(self):
         tmp, config = rules_file(self)
@@ -575,29 +577,26 @@ class Full(_Counters, harness.DaemonTestCase):
         ballast = os.path.join(fs, "ballast")
         faultlib.fill_filesystem(ballast)
         # The filesystem is full: new counters until the journal needs a segment it cannot make.
-        refused, unanswered, err = self._until_refused(d, "g", hits)
+        refused, err = self._until_refused(d, ["g-%d" % i for i in range(200000)], hits)
         # The checkpoint cannot write either: reported and retried; the daemon serves on.
         faultlib.wait_for(lambda: scrape(port)["divvyd_checkpoint_failures_total"] >= 1, 20,
                           "a failed checkpoint on the full filesystem")
         self.assertRegex(d.log_text(), r"Checkpoint failed, keeping the journal and retrying: .*")
         self.assertEqual(d.request("HIT path=/open", "unix"), "OK true 5 0")
-        # Still full: what is left of the current segment may take a few more; then ERR again.
-        more = self._until_refused(d, "h", hits, chunk=16)
-        refused += more[0]
-        unanswered += more[1]
-        journaled = len(hits)
+        # Still full: what is left of the current segment may take a few more; then ERR again,
+        # for new counters and for known ones (whose refused hit must not count either).
+        refused += self._until_refused(d, ["h-%d" % i for i in range(20000)], hits, chunk=16)[0]
+        refused += self._until_refused(d, ["a-%d" % i for i in range(4000)], hits, chunk=16)[0]
+        self.assertTrue(refused[-1].startswith("a-"))
+        journaled = sum(1 for k in hits if hits[k] == 1)
+        unanswered = [k for k in hits if isinstance(hits[k], tuple)]
 
         os.unlink(ballast)
         # Space again: hits are journaled (the refused ones were never counted) ...
         faultlib.wait_for(lambda: harness.parse_ok(d.request(hit("probe"), "unix")), 10,
                           "a hit once space was freed")
         hits["probe"] = 1
-        self._expect(d, hits, "space freed")
-        for k in refused:
-            hits[k] = 0  # an ERR is the truth: not counted
-        for k in unanswered:
-            hits[k] = (0, 1)  # never answered: either
-        self._expect(d, hits, "refused hits were not counted")
+        self._expect(d, hits, "refused hits were not counted, space freed")
         # ... and the checkpoint succeeds again.
         faultlib.wait_for(lambda: "Checkpoint succeeded again" in d.log_text(), 70,
                           "a checkpoint succeeding once space was freed")
@@ -606,8 +605,8 @@ class Full(_Counters, harness.DaemonTestCase):
         d2 = self.start_daemon(config, listen=("unix",), db=db, args=args)
         self._expect(d2, hits, "restart after the disk was full")
         self.assertEqual(d2.stop(), 0)
-        report("disk-full-checkpoint", "8 MiB tmpfs: %d counters journaled, then %s for %d (%d "
-               "unanswered after it); %d failed checkpoints; after freeing space hits and checkpoints "
+        report("disk-full-checkpoint", "8 MiB tmpfs: %d counters with one hit journaled, then %s for %d (%d "
+               "unanswered after them); %d failed checkpoints; after freeing space hits and checkpoints "
                "work, a SIGKILL and restart keep every counter, refused hits uncounted" %
                (journaled, err, len(refused), len(unanswered), failures))
 
