@@ -529,7 +529,6 @@ class Full(_Counters, harness.DaemonTestCase):
         d.wait_note(re.compile(r"^STATUS=.*last checkpoint"), timeout=30, what="a first checkpoint")
         return fs, config, port, args, d
 
-    @harness.may_skip_in_ci("only when the test cannot mount a tmpfs (not root, no mount)")
     def test_disk_full_checkpoint(self):
         # Room for the journal's segments but not for the checkpoint: LMDB's write fails, the
         # hits are all answered and journaled, and nothing is lost once space returns.
@@ -568,7 +567,6 @@ class Full(_Counters, harness.DaemonTestCase):
                             "without the disk-full hint: LMDB returns EIO for the short write"):
             self.assertRegex(m.group(1), r"No space left|disk is full")
 
-    @harness.may_skip_in_ci("only when the test cannot mount a tmpfs (not root, no mount)")
     def test_disk_full(self):
         hits = {}
         fs, config, port, args, d = self._tmpfs(["--map-size", "1M", "--map-size-max", "64M"], hits)
