@@ -370,16 +370,65 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
 
 /* ---- the checkpoint thread ---- */
 
+/* One pass of a checkpoint: the records of one slice of the id space, one per id (the last
+ * read wins: the journal is in lsn order), found again through an open-addressing index of
+ * their positions, so that a journal of many changes to few counters needs little memory. */
 typedef struct Pass {
         uint64_t hi_min, hi_max; /* inclusive: the slice of ids this pass takes */
         CounterRecord *records;
         size_t n, allocated;
+        uint32_t *slots;  /* position + 1 of the record of an id; 0: empty */
+        size_t slot_mask; /* slots - 1, a power of two >= 2 * allocated */
+        size_t limit;     /* 0: grow as needed; else -E2BIG past limit distinct ids */
         bool count_only;
         uint64_t counted;
 } Pass;
 
+static uint32_t *pass_slot(Pass *p, CounterId id) {
+        /* ids are a keyed hash: their low bits are as good as any */
+        for (size_t i = (size_t) id.lo & p->slot_mask;; i = (i + 1) & p->slot_mask) {
+                uint32_t v = p->slots[i];
+
+                if (v == 0 || counter_id_compare(&p->records[v - 1].id, &id) == 0)
+                        return p->slots + i;
+        }
+}
+
+static int pass_grow(Pass *p) {
+        size_t a = p->allocated ? p->allocated * 2 : 4096, cap = 1;
+        CounterRecord *q;
+        uint32_t *slots;
+
+        if (a > UINT32_MAX / 2)
+                return -E2BIG;
+        while (cap < 2 * a)
+                cap <<= 1;
+        q = reallocarray(p->records, a, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        p->records = q;
+        slots = calloc(cap, sizeof *slots);
+        if (!slots)
+                return -ENOMEM;
+        free(p->slots);
+        p->slots = slots;
+        p->slot_mask = cap - 1;
+        p->allocated = a;
+        for (size_t i = 0; i < p->n; i++)
+                *pass_slot(p, p->records[i].id) = (uint32_t) i + 1;
+        return 0;
+}
+
+static void pass_reset(Pass *p) {
+        p->n = 0;
+        if (p->slots)
+                memset(p->slots, 0, (p->slot_mask + 1) * sizeof *p->slots);
+}
+
 static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userdata) {
         Pass *p = userdata;
+        uint32_t *slot;
+        int k;
 
         (void) pos;
         if (p->count_only) {
@@ -388,16 +437,26 @@ static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userd
         }
         if (r->id.hi < p->hi_min || r->id.hi > p->hi_max)
                 return 0;
-        if (p->n == p->allocated) {
-                size_t a = p->allocated ? p->allocated * 2 : 4096;
-                CounterRecord *q = reallocarray(p->records, a, sizeof *q);
-
-                if (!q)
-                        return -ENOMEM;
-                p->records = q;
-                p->allocated = a;
+        if (p->allocated == 0) {
+                k = pass_grow(p);
+                if (k < 0)
+                        return k;
         }
-        p->records[p->n++] = *r;
+        slot = pass_slot(p, r->id);
+        if (*slot != 0) {
+                p->records[*slot - 1] = *r; /* a later state of the same counter */
+                return 0;
+        }
+        if (p->n == p->allocated) {
+                if (p->limit > 0 && p->n >= p->limit)
+                        return -E2BIG;
+                k = pass_grow(p);
+                if (k < 0)
+                        return k;
+                slot = pass_slot(p, r->id);
+        }
+        p->records[p->n] = *r;
+        *slot = (uint32_t) ++p->n;
         return 0;
 }
 
@@ -413,26 +472,48 @@ static int job_read(Job *j, Pass *p, uint64_t after_lsn) {
 
 static int job_run(Job *j) {
         uint64_t after = checkpoint_journal_seq(j->checkpoint);
-        Pass p = { .count_only = true };
-        uint64_t passes;
+        Pass p = { .hi_max = UINT64_MAX, .limit = j->pass_records };
+        uint64_t passes = 1;
+        bool have_first;
         int r;
 
+        /* First, one pass over every id: enough unless the journal changed more than
+         * pass_records counters (then -E2BIG, found early, after that many). */
+        while (p.allocated < p.limit) {
+                r = pass_grow(&p);
+                if (r < 0)
+                        goto finish;
+        }
         r = job_read(j, &p, after);
-        if (r < 0)
-                return r;
-        j->records = p.counted;
-        passes = p.counted / j->pass_records + 1;
-        p.count_only = false;
+        have_first = r >= 0;
+        if (r == -E2BIG) {
+                /* passes over slices of the id space, sized by the number of records */
+                p = (Pass){ .records = p.records,
+                            .allocated = p.allocated,
+                            .slots = p.slots,
+                            .slot_mask = p.slot_mask,
+                            .count_only = true };
+                r = job_read(j, &p, after);
+                if (r < 0)
+                        goto finish;
+                passes = p.counted / j->pass_records + 2;
+                p.count_only = false;
+        } else if (r < 0)
+                goto finish;
         for (uint64_t k = 0; k < passes; k++) {
                 bool last = k + 1 == passes;
 
-                /* slice k of the id space: [k * 2^64 / passes, (k + 1) * 2^64 / passes) */
-                p.hi_min = (uint64_t) (((unsigned __int128) k << 64) / passes);
-                p.hi_max = last ? UINT64_MAX : (uint64_t) (((unsigned __int128) (k + 1) << 64) / passes) - 1;
-                p.n = 0;
-                r = job_read(j, &p, after);
-                if (r < 0)
-                        break;
+                if (!have_first) {
+                        /* slice k of the id space: [k * 2^64 / passes, (k + 1) * 2^64 / passes) */
+                        p.hi_min = (uint64_t) (((unsigned __int128) k << 64) / passes);
+                        p.hi_max = last ? UINT64_MAX
+                                        : (uint64_t) (((unsigned __int128) (k + 1) << 64) / passes) - 1;
+                        pass_reset(&p);
+                        r = job_read(j, &p, after);
+                        if (r < 0)
+                                break;
+                }
+                j->records += p.n;
                 if (p.n == 0 && !last)
                         continue;
                 r = checkpoint_write(j->checkpoint, p.records, p.n,
@@ -448,6 +529,8 @@ static int job_run(Job *j) {
                 }
                 j->passes++;
         }
+finish:
+        free(p.slots);
         free(p.records);
         if (r < 0)
                 return r;

@@ -717,6 +717,22 @@ START_TEST (test_checkpoint_passes) {
         ck_assert_uint_eq(stat_counters(s), 1000);
         expect_hit(s, RULE_A, "p-5", 3, 5, 3600, T0, true, 1, 3600);
         expect_hit(s, RULE_A, "p-500", 5, 5, 3600, T0, true, 2, 3600);
+
+        /* many records of few counters: one pass, the last state of each wins */
+        for (unsigned i = 0; i < 300; i++)
+                for (unsigned k = 0; k < 3; k++) {
+                        char key[16];
+
+                        snprintf(key, sizeof key, "few-%u", k);
+                        expect_hit(s, RULE_B, key, strlen(key), 1000, 3600, T0, true, 999 - i, 3600);
+                }
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        ck_assert_uint_eq(stats(s).checkpoint_counters, 1003);
+        store_close(s);
+
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), 1003);
+        expect_hit(s, RULE_B, "few-2", 5, 1000, 3600, T0, true, 699, 3600);
         store_close(s);
 }
 END_TEST
