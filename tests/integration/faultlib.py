@@ -9,6 +9,7 @@ import ctypes
 import ctypes.util
 import os
 import resource
+import signal
 import socket
 import struct
 import threading
@@ -159,3 +160,64 @@ def write_foreign_lmdb(directory, entries):
     finally:
         lib.mdb_env_close(env)
     return True
+
+
+# --- looking inside a frozen process (test_durability.py) -------------------------------------
+
+def tasks(pid):
+    """The thread ids of process pid (from /proc), as a set of ints; empty once it is gone."""
+    try:
+        return {int(t) for t in os.listdir("/proc/%d/task" % pid)}
+    except OSError:
+        return set()
+
+
+def open_files(pid):
+    """The paths process pid has open (its /proc fd links); a descriptor closed while we read
+    is skipped. Empty once the process is gone."""
+    out = []
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            out.append(os.readlink("/proc/%d/fd/%s" % (pid, fd)))
+        except OSError:
+            pass
+    return out
+
+
+def _task_state(pid, tid):
+    try:
+        with open("/proc/%d/task/%d/stat" % (pid, tid)) as f:
+            # "tid (comm) S ...": the state follows the last ')' (comm may hold spaces or ')').
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def freeze(pid, timeout=None):
+    """SIGSTOPs process pid and waits (bounded) until every thread of it is stopped ('T'), so
+    that what /proc shows afterwards is the state the process was frozen in: a SIGKILL sent
+    next lands exactly there. Raises HarnessError if the threads do not all stop in time."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: all(_task_state(pid, t) in ("T", "t", None) for t in tasks(pid)),
+             timeout or 10, "pid %d to stop on SIGSTOP" % pid, interval=0.001)
+
+
+def fill_filesystem(path, leave=0):
+    """Writes the file path until its filesystem is full, then gives back `leave` bytes of it
+    (truncating the file): a filesystem with exactly that much room. Returns the file's size."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        try:
+            while os.write(fd, b"\0" * 65536) > 0:
+                pass
+        except OSError:
+            pass
+        size = max(0, os.fstat(fd).st_size - leave)
+        os.ftruncate(fd, size)
+        return size
+    finally:
+        os.close(fd)
