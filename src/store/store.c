@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "checkpoint.h"
@@ -66,6 +67,9 @@ typedef struct Undo {
 } Undo;
 
 /* What the checkpoint thread is given and gives back. */
+#define CHECKPOINT_DISK_FULL_BYTES                                                                          \
+        (4ULL << 20) /* bytes: an EIO from LMDB with less than this free on the disk is a full disk */
+
 typedef struct Job {
         /* in */
         Checkpoint *checkpoint;
@@ -469,6 +473,21 @@ static int job_read(Job *j, Pass *p, uint64_t after_lsn) {
         return 0;
 }
 
+/* Words a failed checkpoint write into j->error and returns r. LMDB turns a short write
+ * (mdb_page_flush: "short write, filesystem full?") into EIO, so an EIO with almost no room
+ * left on the database's filesystem is reported as the full disk it is. */
+static int checkpoint_failure_reason(Job *j, int r) {
+        struct statvfs fs;
+
+        if (r == -EIO && statvfs(j->dir, &fs) == 0 &&
+            (uint64_t) fs.f_bavail * fs.f_frsize < CHECKPOINT_DISK_FULL_BYTES)
+                r = -ENOSPC;
+        set_error(j->error, sizeof j->error, "writing the checkpoint failed: %s%s", strerror(-r),
+                  r == -ENOSPC ? " (the maximum map size, less its reserve, is reached, or the disk is full)"
+                               : "");
+        return r;
+}
+
 static int job_run(Job *j) {
         uint64_t after = checkpoint_journal_seq(j->checkpoint);
         Pass p = { .hi_max = UINT64_MAX, .limit = j->pass_records };
@@ -518,11 +537,7 @@ static int job_run(Job *j) {
                                      last ? j->last_lsn : checkpoint_journal_seq(j->checkpoint),
                                      j->now_usec);
                 if (r < 0) {
-                        set_error(j->error, sizeof j->error, "writing the checkpoint failed: %s%s",
-                                  strerror(-r),
-                                  r == -ENOSPC ? " (the maximum map size, less its reserve, is reached, or "
-                                                 "the disk is full)"
-                                               : "");
+                        r = checkpoint_failure_reason(j, r);
                         break;
                 }
         }

@@ -560,12 +560,9 @@ class Full(_Counters, harness.DaemonTestCase):
         self.assertEqual(d2.stop(), 0)
         report("disk-full-lmdb", "journal room, no room for data.mdb: %s; %d counters answered "
                "and kept through SIGKILL + restart once space returned" % (m.group(1), len(hits)))
-        # Last, as it ends the test: the reason should say the disk is full. LMDB reports a
-        # short write (mdb_page_flush: "short write, filesystem full?") as EIO, and store.c
-        # adds its disk-full hint only to ENOSPC.
-        with self.known_bug("a full disk during a checkpoint is reported as 'Input/output error' "
-                            "without the disk-full hint: LMDB returns EIO for the short write"):
-            self.assertRegex(m.group(1), r"No space left|disk is full")
+        # The reason says the disk is full, although LMDB reports its short write
+        # (mdb_page_flush: "short write, filesystem full?") as EIO.
+        self.assertRegex(m.group(1), r"No space left|disk is full")
 
     def test_disk_full(self):
         hits = {}
