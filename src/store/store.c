@@ -743,12 +743,19 @@ static int load_record(const CounterRecord *r, void *userdata) {
 typedef struct Replay {
         Store *store;
         uint64_t now_usec;
+        uint64_t next_lsn; /* the lsn the next record must have: the checkpoint's + 1 */
+        bool started;      /* a record was replayed */
 } Replay;
 
 static int replay_record(const CounterRecord *r, const WalPosition *pos, void *userdata) {
         Replay *rp = userdata;
 
-        (void) pos;
+        /* The journal must go on where the checkpoint stops: a first record past the next lsn
+         * means records between them are gone (a data.mdb and a journal copied at different
+         * times), and starting would silently lose what they counted. */
+        if (!rp->started && pos->lsn != rp->next_lsn)
+                return -ESPIPE;
+        rp->started = true;
         if (r->state.w0 == 0 || r->state.w0 <= rp->now_usec) {
                 (void) table_delete(rp->store->table, r->id); /* deleted, or expired since */
                 return 0;
@@ -831,7 +838,17 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                      &s->wal, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;
-        r = wal_replay(s->wal, s->covered_lsn, replay_record, &(Replay){ .store = s, .now_usec = now });
+        r = wal_replay(s->wal, s->covered_lsn, replay_record,
+                       &(Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 });
+        if (r == -ESPIPE) {
+                set_error(errbuf, errbuf_size,
+                          "%s: the journal does not go on where data.mdb's checkpoint stops (record %" PRIu64
+                          " is missing): data.mdb and the wal-*.divvyd files are from different times; "
+                          "restore them together, as copied while divvyd was stopped",
+                          s->opts.path, s->covered_lsn + 1);
+                r = -EBADMSG;
+                goto fail;
+        }
         if (r < 0) {
                 set_error(errbuf, errbuf_size, "%s: cannot replay the journal: %s", s->opts.path,
                           wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));

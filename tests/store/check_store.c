@@ -739,6 +739,42 @@ START_TEST (test_migrate_v1) {
 }
 END_TEST
 
+/* A data.mdb older than the journal beside it (a backup restored in halves): the records
+ * between its checkpoint and the journal's first are gone, so the store refuses to start
+ * instead of silently losing what they counted. */
+START_TEST (test_journal_gap_refused) {
+        static uint8_t old[1 << 20];
+        char path[128], err[ERRBUF] = "";
+        ssize_t n;
+        Store *s;
+        int fd;
+
+        s = open_store();
+        hit_many(s, "gap-a-", 0, 100, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        store_close(s);
+        db_path(path, sizeof path, "data.mdb");
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ck_assert_int_ge(fd, 0);
+        n = read(fd, old, sizeof old);
+        close(fd);
+        ck_assert_int_gt(n, 0);
+        ck_assert_int_lt(n, (ssize_t) sizeof old);
+
+        /* More hits, a checkpoint that releases the journal they were in, more hits. */
+        s = open_store();
+        hit_many(s, "gap-b-", 0, 3000, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        hit_many(s, "gap-c-", 0, 100, 3600, T0, 0);
+        store_close(s);
+        ck_assert_int_eq(try_open(err, sizeof err), 0); /* whole: it opens */
+
+        write_file(path, old, (size_t) n);
+        ck_assert_int_eq(try_open(err, sizeof err), -EBADMSG);
+        ck_assert_msg(strstr(err, "does not go on where data.mdb's checkpoint stops"), "%s", err);
+}
+END_TEST
+
 static int collect_one(const CounterRecord *r, void *u) {
         *(CounterRecord *) u = *r;
         return 0;
@@ -995,6 +1031,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_sweep);
         tcase_add_test(tc, test_kill_child);
         tcase_add_test(tc, test_migrate_v1);
+        tcase_add_test(tc, test_journal_gap_refused);
         tcase_add_test(tc, test_format_v1_layout);
         tcase_add_test(tc, test_format_v1_counters);
         tcase_add_test(tc, test_id_key);
