@@ -55,6 +55,8 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "store-error.h"
+#include "shared/clock.h"
 #include "core/hash.h"
 
 #define CHECKPOINT_MAGIC      "divvyd counter store" /* as version 1's */
@@ -72,7 +74,6 @@
 #define V1_KEY_MAX        417              /* bytes: rule id + tag + 400 bytes of actor */
 #define V1_VALUE_SIZE     16               /* bytes: expiry, credit */
 #define V1_JOURNAL_RECORD 30               /* bytes of a v1 journal record besides its key */
-#define USEC_PER_SEC      1000000ULL
 
 _Static_assert(COUNTER_ID_SIZE == HASH128_SIZE, "a counter id is a hash128()");
 
@@ -130,36 +131,6 @@ static int errno_from_mdb(int r) {
         default:
                 return r > 0 ? -r : -EIO; /* MDB_PANIC and the rest */
         }
-}
-
-static void set_error(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *buf, size_t size, const char *fmt, ...) {
-        va_list ap;
-
-        if (!buf || size == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
-        va_end(ap);
-}
-
-static uint64_t now_usec(clockid_t clock) {
-        struct timespec ts;
-
-        clock_gettime(clock, &ts);
-        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
-}
-
-static uint64_t get_le64(const void *p) {
-        uint64_t v;
-
-        memcpy(&v, p, sizeof v);
-        return le64toh(v);
-}
-
-static void put_le64(void *p, uint64_t v) {
-        v = htole64(v);
-        memcpy(p, &v, sizeof v);
 }
 
 static void id_to_key(const CounterId *id, uint8_t out[COUNTER_ID_SIZE]) {
@@ -526,7 +497,7 @@ static size_t chunk_end(const Checkpoint *c, const CounterRecord *records, size_
 
 int checkpoint_write(Checkpoint *c, CounterRecord *records, size_t n, uint64_t journal_seq, uint64_t now) {
         Write w = { .journal_seq = journal_seq, .now = now };
-        uint64_t start = now_usec(CLOCK_MONOTONIC);
+        uint64_t start = clock_usec(CLOCK_MONOTONIC);
         size_t i = 0;
         int r;
 
@@ -553,7 +524,7 @@ int checkpoint_write(Checkpoint *c, CounterRecord *records, size_t n, uint64_t j
         walk_done(c, &w.walk);
         c->journal_seq = journal_seq;
         c->checkpoints++;
-        c->last_duration_usec = now_usec(CLOCK_MONOTONIC) - start;
+        c->last_duration_usec = clock_usec(CLOCK_MONOTONIC) - start;
         return 0;
 }
 
@@ -872,7 +843,7 @@ static pid_t lock_holder(const char *dir) {
 }
 
 static int migrate(Checkpoint *c, char *err, size_t err_size) {
-        Migration m = { .now = c->opts.now_usec ? c->opts.now_usec : now_usec(CLOCK_REALTIME) };
+        Migration m = { .now = c->opts.now_usec ? c->opts.now_usec : clock_usec(CLOCK_REALTIME) };
         char p[PATH_MAX];
         int fd, r;
 

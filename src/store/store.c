@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "checkpoint.h"
+#include "store-error.h"
 #include "core/hash.h"
 #include "shared/clock.h"
 #include "store.h"
@@ -115,17 +116,6 @@ struct Store {
 
         uint64_t swept_total;
 };
-
-static void set_error(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *buf, size_t size, const char *fmt, ...) {
-        va_list ap;
-
-        if (!buf || size == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
-        va_end(ap);
-}
 
 /* Writes the version-1 counter key of h to out; returns its length (<= STORE_KEY_MAX). The id
  * is its keyed hash (counter.h): the layout must not change. */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "shared/clock.h"
+#include "store-error.h"
 #include "store/wal.h"
 
 #define WAL_MAGIC         "DIVVYWAL" /* 8 bytes, no NUL on disk */
@@ -85,17 +86,6 @@ struct Wal {
         char error[WAL_ERROR_MAX];
 };
 
-static void set_error(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *buf, size_t size, const char *fmt, ...) {
-        va_list ap;
-
-        if (!buf || size == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
-        va_end(ap);
-}
-
 /* ---- CRC-32C, slicing-by-8 (portable; the table is built once) ---- */
 
 static uint32_t crc_table[CRC32C_SLICES][256];
@@ -113,30 +103,6 @@ static void crc_table_init(void) {
                 for (int s = 1; s < CRC32C_SLICES; s++)
                         crc_table[s][i] =
                                 (crc_table[s - 1][i] >> 8) ^ crc_table[0][crc_table[s - 1][i] & 0xff];
-}
-
-static uint32_t get_le32(const void *p) {
-        uint32_t v;
-
-        memcpy(&v, p, sizeof v);
-        return le32toh(v);
-}
-
-static void put_le32(void *p, uint32_t v) {
-        v = htole32(v);
-        memcpy(p, &v, sizeof v);
-}
-
-static uint64_t get_le64(const void *p) {
-        uint64_t v;
-
-        memcpy(&v, p, sizeof v);
-        return le64toh(v);
-}
-
-static void put_le64(void *p, uint64_t v) {
-        v = htole64(v);
-        memcpy(p, &v, sizeof v);
 }
 
 /* CRC-32C of n bytes (initial value and final xor ~0: "123456789" gives 0xE3069283). The

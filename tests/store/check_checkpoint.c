@@ -18,6 +18,7 @@
 #include "store/checkpoint.h"
 #include "v1-store.h"
 #include "check-run.h"
+#include "store-test-util.h"
 
 #define SEC        1000000ULL            /* usec per second */
 #define T0         (1700000000ULL * SEC) /* an arbitrary wall-clock start */
@@ -31,27 +32,11 @@ static const uint8_t RULE_B[RULE_ID_SIZE] = { 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6
 
 /* ---- fixture: one temporary directory per test, the store in its "db" ---- */
 
-static char tmpdir[PATH_MAX], dbdir[PATH_MAX + 8];
+static char dbdir[sizeof tmpdir + 8];
 
 static void make_tmpdir(void) {
-        const char *b = getenv("top_builddir");
-
-        snprintf(tmpdir, sizeof tmpdir, "%s/check-checkpoint-XXXXXX", b && *b ? b : "/var/tmp");
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+        store_test_make_tmpdir("check-checkpoint");
         snprintf(dbdir, sizeof dbdir, "%s/db", tmpdir);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-        (void) st;
-        (void) flag;
-        (void) ftw;
-        return remove(path);
-}
-
-static void remove_tmpdir(void) {
-        if (tmpdir[0])
-                (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-        tmpdir[0] = 0;
 }
 
 /* The id key of the database opened last (v1_id() hashes under it). */

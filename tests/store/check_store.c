@@ -23,6 +23,7 @@
 #include "v1-store.h"
 #include "store/store-verify.h"
 #include "check-run.h"
+#include "store-test-util.h"
 
 #define SEC       1000000ULL            /* usec per second */
 #define T0        (1700000000ULL * SEC) /* an arbitrary wall-clock start */
@@ -36,24 +37,8 @@ static const uint8_t RULE_B[RULE_ID_SIZE] = { 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6
 
 /* ---- fixture: one temporary directory per test ---- */
 
-static char tmpdir[64];
-
 static void make_tmpdir(void) {
-        strcpy(tmpdir, "/tmp/check-store-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-        (void) st;
-        (void) flag;
-        (void) ftw;
-        return remove(path);
-}
-
-static void remove_tmpdir(void) {
-        if (tmpdir[0])
-                (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-        tmpdir[0] = 0;
+        store_test_make_tmpdir("check-store");
 }
 
 static char *db_path(char *buf, size_t size, const char *file) {
@@ -70,7 +55,7 @@ static int allocate_hook(int fd, off_t len) {
 }
 
 static StoreOptions options(StoreSync sync) {
-        static char path[128];
+        static char path[PATH_MAX];
 
         return (StoreOptions){
                 .path = db_path(path, sizeof path, NULL),
@@ -340,7 +325,7 @@ START_TEST (test_distinct_counters) {
 END_TEST
 
 static void forge_meta(const char *key, const char *value) {
-        char path[128];
+        char path[PATH_MAX];
         MDB_env *env;
         MDB_txn *txn;
         MDB_dbi dbi;
@@ -381,7 +366,7 @@ START_TEST (test_incompatible_version) {
 END_TEST
 
 START_TEST (test_foreign_lmdb) {
-        char path[128], err[ERRBUF];
+        char path[PATH_MAX], err[ERRBUF];
         MDB_env *env;
         MDB_txn *txn;
         MDB_val k = { .mv_size = 3, .mv_data = (void *) "foo" },
@@ -410,7 +395,7 @@ static void write_file(const char *path, const void *data, size_t size) {
 }
 
 START_TEST (test_corrupt_random) {
-        char path[128], err[ERRBUF] = "";
+        char path[PATH_MAX], err[ERRBUF] = "";
         static uint8_t junk[64 * 1024];
         uint32_t x = 0x2545f491u + (uint32_t) _i; /* deterministic xorshift */
 
@@ -432,7 +417,7 @@ static void hit_many(Store *s, const char *prefix, unsigned from, unsigned to, u
 
 START_TEST (test_corrupt_truncated) {
         static const off_t sizes[] = { 4096, 3 * 4096, -1 /* half */ };
-        char path[128], err[ERRBUF] = "";
+        char path[PATH_MAX], err[ERRBUF] = "";
         Store *s = open_store();
         struct stat st;
 
@@ -703,7 +688,7 @@ END_TEST
 /* A version-1 database (built by the old store) is migrated on open, under the id key it
  * stores: hits find the migrated counters, also after a reopen. */
 START_TEST (test_migrate_v1) {
-        char path[128], err[ERRBUF] = "";
+        char path[PATH_MAX], err[ERRBUF] = "";
         V1StoreOptions o1 = { .path = db_path(path, sizeof path, NULL), .sync = V1_STORE_SYNC_ALWAYS };
         static char long_actor[500];
         V1Store *v1 = NULL;
@@ -744,7 +729,7 @@ END_TEST
  * instead of silently losing what they counted. */
 START_TEST (test_journal_gap_refused) {
         static uint8_t old[1 << 20];
-        char path[128], err[ERRBUF] = "";
+        char path[PATH_MAX], err[ERRBUF] = "";
         ssize_t n;
         Store *s;
         int fd;
@@ -782,7 +767,7 @@ static int collect_one(const CounterRecord *r, void *u) {
 
 /* The id key is random per database, kept in data.mdb, and what every hit hashes under. */
 START_TEST (test_id_key) {
-        char path[128], err[ERRBUF] = "", other[160];
+        char path[PATH_MAX], err[ERRBUF] = "", other[PATH_MAX];
         uint8_t k1[CHECKPOINT_ID_KEY_SIZE], k2[CHECKPOINT_ID_KEY_SIZE], k3[CHECKPOINT_ID_KEY_SIZE];
         Checkpoint *c = NULL;
         Store *s = open_store();
@@ -962,7 +947,7 @@ START_TEST (test_submit_completes) {
 END_TEST
 
 START_TEST (test_open_errors) {
-        char path[128], err[ERRBUF];
+        char path[PATH_MAX], err[ERRBUF];
         StoreOptions o = { .path = NULL };
         Store *s = NULL;
 
@@ -981,7 +966,7 @@ START_TEST (test_open_errors) {
 END_TEST
 
 START_TEST (test_dir_created) {
-        char path[128];
+        char path[PATH_MAX];
         struct stat st;
         Store *s = open_store();
 
@@ -994,7 +979,7 @@ END_TEST
 
 START_TEST (test_verify_sigchld_ignored) {
         /* A caller ignoring SIGCHLD must not make the check fail with ECHILD. */
-        char path[128], err[ERRBUF] = "";
+        char path[PATH_MAX], err[ERRBUF] = "";
         struct sigaction sa;
         Store *s = open_store();
 

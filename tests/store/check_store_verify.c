@@ -15,6 +15,7 @@
 #include "store/store-verify.h"
 #include "store/store.h"
 #include "check-run.h"
+#include "store-test-util.h"
 
 #define SEC    1000000ULL
 #define T0     (1700000000ULL * SEC)
@@ -24,26 +25,12 @@
 static const uint8_t RULE[RULE_ID_SIZE] = { 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8,
                                             0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf, 0xa0 };
 
-static char tmpdir[PATH_MAX / 2], dbdir[PATH_MAX / 2 + 8], datafile[PATH_MAX];
+static char dbdir[sizeof tmpdir + 8], datafile[sizeof tmpdir + 32];
 
 static void setup(void) {
-        const char *base = getenv("top_builddir");
-
-        snprintf(tmpdir, sizeof tmpdir, "%s/check-verify-XXXXXX", base && *base ? base : "/tmp");
-        ck_assert_msg(mkdtemp(tmpdir), "mkdtemp %s: %s", tmpdir, strerror(errno));
+        store_test_make_tmpdir("check-verify");
         snprintf(dbdir, sizeof dbdir, "%s/db", tmpdir);
         snprintf(datafile, sizeof datafile, "%s/data.mdb", dbdir);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-        (void) st;
-        (void) flag;
-        (void) ftw;
-        return remove(path);
-}
-
-static void teardown(void) {
-        (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A store of n counters checkpointed into data.mdb (a tree of several levels from a few
@@ -184,7 +171,7 @@ static Suite *store_verify_suite(void) {
         Suite *su = suite_create("store-verify");
         TCase *tc = tcase_create("core");
 
-        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, setup, remove_tmpdir);
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_nothing_to_verify);
         tcase_add_test(tc, test_good_store_passes);

@@ -20,6 +20,7 @@
 
 #include "store/wal.h"
 #include "check-run.h"
+#include "store-test-util.h"
 
 #define ERRBUF 512
 #define T0     (1700000000ULL * 1000000ULL) /* µs: an arbitrary wall-clock time */
@@ -29,29 +30,8 @@
 
 /* ---- fixture: one temporary directory per test, on a real disk ($top_builddir or /var/tmp) ---- */
 
-static char tmpdir[1024]; /* bytes: room for $top_builddir, and paths under it fit in PATH_MAX */
-
 static void make_tmpdir(void) {
-        const char *b = getenv("top_builddir");
-
-        if (b)
-                snprintf(tmpdir, sizeof tmpdir, "%s/tests/store/check-wal-XXXXXX", b);
-        else
-                snprintf(tmpdir, sizeof tmpdir, "/var/tmp/check-wal-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-        (void) st;
-        (void) flag;
-        (void) ftw;
-        return remove(path);
-}
-
-static void remove_tmpdir(void) {
-        if (tmpdir[0])
-                (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-        tmpdir[0] = 0;
+        store_test_make_tmpdir("check-wal");
 }
 
 static char *seg_path(char *buf, size_t size, uint64_t seq) {
