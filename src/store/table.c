@@ -72,7 +72,6 @@ struct Table {
         size_t expire_pos;   /* expiry cursor in cur (outside migrations) */
         size_t cap_min;      /* never shrink below: what table_new() was asked for */
         size_t memory_max;   /* bytes of arrays at once; 0: no cap */
-        uint64_t generation; /* bumped whenever entries move, for iterators */
 };
 
 /* The home slot: fastrange, (hi * cap) / 2^64. Monotonic in hi, any capacity, one multiply. */
@@ -237,7 +236,6 @@ static int migration_start(Table *t, size_t cap, bool check_max) {
         t->cur_used = 0;
         t->mig_pos = t->mig_skip = t->old_released = 0;
         t->expire_pos = 0;
-        t->generation++;
         return 0;
 }
 
@@ -278,8 +276,6 @@ static size_t migration_step(Table *t, size_t max_slots, bool expire, uint64_t n
                 (void) slots_insert(&t->cur, e);
                 t->cur_used++;
         }
-        if (n > 0)
-                t->generation++;
 
         if (t->mig_pos == t->old.cap) {
                 assert(t->old_left == 0);
@@ -362,7 +358,6 @@ int table_put(Table *t, CounterId id, TableEntry **ret) {
         n = (TableEntry){ .id = id, .w0_meta = TABLE_FLAG_USED };
         *ret = slots_insert(&t->cur, &n);
         t->cur_used++;
-        t->generation++;
         return 1;
 }
 
@@ -403,7 +398,6 @@ int table_delete(Table *t, CounterId id) {
                 t->old.e[i].w0_meta |= TABLE_FLAG_DELETED; /* a tombstone: chains stay whole */
                 t->old_left--;
         }
-        t->generation++;
         maybe_shrink(t);
         return 0;
 }
@@ -450,38 +444,8 @@ size_t table_expire_step(Table *t, uint64_t now_usec, size_t max_slots, size_t *
                         t->expire_pos = 0;
         }
 
-        if (n_deleted > 0)
-                t->generation++;
         maybe_shrink(t);
         if (ret_deleted)
                 *ret_deleted += n_deleted;
         return n;
-}
-
-int table_iterate(Table *t, TableIter *i, TableEntry **ret) {
-        assert(t);
-        assert(i);
-        assert(ret);
-
-        if (!i->started)
-                *i = (TableIter){ .generation = t->generation, .started = true };
-        else if (i->generation != t->generation)
-                return -ESTALE;
-
-        for (;;) {
-                TableEntry *e;
-
-                if (i->pos < t->cur.cap)
-                        e = &t->cur.e[i->pos];
-                else if (t->old.e && t->mig_pos + (i->pos - t->cur.cap) < t->old.cap)
-                        e = &t->old.e[t->mig_pos + (i->pos - t->cur.cap)];
-                else
-                        return 0;
-                i->pos++;
-
-                if (!used(e) || deleted(e))
-                        continue;
-                *ret = e;
-                return 1;
-        }
 }

@@ -49,7 +49,7 @@
  * which this bound makes unreachable, a migration would be finished at once. The only
  * allocation is the new array, once per migration, never per counter.
  *
- * Pointers to entries (from table_put(), table_get(), table_iterate()) are valid until the
+ * Pointers to entries (from table_put(), table_get()) are valid until the
  * next call that may move entries: table_put(), table_delete(), table_expire_step(),
  * table_migrate_step(), table_free(). Setting the state and the algorithm through them is
  * the way to update a counter.
@@ -175,20 +175,3 @@ size_t table_expire_step(Table *t, uint64_t now_usec, size_t max_slots, size_t *
  * the old array is released sooner. Returns the number of slots examined (0: none in
  * progress). */
 size_t table_migrate_step(Table *t, size_t max_slots);
-
-/* Iteration over every counter: TableIter it = TABLE_ITER_INIT, then table_iterate() until
- * it returns 0. Each counter is returned exactly once, also during a migration, as long as
- * nothing moves entries between the calls (updating entries through their pointers is
- * fine). The order is nearly counter_id_compare() order (home slots follow id.hi). The
- * checkpoint does not use it: it writes the journal's records, never the table (store.c). */
-typedef struct TableIter {
-        uint64_t generation; /* the table's, when the iteration started */
-        size_t pos;          /* next slot: new array, then the old array's unmigrated part */
-        bool started;
-} TableIter;
-
-#define TABLE_ITER_INIT ((TableIter){})
-
-/* Sets *ret to the next counter and returns 1; returns 0 at the end, -ESTALE if entries
- * were moved (a put, delete or step that moved something) since the iteration started. */
-int table_iterate(Table *t, TableIter *i, TableEntry **ret);

@@ -442,72 +442,6 @@ START_TEST (test_presized_no_shrink) {
 }
 END_TEST
 
-/* Iterates t, asserting each of ids[0..n) (present[]) is seen exactly once and nothing else;
- * returns how many were seen. */
-static size_t iterate_check(Table *t, const CounterId *ids, const bool *present, size_t n) {
-        bool *seen = calloc(n, sizeof(bool));
-        TableIter it = TABLE_ITER_INIT;
-        TableEntry *e;
-        size_t count = 0;
-        int r;
-
-        expect(seen);
-        while ((r = table_iterate(t, &it, &e)) > 0) {
-                size_t i = (size_t) table_entry_state(e)
-                                   .w1; /* fill() and the growth test keep the index here */
-
-                expect(i < n);
-                expect(id_eq(e->id, ids[i]));
-                expect(present[i]);
-                expect(!seen[i]);
-                seen[i] = true;
-                count++;
-        }
-        expect(r == 0);
-        expect(table_iterate(t, &it, &e) == 0);
-        free(seen);
-        return count;
-}
-
-START_TEST (test_iterate) {
-        _cleanup_table_ Table *t = new_table(0);
-        static CounterId ids[GROW_COUNT];
-        static bool present[GROW_COUNT];
-        size_t n = 0, mid = 0;
-        TableIter it = TABLE_ITER_INIT;
-        TableEntry *e;
-
-        ck_assert_int_eq(table_iterate(t, &it, &e), 0);
-
-        rng_state = SEED + 5;
-        while (n < GROW_COUNT) {
-                ids[n] = id_random();
-                put_new(t, ids[n], 1, n);
-                present[n++] = true;
-                if (table_migrating(t) && n % 3 == 0) {
-                        size_t v = rng() % n;
-
-                        if (present[v]) {
-                                ck_assert_int_eq(table_delete(t, ids[v]), 0);
-                                present[v] = false;
-                        }
-                        ck_assert_uint_eq(iterate_check(t, ids, present, n), table_count(t));
-                        mid++;
-                }
-        }
-        ck_assert_uint_ge(mid, 50);
-        ck_assert_uint_eq(iterate_check(t, ids, present, n), table_count(t));
-
-        /* moving entries makes a running iteration stale; updating through pointers does not */
-        it = TABLE_ITER_INIT;
-        ck_assert_int_eq(table_iterate(t, &it, &e), 1);
-        table_entry_set_state(e, (CounterState){ 2, table_entry_state(e).w1 });
-        ck_assert_int_eq(table_iterate(t, &it, &e), 1);
-        put_new(t, (CounterId){ .lo = 42, .hi = 42 }, 1, 0);
-        ck_assert_int_eq(table_iterate(t, &it, &e), -ESTALE);
-}
-END_TEST
-
 START_TEST (test_enomem) {
         _cleanup_table_ Table *t = new_table(0);
         static CounterId ids[GROW_COUNT];
@@ -708,7 +642,6 @@ static Suite *table_suite(void) {
                 { "expire_mid_migration", test_expire_mid_migration },
                 { "shrink", test_shrink },
                 { "presized_no_shrink", test_presized_no_shrink },
-                { "iterate", test_iterate },
                 { "enomem", test_enomem },
                 { "release", test_release },
                 { "model", test_model },
