@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shared/clock.h"
 #include "store/checkpoint.h"
 #include "../tests/store/v1-store.h"
 
@@ -40,13 +41,6 @@
 #define T0     (1700000000ULL * SEC) /* wall-clock time the benchmark pretends it is */
 #define WINDOW (3600 * SEC)          /* counters live until T0 + up to an hour */
 #define FILL   1024                  /* hits per batch while filling a version-1 store */
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
-}
 
 /* xorshift64*: deterministic, fast */
 static uint64_t rnd(uint64_t *s) {
@@ -89,12 +83,12 @@ static uint64_t write_bytes(void) {
 }
 
 static int report(Checkpoint *c, const char *what, CounterRecord *rs, size_t n, uint64_t seq) {
-        uint64_t wb = write_bytes(), wc = io_field("wchar:"), t = now_ns();
+        uint64_t wb = write_bytes(), wc = io_field("wchar:"), t = clock_nsec(CLOCK_MONOTONIC);
         CheckpointStats st;
         int r;
 
         r = checkpoint_write(c, rs, n, seq, T0);
-        t = now_ns() - t;
+        t = clock_nsec(CLOCK_MONOTONIC) - t;
         wb = write_bytes() - wb;
         wc = io_field("wchar:") - wc;
         if (r < 0 || checkpoint_get_stats(c, &st) < 0) {
@@ -111,11 +105,11 @@ static int report(Checkpoint *c, const char *what, CounterRecord *rs, size_t n, 
 }
 
 static int load(Checkpoint *c, const char *what, uint64_t want) {
-        uint64_t n = 0, t = now_ns();
+        uint64_t n = 0, t = clock_nsec(CLOCK_MONOTONIC);
         int r;
 
         r = checkpoint_load(c, T0, count_one, &n);
-        t = now_ns() - t;
+        t = clock_nsec(CLOCK_MONOTONIC) - t;
         if (r < 0 || n != want) {
                 fprintf(stderr, "checkpoint_load: %s, %" PRIu64 " of %" PRIu64 "\n", strerror(-r), n, want);
                 return -EIO;
@@ -150,7 +144,7 @@ static int migrate(const char *dir, size_t total) {
                 fprintf(stderr, "%s\n", err);
                 return -EIO;
         }
-        t = now_ns();
+        t = clock_nsec(CLOCK_MONOTONIC);
         for (size_t i = 0; i < total; i += FILL) {
                 size_t n = total - i < FILL ? total - i : FILL;
 
@@ -171,13 +165,13 @@ static int migrate(const char *dir, size_t total) {
         v1_store_close(s);
         v1_size = file_size(dir);
         printf("version-1 store        %9zu counters %8.3f s to fill  %6.1f bytes data.mdb/counter\n", total,
-               (double) (now_ns() - t) / 1e9, (double) v1_size / (double) total);
-        t = now_ns();
+               (double) (clock_nsec(CLOCK_MONOTONIC) - t) / 1e9, (double) v1_size / (double) total);
+        t = clock_nsec(CLOCK_MONOTONIC);
         if (checkpoint_open(dir, &o, &c, err, sizeof err) < 0) {
                 fprintf(stderr, "%s\n", err);
                 return -EIO;
         }
-        t = now_ns() - t;
+        t = clock_nsec(CLOCK_MONOTONIC) - t;
         if (checkpoint_get_stats(c, &st) < 0) {
                 checkpoint_close(c);
                 return -EIO;

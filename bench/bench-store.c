@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shared/clock.h"
 #include "store/store.h"
 
 #define SEC          1000000ULL            /* usec per second */
@@ -34,13 +35,6 @@
 #define RESET_SPREAD 3600
 #define SWEEP_STEPS  100 /* sweep steps timed */
 #define SWEEP_CHUNK  1000
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
-}
 
 static uint64_t xorshift(uint64_t *x) {
         *x ^= *x << 13;
@@ -81,7 +75,7 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 
 static int fill(Store *s, uint64_t keys) {
         StoreHit b[FILL_BATCH];
-        uint64_t t = now_ns();
+        uint64_t t = clock_nsec(CLOCK_MONOTONIC);
 
         for (uint64_t i = 0; i < keys;) {
                 size_t n = 0;
@@ -94,7 +88,8 @@ static int fill(Store *s, uint64_t keys) {
                 }
         }
         (void) store_sync(s);
-        printf("  pre-filled %llu counters in %.1f s\n", (unsigned long long) keys, (now_ns() - t) / 1e9);
+        printf("  pre-filled %llu counters in %.1f s\n", (unsigned long long) keys,
+               (clock_nsec(CLOCK_MONOTONIC) - t) / 1e9);
         return 0;
 }
 
@@ -102,7 +97,7 @@ static int run_hits(Store *s, uint64_t keys, size_t batch, uint64_t total) {
         StoreHit b[BATCH_MAX];
         uint64_t x = 0x9e3779b97f4a7c15ULL, t, elapsed;
 
-        t = now_ns();
+        t = clock_nsec(CLOCK_MONOTONIC);
         for (uint64_t done = 0; done < total; done += batch) {
                 for (size_t i = 0; i < batch; i++)
                         set_hit(b + i, i, xorshift(&x) % keys);
@@ -111,7 +106,7 @@ static int run_hits(Store *s, uint64_t keys, size_t batch, uint64_t total) {
                         return -1;
                 }
         }
-        elapsed = now_ns() - t;
+        elapsed = clock_nsec(CLOCK_MONOTONIC) - t;
         (void) store_sync(s); /* the timer's job, outside the timed loop */
         printf("  batch %3zu: %9.0f hits/s  (%llu hits, %.2f us/batch)\n", batch, total / (elapsed / 1e9),
                (unsigned long long) total, elapsed / 1e3 / (total / batch));
@@ -126,10 +121,10 @@ static int run_sweep(Store *s, size_t chunk) {
 
         /* at T0+120s the windows of 60..120 s are over: ~1.7% of the counters */
         while (steps < SWEEP_STEPS && r == 1) {
-                uint64_t t = now_ns(), e;
+                uint64_t t = clock_nsec(CLOCK_MONOTONIC), e;
 
                 r = store_sweep(s, T0 + 120 * SEC, chunk, &d);
-                e = now_ns() - t;
+                e = clock_nsec(CLOCK_MONOTONIC) - t;
                 if (r < 0) {
                         fprintf(stderr, "store_sweep: %s\n", strerror(-r));
                         return -1;
@@ -169,13 +164,13 @@ static int run_case(const char *name, uint64_t keys, bool sweep) {
         r = fill(s, keys);
         if (r < 0)
                 goto out;
-        uint64_t t = now_ns();
+        uint64_t t = clock_nsec(CLOCK_MONOTONIC);
         r = store_checkpoint(s, T0);
         if (r < 0) {
                 fprintf(stderr, "store_checkpoint: %s\n", strerror(-r));
                 goto out;
         }
-        printf("  checkpoint of every counter: %.2f s\n", (now_ns() - t) / 1e9);
+        printf("  checkpoint of every counter: %.2f s\n", (clock_nsec(CLOCK_MONOTONIC) - t) / 1e9);
         r = store_get_stats(s, &st);
         if (r < 0)
                 goto out;

@@ -32,6 +32,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "shared/clock.h"
 #include "store/table.h"
 
 #define COUNTERS_DEFAULT 10000000ULL                  /* the scale: 10 million live counters */
@@ -41,13 +42,6 @@
 #define CLOCK_SAMPLES    1000000                      /* clock_gettime() calls to price it */
 #define SWEEP_SLOTS      1000                         /* slots per timed expiry step */
 #define BATCH            16 /* hits per prefetched batch: enough misses in flight to cover DRAM latency */
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
-}
 
 /* splitmix64: the i-th id without storing 160 MB of them */
 static uint64_t mix(uint64_t x) {
@@ -141,7 +135,7 @@ static double insert_all(Table *t, uint64_t n, Lat *l) {
         l->nivcsw = -nivcsw();
         for (uint64_t i = 0; i < n; i++) {
                 TableEntry *e;
-                uint64_t t0 = now_ns();
+                uint64_t t0 = clock_nsec(CLOCK_MONOTONIC);
                 int r = table_put(t, id_of(i), &e);
 
                 if (r != 1) {
@@ -150,7 +144,7 @@ static double insert_all(Table *t, uint64_t n, Lat *l) {
                         exit(EXIT_FAILURE);
                 }
                 table_entry_set_state(e, (CounterState){ T0 + LIFETIME, 1000 });
-                lat_add(l, now_ns() - t0);
+                lat_add(l, clock_nsec(CLOCK_MONOTONIC) - t0);
                 if (i >= n / 10 && (double) table_memory(t) / (double) (i + 1) > peak)
                         peak = (double) table_memory(t) / (double) (i + 1);
         }
@@ -171,7 +165,7 @@ static void hit_random(Table *t, uint64_t n, uint64_t m, Lat *l) {
 
                 x = mix(x);
                 i = x % n;
-                t0 = now_ns();
+                t0 = clock_nsec(CLOCK_MONOTONIC);
                 if (table_put(t, id_of(i), &e) != 0) {
                         fprintf(stderr, "counter %llu missing\n", (unsigned long long) i);
                         exit(EXIT_FAILURE);
@@ -179,7 +173,7 @@ static void hit_random(Table *t, uint64_t n, uint64_t m, Lat *l) {
                 s = table_entry_state(e);
                 s.w1 = s.w1 > 0 ? s.w1 - 1 : 0;
                 table_entry_set_state(e, s);
-                lat_add(l, now_ns() - t0);
+                lat_add(l, clock_nsec(CLOCK_MONOTONIC) - t0);
         }
         l->nivcsw += nivcsw();
 }
@@ -188,7 +182,7 @@ static void hit_random(Table *t, uint64_t n, uint64_t m, Lat *l) {
  * batches of BATCH whose ids are all prefetched first (as the store can do for a batch of
  * hits). Returns ns per hit. */
 static double hit_throughput(Table *t, uint64_t n, uint64_t m, bool batched) {
-        uint64_t x = 0x7654321ULL, done = 0, t0 = now_ns();
+        uint64_t x = 0x7654321ULL, done = 0, t0 = clock_nsec(CLOCK_MONOTONIC);
         size_t batch = batched ? BATCH : 1;
 
         while (done + batch <= m) {
@@ -214,7 +208,7 @@ static double hit_throughput(Table *t, uint64_t n, uint64_t m, bool batched) {
                 }
                 done += batch;
         }
-        return (double) (now_ns() - t0) / (double) done;
+        return (double) (clock_nsec(CLOCK_MONOTONIC) - t0) / (double) done;
 }
 
 /* Inserts ids 0..n-1 into a new table (pre-sized for n, or grown from empty), timed as a
@@ -228,7 +222,7 @@ static double insert_throughput(uint64_t n, bool presize) {
                 fprintf(stderr, "table_new: out of memory\n");
                 exit(EXIT_FAILURE);
         }
-        t0 = now_ns();
+        t0 = clock_nsec(CLOCK_MONOTONIC);
         for (uint64_t i = 0; i < n; i++) {
                 TableEntry *e;
 
@@ -238,7 +232,7 @@ static double insert_throughput(uint64_t n, bool presize) {
                 }
                 table_entry_set_state(e, (CounterState){ T0 + LIFETIME, 1000 });
         }
-        ns = (double) (now_ns() - t0) / (double) n;
+        ns = (double) (clock_nsec(CLOCK_MONOTONIC) - t0) / (double) n;
         table_free(t);
         return ns;
 }
@@ -272,8 +266,8 @@ int main(int argc, char *argv[]) {
         printf("bench-table: %llu counters, %llu lookups\n", (unsigned long long) n, (unsigned long long) m);
 
         for (unsigned i = 0; i < CLOCK_SAMPLES; i++) {
-                t0 = now_ns();
-                lat_add(&clock_cost, now_ns() - t0);
+                t0 = clock_nsec(CLOCK_MONOTONIC);
+                lat_add(&clock_cost, clock_nsec(CLOCK_MONOTONIC) - t0);
         }
         lat_print("clock_gettime() itself", &clock_cost);
 
@@ -301,14 +295,14 @@ int main(int argc, char *argv[]) {
                "lookup+update, untimed", hit_throughput(t, n, m, false), hit_throughput(t, n, m, true),
                BATCH);
 
-        t0 = now_ns();
+        t0 = clock_nsec(CLOCK_MONOTONIC);
         (void) table_expire_step(t, T0, SWEEP_SLOTS, &deleted);
         printf("%-26s %8.1f us (%d slots examined, none expired)\n", "expiry step",
-               (double) (now_ns() - t0) / 1000.0, SWEEP_SLOTS);
-        t0 = now_ns();
+               (double) (clock_nsec(CLOCK_MONOTONIC) - t0) / 1000.0, SWEEP_SLOTS);
+        t0 = clock_nsec(CLOCK_MONOTONIC);
         (void) table_expire_step(t, T0 + 2 * LIFETIME, SWEEP_SLOTS, &deleted);
         printf("%-26s %8.1f us (%d slots examined, %zu expired and deleted)\n", "expiry step",
-               (double) (now_ns() - t0) / 1000.0, SWEEP_SLOTS, deleted);
+               (double) (clock_nsec(CLOCK_MONOTONIC) - t0) / 1000.0, SWEEP_SLOTS, deleted);
         t = table_free(t);
 
         /* 2. pre-sized: the same work without any migration, the baseline for the worst case */
@@ -332,9 +326,9 @@ int main(int argc, char *argv[]) {
                 do
                         r = table_put(t, id_of(next++), &e);
                 while (r == 1 && !table_migrating(t));
-                t0 = now_ns();
+                t0 = clock_nsec(CLOCK_MONOTONIC);
                 (void) table_migrate_step(t, SIZE_MAX);
-                pause = now_ns() - t0;
+                pause = clock_nsec(CLOCK_MONOTONIC) - t0;
                 printf("%-26s %7.1f ms: %llu counters moved in one call, the pause incremental "
                        "migration avoids\n",
                        "stop-the-world rehash", (double) pause / 1e6, (unsigned long long) table_count(t));

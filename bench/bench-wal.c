@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "shared/clock.h"
 #include "store/wal.h"
 
 #define BATCH           256                   /* records per batch: the store's largest */
@@ -32,13 +33,6 @@
 #define SYNC_BATCHES    2000                         /* batches timed with a wal_sync() each */
 #define T0              (1700000000ULL * 1000000ULL) /* µs: the wall clock we pretend */
 #define NSEC_PER_USEC_F 1000.0
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
-}
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
         (void) st;
@@ -94,32 +88,32 @@ static void bench_append(const char *dir, uint64_t records) {
         WalStats st;
         Wal *w = open_wal(dir);
 
-        t0 = now_ns();
+        t0 = clock_nsec(CLOCK_MONOTONIC);
         for (uint64_t i = 0; i < records; i += BATCH) {
-                uint64_t t1 = now_ns();
+                uint64_t t1 = clock_nsec(CLOCK_MONOTONIC);
 
                 fill(b, i);
                 if (wal_append(w, b, BATCH) < 0) {
                         fprintf(stderr, "wal_append: %s\n", wal_error(w));
                         exit(EXIT_FAILURE);
                 }
-                t = now_ns() - t1;
+                t = clock_nsec(CLOCK_MONOTONIC) - t1;
                 if (t > worst)
                         worst = t;
                 wal_get_stats(w, &st);
                 if (!st.spare_ready) { /* the owner's idle moment: prepare the next segment */
                         release_sealed(w);
-                        t1 = now_ns();
+                        t1 = clock_nsec(CLOCK_MONOTONIC);
                         if (wal_prepare(w) < 0) {
                                 fprintf(stderr, "wal_prepare: %s\n", wal_error(w));
                                 exit(EXIT_FAILURE);
                         }
-                        t = now_ns() - t1;
+                        t = clock_nsec(CLOCK_MONOTONIC) - t1;
                         if (t > worst_prepare)
                                 worst_prepare = t;
                 }
         }
-        t = now_ns() - t0;
+        t = clock_nsec(CLOCK_MONOTONIC) - t0;
         wal_get_stats(w, &st);
         printf("append, batches of %d, no sync: %.2f million records/s (%.1f ns/record, %.0f MB/s), "
                "%" PRIu64 " rotations\n",
@@ -147,12 +141,12 @@ static void bench_sync(const char *dir) {
                         fprintf(stderr, "wal_append: %s\n", wal_error(w));
                         exit(EXIT_FAILURE);
                 }
-                t1 = now_ns();
+                t1 = clock_nsec(CLOCK_MONOTONIC);
                 if (wal_sync(w) < 0) {
                         fprintf(stderr, "wal_sync: %s\n", wal_error(w));
                         exit(EXIT_FAILURE);
                 }
-                lat[i] = now_ns() - t1;
+                lat[i] = clock_nsec(CLOCK_MONOTONIC) - t1;
                 sum += (double) lat[i];
         }
         qsort(lat, SYNC_BATCHES, sizeof *lat, cmp_u64);
