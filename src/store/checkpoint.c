@@ -43,7 +43,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <lmdb.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

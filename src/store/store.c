@@ -33,7 +33,6 @@
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

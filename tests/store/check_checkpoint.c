@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 #include <check.h>
-#include <endian.h>
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <lmdb.h> /* test-only: to forge foreign databases and look at the layout */
 #include <signal.h>

@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <limits.h>
 #include <signal.h>
