@@ -141,7 +141,6 @@ struct V1Store {
         MDB_dbi dbi_main, dbi_meta, dbi_counters, dbi_expiry;
         uint64_t map_size; /* current */
         bool dirty;        /* committed since the last sync */
-        uint64_t swept_total, map_grows, commits, syncs;
 
         /* Write-back (opts.write_back): the open transaction, the hits in it, and the
          * journal of every batch applied to it (see store.h and "Write-back" above). */
@@ -217,13 +216,6 @@ static void put_le64(void *p, uint64_t v) {
         memcpy(p, &v, sizeof v);
 }
 
-static uint64_t get_be64(const void *p) {
-        uint64_t v;
-
-        memcpy(&v, p, sizeof v);
-        return be64toh(v);
-}
-
 static void put_be64(void *p, uint64_t v) {
         v = htobe64(v);
         memcpy(p, &v, sizeof v);
@@ -258,31 +250,6 @@ static uint64_t seconds_left(uint64_t expiry_usec, uint64_t now_usec) {
         return d / USEC_PER_SEC + (d % USEC_PER_SEC != 0);
 }
 
-const char *v1_store_sync_to_string(V1StoreSync s) {
-        static const char *const table[_V1_STORE_SYNC_MAX] = {
-                [V1_STORE_SYNC_NONE] = "none",
-                [V1_STORE_SYNC_PERIODIC] = "periodic",
-                [V1_STORE_SYNC_ALWAYS] = "always",
-        };
-
-        if (s < 0 || s >= _V1_STORE_SYNC_MAX)
-                return NULL;
-        return table[s];
-}
-
-V1StoreSync v1_store_sync_from_string(const char *s) {
-        if (!s)
-                return _V1_STORE_SYNC_INVALID;
-        for (V1StoreSync i = 0; i < _V1_STORE_SYNC_MAX; i++)
-                if (strcmp(s, v1_store_sync_to_string(i)) == 0)
-                        return i;
-        return _V1_STORE_SYNC_INVALID;
-}
-
-const V1StoreOptions *v1_store_options(const V1Store *s) {
-        return s ? &s->opts : NULL;
-}
-
 /* How far new hits may grow the map: all but the last eighth of map_size_max. The rest
  * is kept for what must not fail for lack of room once hits were answered: rebuilding
  * the write-back transaction from the journal (at open too) and sweeping, which needs
@@ -308,7 +275,6 @@ static int v1_store_grow(V1Store *s, bool recovery) {
         if (r != 0)
                 return errno_from_mdb(r);
         s->map_size = n;
-        s->map_grows++;
         return 0;
 }
 
@@ -354,10 +320,7 @@ static int v1_store_commit(V1Store *s, MDB_txn *txn) {
         r = mdb_txn_commit(txn);
         if (r != 0)
                 return r;
-        s->commits++;
-        if (s->opts.sync == V1_STORE_SYNC_ALWAYS)
-                s->syncs++; /* the commit itself fsync'ed */
-        else
+        if (s->opts.sync != V1_STORE_SYNC_ALWAYS) /* else the commit itself fsync'ed */
                 s->dirty = true;
         return 0;
 }
@@ -768,128 +731,7 @@ int v1_store_sync(V1Store *s) {
         if (r != 0)
                 return errno_from_mdb(r);
         s->dirty = false;
-        s->syncs++;
         return journal_sync_head(s);
-}
-
-/* One sweep attempt: deletes up to max expired counters. Returns an MDB code. */
-static int sweep_txn(V1Store *s, MDB_txn *txn, uint64_t now_usec, size_t max, size_t *deleted, bool *more) {
-        MDB_cursor *ci = NULL, *cc = NULL;
-        MDB_val k, v;
-        int r;
-
-        *deleted = 0;
-        *more = false;
-        r = mdb_cursor_open(txn, s->dbi_expiry, &ci);
-        if (r == 0)
-                r = mdb_cursor_open(txn, s->dbi_counters, &cc);
-        if (r != 0)
-                goto finish;
-        for (;;) {
-                /* MDB_FIRST after each deletion: a few cached page hops, and no reliance
-                 * on where a cursor stands after mdb_cursor_del() */
-                r = mdb_cursor_get(ci, &k, &v, MDB_FIRST);
-                if (r != 0)
-                        break;
-                if (k.mv_size <= V1_STORE_EXPIRY_PREFIX) {
-                        r = MDB_CORRUPTED;
-                        break;
-                }
-                if (get_be64(k.mv_data) > now_usec)
-                        break; /* oldest remaining one is live */
-                if (*deleted >= max) {
-                        *more = true;
-                        break;
-                }
-
-                MDB_val ck = { .mv_size = k.mv_size - V1_STORE_EXPIRY_PREFIX,
-                               .mv_data = (uint8_t *) k.mv_data + V1_STORE_EXPIRY_PREFIX };
-                MDB_val cv;
-                r = mdb_cursor_get(cc, &ck, &cv, MDB_SET_KEY);
-                if (r == 0 && cv.mv_size == V1_STORE_VALUE_SIZE &&
-                    get_le64(cv.mv_data) == get_be64(k.mv_data))
-                        r = mdb_cursor_del(cc, 0);
-                else if (r == 0 || r == MDB_NOTFOUND)
-                        r = 0; /* index entry without its counter: drop only the entry */
-                if (r != 0)
-                        break;
-                r = mdb_cursor_del(ci, 0);
-                if (r != 0)
-                        break;
-                (*deleted)++;
-        }
-finish:
-        if (cc)
-                mdb_cursor_close(cc);
-        if (ci)
-                mdb_cursor_close(ci);
-        return r == MDB_NOTFOUND ? 0 : r;
-}
-
-int v1_store_sweep(V1Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted) {
-        size_t deleted = 0;
-        bool more = false;
-        int r = 0;
-
-        if (ret_deleted)
-                *ret_deleted = 0;
-        if (!s)
-                return -EINVAL;
-        if (max_delete == 0)
-                max_delete = V1_STORE_SWEEP_CHUNK_DEFAULT;
-
-        if (s->wtxn) {
-                /* Write-back: sweep inside the open transaction (one writer at a time), rather
-                 * than commit it early. Deletions need no journal: an expired counter is absent
-                 * whether or not it was deleted, and one that a replay brings back is expired. */
-                r = sweep_txn(s, s->wtxn, now_usec, max_delete, &deleted, &more);
-                if (r == 0) {
-                        s->swept_total += deleted;
-                        if (ret_deleted)
-                                *ret_deleted = deleted;
-                        return more ? 1 : 0;
-                }
-                /* the transaction is broken (a full map): rebuild it, then sweep on our own */
-                mdb_txn_abort(s->wtxn);
-                s->wtxn = NULL;
-                s->wcur = NULL;
-                s->wtxn_hits = 0;
-                r = journal_recover(s, s->jpos);
-                if (r != 0)
-                        return errno_from_mdb(r);
-                deleted = 0;
-                more = false;
-        }
-
-        for (unsigned attempt = 0; attempt < V1_STORE_RETRIES_MAX; attempt++) {
-                MDB_txn *txn;
-
-                r = v1_store_begin(s, &txn);
-                if (r < 0)
-                        return r;
-                r = sweep_txn(s, txn, now_usec, max_delete, &deleted, &more);
-                if (r != 0 || deleted == 0)
-                        mdb_txn_abort(txn); /* failed, or nothing written: nothing to commit */
-                else
-                        r = v1_store_commit(s, txn);
-                if (r != MDB_MAP_FULL)
-                        break;
-                /* Even deleting needs fresh pages (copy-on-write). Grow if we may,
-                 * else delete less at a time so a full map can still be swept. */
-                if (v1_store_grow(s, true) < 0) {
-                        if (max_delete == 1)
-                                break;
-                        max_delete /= 2;
-                }
-        }
-        v1_store_unreserve(s);
-        r = errno_from_mdb(r);
-        if (r < 0)
-                return r;
-        s->swept_total += deleted;
-        if (ret_deleted)
-                *ret_deleted = deleted;
-        return more ? 1 : 0;
 }
 
 static int file_size(const V1Store *s, uint64_t *ret) {
@@ -901,61 +743,6 @@ static int file_size(const V1Store *s, uint64_t *ret) {
         if (stat(p, &st) < 0)
                 return -errno;
         *ret = (uint64_t) st.st_size;
-        return 0;
-}
-
-static uint64_t stat_pages(const MDB_stat *st) {
-        return (uint64_t) st->ms_branch_pages + st->ms_leaf_pages + st->ms_overflow_pages;
-}
-
-int v1_store_get_stats(V1Store *s, V1StoreStats *ret) {
-        MDB_stat st_main, st_meta, st_counters, st_expiry;
-        MDB_txn *txn = NULL;
-        uint64_t fsize = 0;
-        int r = 0;
-
-        if (!s || !ret)
-                return -EINVAL;
-        if (s->wtxn)
-                txn = s->wtxn; /* sees everything applied; a read transaction would wait for nothing */
-        else
-                r = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-        if (!s->wtxn && r == MDB_MAP_RESIZED) {
-                r = mdb_env_set_mapsize(s->env, 0);
-                if (r == 0) {
-                        v1_store_refresh_map_size(s);
-                        r = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-                }
-        }
-        if (r != 0)
-                return errno_from_mdb(r);
-        r = mdb_stat(txn, s->dbi_main, &st_main);
-        if (r == 0)
-                r = mdb_stat(txn, s->dbi_meta, &st_meta);
-        if (r == 0)
-                r = mdb_stat(txn, s->dbi_counters, &st_counters);
-        if (r == 0)
-                r = mdb_stat(txn, s->dbi_expiry, &st_expiry);
-        if (txn != s->wtxn)
-                mdb_txn_abort(txn);
-        if (r != 0)
-                return errno_from_mdb(r);
-        r = file_size(s, &fsize);
-        if (r < 0)
-                return r;
-
-        *ret = (V1StoreStats){
-                .counters = st_counters.ms_entries,
-                .map_size = s->map_size,
-                .data_size = (stat_pages(&st_main) + stat_pages(&st_meta) + stat_pages(&st_counters) +
-                              stat_pages(&st_expiry)) *
-                             st_main.ms_psize,
-                .file_size = fsize,
-                .swept_total = s->swept_total,
-                .map_grows = s->map_grows,
-                .commits = s->commits,
-                .syncs = s->syncs,
-        };
         return 0;
 }
 

@@ -32,11 +32,8 @@
 #define V1_STORE_MAP_SIZE_DEFAULT     (64ULL << 20) /* bytes: initial map */
 #define V1_STORE_MAP_SIZE_MAX_DEFAULT (16ULL << 30) /* bytes: growth cap */
 #define V1_STORE_SYNC_INTERVAL_DEFAULT_USEC                                                                 \
-        (100ULL * 1000ULL) /* periodic mode: fsync at most                                                  \
-                            * this often (100 ms) */
-#define V1_STORE_SWEEP_CHUNK_DEFAULT                                                                        \
-        100 /* expired counters deleted per sweep step: measured ~0.6 ms per step at 10 million             \
-             * counters (1000 took ~7 ms), so a step never holds the write lock long */
+        (100ULL * 1000ULL)                     /* periodic mode: fsync at most                              \
+                                                * this often (100 ms) */
 #define V1_STORE_JOURNAL_NAME "journal.divvyd" /* write-back journal, beside data.mdb */
 #define V1_STORE_WRITE_BACK_HITS_MAX                                                                        \
         32768 /* hits per write-back transaction before it is committed early: bounds its dirty             \
@@ -58,8 +55,8 @@ typedef struct V1StoreOptions {
         V1StoreSync sync;
         uint64_t sync_interval_usec; /* V1_STORE_SYNC_PERIODIC; 0 = default */
         /* Write-back (ignored with V1_STORE_SYNC_ALWAYS): batches are applied to one long
-         * write transaction that v1_store_sync() commits (so do v1_store_sweep(),
-         * v1_store_get_stats(), v1_store_close(), and every V1_STORE_WRITE_BACK_HITS_MAX hits);
+         * write transaction that v1_store_sync() commits (so do
+         * v1_store_close() and every V1_STORE_WRITE_BACK_HITS_MAX hits);
          * each batch's new counter values are appended with one write() to the journal
          * file beside data.mdb, so a crash of the process loses nothing v1_store_apply()
          * returned: the journal is replayed by the next v1_store_open() and emptied after
@@ -82,17 +79,6 @@ typedef struct V1StoreHit {
         uint64_t reset_left; /* whole seconds until the window resets, rounded up, >= 1 */
 } V1StoreHit;
 
-typedef struct V1StoreStats {
-        uint64_t counters;    /* entries in the counter table (live + not yet swept) */
-        uint64_t map_size;    /* current map size, bytes */
-        uint64_t data_size;   /* bytes in use (pages * page size) */
-        uint64_t file_size;   /* size of data.mdb on disk */
-        uint64_t swept_total; /* expired counters deleted since open */
-        uint64_t map_grows;   /* automatic map growths since open */
-        uint64_t commits;     /* write transactions committed since open */
-        uint64_t syncs;       /* fsyncs since open */
-} V1StoreStats;
-
 typedef struct V1Store V1Store;
 
 /* Opens (creating if needed) the environment at opts->path, clears stale readers,
@@ -103,10 +89,6 @@ int v1_store_open(const V1StoreOptions *opts, V1Store **ret, char *errbuf, size_
 
 /* Commits (and, unless sync=none, fsyncs) everything, closes. Accepts NULL; returns NULL. */
 V1Store *v1_store_close(V1Store *s);
-static inline void v1_store_closep(V1Store **s) {
-        if (*s)
-                v1_store_close(*s);
-}
 
 /* Applies n hits in ONE write transaction at wall-clock time now_usec, in order
  * (two hits on the same counter in one batch see each other). No allocation per
@@ -122,15 +104,3 @@ int v1_store_apply(V1Store *s, V1StoreHit *hits, size_t n, uint64_t now_usec);
  * then fsyncs if anything was committed since the last sync. The manager calls this
  * from a timer every sync_interval_usec. Returns 0 or -errno. */
 int v1_store_sync(V1Store *s);
-
-/* Deletes up to max_delete expired counters (expiry <= now_usec), oldest first, in
- * one short write transaction. Sets *ret_deleted; returns 1 if more expired
- * counters remain, 0 if none, or -errno. */
-int v1_store_sweep(V1Store *s, uint64_t now_usec, size_t max_delete, size_t *ret_deleted);
-
-int v1_store_get_stats(V1Store *s, V1StoreStats *ret);
-
-const V1StoreOptions *v1_store_options(const V1Store *s);
-
-const char *v1_store_sync_to_string(V1StoreSync s);
-V1StoreSync v1_store_sync_from_string(const char *s);
