@@ -95,7 +95,6 @@
 #include <inttypes.h>
 #include <lmdb.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +105,7 @@
 #include <unistd.h>
 
 #include "core/hash.h"
+#include "store/store-error.h"
 #include "v1-store.h"
 
 #define V1_STORE_MAGIC         "divvyd counter store"
@@ -191,29 +191,6 @@ static int errno_from_mdb(int r) {
         default:
                 return r > 0 ? -r : -EIO;
         }
-}
-
-static void set_error(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *buf, size_t size, const char *fmt, ...) {
-        va_list ap;
-
-        if (!buf || size == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
-        va_end(ap);
-}
-
-static uint64_t get_le64(const void *p) {
-        uint64_t v;
-
-        memcpy(&v, p, sizeof v);
-        return le64toh(v);
-}
-
-static void put_le64(void *p, uint64_t v) {
-        v = htole64(v);
-        memcpy(p, &v, sizeof v);
 }
 
 static void put_be64(void *p, uint64_t v) {
