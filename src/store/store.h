@@ -143,11 +143,11 @@ static inline void store_closep(Store **s) {
 }
 
 /* Applies n hits at wall-clock time now_usec, in order (two hits on the same counter in one
- * batch see each other), then appends their new states to the journal with one write (and
- * with sync=always syncs it). No allocation per hit. Returns 0 (each hit's outputs set, error
- * 0); on failure returns -errno and sets every hit's error to it, and the table is as before
- * the batch: -ENOSPC the journal's next segment does not fit on the disk, -ENOMEM the table
- * cannot grow, -EIO etc. */
+ * batch see each other), then appends their new states to the journal in one wal_append(),
+ * a copy into its mapped segment (and with sync=always syncs it). No allocation per hit.
+ * Returns 0 (each hit's outputs set, error 0); on failure returns -errno and sets every
+ * hit's error to it, and the table is as before the batch: -ENOSPC the journal's next
+ * segment does not fit on the disk, -ENOMEM the table cannot grow, -EIO etc. */
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec);
 
 /* Called once the hits of a store_submit() have their outputs: error is store_apply()'s. */
