@@ -10,14 +10,9 @@
 #include <time.h>
 
 #include "core/rules.h"
+#include "shared/clock.h"
 
 #define SPEC_MAX 64 /* bytes: longest pattern value built here */
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
 
 static int add_rule(RuleSet *rs, const char *path, const char *method, const char *credit, Diag *diag) {
         RuleDraft d;
@@ -41,7 +36,7 @@ static int build(size_t n_rules, bool glob, RuleSet **ret, uint64_t *ret_load_ns
         int r;
 
         diag_init(&diag, glob ? "globs" : "exact");
-        uint64_t t0 = now_ns();
+        uint64_t t0 = clock_nsec(CLOCK_MONOTONIC);
         r = ruleset_new(NULL, &rs);
         for (size_t i = 0; r >= 0 && i < n_rules; i++) {
                 snprintf(path, sizeof path, glob ? "/api/%zu/*" : "/api/%zu", i);
@@ -53,7 +48,7 @@ static int build(size_t n_rules, bool glob, RuleSet **ret, uint64_t *ret_load_ns
                 r = add_rule(rs, NULL, NULL, "0", &diag);
         if (r >= 0)
                 r = ruleset_finalize(rs, &diag);
-        *ret_load_ns = now_ns() - t0;
+        *ret_load_ns = clock_nsec(CLOCK_MONOTONIC) - t0;
         if (r < 0) {
                 diag_print(&diag, stderr);
                 fprintf(stderr, "bench-rules: building the config failed: %s\n", strerror(-r));
@@ -83,12 +78,12 @@ static void run(const char *name, const RuleSet *rs, size_t n_rules, size_t n_ma
                 reqs[i].pairs[2] = (ProtoPair){ { "ip", 2 }, { "192.0.2.1", 9 } };
         }
 
-        uint64_t t0 = now_ns();
+        uint64_t t0 = clock_nsec(CLOCK_MONOTONIC);
         for (size_t i = 0; i < n_matches; i++) {
                 size_t n = ruleset_match(rs, &reqs[i % N_PATHS], out);
                 checksum += out[n - 1]->index;
         }
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = clock_nsec(CLOCK_MONOTONIC) - t0;
 
         printf("%-7s %6zu rules: %9.1f ns/match over %zu matches; load+validate %.1f ms; %s (checksum "
                "%zu)\n",

@@ -37,7 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NSEC_PER_SEC  1000000000ULL
+#include "shared/clock.h" /* header only: this program links nothing of divvyd */
+
 #define NSEC_PER_MSEC 1000000ULL
 
 #define CONNECTIONS_MAX 10000 /* connections: far beyond any useful run, bounds the arrays */
@@ -146,13 +147,6 @@ static size_t tpl_n;
 static _Atomic int phase = PHASE_WARMUP;
 static atomic_bool aborting = false;
 static uint64_t measure_start_ns;
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
 
 static uint64_t xorshift(uint64_t *x) {
         *x ^= *x << 13;
@@ -375,7 +369,7 @@ static void conn_next_batch(Worker *w, Conn *c) {
                 c->quota -= batch;
         c->pending = batch;
         c->batch_measured = measured;
-        c->batch_ns = now_ns();
+        c->batch_ns = clock_nsec(CLOCK_MONOTONIC);
         r = conn_flush(w, c);
         if (r < 0)
                 conn_fail(w, c, "send failed", -r);
@@ -542,7 +536,7 @@ static void conn_readable(Worker *w, Conn *c, uint64_t t) {
 static void *worker_run(void *userdata) {
         Worker *w = userdata;
         struct epoll_event evs[EVENTS_MAX];
-        uint64_t last_progress = now_ns();
+        uint64_t last_progress = clock_nsec(CLOCK_MONOTONIC);
         unsigned open;
 
         for (unsigned i = 0; i < w->n_conns; i++)
@@ -567,7 +561,7 @@ static void *worker_run(void *userdata) {
                         atomic_store(&aborting, true);
                         break;
                 }
-                t = now_ns();
+                t = clock_nsec(CLOCK_MONOTONIC);
                 for (int i = 0; i < n; i++) {
                         Conn *c = evs[i].data.ptr;
 
@@ -1014,7 +1008,7 @@ int main(int argc, char **argv) {
         }
 
         if (opt.warmup_ns == 0) {
-                measure_start_ns = now_ns();
+                measure_start_ns = clock_nsec(CLOCK_MONOTONIC);
                 atomic_store(&phase, PHASE_MEASURE);
         }
         for (; started < opt.threads; started++) {
@@ -1027,7 +1021,7 @@ int main(int argc, char **argv) {
         }
         if (opt.warmup_ns > 0 && !atomic_load(&aborting)) {
                 sleep_ns(opt.warmup_ns);
-                measure_start_ns = now_ns();
+                measure_start_ns = clock_nsec(CLOCK_MONOTONIC);
                 atomic_store(&phase, PHASE_MEASURE);
         }
         if (opt.requests == 0 && !atomic_load(&aborting)) {
