@@ -30,7 +30,8 @@
 
 #define BATCH_REQUESTS_MAX 1024 /* requests per batch: bounds the latency of one batch */
 #define BATCH_HITS_MAX                                                                                      \
-        4096 /* store hits per batch (one write transaction): bounds the transaction and the arrays */
+        4096 /* store hits per batch (one store_submit(), one journal append): bounds the append and        \
+              * the arrays */
 #define BATCH_LINES_PER_CONNECTION                                                                          \
         64 /* requests taken from one connection per batch: a pipelining client cannot fill a               \
             * batch and starve the others */
