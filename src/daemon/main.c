@@ -49,7 +49,7 @@ static void help(void) {
                "                           ... or this long after the last checkpoint, if the journal\n"
                "                           holds anything (default 300)\n"
                "      --journal-segment-size=BYTES\n"
-               "                           Journal file size, preallocated (default 64M)\n"
+               "                           Journal file size, 64K .. 1G, preallocated (default 64M)\n"
                "      --max-connections=N  Refuse clients beyond N (default %d)\n"
                "      --idle-timeout=SEC   Close connections idle this long (default 0 = never)\n"
                "      --output-limit=BYTES Stop reading a client whose unsent replies exceed this\n"
