@@ -50,8 +50,7 @@ struct Batch {
 
         uint64_t start_usec; /* CLOCK_MONOTONIC when the first request was taken; 0 without metrics */
         bool started;
-        bool pending;         /* submitted, not completed yet */
-        uint64_t completions; /* batches completed: tells a completion inside submit from a later one */
+        bool pending; /* submitted, not completed yet */
 
         char store_error_reason[PROTO_REPLY_MAX];
         uint64_t store_errors;
@@ -371,7 +370,6 @@ static void batch_complete(Batch *b, int store_error) {
         b->n_slots = b->n_hits = b->n_rules_matched = b->n_canaries_uncounted = 0;
         b->started = false;
         b->pending = false;
-        b->completions++;
         if (b->done)
                 b->done(b, n_answered, b->done_userdata);
 }
@@ -381,7 +379,6 @@ static void batch_store_done(void *userdata, int error) {
 }
 
 int batch_finish(Batch *b, uint64_t now_usec) {
-        uint64_t completions = b->completions;
         int r;
 
         if (b->pending)
@@ -394,5 +391,6 @@ int batch_finish(Batch *b, uint64_t now_usec) {
         r = b->submit(b->backend, b->hits, b->n_hits, now_usec, batch_store_done, b);
         if (r < 0)
                 batch_complete(b, r); /* not taken: answered with the error */
-        return b->completions == completions;
+        /* batch_complete() clears it: still set, the store completes later */
+        return b->pending;
 }

@@ -30,7 +30,8 @@
 
 #define BATCH_REQUESTS_MAX 1024 /* requests per batch: bounds the latency of one batch */
 #define BATCH_HITS_MAX                                                                                      \
-        4096 /* store hits per batch (one write transaction): bounds the transaction and the arrays */
+        4096 /* store hits per batch (one store_submit(), one journal append): bounds the append and        \
+              * the arrays */
 #define BATCH_LINES_PER_CONNECTION                                                                          \
         64 /* requests taken from one connection per batch: a pipelining client cannot fill a               \
             * batch and starve the others */
@@ -47,7 +48,7 @@ typedef struct Batch Batch;
 int batch_new(const BatchSettings *settings, Batch **ret);
 Batch *batch_free(Batch *b);
 
-/* Borrowed; see above. metrics may be NULL: nothing is counted. */
+/* Borrowed; see above. */
 void batch_set_rules(Batch *b, const RuleSet *rules);
 /* The local store (store_submit()), or any backend with the same interface. */
 void batch_set_store(Batch *b, Store *store);
@@ -57,6 +58,7 @@ void batch_set_backend(Batch *b, StoreSubmitFunc submit, void *backend);
  * replies included) have their replies in their connections' output buffers. */
 typedef void (*BatchDoneFunc)(Batch *b, size_t n_answered, void *userdata);
 void batch_set_done(Batch *b, BatchDoneFunc done, void *userdata);
+/* Borrowed; NULL (the default): nothing is counted. */
 void batch_set_metrics(Batch *b, Metrics *metrics);
 
 /* True if the batch can take at least one more request (of a new connection). */

@@ -12,7 +12,6 @@
  * -abs(error), for `return log_error_errno(r, "Failed to ...: %m");`.
  */
 
-#include <stdbool.h>
 #include <syslog.h>
 
 #define LOG_LINE_MAX                                                                                        \
@@ -42,7 +41,3 @@ int log_internal(int level, int error, const char *format, ...) __attribute__((f
 #define log_info_errno(error, ...)    log_full_errno(LOG_INFO, error, __VA_ARGS__)
 #define log_warning_errno(error, ...) log_full_errno(LOG_WARNING, error, __VA_ARGS__)
 #define log_error_errno(error, ...)   log_full_errno(LOG_ERR, error, __VA_ARGS__)
-
-static inline bool log_debug_enabled(void) {
-        return log_get_max_level() >= LOG_DEBUG;
-}

@@ -49,7 +49,7 @@ static void help(void) {
                "                           ... or this long after the last checkpoint, if the journal\n"
                "                           holds anything (default 300)\n"
                "      --journal-segment-size=BYTES\n"
-               "                           Journal file size, preallocated (default 64M)\n"
+               "                           Journal file size, 64K .. 1G, preallocated (default 64M)\n"
                "      --max-connections=N  Refuse clients beyond N (default %d)\n"
                "      --idle-timeout=SEC   Close connections idle this long (default 0 = never)\n"
                "      --output-limit=BYTES Stop reading a client whose unsent replies exceed this\n"
@@ -106,21 +106,16 @@ static int load_rules(const char *path, RuleSet **ret) {
         return r;
 }
 
-/* Decimal unsigned integer in [min, max]. */
-/* Bytes with an optional K, M or G suffix (powers of 1024). */
+/* Bytes with an optional K, M or G suffix (powers of 1024); the digits are parse_uint64()'s. */
 static int parse_size(const char *s, uint64_t *ret) {
-        unsigned long long v;
+        char digits[32]; /* 2^64 has 20 digits: longer is leading zeros, refused as too long */
+        size_t len = strlen(s);
         unsigned shift = 0;
-        char *end;
+        uint64_t v;
+        int r;
 
-        if (*s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno != 0)
-                return -ERANGE;
-        if (*end != '\0') {
-                switch (*end) {
+        if (len > 0)
+                switch (s[len - 1]) {
                 case 'K':
                 case 'k':
                         shift = 10;
@@ -133,15 +128,17 @@ static int parse_size(const char *s, uint64_t *ret) {
                 case 'g':
                         shift = 30;
                         break;
-                default:
-                        return -EINVAL;
                 }
-                if (end[1] != '\0')
-                        return -EINVAL;
-        }
-        if (v > (UINT64_MAX >> shift))
+        if (shift > 0)
+                len--;
+        if (len >= sizeof digits)
                 return -ERANGE;
-        *ret = (uint64_t) v << shift;
+        memcpy(digits, s, len);
+        digits[len] = '\0';
+        r = parse_uint64(digits, 0, UINT64_MAX >> shift, &v);
+        if (r < 0)
+                return r;
+        *ret = v << shift;
         return 0;
 }
 

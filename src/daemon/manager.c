@@ -209,7 +209,7 @@ static int manager_sync_handler(sd_event_source *s, uint64_t usec, void *userdat
         return sd_event_source_set_time_relative(s, m->settings.store.sync_interval_usec);
 }
 
-/* Store gauges for the metrics, refreshed with every sweep (they cost a read transaction). */
+/* Store gauges for the metrics, refreshed with every sweep (memory and journal counts, no I/O). */
 static void manager_publish_store_stats(Manager *m) {
         StoreStats st;
         if (store_get_stats(m->store, &st) >= 0)
