@@ -109,11 +109,6 @@ def make_tmpdir():
     return tempfile.mkdtemp(prefix="divvyd-it-", dir=base)
 
 
-def strip_priority(line):
-    """Drops the sd-daemon "<N>" prefix of a log line."""
-    return re.sub(r"^<\d>", "", line)
-
-
 class HarnessError(Exception):
     pass
 
