@@ -25,7 +25,6 @@ import socket
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import faultlib  # noqa: E402
@@ -489,11 +488,9 @@ class HangingMetrics(_InOrder, harness.DaemonTestCase):
         self.addCleanup(accepted.close)
 
         def scrape():
-            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port,
-                                        timeout=harness.IO_TIMEOUT) as r:
-                return r.status, r.read().decode()
+            return harness.http_get(http_port)
 
-        status, body = scrape()
+        status, _, body = scrape()
         self.assertEqual(status, 200)
         self.assertIn("divvyd_", body)
 
