@@ -35,7 +35,7 @@ note() { summary="$summary
 step "dependencies"
 DEPS="build-essential autoconf automake libtool pkg-config debhelper dpkg-dev fakeroot lintian rpm
 systemd systemd-container libcjson-dev liblmdb-dev libmicrohttpd-dev libsystemd-dev check python3
-lmdb-utils netcat-openbsd util-linux passwd"
+lmdb-utils netcat-openbsd util-linux passwd procps mount iproute2"
 missing=""
 for p in $DEPS; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

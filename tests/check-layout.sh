@@ -49,7 +49,7 @@ for dir in "$src"/*/; do
         done
 done
 check "folders include only the folders under them" [ -z "$bad" ]
-[ -z "$bad" ] || printf "$bad\n"
+[ -z "$bad" ] || printf "%b\n" "$bad"
 
 lmdb=$(grep -l '#include <lmdb.h>' -r "$src" | grep -v "^$src/store/" || true)
 check "only src/store/ includes <lmdb.h>" [ -z "$lmdb" ]

@@ -12,6 +12,7 @@ import resource
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 
@@ -204,6 +205,19 @@ def freeze(pid, timeout=None):
     os.kill(pid, signal.SIGSTOP)
     wait_for(lambda: all(_task_state(pid, t) in ("T", "t", None) for t in tasks(pid)),
              timeout or 10, "pid %d to stop on SIGSTOP" % pid, interval=0.001)
+
+
+def mount_tmpfs(test, path, size="8m", why_not_root=""):
+    """Mounts a tmpfs of size on the empty directory path for the rest of test (unmounted at
+    its cleanup); the test skips, loudly, when not root or when the mount fails."""
+    if os.geteuid() != 0:
+        test.skipTest("SKIPPED LOUDLY: not root, cannot mount a small tmpfs to fill up" +
+                      (" (%s)" % why_not_root if why_not_root else ""))
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs", path],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        test.skipTest("SKIPPED LOUDLY: cannot mount a tmpfs here (%s)" % r.stderr.strip())
+    test.addCleanup(subprocess.run, ["umount", "-l", path], capture_output=True)
 
 
 def fill_filesystem(path, leave=0):

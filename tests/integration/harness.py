@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -107,11 +108,6 @@ def make_tmpdir():
     if len(base) > 60:
         base = "/tmp"
     return tempfile.mkdtemp(prefix="divvyd-it-", dir=base)
-
-
-def strip_priority(line):
-    """Drops the sd-daemon "<N>" prefix of a log line."""
-    return re.sub(r"^<\d>", "", line)
 
 
 class HarnessError(Exception):
@@ -541,6 +537,26 @@ def unix_peer_unread(sock):
         if len(f) >= 8 and f[0] == "u_str" and f[-1] == ino:
             return int(f[2])
     raise HarnessError("no Unix socket with peer inode %s in ss -x" % ino)
+
+
+# --- the daemon's HTTP endpoint (--http-port) -------------------------------------------------
+
+def http_get(port, path="/metrics"):
+    """GET http://127.0.0.1:port/path: (status, Content-Type, body). Raises HTTPError on a
+    status other than 2xx, OSError when nothing answers within IO_TIMEOUT."""
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=IO_TIMEOUT) as r:
+        return r.status, r.headers.get("Content-Type"), r.read().decode()
+
+
+def prometheus_samples(text):
+    """{'name{labels}': value} of a Prometheus text page (a sample without labels: 'name')."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, value = line.rsplit(" ", 1)
+        out[key] = float(value)
+    return out
 
 
 # --- checks shared by the test files ----------------------------------------------------------

@@ -37,11 +37,9 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import faultlib  # noqa: E402
@@ -106,16 +104,9 @@ def journal_bytes(db):
     return sum(segments(db).values())
 
 
-def scrape(port):
-    """{metric name: value} of the daemon's Prometheus endpoint (unlabelled samples)."""
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=harness.IO_TIMEOUT) as r:
-        body = r.read().decode()
-    out = {}
-    for line in body.splitlines():
-        f = line.split()
-        if len(f) == 2 and not line.startswith("#") and "{" not in f[0]:
-            out[f[0]] = float(f[1])
-    return out
+def checkpoint_failures(port):
+    """divvyd_checkpoint_failures_total, from the daemon's Prometheus endpoint."""
+    return harness.prometheus_samples(harness.http_get(port)[2])["divvyd_checkpoint_failures_total"]
 
 
 def ready_since_start(d):
@@ -475,10 +466,10 @@ class Full(_Counters, harness.DaemonTestCase):
         d.wait_note(re.compile(r"^STATUS=.*checkpoint failing \(\d+ failures\): .*"), timeout=30,
                     what="a STATUS saying the checkpoint fails")
         self.assertRegex(d.log_text(), r"Checkpoint failed, keeping the journal and retrying: .*")
-        first = scrape(port)["divvyd_checkpoint_failures_total"]
+        first = checkpoint_failures(port)
         self.assertGreaterEqual(first, 1)
         # ... and retried (backoff 1 s, 2 s, ...): the failure count grows.
-        faultlib.wait_for(lambda: scrape(port)["divvyd_checkpoint_failures_total"] > first, 20,
+        faultlib.wait_for(lambda: checkpoint_failures(port) > first, 20,
                           "a retried checkpoint")
         # Hits are answered from memory meanwhile, old counters and new ones.
         self._new_counters(d, "m2", 3000, hits)
@@ -495,7 +486,7 @@ class Full(_Counters, harness.DaemonTestCase):
         d2.wait_note(re.compile(r"^STATUS=.*last checkpoint"), timeout=30,
                      what="a STATUS saying a checkpoint succeeded")
         faultlib.wait_for(lambda: journal_bytes(db) < journal_full, 20, "the journal released")
-        self.assertEqual(scrape(port)["divvyd_checkpoint_failures_total"], 0)
+        self.assertEqual(checkpoint_failures(port), 0)
         self.assertEqual(d2.stop(), 0)
         size = os.path.getsize(os.path.join(db, "data.mdb"))
         self.assertGreater(size, 512 << 10)
@@ -511,16 +502,10 @@ class Full(_Counters, harness.DaemonTestCase):
     def _tmpfs(self, map_args, hits):
         """A daemon on a fresh 8 MiB tmpfs (mounted as root; skips loudly if it cannot) with
         4000 counters (into hits) and a first checkpoint. Returns (fs, config, port, args, d)."""
-        if os.geteuid() != 0:
-            self.skipTest("SKIPPED LOUDLY: not root, cannot mount a small tmpfs to fill up")
         tmp, config = rules_file(self)
         fs = os.path.join(tmp, "fs")
         os.mkdir(fs)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", fs],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            self.skipTest("SKIPPED LOUDLY: cannot mount a tmpfs here (%s)" % r.stderr.strip())
-        self.addCleanup(subprocess.run, ["umount", "-l", fs], capture_output=True)
+        faultlib.mount_tmpfs(self, fs)
         port = harness.free_tcp_port()
         args = map_args + ["--sync", "always", "--journal-segment-size", "256K",
                            "--http-port", str(port)] + FREQUENT
@@ -540,7 +525,7 @@ class Full(_Counters, harness.DaemonTestCase):
         ballast = os.path.join(fs, "ballast")
         faultlib.fill_filesystem(ballast, leave=600 << 10)
         self._new_counters(d, "b", 5000, hits)
-        faultlib.wait_for(lambda: scrape(port)["divvyd_checkpoint_failures_total"] >= 1, 20,
+        faultlib.wait_for(lambda: checkpoint_failures(port) >= 1, 20,
                           "a checkpoint failing on the full filesystem")
         m = re.search(r"Checkpoint failed, keeping the journal and retrying: (.*)", d.log_text())
         self.assertTrue(m, d.log_tail())
@@ -574,7 +559,7 @@ class Full(_Counters, harness.DaemonTestCase):
         # The filesystem is full: new counters until the journal needs a segment it cannot make.
         refused, err = self._until_refused(d, ["g-%d" % i for i in range(200000)], hits)
         # The checkpoint cannot write either: reported and retried; the daemon serves on.
-        faultlib.wait_for(lambda: scrape(port)["divvyd_checkpoint_failures_total"] >= 1, 20,
+        faultlib.wait_for(lambda: checkpoint_failures(port) >= 1, 20,
                           "a failed checkpoint on the full filesystem")
         self.assertRegex(d.log_text(), r"Checkpoint failed, keeping the journal and retrying: .*")
         self.assertEqual(d.request("HIT path=/open", "unix"), "OK true 5 0")
@@ -595,7 +580,7 @@ class Full(_Counters, harness.DaemonTestCase):
         # ... and the checkpoint succeeds again.
         faultlib.wait_for(lambda: "Checkpoint succeeded again" in d.log_text(), 70,
                           "a checkpoint succeeding once space was freed")
-        failures = scrape(port)["divvyd_checkpoint_failures_total"]
+        failures = checkpoint_failures(port)
         self.assertEqual(d.stop(signal.SIGKILL), -signal.SIGKILL)
         d2 = self.start_daemon(config, listen=("unix",), db=db, args=args)
         self._expect(d2, hits, "restart after the disk was full")

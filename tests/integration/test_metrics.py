@@ -14,7 +14,6 @@ import socket
 import sys
 import time
 import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -180,26 +179,10 @@ def collect_until(sink, prefix, want, timeout=WAIT):
         sink.receive(min(left, 0.5))
 
 
-def scrape(port, path="/metrics"):
-    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=harness.IO_TIMEOUT) as r:
-        return r.status, r.headers.get("Content-Type"), r.read().decode()
-
-
-def samples(text):
-    """{'name{labels}': value} of a Prometheus text page."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        key, value = line.rsplit(" ", 1)
-        out[key] = float(value)
-    return out
-
-
 def wait_for_sample(port, key, predicate, timeout=WAIT):
     deadline = time.monotonic() + timeout
     while True:
-        s = samples(scrape(port)[2])
+        s = harness.prometheus_samples(harness.http_get(port)[2])
         if key in s and predicate(s[key]):
             return s
         if time.monotonic() > deadline:
@@ -317,10 +300,10 @@ class PrometheusTests(harness.DaemonTestCase):
 
         # Store stats come with the sweeper's runs; wait for them.
         wait_for_sample(port, "divvyd_store_counters", lambda v: v == 2)
-        status, ctype, text = scrape(port)
+        status, ctype, text = harness.http_get(port)
         self.assertEqual(status, 200)
         self.assertTrue(ctype.startswith("text/plain; version=0.0.4"), ctype)
-        s = samples(text)
+        s = harness.prometheus_samples(text)
         expect = {
             'divvy_tcp_connections_total': 2,
             'divvy_hits_total{status="accepted",rule_label="cookies"}': 2,
@@ -385,15 +368,15 @@ class PrometheusTests(harness.DaemonTestCase):
         d.signal(signal.SIGHUP)
         seq, _ = d.wait_note("RELOADING=1", after=before)
         d.wait_note("READY=1", after=seq)
-        s = samples(scrape(port)[2])
+        s = harness.prometheus_samples(harness.http_get(port)[2])
         self.assertEqual(s['divvyd_reloads_total{result="ok"}'], 1)
         self.assertEqual(s['divvyd_reloads_total{result="failed"}'], 1)
 
-        status, _, body = scrape(port, "/healthz")
+        status, _, body = harness.http_get(port, "/healthz")
         self.assertEqual((status, body), (200, "ok\n"))
         for path in ["/", "/metricsx", "/metrics/"]:
             with self.assertRaises(urllib.error.HTTPError) as cm:
-                scrape(port, path)
+                harness.http_get(port, path)
             self.assertEqual(cm.exception.code, 404, path)
 
     def test_flags_and_custom_path(self):
@@ -402,10 +385,10 @@ class PrometheusTests(harness.DaemonTestCase):
         d.config = write_config(d)
         d.start()
         self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
-        s = samples(scrape(port, "/custom/m")[2])
+        s = harness.prometheus_samples(harness.http_get(port, "/custom/m")[2])
         self.assertEqual(s['divvy_hits_total{status="accepted",rule_label=""}'], 1)
         with self.assertRaises(urllib.error.HTTPError) as cm:
-            scrape(port, "/metrics")
+            harness.http_get(port, "/metrics")
         self.assertEqual(cm.exception.code, 404)
         # Bound to 127.0.0.1 by default: the log says where.
         self.assertIn("http://127.0.0.1:%d/custom/m" % port, d.log_text())
@@ -446,7 +429,7 @@ class DeadStatsdTests(harness.DaemonTestCase):
         deadline = time.monotonic() + WAIT
         while True:
             self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
-            s = samples(scrape(http)[2])
+            s = harness.prometheus_samples(harness.http_get(http)[2])
             if s["divvyd_statsd_dropped_total"] > 0:
                 break
             self.assertLess(time.monotonic(), deadline, "no statsd drops counted")
