@@ -63,7 +63,8 @@ typedef struct Undo {
         CounterId id;
         CounterState state; /* before the hit */
         uint8_t algorithm;
-        bool created;
+        bool created; /* the hit created the entry: undoing deletes it */
+        bool absent;  /* the hit found no entry and created none: nothing to undo */
 } Undo;
 
 /* What the checkpoint thread is given and gives back. */
@@ -135,21 +136,6 @@ static size_t counter_key(const StoreHit *h, uint8_t *out) {
         return RULE_ID_SIZE + 1 + HASH128_SIZE;
 }
 
-static uint64_t seconds_left(uint64_t expiry_usec, uint64_t now_usec) {
-        /* caller guarantees now < expiry: the result is >= 1 */
-        uint64_t d = expiry_usec - now_usec;
-
-        return d / USEC_PER_SEC + (d % USEC_PER_SEC != 0);
-}
-
-/* The end of a window of reset_seconds starting now, as the table keeps it (clamped). */
-static uint64_t window_end(uint64_t now_usec, uint64_t reset_seconds) {
-        uint64_t d = reset_seconds > UINT64_MAX / USEC_PER_SEC ? UINT64_MAX : reset_seconds * USEC_PER_SEC;
-        uint64_t end = now_usec > UINT64_MAX - d ? UINT64_MAX : now_usec + d;
-
-        return end < TABLE_W0_MAX ? end : TABLE_W0_MAX;
-}
-
 const char *store_sync_to_string(StoreSync s) {
         static const char *const table[_STORE_SYNC_MAX] = {
                 [STORE_SYNC_NONE] = "none",
@@ -202,15 +188,32 @@ static int batch_reserve(Store *s, size_t n) {
 }
 
 static bool hit_valid(const StoreHit *h) {
-        return h->rule_id && h->credit_limit > 0 && h->reset_seconds > 0 && (h->actor || h->actor_len == 0);
+        if (!h->rule_id || (!h->actor && h->actor_len > 0) || h->op >= _STORE_OP_MAX)
+                return false;
+        if (h->algo)
+                return h->algo->credit_limit > 0 && h->algo->reset_seconds > 0 &&
+                       h->algo->algorithm >= 0 && h->algo->algorithm < _ALGORITHM_MAX;
+        return h->credit_limit > 0 && h->reset_seconds > 0;
 }
 
-/* Puts the table back as it was before the first n_undo hits of the batch, newest first. */
-static void undo_hits(Store *s, size_t n_undo) {
-        for (size_t i = n_undo; i-- > 0;) {
+_Static_assert((int) ALGORITHM_FIXED_WINDOW == (int) COUNTER_FIXED_WINDOW &&
+                       (int) ALGORITHM_SLIDING_WINDOW == (int) COUNTER_SLIDING_WINDOW &&
+                       (int) ALGORITHM_TOKEN_BUCKET == (int) COUNTER_TOKEN_BUCKET,
+               "a counter's tag is its rule's algorithm");
+
+static const AlgoOp store_op_algo[_STORE_OP_MAX] = {
+        [STORE_HIT] = ALGO_TAKE,      [STORE_TAKE] = ALGO_TAKE,     [STORE_PEEK] = ALGO_PEEK,
+        [STORE_CHARGE] = ALGO_CHARGE, [STORE_REFUND] = ALGO_REFUND, [STORE_RESET] = ALGO_PEEK,
+};
+
+/* Puts the table back as it was before hits [from, to) of the batch, newest first. */
+static void undo_range(Store *s, size_t from, size_t to) {
+        for (size_t i = to; i-- > from;) {
                 const Undo *u = s->undo + i;
                 TableEntry *e;
 
+                if (u->absent)
+                        continue;
                 if (u->created) {
                         (void) table_delete(s->table, u->id);
                         continue;
@@ -222,23 +225,108 @@ static void undo_hits(Store *s, size_t n_undo) {
         }
 }
 
+static void undo_hits(Store *s, size_t n_undo) {
+        undo_range(s, 0, n_undo);
+}
+
 /* After a failed sync: journals the undone states after the batch's, so that a replay of the
  * journal ends as the table is. Best effort: the sync failed already. */
 static void undo_journal(Store *s, size_t n_undo) {
         size_t m = 0;
 
         for (size_t i = n_undo; i-- > 0;)
-                s->records[m++] = (CounterRecord){
-                        .id = s->undo[i].id,
-                        .algorithm = s->undo[i].algorithm,
-                        .state = s->undo[i].created ? (CounterState){ 0, 0 } : s->undo[i].state,
-                };
+                if (!s->undo[i].absent)
+                        s->records[m++] = (CounterRecord){
+                                .id = s->undo[i].id,
+                                .algorithm = s->undo[i].algorithm,
+                                .state = s->undo[i].created ? (CounterState){ 0, 0 } : s->undo[i].state,
+                        };
         (void) wal_append(s->wal, s->records, m);
+}
+
+/* Applies hit i of the batch to its counter: the table entry, the undo record, the outputs,
+ * and the journal record if it changed something (appended at s->records[*m]). */
+static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t now_usec) {
+        AlgoParams fixed;
+        const AlgoParams *p = h->algo;
+        TableEntry *e = NULL;
+        AlgoState st = { 0, 0 };
+        AlgoResult res;
+        int r;
+
+        if (!p) {
+                /* divvy's fixed window: its parameters need nothing prepared that can fail */
+                fixed = (AlgoParams){ .algorithm = ALGORITHM_FIXED_WINDOW,
+                                      .credit_limit = h->credit_limit,
+                                      .reset_seconds = h->reset_seconds };
+                (void) algo_params_prepare(&fixed, &(const char *){ NULL });
+                p = &fixed;
+        }
+
+        if (h->op == STORE_HIT || h->op == STORE_TAKE || h->op == STORE_CHARGE) {
+                r = table_put(s->table, s->ids[i], &e);
+                if (r < 0)
+                        return r;
+        } else
+                r = table_get(s->table, s->ids[i], &e) < 0 ? 0 : 2; /* 2: found, created nothing */
+        if (!e) {
+                s->undo[i] = (Undo){ .id = s->ids[i], .absent = true };
+        } else {
+                s->undo[i] = (Undo){
+                        .id = s->ids[i],
+                        .state = table_entry_state(e),
+                        .algorithm = (uint8_t) table_entry_algorithm(e),
+                        .created = r == 1,
+                };
+                /* a fresh entry, or another algorithm's counter (its rule changed): absent */
+                if (r != 1 && table_entry_algorithm(e) == (CounterAlgorithm) p->algorithm) {
+                        CounterState cs = table_entry_state(e);
+                        st = (AlgoState){ .w0 = cs.w0, .w1 = cs.w1 };
+                }
+        }
+        h->error = 0;
+
+        if (h->op == STORE_RESET) {
+                h->allowed = true;
+                h->credit = e && st.w0 > now_usec; /* a live counter was deleted */
+                h->reset_left = 0;
+                h->limit = p->credit_limit;
+                h->retry = 0;
+                if (!e)
+                        return 0;
+                (void) table_delete(s->table, s->ids[i]);
+                s->records[(*m)++] = (CounterRecord){ .id = s->ids[i], .algorithm = (uint8_t) p->algorithm };
+                return 0;
+        }
+
+        algo_apply(p, store_op_algo[h->op], h->op == STORE_HIT ? 1 : h->count, now_usec, &st, &res);
+        h->allowed = res.allowed;
+        h->credit = res.credit;
+        h->reset_left = res.reset;
+        h->limit = res.limit;
+        h->retry = res.retry;
+        if (!res.write) {
+                if (r == 1) {
+                        /* created for nothing (e.g. a TAKE above the capacity) */
+                        (void) table_delete(s->table, s->ids[i]);
+                        s->undo[i].absent = true;
+                }
+                return 0;
+        }
+        if (st.w0 > TABLE_W0_MAX)
+                st.w0 = TABLE_W0_MAX;
+        table_entry_set_algorithm(e, (CounterAlgorithm) p->algorithm);
+        table_entry_set_state(e, (CounterState){ .w0 = st.w0, .w1 = st.w1 });
+        s->records[(*m)++] = (CounterRecord){ .id = s->ids[i],
+                                              .algorithm = (uint8_t) p->algorithm,
+                                              .state = { .w0 = st.w0, .w1 = st.w1 } };
+        return 0;
 }
 
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
         uint8_t key[STORE_KEY_MAX];
-        size_t m = 0, i;
+        size_t m = 0, i, group_start = 0, group_m = 0;
+        bool group_ok = true;
         int r = 0;
 
         if (!s || (!hits && n > 0))
@@ -261,41 +349,27 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
 
         for (i = 0; i < n; i++) {
                 StoreHit *h = hits + i;
-                TableEntry *e;
-                CounterState st;
 
-                r = table_put(s->table, s->ids[i], &e);
+                if (h->group != 0 && (i == 0 || hits[i - 1].group != h->group)) {
+                        group_start = i;
+                        group_m = m;
+                        group_ok = true;
+                }
+                r = apply_hit(s, h, i, &m, now_usec);
                 if (r < 0) {
                         undo_hits(s, i);
                         goto fail;
                 }
-                st = table_entry_state(e);
-                s->undo[i] = (Undo){
-                        .id = s->ids[i],
-                        .state = st,
-                        .algorithm = (uint8_t) table_entry_algorithm(e),
-                        .created = r > 0,
-                };
-                h->error = 0;
-                if (r > 0 || table_entry_algorithm(e) != COUNTER_FIXED_WINDOW || st.w0 <= now_usec) {
-                        /* absent, expired, or another algorithm's: a fresh window */
-                        st = (CounterState){ .w0 = window_end(now_usec, h->reset_seconds),
-                                             .w1 = h->credit_limit - 1 };
-                        table_entry_set_algorithm(e, COUNTER_FIXED_WINDOW);
-                } else if (st.w1 > 0)
-                        st.w1--;
-                else {
-                        h->allowed = false;
-                        h->credit = 0;
-                        h->reset_left = seconds_left(st.w0, now_usec);
-                        continue; /* denied: nothing changes, nothing to journal */
+                if (h->group == 0)
+                        continue;
+                group_ok = group_ok && h->allowed;
+                if (!group_ok && (i + 1 == n || hits[i + 1].group != h->group)) {
+                        /* all or nothing: one was denied, so none is applied */
+                        undo_range(s, group_start, i + 1);
+                        for (size_t j = group_start; j <= i; j++)
+                                s->undo[j].absent = true; /* undone already */
+                        m = group_m;
                 }
-                table_entry_set_state(e, st);
-                h->allowed = true;
-                h->credit = st.w1;
-                h->reset_left = seconds_left(st.w0, now_usec);
-                s->records[m++] =
-                        (CounterRecord){ .id = s->ids[i], .algorithm = COUNTER_FIXED_WINDOW, .state = st };
         }
 
         if (m > 0) {
@@ -321,6 +395,8 @@ fail:
                 hits[i].allowed = false;
                 hits[i].credit = 0;
                 hits[i].reset_left = 0;
+                hits[i].limit = 0;
+                hits[i].retry = 0;
         }
         return r;
 }

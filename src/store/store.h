@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "core/algorithm.h"
 #include "core/rules.h"
 
 #define STORE_FORMAT_VERSION 2 /* checkpoint.c's: bump on any change of key or value layout */
@@ -91,6 +92,17 @@ typedef struct StoreOptions {
         uint64_t now_usec; /* wall clock of store_open() (what is expired when loading); 0 = now */
 } StoreOptions;
 
+/* What a hit does to its counter (issue #15's verbs; core/algorithm.h has the arithmetic). */
+typedef enum StoreOp {
+        STORE_HIT,    /* divvy's HIT: TAKE 1 (count is not read) */
+        STORE_TAKE,   /* consume count credits iff they fit */
+        STORE_PEEK,   /* the decision of TAKE count; changes nothing */
+        STORE_CHARGE, /* consume count credits unconditionally */
+        STORE_REFUND, /* give back up to count credits; never creates a counter */
+        STORE_RESET,  /* delete the counter; credit is set to 1 if a live counter was deleted, else 0 */
+        _STORE_OP_MAX,
+} StoreOp;
+
 /* One hit of a batch. The caller fills the inputs; store_apply() the outputs. */
 typedef struct StoreHit {
         /* in */
@@ -99,11 +111,24 @@ typedef struct StoreHit {
         size_t actor_len;
         uint64_t credit_limit;  /* > 0 */
         uint64_t reset_seconds; /* > 0 */
+        /* The rule's algorithm and parameters (Rule.algo, prepared), or NULL: divvy's fixed
+         * window of credit_limit per reset_seconds. */
+        const AlgoParams *algo;
+        StoreOp op;     /* 0: STORE_HIT */
+        uint64_t count; /* credits, for every op but STORE_HIT and STORE_RESET */
+        /* 0: the hit stands alone. Otherwise the consecutive hits with the same group are ALL OR
+         * NOTHING (a request's enforcing rules, issue #15's matchPolicy=continue): each is
+         * decided, and their changes are kept only if every one is allowed; if one is denied,
+         * none is applied, and each reports its own decision as if alone. */
+        uint32_t group;
         /* out */
         int error; /* 0, or -errno if this hit could not be applied */
         bool allowed;
         uint64_t credit;     /* credit left after this hit */
-        uint64_t reset_left; /* whole seconds until the window resets, rounded up, >= 1 */
+        uint64_t reset_left; /* whole seconds until the counter is full again, rounded up, >= 1; when
+                              * denied, until the hit would pass (the retry-after) */
+        uint64_t limit;      /* the counter's capacity (creditLimit, or a token bucket's burst) */
+        int64_t retry;       /* seconds: 0 allowed, >= 1 denied, -1 can never pass */
 } StoreHit;
 
 typedef struct StoreStats {
