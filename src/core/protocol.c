@@ -3,9 +3,10 @@
  * The divvy line protocol: framing, request parsing and reply formatting.
  *
  * Everything here is a single forward pass over caller-owned memory: no
- * allocation, no copies of keys or values, no I/O. Grammar (divvy 1.7):
+ * allocation, no copies of keys or values, no I/O. Grammar (divvy 1.7, and version 2's count):
  *
- *   line   = blank* command ( blank+ pair )* blank*
+ *   line   = verb [ blank+ count ] ( blank+ pair )* blank*     (HIT: no count)
+ *   count  = "0" | [1-9] [0-9]*
  *   pair   = string "=" [ string ]          (a key may not be empty)
  *   string = unquoted | quoted
  *   unquoted = 1*( any byte but blank, '"', '=', control )
@@ -24,7 +25,21 @@
 static const char *const proto_error_code_table[_PROTO_ERROR_MAX] = {
         [PROTO_ERROR_UNKNOWN_COMMAND] = "unknown-command",
         [PROTO_ERROR_UNKNOWN] = "unknown",
+        [PROTO_ERROR_BAD_COUNT] = "bad-count",
+        [PROTO_ERROR_FORBIDDEN] = "forbidden",
 };
+
+static const char *const proto_verb_table[_PROTO_VERB_MAX] = {
+        [PROTO_VERB_HIT] = "HIT",     [PROTO_VERB_HELLO] = "HELLO",     [PROTO_VERB_TAKE] = "TAKE",
+        [PROTO_VERB_PEEK] = "PEEK",   [PROTO_VERB_CHARGE] = "CHARGE",   [PROTO_VERB_REFUND] = "REFUND",
+        [PROTO_VERB_RESET] = "RESET", [PROTO_VERB_EXPLAIN] = "EXPLAIN",
+};
+
+const char *proto_verb_to_string(ProtoVerb verb) {
+        if (verb < 0 || verb >= _PROTO_VERB_MAX)
+                return NULL;
+        return proto_verb_table[verb];
+}
 
 const char *proto_error_code_to_string(ProtoErrorCode code) {
         if (code < 0 || code >= _PROTO_ERROR_MAX)
@@ -66,6 +81,13 @@ int proto_next_line(const char *buf, size_t len, size_t line_max, ProtoSlice *re
 
 /* Reasons: short static strings, never anything from the client. */
 #define REASON_EMPTY          "empty request line"
+#define REASON_LEADING_BLANK  "blank before the command word"
+#define REASON_COUNT_MISSING  "missing count (TAKE, CHARGE and REFUND need one)"
+#define REASON_COUNT_ZERO     "count must be at least 1"
+#define REASON_COUNT_DIGITS   "count must be decimal digits"
+#define REASON_COUNT_ZEROS    "count has a leading zero"
+#define REASON_COUNT_BIG      "count above 9007199254740991"
+#define REASON_COUNT_NONE     "HELLO, RESET and EXPLAIN take no count"
 #define REASON_COMMAND        "unknown command"
 #define REASON_UNTERMINATED   "unterminated quoted string"
 #define REASON_MISSING_EQUALS "expected '=' after key"
@@ -213,8 +235,10 @@ static int parse_pairs(const uint8_t *p, const uint8_t *end, size_t max_pairs, P
         }
 }
 
-static void request_reset(ProtoRequest *req, ProtoCommand command) {
-        req->command = command;
+static void request_reset(ProtoRequest *req, ProtoVerb verb) {
+        req->verb = verb;
+        req->count = 0;
+        req->has_count = false;
         req->n_pairs = 0;
         req->error_code = _PROTO_ERROR_INVALID;
         req->error_reason = NULL;
@@ -223,34 +247,114 @@ static void request_reset(ProtoRequest *req, ProtoCommand command) {
 int proto_parse_pairs(const char *text, size_t len, size_t max_pairs, ProtoRequest *ret) {
         const uint8_t *p = (const uint8_t *) text;
 
-        request_reset(ret, _PROTO_COMMAND_INVALID);
+        request_reset(ret, _PROTO_VERB_INVALID);
         if (len == 0)
                 return 0; /* text may be NULL then, and NULL + 0 is undefined */
         return parse_pairs(p, p + len, max_pairs, ret);
 }
 
-int proto_parse_line(const char *line, size_t len, size_t max_pairs, ProtoRequest *ret) {
-        const uint8_t *p = (const uint8_t *) line, *end, *word;
+/* The verb of the word [word, end), compared case-insensitively, or _PROTO_VERB_INVALID. */
+static ProtoVerb verb_from_word(const uint8_t *word, size_t len) {
+        for (ProtoVerb v = 0; v < _PROTO_VERB_MAX; v++) {
+                const char *name = proto_verb_table[v];
+                size_t i;
 
-        request_reset(ret, _PROTO_COMMAND_INVALID);
+                if (strlen(name) != len)
+                        continue;
+                for (i = 0; i < len; i++)
+                        if ((word[i] | 0x20) != (name[i] | 0x20))
+                                break;
+                if (i == len)
+                        return v;
+        }
+        return _PROTO_VERB_INVALID;
+}
+
+/* The count, if the token at *pp (after blanks) is one: moves *pp past it. Returns 0, or
+ * -EBADMSG after request_fail(). */
+static int parse_count(const uint8_t **pp, const uint8_t *end, ProtoRequest *req) {
+        const uint8_t *p = *pp, *tok;
+        uint64_t v = 0;
+
+        while (p < end && is_blank(*p))
+                p++;
+        tok = p;
+        while (p < end && !is_blank(*p) && *p != '=' && *p != '"')
+                p++;
+        /* A token with '=' or '"' in it is a pair (or a malformed one: parse_pairs() says so). */
+        if (p == tok || (p < end && !is_blank(*p))) {
+                if (req->verb == PROTO_VERB_TAKE || req->verb == PROTO_VERB_CHARGE ||
+                    req->verb == PROTO_VERB_REFUND)
+                        return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_MISSING);
+                if (req->verb == PROTO_VERB_PEEK)
+                        req->count = 1;
+                return 0;
+        }
+
+        if (req->verb == PROTO_VERB_HELLO || req->verb == PROTO_VERB_RESET ||
+            req->verb == PROTO_VERB_EXPLAIN)
+                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_NONE);
+        for (const uint8_t *d = tok; d < p; d++)
+                if (*d < '0' || *d > '9')
+                        return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_DIGITS);
+        if (*tok == '0' && p - tok > 1)
+                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZEROS);
+        for (const uint8_t *d = tok; d < p; d++) {
+                v = v * 10 + (uint64_t) (*d - '0'); /* cannot wrap: v <= PROTO_COUNT_MAX < 2^60 here */
+                if (v > PROTO_COUNT_MAX)
+                        return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_BIG);
+        }
+        if (v == 0 && req->verb != PROTO_VERB_PEEK)
+                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZERO);
+
+        req->count = v;
+        req->has_count = true;
+        *pp = p;
+        return 0;
+}
+
+/* Both entry points: v2 false refuses every verb but HIT as an unknown command. */
+static int parse_request(const char *line, size_t len, size_t max_pairs, bool v2, ProtoRequest *ret) {
+        const uint8_t *p = (const uint8_t *) line, *end, *word;
+        ProtoVerb verb;
+        int r;
+
+        request_reset(ret, _PROTO_VERB_INVALID);
         if (len == 0)
                 return request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND, REASON_EMPTY);
 
         end = p + len;
-        while (p < end && is_blank(*p))
-                p++;
-        if (p >= end)
-                return request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND, REASON_EMPTY);
+        if (is_blank(*p)) {
+                while (p < end && is_blank(*p))
+                        p++;
+                /* divvy split the line on blanks and looked up the empty first word. */
+                return request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND,
+                                    p >= end ? REASON_EMPTY : REASON_LEADING_BLANK);
+        }
 
-        /* The command word runs to the first blank; "HIT" is the only one, in any case. */
+        /* The command word runs to the first blank. */
         word = p;
         while (p < end && !is_blank(*p))
                 p++;
-        if (p - word != 3 || (word[0] | 0x20) != 'h' || (word[1] | 0x20) != 'i' || (word[2] | 0x20) != 't')
+        verb = verb_from_word(word, (size_t) (p - word));
+        if (verb < 0 || (!v2 && verb != PROTO_VERB_HIT))
                 return request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND, REASON_COMMAND);
 
-        ret->command = PROTO_COMMAND_HIT;
+        ret->verb = verb;
+        if (verb != PROTO_VERB_HIT) {
+                r = parse_count(&p, end, ret);
+                if (r < 0)
+                        return r;
+        }
         return parse_pairs(p, end, max_pairs, ret);
+}
+
+int proto_parse_line(const char *line, size_t len, size_t max_pairs, ProtoRequest *ret) {
+        return parse_request(line, len, max_pairs, false, ret);
+}
+
+int proto_parse_request(const char *line, size_t len, size_t max_pairs, ProtoRequest *ret) {
+        return parse_request(line, len, max_pairs, true, ret);
 }
 
 const ProtoSlice *proto_request_get(const ProtoRequest *req, const char *key, size_t key_len) {
@@ -335,3 +439,193 @@ size_t proto_format_error(char *buf, ProtoErrorCode code, const char *reason) {
         *p = '\0';
         return (size_t) (p - buf);
 }
+
+/* ---- version 2 replies --------------------------------------------------------------------- */
+
+static char *append_i64(char *p, int64_t v) {
+        if (v < 0) {
+                *p++ = '-';
+                return append_u64(p, UINT64_C(0) - (uint64_t) v); /* modular: right for INT64_MIN too */
+        }
+        return append_u64(p, (uint64_t) v);
+}
+
+/* Copies at most max bytes of s, each byte for which ok() is false as '?'. */
+static char *append_token(char *p, const char *s, size_t max, bool (*ok)(uint8_t c)) {
+        for (size_t i = 0; s && s[i] && i < max; i++)
+                *p++ = ok((uint8_t) s[i]) ? s[i] : '?';
+        return p;
+}
+
+static bool is_label_char(uint8_t c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+               c == '-';
+}
+
+static bool is_version_char(uint8_t c) {
+        return is_label_char(c) || c == '.' || c == '+' || c == '~';
+}
+
+/* "label" or "#index": at most 1 + 20 or PROTO_LABEL_MAX bytes. */
+static char *append_rule_ref(char *p, const ProtoRuleRef *ref) {
+        if (ref->label && ref->label[0])
+                return append_token(p, ref->label, PROTO_LABEL_MAX, is_label_char);
+        *p++ = '#';
+        return append_u64(p, ref->index);
+}
+
+size_t proto_format_decision(char *buf, const ProtoDecision *d) {
+        char *p = buf;
+
+        /* At most 15 + 5 + 4 * (7 + 20) + 6 + 255 + 1 bytes and the NUL: within PROTO_REPLY_V2_MAX. */
+        p = append_str(p, d->allowed ? "OK allowed=true credit=" : "OK allowed=false credit=");
+        p = append_u64(p, d->credit);
+        p = append_str(p, " limit=");
+        p = append_u64(p, d->limit);
+        p = append_str(p, " reset=");
+        p = append_u64(p, d->reset);
+        p = append_str(p, " retry=");
+        p = append_i64(p, d->retry);
+        p = append_str(p, " rule=");
+        p = append_rule_ref(p, &d->rule);
+        *p++ = '\n';
+        *p = '\0';
+        return (size_t) (p - buf);
+}
+
+size_t proto_format_hello(char *buf, const char *version) {
+        char *p = buf;
+
+        p = append_str(p, "OK proto=2 server=divvyd/");
+        p = append_token(p, version, PROTO_VERSION_MAX, is_version_char);
+        p = append_str(p, " verbs=");
+        for (ProtoVerb v = 0; v < _PROTO_VERB_MAX; v++) {
+                if (v > 0)
+                        *p++ = ',';
+                p = append_str(p, proto_verb_table[v]);
+        }
+        *p++ = '\n';
+        *p = '\0';
+        return (size_t) (p - buf);
+}
+
+size_t proto_format_reset(char *buf, uint64_t n) {
+        char *p = buf;
+
+        p = append_str(p, "OK reset=");
+        p = append_u64(p, n);
+        *p++ = '\n';
+        *p = '\0';
+        return (size_t) (p - buf);
+}
+
+#define ACTOR_CUT_MARKER "\\..." /* an escape that means nothing else */
+
+/* The actor in quotes, escaped (see protocol.h); at most PROTO_ACTOR_TEXT_MAX + 2 bytes. */
+static char *append_actor(char *p, ProtoSlice actor) {
+        static const char hex[] = "0123456789abcdef";
+        const uint8_t *a = (const uint8_t *) actor.ptr, *a_end = a + actor.len;
+        const char *limit = p + 1 + PROTO_ACTOR_TEXT_MAX; /* the opening quote, then the text */
+        char esc[4];
+
+        *p++ = '"';
+        while (a < a_end) {
+                size_t n = *a >= 0x80 ? utf8_sequence_len(a, a_end) : 1, e;
+                const char *src;
+
+                if (n > 1) {
+                        src = (const char *) a;
+                        e = n;
+                } else if (*a == '\\' || *a == '"') {
+                        esc[0] = '\\';
+                        esc[1] = (char) *a;
+                        src = esc;
+                        e = 2;
+                } else if (*a == '\t') {
+                        src = "\\t";
+                        e = 2;
+                } else if (n == 0 || *a < ' ' || *a == 0x7F) {
+                        esc[0] = '\\';
+                        esc[1] = 'x';
+                        esc[2] = hex[*a >> 4];
+                        esc[3] = hex[*a & 0xF];
+                        src = esc;
+                        e = 4;
+                        n = 1;
+                } else {
+                        src = (const char *) a;
+                        e = 1;
+                }
+                /* Every piece but the last leaves room for the marker, so the marker always fits
+                 * when a piece does not. */
+                size_t room = (size_t) (limit - p);
+                if (e > room || (a + n < a_end && e + (sizeof ACTOR_CUT_MARKER - 1) > room)) {
+                        p = append_str(p, ACTOR_CUT_MARKER);
+                        break;
+                }
+                memcpy(p, src, e);
+                p += e;
+                a += n;
+        }
+        *p++ = '"';
+        return p;
+}
+
+/* Refs joined by ',', "-" if none; cut with a final "..." element to PROTO_RULE_LIST_MAX bytes. */
+static char *append_rule_list(char *p, const ProtoRuleRef *refs, size_t n) {
+        char *start = p, ref[PROTO_LABEL_MAX + 1];
+
+        if (n == 0) {
+                *p++ = '-';
+                return p;
+        }
+        for (size_t i = 0; i < n; i++) {
+                size_t len = (size_t) (append_rule_ref(ref, &refs[i]) - ref);
+                size_t used = (size_t) (p - start), need = (i > 0) + len;
+                /* Room for this ref, and for ",..." unless it is the last one. */
+                if (used + need + (i + 1 < n ? 4 : 0) > PROTO_RULE_LIST_MAX) {
+                        p = append_str(p, i > 0 ? ",..." : "...");
+                        break;
+                }
+                if (i > 0)
+                        *p++ = ',';
+                memcpy(p, ref, len);
+                p += len;
+        }
+        return p;
+}
+
+size_t proto_format_explain(char *buf, const ProtoExplain *e) {
+        char *p = buf;
+
+        /* At most 8 + 255 + 7 + 20 + 8 + 32 + 7 + 2 + 512 + 11 + 32 + 10 + 1536 + 10 + 1536 + 1
+         * bytes and the NUL: 3988 <= PROTO_REPLY_EXPLAIN_MAX. */
+        p = append_str(p, "OK rule=");
+        p = append_rule_ref(p, &e->rule);
+        p = append_str(p, " index=");
+        p = append_u64(p, e->rule.index);
+        p = append_str(p, " policy=");
+        p = append_token(p, e->policy, PROTO_NAME_MAX, is_label_char);
+        p = append_str(p, " actor=");
+        if (e->actor.ptr)
+                p = append_actor(p, e->actor);
+        else
+                *p++ = '-';
+        p = append_str(p, " algorithm=");
+        p = append_token(p, e->algorithm, PROTO_NAME_MAX, is_label_char);
+        p = append_str(p, " canaries=");
+        p = append_rule_list(p, e->canaries, e->n_canaries);
+        p = append_str(p, " continue=");
+        p = append_rule_list(p, e->continues, e->n_continues);
+        *p++ = '\n';
+        *p = '\0';
+        return (size_t) (p - buf);
+}
+
+_Static_assert(8 + PROTO_LABEL_MAX + 7 + 20 + 8 + PROTO_NAME_MAX + 7 + 2 + PROTO_ACTOR_TEXT_MAX + 11 +
+                               PROTO_NAME_MAX + 10 + PROTO_RULE_LIST_MAX + 10 + PROTO_RULE_LIST_MAX + 2 <=
+                       PROTO_REPLY_EXPLAIN_MAX,
+               "an EXPLAIN reply may not fit PROTO_REPLY_EXPLAIN_MAX");
+_Static_assert(24 + 4 * (7 + 20) + 6 + PROTO_LABEL_MAX + 2 <= PROTO_REPLY_V2_MAX,
+               "a decision reply may not fit PROTO_REPLY_V2_MAX");
+_Static_assert(25 + PROTO_VERSION_MAX + 7 + 64 + 2 <= PROTO_REPLY_V2_MAX, "a HELLO reply may not fit");

@@ -2,6 +2,7 @@
 /* protocol.c: framing, request parsing and reply formatting, driven by tables of wire lines. */
 
 #include <check.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,9 +89,9 @@ static const ParseCase parse_ok_cases[] = {
         { LINE("hit"), 0, { NULL } },
         { LINE("Hit a=b"), 1, { "a", "b" } },
         { LINE("hIT a=b"), 1, { "a", "b" } },
-        /* Blanks: runs of spaces and tabs, leading and trailing. */
-        { LINE("  HIT   a=b \t c=d  "), 2, { "a", "b", "c", "d" } },
-        { LINE("\tHIT\ta=b\t\tc=d\t"), 2, { "a", "b", "c", "d" } },
+        /* Blanks: runs of spaces and tabs, trailing too (leading ones: see the errors). */
+        { LINE("HIT   a=b \t c=d  "), 2, { "a", "b", "c", "d" } },
+        { LINE("HIT\ta=b\t\tc=d\t"), 2, { "a", "b", "c", "d" } },
         { LINE("HIT   "), 0, { NULL } },
         /* Empty values, quoted or not. */
         { LINE("HIT a= b="), 2, { "a", "", "b", "" } },
@@ -172,6 +173,15 @@ static const ErrorCase parse_error_cases[] = {
         /* Unknown commands, the empty line included. */
         { LINE(""), PROTO_ERROR_UNKNOWN_COMMAND, "empty" },
         { LINE("   \t "), PROTO_ERROR_UNKNOWN_COMMAND, "empty" },
+        /* A blank before the command word: divvy's answer (it looked up an empty first word). */
+        { LINE("  HIT   a=b \t c=d  "), PROTO_ERROR_UNKNOWN_COMMAND, "blank before" },
+        { LINE("\tHIT\ta=b\t\tc=d\t"), PROTO_ERROR_UNKNOWN_COMMAND, "blank before" },
+        { LINE(" HIT"), PROTO_ERROR_UNKNOWN_COMMAND, "blank before" },
+        { LINE(" TAKE 1 a=b"), PROTO_ERROR_UNKNOWN_COMMAND, "blank before" },
+        /* The version 2 verbs are unknown to the version 1 entry point. */
+        { LINE("TAKE 1 a=b"), PROTO_ERROR_UNKNOWN_COMMAND, "command" },
+        { LINE("HELLO"), PROTO_ERROR_UNKNOWN_COMMAND, "command" },
+        { LINE("peek"), PROTO_ERROR_UNKNOWN_COMMAND, "command" },
         { LINE("GET a=b"), PROTO_ERROR_UNKNOWN_COMMAND, "command" },
         { LINE("HITS a=b"), PROTO_ERROR_UNKNOWN_COMMAND, "command" },
         { LINE("HI"), PROTO_ERROR_UNKNOWN_COMMAND, "command" },
@@ -645,6 +655,474 @@ START_TEST (test_error_code_to_string) {
 }
 END_TEST
 
+/* ---- version 2: verbs and counts ------------------------------------------------------------ */
+
+#define NO_COUNT UINT64_MAX /* in VerbCase.count: the request has none (has_count false) */
+
+typedef struct VerbCase {
+        const char *line;
+        size_t len;
+        int code; /* -1: parses; else the ProtoErrorCode */
+        ProtoVerb verb;
+        uint64_t count; /* has_count false and this is the default when it is NO_COUNT */
+        size_t n_pairs;
+        const char *kv[8];
+} VerbCase;
+
+#define OKV(l, v, c, n, ...)                                                                                \
+        {                                                                                                   \
+                LINE(l), -1, v, c, n, {                                                                     \
+                        __VA_ARGS__                                                                         \
+                }                                                                                           \
+        }
+#define ERRV(l, code)                                                                                       \
+        {                                                                                                   \
+                LINE(l), code, _PROTO_VERB_INVALID, 0, 0, {                                                 \
+                        NULL                                                                                \
+                }                                                                                           \
+        }
+
+static const VerbCase verb_cases[] = {
+        /* Every verb, in any case, with pairs as in HIT. */
+        OKV("HELLO", PROTO_VERB_HELLO, NO_COUNT, 0, NULL),
+        OKV("hello client=libdivvy/1", PROTO_VERB_HELLO, NO_COUNT, 1, "client", "libdivvy/1"),
+        OKV("TAKE 1", PROTO_VERB_TAKE, 1, 0, NULL),
+        OKV("TAKE 5 method=GET path=/x", PROTO_VERB_TAKE, 5, 2, "method", "GET", "path", "/x"),
+        OKV("take\t7\tip=\"1.2.3.4\"  ", PROTO_VERB_TAKE, 7, 1, "ip", "1.2.3.4"),
+        OKV("PEEK", PROTO_VERB_PEEK, NO_COUNT, 0, NULL),
+        OKV("PEEK a=b", PROTO_VERB_PEEK, NO_COUNT, 1, "a", "b"),
+        OKV("PEEK 0 a=b", PROTO_VERB_PEEK, 0, 1, "a", "b"),
+        OKV("Peek 3", PROTO_VERB_PEEK, 3, 0, NULL),
+        OKV("PEEK \"5\"=x", PROTO_VERB_PEEK, NO_COUNT, 1, "5", "x"), /* quoted: a key */
+        OKV("PEEK 5=x", PROTO_VERB_PEEK, NO_COUNT, 1, "5", "x"),     /* with '=': a pair */
+        OKV("CHARGE 12 a=b a=c", PROTO_VERB_CHARGE, 12, 1, "a", "c"),
+        OKV("REFUND 9007199254740991 a=1", PROTO_VERB_REFUND, UINT64_C(9007199254740991), 1, "a", "1"),
+        OKV("RESET a=b", PROTO_VERB_RESET, NO_COUNT, 1, "a", "b"),
+        OKV("RESET", PROTO_VERB_RESET, NO_COUNT, 0, NULL),
+        OKV("EXPLAIN method=GET", PROTO_VERB_EXPLAIN, NO_COUNT, 1, "method", "GET"),
+        OKV("explain", PROTO_VERB_EXPLAIN, NO_COUNT, 0, NULL),
+        /* HIT never takes a count: through the version 2 entry point it is still version 1. */
+        OKV("HIT a=b", PROTO_VERB_HIT, NO_COUNT, 1, "a", "b"),
+        ERRV("HIT 1 a=b", PROTO_ERROR_UNKNOWN),
+        ERRV("HIT 1", PROTO_ERROR_UNKNOWN),
+        /* Missing, zero, malformed, oversized counts. */
+        ERRV("TAKE", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE a=b", PROTO_ERROR_BAD_COUNT),
+        ERRV("CHARGE \"1\"=b", PROTO_ERROR_BAD_COUNT),
+        ERRV("REFUND   ", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 0", PROTO_ERROR_BAD_COUNT),
+        ERRV("CHARGE 0 a=b", PROTO_ERROR_BAD_COUNT),
+        ERRV("REFUND 0", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 01", PROTO_ERROR_BAD_COUNT),
+        ERRV("PEEK 00", PROTO_ERROR_BAD_COUNT),
+        ERRV("PEEK 007 a=b", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE -1", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE +1", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 1x", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 1.5", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 1e3", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 0x10", PROTO_ERROR_BAD_COUNT),
+        ERRV("PEEK abc", PROTO_ERROR_BAD_COUNT),
+        ERRV("PEEK a b=c", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE \xd9\xa3", PROTO_ERROR_BAD_COUNT), /* ARABIC-INDIC DIGIT THREE is no digit */
+        ERRV("TAKE 9007199254740992", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 18446744073709551615", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 18446744073709551616", PROTO_ERROR_BAD_COUNT),
+        ERRV("TAKE 99999999999999999999999999999999999999", PROTO_ERROR_BAD_COUNT),
+        ERRV("HELLO 2", PROTO_ERROR_BAD_COUNT),
+        ERRV("RESET 1 a=b", PROTO_ERROR_BAD_COUNT),
+        ERRV("EXPLAIN 0", PROTO_ERROR_BAD_COUNT),
+        /* Only the first token may be the count. */
+        ERRV("TAKE 1 2", PROTO_ERROR_UNKNOWN),
+        ERRV("TAKE 1 a=b 2", PROTO_ERROR_UNKNOWN),
+        ERRV("PEEK a=b 1", PROTO_ERROR_UNKNOWN),
+        /* The pairs fail as in HIT. */
+        ERRV("TAKE 1 a=\"b", PROTO_ERROR_UNKNOWN),
+        ERRV("PEEK =v", PROTO_ERROR_UNKNOWN),
+        ERRV("TAKE 1 a=b\x01", PROTO_ERROR_UNKNOWN),
+        ERRV("EXPLAIN a=\xff", PROTO_ERROR_UNKNOWN),
+        ERRV("TAKE 1 a=b\"c", PROTO_ERROR_UNKNOWN),
+        /* Unknown commands and divvy's leading blank. */
+        ERRV("TAKES 1", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV("TAK 1", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV("TAKE1", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV("TAKE=1", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV("\"TAKE\" 1", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV(" TAKE 1", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV("\tHELLO", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV("", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV("  ", PROTO_ERROR_UNKNOWN_COMMAND),
+        ERRV("T\0KE 1", PROTO_ERROR_UNKNOWN_COMMAND),
+};
+
+START_TEST (test_parse_verb) {
+        const VerbCase *c = &verb_cases[_i];
+        ProtoRequest req;
+        int r = proto_parse_request(c->line, c->len, PROTO_PAIRS_MAX, &req);
+
+        if (c->code >= 0) {
+                ck_assert_msg(r == -EBADMSG, "case %d '%s': parsed", _i, c->line);
+                ck_assert_msg(req.error_code == (ProtoErrorCode) c->code, "case %d '%s': code %s, reason %s",
+                              _i, c->line, proto_error_code_to_string(req.error_code), req.error_reason);
+                ck_assert_ptr_nonnull(req.error_reason);
+                ck_assert_uint_eq(req.n_pairs, 0);
+                char reply[PROTO_REPLY_MAX];
+                size_t n = proto_format_error(reply, req.error_code, req.error_reason);
+                ck_assert_uint_lt(n, PROTO_REPLY_MAX);
+                ck_assert_ptr_null(strchr(reply, '?'));
+                return;
+        }
+
+        ck_assert_msg(r == 0, "case %d '%s': %s", _i, c->line, req.error_reason);
+        ck_assert_int_eq(req.verb, c->verb);
+        ck_assert_int_eq(req.command, c->verb); /* the version 1 name of the field */
+        ck_assert_ptr_null(req.error_reason);
+        if (c->count == NO_COUNT) {
+                ck_assert(!req.has_count);
+                ck_assert_uint_eq(req.count, c->verb == PROTO_VERB_PEEK ? 1 : 0);
+        } else {
+                ck_assert(req.has_count);
+                ck_assert_uint_eq(req.count, c->count);
+        }
+        ck_assert_uint_eq(req.n_pairs, c->n_pairs);
+        for (size_t i = 0; i < c->n_pairs; i++) {
+                ck_assert_msg(slice_eq(&req.pairs[i].key, c->kv[2 * i]), "pair %zu key", i);
+                ck_assert_msg(slice_eq(&req.pairs[i].value, c->kv[2 * i + 1]), "pair %zu value", i);
+                ck_assert(slice_inside(&req.pairs[i].key, c->line, c->len));
+        }
+
+        /* The version 1 entry point knows HIT only. */
+        r = proto_parse_line(c->line, c->len, PROTO_PAIRS_MAX, &req);
+        if (c->verb == PROTO_VERB_HIT)
+                ck_assert_int_eq(r, 0);
+        else {
+                ck_assert_int_eq(r, -EBADMSG);
+                ck_assert_int_eq(req.error_code, PROTO_ERROR_UNKNOWN_COMMAND);
+        }
+}
+END_TEST
+
+/* HIT through the version 2 entry point: the same answer as version 1 for every case. */
+START_TEST (test_parse_hit_unchanged) {
+        ProtoRequest a, b;
+
+        for (size_t i = 0; i < ELEMENTSOF(parse_ok_cases); i++) {
+                const ParseCase *c = &parse_ok_cases[i];
+                ck_assert_int_eq(proto_parse_request(c->line, c->len, PROTO_PAIRS_MAX, &a), 0);
+                ck_assert_int_eq(a.verb, PROTO_VERB_HIT);
+                ck_assert(!a.has_count);
+                assert_pairs(&a, c);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(parse_error_cases); i++) {
+                const ErrorCase *c = &parse_error_cases[i];
+                int r1 = proto_parse_line(c->line, c->len, PROTO_PAIRS_MAX, &a);
+                int r2 = proto_parse_request(c->line, c->len, PROTO_PAIRS_MAX, &b);
+                ck_assert_int_eq(r1, -EBADMSG);
+                if (r2 == 0) /* only the version 2 verbs parse here */
+                        ck_assert_msg(b.verb != PROTO_VERB_HIT &&
+                                              a.error_code == PROTO_ERROR_UNKNOWN_COMMAND,
+                                      "error case %zu parsed", i);
+                else {
+                        ck_assert_int_eq(a.error_code, b.error_code);
+                        ck_assert_str_eq(a.error_reason, b.error_reason);
+                }
+        }
+}
+END_TEST
+
+/* Every count from 0 up to the limit's neighbourhood, and every digit count. */
+START_TEST (test_count_bounds) {
+        char line[64];
+        ProtoRequest req;
+
+        for (uint64_t v = 0; v < 1000; v++) {
+                size_t n = (size_t) snprintf(line, sizeof line, "PEEK %" PRIu64 " a=b", v);
+                ck_assert_int_eq(proto_parse_request(line, n, PROTO_PAIRS_MAX, &req), 0);
+                ck_assert_uint_eq(req.count, v);
+                n = (size_t) snprintf(line, sizeof line, "TAKE %" PRIu64, v);
+                ck_assert_int_eq(proto_parse_request(line, n, PROTO_PAIRS_MAX, &req), v == 0 ? -EBADMSG : 0);
+        }
+        for (uint64_t v = PROTO_COUNT_MAX - 3; v <= PROTO_COUNT_MAX + 3; v++) {
+                size_t n = (size_t) snprintf(line, sizeof line, "CHARGE %" PRIu64, v);
+                int r = proto_parse_request(line, n, PROTO_PAIRS_MAX, &req);
+                if (v <= PROTO_COUNT_MAX) {
+                        ck_assert_int_eq(r, 0);
+                        ck_assert_uint_eq(req.count, v);
+                } else {
+                        ck_assert_int_eq(r, -EBADMSG);
+                        ck_assert_int_eq(req.error_code, PROTO_ERROR_BAD_COUNT);
+                        ck_assert_ptr_nonnull(strstr(req.error_reason, "above"));
+                }
+        }
+        /* 1 followed by k zeros: fine up to 10^15, too big from 10^16 (> 2^53-1), never wrapping. */
+        for (size_t k = 0; k < 40; k++) {
+                size_t n = (size_t) snprintf(line, sizeof line, "TAKE 1");
+                for (size_t j = 0; j < k; j++)
+                        line[n++] = '0';
+                ck_assert_int_eq(proto_parse_request(line, n, PROTO_PAIRS_MAX, &req),
+                                 k <= 15 ? 0 : -EBADMSG);
+        }
+}
+END_TEST
+
+START_TEST (test_verb_to_string) {
+        static const char *const names[] = { "HIT",    "HELLO",  "TAKE",  "PEEK",
+                                             "CHARGE", "REFUND", "RESET", "EXPLAIN" };
+        ck_assert_uint_eq(ELEMENTSOF(names), _PROTO_VERB_MAX);
+        for (int v = 0; v < _PROTO_VERB_MAX; v++)
+                ck_assert_str_eq(proto_verb_to_string((ProtoVerb) v), names[v]);
+        ck_assert_ptr_null(proto_verb_to_string(_PROTO_VERB_MAX));
+        ck_assert_ptr_null(proto_verb_to_string(_PROTO_VERB_INVALID));
+        ck_assert_str_eq(proto_error_code_to_string(PROTO_ERROR_BAD_COUNT), "bad-count");
+        ck_assert_str_eq(proto_error_code_to_string(PROTO_ERROR_FORBIDDEN), "forbidden");
+}
+END_TEST
+
+/* ---- version 2 replies ---------------------------------------------------------------------- */
+
+static char label255[PROTO_LABEL_MAX + 2];
+
+static void make_label255(void) {
+        memset(label255, 'L', PROTO_LABEL_MAX + 1); /* one too many: cut */
+        label255[PROTO_LABEL_MAX + 1] = '\0';
+}
+
+START_TEST (test_format_decision) {
+        char buf[PROTO_REPLY_V2_MAX + 16], expected[PROTO_REPLY_V2_MAX];
+        size_t n;
+
+        static const struct {
+                ProtoDecision d;
+                const char *reply;
+        } cases[] = {
+                { { true, 7, 10, 42, 0, { "cookies", 3 } },
+                  "OK allowed=true credit=7 limit=10 reset=42 retry=0 rule=cookies\n" },
+                { { false, 0, 10, 17, 17, { NULL, 3 } },
+                  "OK allowed=false credit=0 limit=10 reset=17 retry=17 rule=#3\n" },
+                { { false, 0, 0, 0, -1, { "", 0 } },
+                  "OK allowed=false credit=0 limit=0 reset=0 retry=-1 rule=#0\n" },
+                { { true, 1, 2, 3, 0, { "a b=\"c", 1 } }, /* never a valid label: still one token */
+                  "OK allowed=true credit=1 limit=2 reset=3 retry=0 rule=a?b??c\n" },
+                { { false, UINT64_MAX, UINT64_MAX, UINT64_MAX, INT64_MIN, { NULL, UINT64_MAX } },
+                  "OK allowed=false credit=18446744073709551615 limit=18446744073709551615 "
+                  "reset=18446744073709551615 retry=-9223372036854775808 rule=#18446744073709551615\n" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                n = proto_format_decision(buf, &cases[i].d);
+                ck_assert_str_eq(buf, cases[i].reply);
+                ck_assert_uint_eq(n, strlen(cases[i].reply));
+        }
+
+        /* The longest: every number at its widest and a label one byte over the limit, cut. */
+        make_label255();
+        memset(buf, 0x55, sizeof buf);
+        n = proto_format_decision(
+                buf,
+                &(ProtoDecision){ false, UINT64_MAX, UINT64_MAX, UINT64_MAX, INT64_MIN, { label255, 1 } });
+        snprintf(expected, sizeof expected,
+                 "OK allowed=false credit=18446744073709551615 limit=18446744073709551615 "
+                 "reset=18446744073709551615 retry=-9223372036854775808 rule=%.255s\n",
+                 label255);
+        ck_assert_str_eq(buf, expected);
+        ck_assert_uint_lt(n, PROTO_REPLY_V2_MAX);
+        ck_assert_uint_eq((unsigned char) buf[PROTO_REPLY_V2_MAX], 0x55);
+}
+END_TEST
+
+START_TEST (test_format_hello_reset) {
+        char buf[PROTO_REPLY_V2_MAX], expected[PROTO_REPLY_V2_MAX];
+        size_t n;
+
+        n = proto_format_hello(buf, "0.3.0");
+        ck_assert_str_eq(
+                buf,
+                "OK proto=2 server=divvyd/0.3.0 verbs=HIT,HELLO,TAKE,PEEK,CHARGE,REFUND,RESET,EXPLAIN\n");
+        ck_assert_uint_eq(n, strlen(buf));
+        proto_format_hello(buf, "1.0~rc1+git.2 x\n");
+        ck_assert_str_eq(buf, "OK proto=2 server=divvyd/1.0~rc1+git.2?x? "
+                              "verbs=HIT,HELLO,TAKE,PEEK,CHARGE,REFUND,RESET,EXPLAIN\n");
+        proto_format_hello(buf, NULL);
+        ck_assert_str_eq(
+                buf, "OK proto=2 server=divvyd/ verbs=HIT,HELLO,TAKE,PEEK,CHARGE,REFUND,RESET,EXPLAIN\n");
+        make_label255();
+        n = proto_format_hello(buf, label255);
+        snprintf(expected, sizeof expected,
+                 "OK proto=2 server=divvyd/%.64s verbs=HIT,HELLO,TAKE,PEEK,CHARGE,REFUND,RESET,EXPLAIN\n",
+                 label255);
+        ck_assert_str_eq(buf, expected);
+        ck_assert_uint_lt(n, PROTO_REPLY_V2_MAX);
+
+        n = proto_format_reset(buf, 0);
+        ck_assert_str_eq(buf, "OK reset=0\n");
+        ck_assert_uint_eq(n, 11);
+        proto_format_reset(buf, 3);
+        ck_assert_str_eq(buf, "OK reset=3\n");
+        proto_format_reset(buf, UINT64_MAX);
+        ck_assert_str_eq(buf, "OK reset=18446744073709551615\n");
+}
+END_TEST
+
+#define SL(s) ((ProtoSlice){ .ptr = s, .len = sizeof(s) - 1 })
+
+START_TEST (test_format_explain) {
+        static const ProtoRuleRef canaries[] = { { "try-new", 1 }, { NULL, 2 } },
+                                  conts[] = { { "global", 0 } };
+        char buf[PROTO_REPLY_EXPLAIN_MAX + 16];
+        size_t n;
+
+        static const struct {
+                ProtoExplain e;
+                const char *reply;
+        } cases[] = {
+                { { { "cookies", 4 }, "stop", SL("192.168.1.1"), "fixed-window", canaries, 2, conts, 1 },
+                  "OK rule=cookies index=4 policy=stop actor=\"192.168.1.1\" algorithm=fixed-window "
+                  "canaries=try-new,#2 continue=global\n" },
+                { { { NULL, 7 }, "stop", { NULL, 0 }, "token-bucket", NULL, 0, NULL, 0 },
+                  "OK rule=#7 index=7 policy=stop actor=- algorithm=token-bucket canaries=- continue=-\n" },
+                { { { "x", 0 }, "stop", SL(""), "sliding-window", NULL, 0, conts, 1 },
+                  "OK rule=x index=0 policy=stop actor=\"\" algorithm=sliding-window canaries=- "
+                  "continue=global\n" },
+                /* Escapes: quote, backslash, tab, controls, DEL, invalid UTF-8; valid UTF-8 as is. */
+                { { { "x", 0 },
+                    "stop",
+                    SL("a\"b\\c\td\x01\x1f\x7f\xff\xc3 caf\xc3\xa9 e=f"),
+                    "fixed-window",
+                    NULL,
+                    0,
+                    NULL,
+                    0 },
+                  "OK rule=x index=0 policy=stop actor=\"a\\\"b\\\\c\\td\\x01\\x1f\\x7f\\xff\\xc3 "
+                  "caf\xc3\xa9 e=f\" "
+                  "algorithm=fixed-window canaries=- continue=-\n" },
+                /* Names that are not tokens cannot break the line. */
+                { { { "x", 0 }, "st op\n", SL("a"), "fixed window", NULL, 0, NULL, 0 },
+                  "OK rule=x index=0 policy=st?op? actor=\"a\" algorithm=fixed?window canaries=- "
+                  "continue=-\n" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                n = proto_format_explain(buf, &cases[i].e);
+                ck_assert_str_eq(buf, cases[i].reply);
+                ck_assert_uint_eq(n, strlen(cases[i].reply));
+        }
+}
+END_TEST
+
+/* The reply's actor="..." field, unescaped; returns its length, or -1 if malformed, and sets
+ * *cut when it ends with the marker. */
+static ssize_t unescape_actor(const char *reply, char *out, bool *cut) {
+        const char *p = strstr(reply, " actor=\"");
+        size_t n = 0;
+
+        *cut = false;
+        if (!p)
+                return -1;
+        for (p += 8; *p != '"'; p++) {
+                if (*p == '\0' || *p == '\n' || (unsigned char) *p < ' ')
+                        return -1;
+                if (*p != '\\') {
+                        out[n++] = *p;
+                        continue;
+                }
+                p++;
+                if (*p == '\\' || *p == '"')
+                        out[n++] = *p;
+                else if (*p == 't')
+                        out[n++] = '\t';
+                else if (*p == 'x') {
+                        unsigned v;
+                        if (sscanf(p + 1, "%2x", &v) != 1)
+                                return -1;
+                        out[n++] = (char) v;
+                        p += 2;
+                } else if (strncmp(p, "...\"", 4) == 0) {
+                        *cut = true;
+                        p += 2;
+                } else
+                        return -1;
+        }
+        return (ssize_t) n;
+}
+
+START_TEST (test_format_explain_bounds) {
+        static ProtoRuleRef refs[200];
+        static char labels[200][PROTO_LABEL_MAX + 1];
+        char buf[PROTO_REPLY_EXPLAIN_MAX + 16], actor[2048], back[2048];
+        bool cut;
+        size_t n;
+
+        /* Actors of every length and a mix of plain, escaped and multi-byte pieces: the escaped
+         * text unescapes to a prefix of the actor, whole unless cut, cut only when too long. */
+        prng_seed(0xac7);
+        for (size_t len = 0; len < 700; len++) {
+                static const char *const pieces[] = { "a",    "\"",       "\\",           "\t",
+                                                      "\x01", "\xc3\xa9", "\xe2\x82\xac", "\xff" };
+                size_t alen = 0, escaped = 0;
+                while (alen < len) {
+                        const char *pc = pieces[prng_below(ELEMENTSOF(pieces))];
+                        memcpy(actor + alen, pc, strlen(pc));
+                        alen += strlen(pc);
+                        escaped += pc[0] == 'a'                         ? 1
+                                   : pc[0] == '\xc3'                    ? 2
+                                   : pc[0] == '\xe2'                    ? 3
+                                   : pc[0] == '\x01' || pc[0] == '\xff' ? 4
+                                                                        : 2;
+                }
+                memset(buf, 0x55, sizeof buf);
+                n = proto_format_explain(
+                        buf,
+                        &(ProtoExplain){
+                                { "r", 0 }, "stop", { actor, alen }, "fixed-window", NULL, 0, NULL, 0 });
+                expect(n < PROTO_REPLY_EXPLAIN_MAX && strlen(buf) == n && buf[n - 1] == '\n');
+                expect(memchr(buf, '\n', n - 1) == NULL);
+                ssize_t b = unescape_actor(buf, back, &cut);
+                expect(b >= 0);
+                expect(memcmp(back, actor, (size_t) b) == 0);
+                expect(cut == (escaped > PROTO_ACTOR_TEXT_MAX));
+                expect(cut || (size_t) b == alen);
+                const char *q = strstr(buf, " actor=\"") + 8, *e = strstr(q, "\" algorithm=");
+                expect(e && (size_t) (e - q) <= PROTO_ACTOR_TEXT_MAX);
+        }
+
+        /* Lists: full-length labels until they no longer fit, then "...". */
+        for (size_t i = 0; i < ELEMENTSOF(refs); i++) {
+                memset(labels[i], 'a' + (char) (i % 26), PROTO_LABEL_MAX);
+                labels[i][PROTO_LABEL_MAX] = '\0';
+                refs[i] = (ProtoRuleRef){ labels[i], i };
+        }
+        memset(actor, 0x01, 600);
+        memset(buf, 0x55, sizeof buf);
+        make_label255();
+        n = proto_format_explain(buf, &(ProtoExplain){ { label255, UINT64_MAX },
+                                                       label255,
+                                                       { actor, 600 },
+                                                       label255,
+                                                       refs,
+                                                       ELEMENTSOF(refs),
+                                                       refs,
+                                                       ELEMENTSOF(refs) });
+        ck_assert_uint_lt(n, PROTO_REPLY_EXPLAIN_MAX);
+        ck_assert_uint_eq((unsigned char) buf[PROTO_REPLY_EXPLAIN_MAX], 0x55);
+        ck_assert_uint_eq(strlen(buf), n);
+        const char *c = strstr(buf, " canaries="), *k = strstr(buf, " continue=");
+        ck_assert_ptr_nonnull(c);
+        ck_assert_ptr_nonnull(k);
+        /* 5 labels of 255 and their commas take 1279 bytes; a sixth would pass 1536. */
+        ck_assert_uint_eq((size_t) (k - c) - 10, 5 * 256 - 1 + 4);
+        ck_assert_mem_eq(k - 4, ",...", 4);
+        ck_assert_mem_eq(buf + n - 5, ",...\n", 5);
+
+        /* Short refs: hundreds fit, and a list that fits exactly is not cut. */
+        for (size_t i = 0; i < ELEMENTSOF(refs); i++)
+                refs[i] = (ProtoRuleRef){ NULL, i };
+        n = proto_format_explain(
+                buf,
+                &(ProtoExplain){ { NULL, 0 }, "stop", { NULL, 0 }, "fixed-window", refs, 3, refs + 197, 3 });
+        ck_assert_str_eq(buf,
+                         "OK rule=#0 index=0 policy=stop actor=- algorithm=fixed-window canaries=#0,#1,#2 "
+                         "continue=#197,#198,#199\n");
+}
+END_TEST
+
 /* ---- fuzzing -------------------------------------------------------------------------------- */
 
 #define FUZZ_ITERATIONS 50000 /* about a second under valgrind; the seed is fixed */
@@ -655,6 +1133,7 @@ static const char *const fuzz_seeds[] = {
         "HIT method=\"POST\" path=\"/cgi-bin/upload.cgi\"",
         "hit \"my key\"=\"a = b\" x= y=\"\" ip=192.168.1.1",
         "HIT a=1 b=2 a=3 c=caf\xc3\xa9 d=\xf0\x9f\x98\x80",
+        "HIT\ta=b\t\tc=d  ",
         "  HIT\ta=b\t\tc=d  ",
 };
 
@@ -832,6 +1311,17 @@ int main(void) {
         tcase_add_test(tc, test_pairs_limit);
         tcase_add_test(tc, test_parse_pairs);
         tcase_add_test(tc, test_request_get);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("verbs");
+        tcase_add_loop_test(tc, test_parse_verb, 0, ELEMENTSOF(verb_cases));
+        tcase_add_test(tc, test_parse_hit_unchanged);
+        tcase_add_test(tc, test_count_bounds);
+        tcase_add_test(tc, test_verb_to_string);
+        tcase_add_test(tc, test_format_decision);
+        tcase_add_test(tc, test_format_hello_reset);
+        tcase_add_test(tc, test_format_explain);
+        tcase_add_test(tc, test_format_explain_bounds);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("frame");

@@ -5,7 +5,9 @@
  * limits are exercised too); the rest is framed like the server does, each line is
  * parsed, and every contract of protocol.h is checked: slices stay inside the input,
  * keys are non-empty and distinct, failures carry a reason, replies are single
- * well-formed lines within PROTO_REPLY_MAX.
+ * well-formed lines within PROTO_REPLY_MAX. Each line also goes through the version 2 parser
+ * (verbs and counts), and the version 2 formatters are fed the line as label, version and
+ * actor: their replies must stay single lines within their limits.
  */
 
 #include <string.h>
@@ -116,6 +118,93 @@ static void check_ok_reply(const uint8_t *data, size_t size) {
         fuzz_check(memcmp(reply, "OK ", 3) == 0);
 }
 
+/* Version 2: the same contracts, plus the count's and the HIT-unchanged ones. */
+static void check_request_v2(const char *line, size_t len) {
+        static ProtoRequest req, v1;
+        int r = proto_parse_request(line, len, PROTO_PAIRS_MAX, &req);
+        int r1 = proto_parse_line(line, len, PROTO_PAIRS_MAX, &v1);
+
+        check_request(&req, r, line, len);
+        if (r < 0) {
+                fuzz_check(req.error_code == PROTO_ERROR_UNKNOWN ||
+                           req.error_code == PROTO_ERROR_UNKNOWN_COMMAND ||
+                           req.error_code == PROTO_ERROR_BAD_COUNT);
+                /* HIT never gets a new error code, and fails exactly as in version 1. */
+                if (r1 < 0 && v1.error_code != PROTO_ERROR_UNKNOWN_COMMAND) {
+                        fuzz_check(req.error_code == v1.error_code);
+                        fuzz_check(strcmp(req.error_reason, v1.error_reason) == 0);
+                }
+                fuzz_check(r1 < 0);
+                return;
+        }
+        fuzz_check(req.verb >= 0 && req.verb < _PROTO_VERB_MAX);
+        switch (req.verb) {
+        case PROTO_VERB_HIT:
+                fuzz_check(r1 == 0 && v1.n_pairs == req.n_pairs && !req.has_count && req.count == 0);
+                break;
+        case PROTO_VERB_TAKE:
+        case PROTO_VERB_CHARGE:
+        case PROTO_VERB_REFUND:
+                fuzz_check(req.has_count && req.count >= 1 && req.count <= PROTO_COUNT_MAX);
+                break;
+        case PROTO_VERB_PEEK:
+                fuzz_check(req.count <= PROTO_COUNT_MAX && (req.has_count || req.count == 1));
+                break;
+        default:
+                fuzz_check(!req.has_count && req.count == 0);
+                break;
+        }
+        if (req.verb != PROTO_VERB_HIT)
+                fuzz_check(r1 < 0 && v1.error_code == PROTO_ERROR_UNKNOWN_COMMAND);
+}
+
+static bool one_line(const char *reply, size_t n, size_t max) {
+        return n < max && strlen(reply) == n && n > 3 && memcmp(reply, "OK ", 3) == 0 &&
+               reply[n - 1] == '\n' && memchr(reply, '\n', n - 1) == NULL &&
+               text_ok((const uint8_t *) reply, n - 1, false);
+}
+
+static void check_v2_replies(const char *line, size_t len, const uint8_t *data, size_t size) {
+        static char text[PROTO_LINE_MAX + 1], reply[PROTO_REPLY_EXPLAIN_MAX + 16];
+        ProtoRuleRef refs[40];
+        uint64_t num[4] = { 0 };
+        size_t n;
+
+        memcpy(num, data, size < sizeof num ? size : sizeof num);
+        if (len > PROTO_LINE_MAX)
+                len = PROTO_LINE_MAX;
+        memcpy(text, line, len);
+        text[len] = '\0'; /* cut at the first NUL, as a C string would be */
+
+        memset(reply, 0x55, sizeof reply);
+        n = proto_format_decision(reply, &(ProtoDecision){ num[0] & 1,
+                                                           num[0],
+                                                           num[1],
+                                                           num[2],
+                                                           (int64_t) num[3],
+                                                           { size & 2 ? text : NULL, num[1] } });
+        fuzz_check(one_line(reply, n, PROTO_REPLY_V2_MAX) &&
+                   (unsigned char) reply[PROTO_REPLY_V2_MAX] == 0x55);
+        n = proto_format_hello(reply, text);
+        fuzz_check(one_line(reply, n, PROTO_REPLY_V2_MAX) &&
+                   (unsigned char) reply[PROTO_REPLY_V2_MAX] == 0x55);
+
+        for (size_t i = 0; i < 40; i++)
+                refs[i] =
+                        (ProtoRuleRef){ (i + size) % 3 ? text + (i * 7) % (len + 1) : NULL, num[i % 4] + i };
+        memset(reply, 0x55, sizeof reply);
+        n = proto_format_explain(reply, &(ProtoExplain){ { text, num[0] },
+                                                         text,
+                                                         { size & 4 ? NULL : line, len },
+                                                         text,
+                                                         refs,
+                                                         size % 41,
+                                                         refs + size % 7,
+                                                         (size / 7) % 34 });
+        fuzz_check(one_line(reply, n, PROTO_REPLY_EXPLAIN_MAX));
+        fuzz_check((unsigned char) reply[PROTO_REPLY_EXPLAIN_MAX] == 0x55);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static ProtoRequest req;
         const char *buf;
@@ -162,6 +251,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 check_request(&req, r, line.ptr, line.len);
                 if (r == 0)
                         fuzz_check(req.command == _PROTO_COMMAND_INVALID);
+
+                check_request_v2(line.ptr, line.len);
+                check_v2_replies(line.ptr, line.len, data, size);
 
                 check_error_reply(line.ptr, line.len);
                 pos += consumed;

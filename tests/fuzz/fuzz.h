@@ -38,6 +38,13 @@ void fuzz_config_one(const uint8_t *data, size_t size, bool json);
 static inline bool fuzz_reason_is_fixed(const char *reason, size_t len) {
         static const char *const fixed[] = {
                 "empty request line",
+                "blank before the command word",
+                "missing count (TAKE, CHARGE and REFUND need one)",
+                "count must be at least 1",
+                "count must be decimal digits",
+                "count has a leading zero",
+                "count above 9007199254740991",
+                "HELLO, RESET and EXPLAIN take no count",
                 "unknown command",
                 "unterminated quoted string",
                 "expected '=' after key",
@@ -68,12 +75,14 @@ static inline bool fuzz_reason_is_fixed(const char *reason, size_t len) {
         return false;
 }
 
-/* An ERR reply line (without its '\n'): `ERR unknown-command` or `ERR unknown`, optionally
+/* An ERR reply line (without its '\n'): `ERR unknown-command` or `ERR unknown` (or a version 2
+ * verb's `ERR bad-count` / `ERR forbidden`), optionally
  * followed by ` "<reason>"` with a fixed reason. Anything else aborts (see fuzz_check). */
 static inline void fuzz_check_err_line(const char *line, size_t len) {
-        static const char *const codes[] = { "ERR unknown-command", "ERR unknown" };
+        static const char *const codes[] = { "ERR unknown-command", "ERR unknown", "ERR bad-count",
+                                             "ERR forbidden" };
 
-        for (size_t i = 0; i < 2; i++) {
+        for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
                 size_t n = strlen(codes[i]);
                 if (len < n || memcmp(line, codes[i], n) != 0)
                         continue;
