@@ -11,22 +11,26 @@
 #include "batch.h"
 #include "log.h"
 
+#include "build-config.h"
+
 #include "shared/clock.h"
 
-/* Matched rules per batch: every store hit, every canary without a counter (both bounded
- * by BATCH_HITS_MAX) and one decider without a counter per request. */
+/* Matched rules per batch (a request is taken only while RULES_MATCH_MAX more fit). */
 #define BATCH_RULES_MAX (2 * BATCH_HITS_MAX + BATCH_REQUESTS_MAX)
 
 /* One request of a batch, in arrival order. Pointers are valid for the batch only. */
 typedef struct BatchSlot {
         Connection *conn;
         ProtoSlice line;     /* the request, for --debug */
-        uint32_t first_rule; /* its matched rules in Batch.rules_matched: canaries, then the decider */
-        uint32_t n_rules;    /* 0: an error slot, answered with error_code/error_reason */
-        uint32_t first_hit;  /* the store hits of its RULE_TRIVIAL_NONE rules, in the same order */
+        uint32_t first_rule; /* its matched rules in Batch.rules_matched: canaries and continue
+                              * rules in config order, then the stop rule */
+        uint32_t n_rules;    /* 0: an error slot (error_code/error_reason), or HELLO */
+        uint32_t first_hit;  /* its store hits in Batch.hits (Batch.rule_hit maps each rule to one) */
         uint32_t n_hits;
+        ProtoVerb verb;
+        uint64_t count; /* the request's count (1 for HIT) */
         ProtoErrorCode error_code;
-        const char *error_reason; /* static */
+        const char *error_reason; /* static; NULL: not an error slot */
 } BatchSlot;
 
 struct Batch {
@@ -44,8 +48,8 @@ struct Batch {
         StoreHit *hits; /* BATCH_HITS_MAX */
         size_t n_hits;
         const Rule **rules_matched; /* BATCH_RULES_MAX */
+        int32_t *rule_hit;          /* BATCH_RULES_MAX: the hit of each matched rule, or -1 */
         size_t n_rules_matched;
-        size_t n_canaries_uncounted; /* canaries without a counter: bounded like the hits */
         ProtoRequest request;        /* scratch: matching is done before the next line is parsed */
 
         uint64_t start_usec; /* CLOCK_MONOTONIC when the first request was taken; 0 without metrics */
@@ -65,7 +69,8 @@ int batch_new(const BatchSettings *settings, Batch **ret) {
         b->slots = calloc(BATCH_REQUESTS_MAX, sizeof *b->slots);
         b->hits = calloc(BATCH_HITS_MAX, sizeof *b->hits);
         b->rules_matched = calloc(BATCH_RULES_MAX, sizeof *b->rules_matched);
-        if (!b->slots || !b->hits || !b->rules_matched) {
+        b->rule_hit = calloc(BATCH_RULES_MAX, sizeof *b->rule_hit);
+        if (!b->slots || !b->hits || !b->rules_matched || !b->rule_hit) {
                 batch_free(b);
                 return -ENOMEM;
         }
@@ -79,6 +84,7 @@ Batch *batch_free(Batch *b) {
         free(b->slots);
         free(b->hits);
         free(b->rules_matched);
+        free(b->rule_hit);
         free(b);
         return NULL;
 }
@@ -116,40 +122,96 @@ uint64_t batch_store_errors(const Batch *b) {
 /* batch_has_room(), inlined where it runs for every request. */
 static inline bool batch_room(const Batch *b) {
         return b->n_slots < BATCH_REQUESTS_MAX && b->n_hits + RULES_MATCH_MAX <= BATCH_HITS_MAX &&
-               b->n_canaries_uncounted + RULES_MATCH_MAX <= BATCH_HITS_MAX;
+               b->n_rules_matched + RULES_MATCH_MAX <= BATCH_RULES_MAX;
 }
 
 bool batch_has_room(const Batch *b) {
         return batch_room(b);
 }
 
-/* Matches the parsed request of slot: its rules, and a store hit for each that counts. */
-static void batch_match(Batch *b, BatchSlot *slot) {
-        const Rule **matched = b->rules_matched + b->n_rules_matched;
-        size_t n = ruleset_match(b->rules, &b->request, matched);
+/* What each verb does to the counters of the rules a request matches. */
+static const StoreOp verb_store_op[_PROTO_VERB_MAX] = {
+        [PROTO_VERB_HIT] = STORE_HIT,       [PROTO_VERB_TAKE] = STORE_TAKE,
+        [PROTO_VERB_PEEK] = STORE_PEEK,     [PROTO_VERB_CHARGE] = STORE_CHARGE,
+        [PROTO_VERB_REFUND] = STORE_REFUND, [PROTO_VERB_RESET] = STORE_RESET,
+};
 
+static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, StoreOp op, uint64_t count,
+                          uint32_t group) {
+        ProtoSlice actor = rule_actor(rule, &b->request);
+
+        b->rule_hit[rule_at] = (int32_t) b->n_hits;
+        b->hits[b->n_hits++] = (StoreHit){
+                .rule_id = rule->id,
+                .actor = actor.ptr,
+                .actor_len = actor.len,
+                .credit_limit = rule->credit_limit,
+                .reset_seconds = rule->reset_seconds,
+                .algo = &rule->algo,
+                .op = op,
+                .count = count,
+                .group = group,
+        };
+}
+
+/* Matches the parsed request of slot: its rules, and the store hits its verb makes.
+ * Canaries count on their own (TAKE and HIT charge them as HIT does; PEEK leaves them alone);
+ * the enforcing rules (continue rules and the stop rule) of a HIT or TAKE are one
+ * all-or-nothing group, and none is charged when one of them always denies. */
+static void batch_match(Batch *b, BatchSlot *slot) {
+        size_t base = b->n_rules_matched;
+        const Rule **matched = b->rules_matched + base;
+        size_t n = 0, n_enforcing = 0;
+        bool deny = false;
+        StoreOp op = verb_store_op[slot->verb];
+        uint32_t group = 0;
+
+        if (slot->verb == PROTO_VERB_HELLO) {
+                slot->n_rules = 0;
+                return;
+        }
+        n = ruleset_match(b->rules, &b->request, matched);
+        for (size_t i = 0; i < n; i++) {
+                b->rule_hit[base + i] = -1;
+                if (!rule_enforcing(matched[i]))
+                        continue;
+                switch (rule_trivial_decision(matched[i])) {
+                case RULE_TRIVIAL_DENY:
+                        deny = true;
+                        break;
+                case RULE_TRIVIAL_NONE:
+                        n_enforcing++;
+                        break;
+                default:
+                        break;
+                }
+        }
+        slot->n_rules = (uint32_t) n;
+        b->n_rules_matched += n;
+        if (slot->verb == PROTO_VERB_EXPLAIN)
+                return;
+        if ((op == STORE_HIT || op == STORE_TAKE) && n_enforcing > 1)
+                group = (uint32_t) (b->n_slots); /* this slot's index + 1: never 0 */
+
+        /* Canaries first, so that the enforcing hits of a group are consecutive. */
         for (size_t i = 0; i < n; i++) {
                 const Rule *rule = matched[i];
 
-                if (rule_trivial_decision(rule) != RULE_TRIVIAL_NONE) {
-                        /* No counter. A canary's verdict is known now, but counted only if the
-                         * request is answered OK. */
-                        if (i < n - 1)
-                                b->n_canaries_uncounted++;
+                if (rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
                         continue;
-                }
-                ProtoSlice actor = rule_actor(rule, &b->request);
-                b->hits[b->n_hits++] = (StoreHit){
-                        .rule_id = rule->id,
-                        .actor = actor.ptr,
-                        .actor_len = actor.len,
-                        .credit_limit = rule->credit_limit,
-                        .reset_seconds = rule->reset_seconds,
-                };
+                if (op != STORE_PEEK)
+                        batch_add_hit(b, base + i, rule, op, slot->count, 0);
         }
-        slot->n_rules = (uint32_t) n;
+        for (size_t i = 0; i < n; i++) {
+                const Rule *rule = matched[i];
+
+                if (!rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
+                        continue;
+                if (deny && (op == STORE_HIT || op == STORE_TAKE))
+                        continue; /* an always-deny rule decides: nothing is charged */
+                batch_add_hit(b, base + i, rule, op, slot->count, group);
+        }
         slot->n_hits = (uint32_t) (b->n_hits - slot->first_hit);
-        b->n_rules_matched += n;
 }
 
 static void slot_set_error(BatchSlot *slot, ProtoErrorCode code, const char *reason) {
@@ -158,8 +220,21 @@ static void slot_set_error(BatchSlot *slot, ProtoErrorCode code, const char *rea
         slot->error_reason = reason;
 }
 
+/* The room a reply to verb needs in the output buffer. */
+static size_t batch_reply_max(ProtoVerb verb) {
+        switch (verb) {
+        case PROTO_VERB_HIT:
+                return PROTO_REPLY_MAX;
+        case PROTO_VERB_EXPLAIN:
+                return PROTO_REPLY_EXPLAIN_MAX;
+        default:
+                return PROTO_REPLY_V2_MAX;
+        }
+}
+
 void batch_take(Batch *b, Connection *c) {
         unsigned taken = 0;
+        size_t reserved = 0, room;
 
         if (!b->started) {
                 /* For the metrics: a HIT's duration is its batch's (parse, match, store, format). */
@@ -193,7 +268,14 @@ void batch_take(Batch *b, Connection *c) {
                         consumed = c->in_len - c->in_pos;
                 }
 
-                if (!connection_reserve(c, (size_t) (taken + 1) * PROTO_REPLY_MAX)) {
+                /* Parsed before the reply room is reserved: a verb's reply may be longer than
+                 * HIT's. The pairs point into the input, which reserving does not move. */
+                if (r >= 0)
+                        r = proto_parse_request(line.ptr, line.len, PROTO_PAIRS_MAX, &b->request);
+                else
+                        r = -EMSGSIZE;
+                room = r < 0 ? PROTO_REPLY_MAX : batch_reply_max(b->request.verb);
+                if (!connection_reserve(c, reserved + room)) {
                         if (taken > 0)
                                 break; /* answer what we have; the rest waits for the next batch */
                         log_warning("Connection %" PRIu64 ": out of memory for replies, closing", c->id);
@@ -201,6 +283,7 @@ void batch_take(Batch *b, Connection *c) {
                         connection_consume_input(c, c->in_len - c->in_pos);
                         break;
                 }
+                reserved += room;
 
                 connection_consume_input(c, consumed);
                 taken++;
@@ -212,16 +295,24 @@ void batch_take(Batch *b, Connection *c) {
                         .first_hit = (uint32_t) b->n_hits,
                 };
 
-                if (r < 0) {
+                if (r == -EMSGSIZE) {
                         slot_set_error(slot, PROTO_ERROR_UNKNOWN, "line too long");
                         c->closing = true;
                         break;
                 }
-
-                r = proto_parse_line(line.ptr, line.len, PROTO_PAIRS_MAX, &b->request);
                 if (r < 0) {
                         slot_set_error(slot, b->request.error_code, b->request.error_reason);
                         c->closing = true; /* lines after a bad one are not executed */
+                        connection_consume_input(c, c->in_len - c->in_pos);
+                        break;
+                }
+                slot->verb = b->request.verb;
+                slot->count = b->request.verb == PROTO_VERB_HIT ? 1 : b->request.count;
+                if ((slot->verb == PROTO_VERB_REFUND || slot->verb == PROTO_VERB_RESET) && !c->admin) {
+                        slot_set_error(slot, PROTO_ERROR_FORBIDDEN,
+                                       slot->verb == PROTO_VERB_RESET ? "RESET needs an admin listener"
+                                                                      : "REFUND needs an admin listener");
+                        c->closing = true;
                         connection_consume_input(c, c->in_len - c->in_pos);
                         break;
                 }
@@ -259,6 +350,118 @@ static void batch_format_error(Batch *b, const BatchSlot *slot, ProtoErrorCode c
         c->out_len += len;
 }
 
+/* One rule's answer to a request: its counter's, or its trivial one. */
+typedef struct BatchDecision {
+        const Rule *rule;
+        bool allowed;
+        uint64_t credit, limit, reset;
+        int64_t retry;
+} BatchDecision;
+
+/* rule's answer; false if it has none (an enforcing rule not evaluated: an always-deny rule
+ * decided the request without touching the counters). */
+static bool batch_rule_decision(const Batch *b, size_t rule_at, BatchDecision *ret) {
+        const Rule *rule = b->rules_matched[rule_at];
+
+        *ret = (BatchDecision){ .rule = rule };
+        switch (rule_trivial_decision(rule)) {
+        case RULE_TRIVIAL_DENY:
+                ret->retry = -1;
+                return true;
+        case RULE_TRIVIAL_ALLOW:
+                ret->allowed = true;
+                ret->credit = ret->limit = rule->credit_limit;
+                return true;
+        default:
+                break;
+        }
+        if (b->rule_hit[rule_at] < 0)
+                return false;
+        const StoreHit *h = b->hits + b->rule_hit[rule_at];
+        ret->allowed = h->allowed;
+        ret->credit = h->credit;
+        ret->limit = h->limit;
+        ret->reset = h->reset_left;
+        ret->retry = h->retry;
+        return true;
+}
+
+/* The binding rule among the enforcing rules of slot: when all allow, the one with the
+ * smallest credit left; else the denying one with the longest wait (-1, never, is the
+ * longest). Ties go to the later rule, so a lone stop rule decides as in divvy. */
+static void batch_binding(const Batch *b, const BatchSlot *slot, BatchDecision *ret) {
+        bool all_allowed = true, have = false;
+        BatchDecision d;
+
+        for (uint32_t i = 0; i < slot->n_rules; i++)
+                if (rule_enforcing(b->rules_matched[slot->first_rule + i]) &&
+                    batch_rule_decision(b, slot->first_rule + i, &d) && !d.allowed)
+                        all_allowed = false;
+        for (uint32_t i = 0; i < slot->n_rules; i++) {
+                if (!rule_enforcing(b->rules_matched[slot->first_rule + i]) ||
+                    !batch_rule_decision(b, slot->first_rule + i, &d) || d.allowed != all_allowed)
+                        continue;
+                if (!have || (all_allowed ? d.credit <= ret->credit
+                                          : (ret->retry >= 0 && (d.retry < 0 || d.retry >= ret->retry)))) {
+                        *ret = d;
+                        have = true;
+                }
+        }
+        if (!all_allowed)
+                ret->allowed = false;
+}
+
+static ProtoRuleRef batch_rule_ref(const Rule *r) {
+        return (ProtoRuleRef){ .label = r->label, .index = r->index };
+}
+
+/* EXPLAIN's reply: the matched rules, without touching a counter. */
+static size_t batch_format_explain(Batch *b, const BatchSlot *slot, char *p) {
+        ProtoRuleRef canaries[RULES_MATCH_MAX], continues[RULES_MATCH_MAX];
+        size_t n_canaries = 0, n_continues = 0;
+        const Rule *stop = b->rules_matched[slot->first_rule + slot->n_rules - 1];
+
+        for (uint32_t i = 0; i + 1 < slot->n_rules; i++) {
+                const Rule *r = b->rules_matched[slot->first_rule + i];
+                if (r->match_policy == MATCH_POLICY_CONTINUE)
+                        continues[n_continues++] = batch_rule_ref(r);
+                else
+                        canaries[n_canaries++] = batch_rule_ref(r);
+        }
+        /* The actor is the request's: its pairs were parsed from the slot's line, which the
+         * batch still holds, so parse it again (EXPLAIN is rare and never on the HIT path). */
+        ProtoSlice actor = { NULL, 0 };
+        if (stop->actor_field && proto_parse_request(slot->line.ptr, slot->line.len, PROTO_PAIRS_MAX,
+                                                     &b->request) >= 0) {
+                actor = rule_actor(stop, &b->request);
+                if (!actor.ptr)
+                        actor = (ProtoSlice){ "", 0 };
+        }
+        return proto_format_explain(p, &(ProtoExplain){
+                                               .rule = batch_rule_ref(stop),
+                                               .policy = match_policy_to_string(stop->match_policy),
+                                               .actor = actor,
+                                               .algorithm = algorithm_to_string(stop->algo.algorithm),
+                                               .canaries = canaries,
+                                               .n_canaries = n_canaries,
+                                               .continues = continues,
+                                               .n_continues = n_continues,
+                                       });
+}
+
+/* Counts the canaries of slot (HIT and TAKE: each by its own counter's decision). */
+static void batch_count_canaries(Batch *b, const BatchSlot *slot) {
+        for (uint32_t i = 0; i + 1 < slot->n_rules; i++) {
+                BatchDecision d;
+                size_t at = slot->first_rule + i;
+
+                if (rule_enforcing(b->rules_matched[at]) || !batch_rule_decision(b, at, &d))
+                        continue;
+                batch_count_hit(b, d.rule,
+                                d.allowed ? METRICS_STATUS_CANARY_ACCEPTED : METRICS_STATUS_CANARY_REJECTED);
+        }
+}
+
 /* Formats slot's reply at the end of its connection's output (room was reserved when it
  * was taken) and counts its outcomes. Returns false if the request is not answered, sets
  * *ret_ok if it is answered OK. */
@@ -266,12 +469,13 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
                                                                      int store_error, bool *ret_ok) {
         Connection *c = slot->conn;
         char *p = c->out + c->out_len;
+        BatchDecision d;
         size_t len;
 
         if (c->err_sent)
                 return false; /* an earlier reply of this batch was an ERR: nothing after it is answered */
 
-        if (slot->n_rules == 0) {
+        if (slot->error_reason || (slot->n_rules == 0 && slot->verb != PROTO_VERB_HELLO)) {
                 batch_format_error(b, slot, slot->error_code, slot->error_reason);
                 log_debug("Connection %" PRIu64 ": \"%.*s\" -> %.*s", c->id,
                           (int) (slot->line.len > 200 ? 200 : slot->line.len), slot->line.ptr,
@@ -283,48 +487,56 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
                 return true;
         }
 
-        const Rule *const *rules = b->rules_matched + slot->first_rule;
-        const StoreHit *hit = b->hits + slot->first_hit;
-        uint32_t last = slot->n_rules - 1;
-
-        for (uint32_t i = 0; i < last; i++)
-                switch (rule_trivial_decision(rules[i])) {
-                case RULE_TRIVIAL_DENY:
-                        batch_count_hit(b, rules[i], METRICS_STATUS_CANARY_REJECTED);
-                        break;
-                case RULE_TRIVIAL_ALLOW:
-                        batch_count_hit(b, rules[i], METRICS_STATUS_CANARY_ACCEPTED);
-                        break;
-                case RULE_TRIVIAL_NONE:
-                        batch_count_hit(b, rules[i],
-                                        hit->allowed ? METRICS_STATUS_CANARY_ACCEPTED
-                                                     : METRICS_STATUS_CANARY_REJECTED);
-                        hit++;
-                        break;
-                }
-
-        const Rule *rule = rules[last];
-        bool allowed;
-        switch (rule_trivial_decision(rule)) {
-        case RULE_TRIVIAL_DENY:
-                allowed = false;
-                len = proto_format_ok(p, false, 0, -1);
+        switch (slot->verb) {
+        case PROTO_VERB_HIT:
+                batch_count_canaries(b, slot);
+                batch_binding(b, slot, &d);
+                if (rule_trivial_decision(d.rule) == RULE_TRIVIAL_DENY)
+                        len = proto_format_ok(p, false, 0, -1);
+                else
+                        len = proto_format_ok(p, d.allowed, d.credit, (int64_t) d.reset);
+                batch_count_hit(b, d.rule, d.allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
                 break;
-        case RULE_TRIVIAL_ALLOW:
-                allowed = true;
-                len = proto_format_ok(p, true, rule->credit_limit, 0);
+        case PROTO_VERB_HELLO:
+                len = proto_format_hello(p, PACKAGE_VERSION);
+                d = (BatchDecision){ .allowed = true };
                 break;
-        default: /* RULE_TRIVIAL_NONE: hit is the decider's, the request's last */
-                allowed = hit->allowed;
-                len = proto_format_ok(p, hit->allowed, hit->credit, (int64_t) hit->reset_left);
+        case PROTO_VERB_EXPLAIN:
+                len = batch_format_explain(b, slot, p);
+                d = (BatchDecision){ .allowed = true, .rule = b->rules_matched[slot->first_rule + slot->n_rules - 1] };
+                break;
+        case PROTO_VERB_RESET: {
+                uint64_t n = 0;
+                for (uint32_t i = 0; i < slot->n_hits; i++)
+                        n += b->hits[slot->first_hit + i].credit;
+                len = proto_format_reset(p, n);
+                d = (BatchDecision){ .allowed = true, .credit = n };
                 break;
         }
-        batch_count_hit(b, rule, allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
+        default: /* TAKE, PEEK, CHARGE, REFUND */
+                if (slot->verb == PROTO_VERB_TAKE)
+                        batch_count_canaries(b, slot);
+                batch_binding(b, slot, &d);
+                len = proto_format_decision(p, &(ProtoDecision){
+                                                       .allowed = d.allowed,
+                                                       .credit = d.credit,
+                                                       .limit = d.limit,
+                                                       .reset = d.reset,
+                                                       .retry = d.retry,
+                                                       .rule = batch_rule_ref(d.rule),
+                                               });
+                break;
+        }
+        if (slot->verb != PROTO_VERB_HIT && b->metrics)
+                metrics_count_verb(b->metrics, slot->verb, d.allowed,
+                                   (slot->verb == PROTO_VERB_TAKE && d.allowed) || slot->verb == PROTO_VERB_CHARGE
+                                           ? slot->count
+                                           : 0);
         c->out_len += len;
         *ret_ok = true;
 
-        if (b->settings.debug)
-                batch_log_hit(slot, rule, p, len);
+        if (b->settings.debug && d.rule)
+                batch_log_hit(slot, d.rule, p, len);
         return true;
 }
 
@@ -367,7 +579,7 @@ static void batch_complete(Batch *b, int store_error) {
                 metrics_observe_batch(b->metrics, n_answered, n_ok,
                                       clock_usec(CLOCK_MONOTONIC) - b->start_usec);
 
-        b->n_slots = b->n_hits = b->n_rules_matched = b->n_canaries_uncounted = 0;
+        b->n_slots = b->n_hits = b->n_rules_matched = 0;
         b->started = false;
         b->pending = false;
         if (b->done)

@@ -39,6 +39,8 @@ struct Metrics {
         size_t table_size;
 
         uint64_t errors[_PROTO_ERROR_MAX];
+        uint64_t verb_decisions[_PROTO_VERB_MAX][2]; /* [verb][allowed] (HIT's are divvy_hits_total) */
+        uint64_t verb_credits[_PROTO_VERB_MAX];      /* credits consumed (TAKE allowed, CHARGE) */
         uint64_t connections;
         Histogram hit_duration; /* usec */
         Histogram batch_size;   /* requests */
@@ -219,6 +221,26 @@ void metrics_count_error(Metrics *m, ProtoErrorCode code) {
         if (code < 0 || code >= _PROTO_ERROR_MAX)
                 return;
         ADD(m->errors[code], 1);
+}
+
+void metrics_count_verb(Metrics *m, ProtoVerb verb, bool allowed, uint64_t credits) {
+        if (verb < 0 || verb >= _PROTO_VERB_MAX)
+                return;
+        ADD(m->verb_decisions[verb][allowed], 1);
+        if (credits)
+                ADD(m->verb_credits[verb], credits);
+}
+
+uint64_t metrics_verb_decisions(const Metrics *m, ProtoVerb verb, bool allowed) {
+        if (verb < 0 || verb >= _PROTO_VERB_MAX)
+                return 0;
+        return LOAD(m->verb_decisions[verb][allowed]);
+}
+
+uint64_t metrics_verb_credits(const Metrics *m, ProtoVerb verb) {
+        if (verb < 0 || verb >= _PROTO_VERB_MAX)
+                return 0;
+        return LOAD(m->verb_credits[verb]);
 }
 
 void metrics_set_connections(Metrics *m, uint64_t n) {
@@ -458,12 +480,37 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
 
         put_header(f, "divvy_errors_total", "counter", "Counter of total Divvy errors.");
         for (int c = 0; c < _PROTO_ERROR_MAX; c++) {
+                /* divvy's two codes always; the version 2 verbs' once they occurred */
+                if (c > PROTO_ERROR_UNKNOWN && metrics_errors(m, (ProtoErrorCode) c) == 0)
+                        continue;
                 fputs("divvy_errors_total{code=\"", f);
                 put_label_value(f, proto_error_code_to_string((ProtoErrorCode) c));
                 fprintf(f, "\"} %" PRIu64 "\n", metrics_errors(m, (ProtoErrorCode) c));
         }
 
         /* divvyd's own. */
+        put_header(f, "divvyd_requests_total", "counter",
+                   "Requests of the protocol version 2 verbs by decision (HIT's are divvy_hits_total).");
+        for (int v = 0; v < _PROTO_VERB_MAX; v++) {
+                char verb[16];
+                const char *name = proto_verb_to_string((ProtoVerb) v);
+                size_t k;
+
+                if (v == PROTO_VERB_HIT || !name)
+                        continue;
+                for (k = 0; name[k] && k + 1 < sizeof verb; k++)
+                        verb[k] = (char) (name[k] >= 'A' && name[k] <= 'Z' ? name[k] - 'A' + 'a' : name[k]);
+                verb[k] = 0;
+                for (int a = 1; a >= 0; a--)
+                        fprintf(f, "divvyd_requests_total{verb=\"%s\",decision=\"%s\"} %" PRIu64 "\n", verb,
+                                a ? "allowed" : "denied", LOAD(m->verb_decisions[v][a]));
+        }
+        put_header(f, "divvyd_credits_consumed_total", "counter",
+                   "Credits consumed by TAKE (allowed) and CHARGE, beyond the one of each HIT.");
+        fprintf(f, "divvyd_credits_consumed_total{verb=\"take\"} %" PRIu64 "\n",
+                LOAD(m->verb_credits[PROTO_VERB_TAKE]));
+        fprintf(f, "divvyd_credits_consumed_total{verb=\"charge\"} %" PRIu64 "\n",
+                LOAD(m->verb_credits[PROTO_VERB_CHARGE]));
         put_header(f, "divvyd_store_size_bytes", "gauge", "Size of the counter database file (data.mdb).");
         fprintf(f, "divvyd_store_size_bytes %" PRIu64 "\n", LOAD(m->store_size_bytes));
         put_header(f, "divvyd_store_counters", "gauge",

@@ -76,6 +76,9 @@ int metrics_set_rules(Metrics *m, const RuleSet *rs);
 /* One store hit of rule number rule_index (Rule.index) with its outcome. */
 void metrics_count_hit(Metrics *m, size_t rule_index, MetricsStatus status);
 void metrics_count_error(Metrics *m, ProtoErrorCode code);
+/* One request of a version 2 verb (not HIT: divvy's metrics count those) with its decision
+ * (HELLO, EXPLAIN and RESET are "allowed") and the credits it consumed (TAKE allowed, CHARGE). */
+void metrics_count_verb(Metrics *m, ProtoVerb verb, bool allowed, uint64_t credits);
 void metrics_set_connections(Metrics *m, uint64_t n);
 /* A batch of n_requests requests, n_hits of them HITs answered OK, took duration_usec:
  * feeds divvyd_batch_size, divvy_hit_duration_seconds (n_hits observations of
@@ -96,6 +99,8 @@ uint64_t metrics_label_hits(const Metrics *m, size_t slot, MetricsStatus status)
 uint64_t metrics_hits_total(const Metrics *m, MetricsStatus status);
 uint64_t metrics_errors(const Metrics *m, ProtoErrorCode code);
 uint64_t metrics_connections(const Metrics *m);
+uint64_t metrics_verb_decisions(const Metrics *m, ProtoVerb verb, bool allowed);
+uint64_t metrics_verb_credits(const Metrics *m, ProtoVerb verb);
 uint64_t metrics_statsd_dropped(const Metrics *m);
 bool metrics_serving(const Metrics *m);
 
