@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The protocol version 2 verbs (issue #15) over real sockets: HELLO, TAKE, PEEK, CHARGE,
+REFUND, RESET, EXPLAIN, on every algorithm, continue rules, canaries and the admin listener,
+against tests/data/verbs.ini (one credit per 360 s: nothing refills while a test runs; the
+reset and retry bounds are computed from measured time).
+
+Run one test:  tests/integration/test_verbs.py Verbs.test_token_bucket
+"""
+
+import itertools
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import data_path  # noqa: E402
+
+_ids = itertools.count(1)
+
+
+def uid(prefix):
+    return "%s-%d-%d" % (prefix, os.getpid(), next(_ids))
+
+
+FIELD_RE = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def fields(reply):
+    """'OK a=1 b=x' -> {'a': '1', 'b': 'x'}; fails the caller's assertion if not OK."""
+    assert reply.startswith("OK "), reply
+    return dict(FIELD_RE.findall(reply[3:]))
+
+
+def decision(reply):
+    f = fields(reply)
+    return (f["allowed"] == "true", int(f["credit"]), int(f["limit"]), int(f["reset"]),
+            int(f["retry"]), f["rule"])
+
+
+class Verbs(harness.DaemonTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = cls.start_shared_daemon(data_path("verbs.ini"))
+
+    def req(self, line, c=None):
+        if c is not None:
+            return c.request(line)
+        return self.d.request(line)
+
+    def bounds(self, t0, full):
+        """(lo, hi) for a reset or retry of `full` seconds counted from t0 (monotonic)."""
+        return harness.elapsed_bounds(full, t0)
+
+    def assertSecs(self, got, full, t0):
+        lo, hi = self.bounds(t0, full)
+        self.assertTrue(lo <= got <= hi, "%d not in [%d, %d]" % (got, lo, hi))
+
+    def test_hello(self):
+        f = fields(self.req("HELLO"))
+        self.assertEqual(f["proto"], "2")
+        self.assertTrue(f["server"].startswith("divvyd/"), f)
+        self.assertEqual(f["verbs"].split(","),
+                         ["HIT", "HELLO", "TAKE", "PEEK", "CHARGE", "REFUND", "RESET", "EXPLAIN"])
+        self.assertEqual(self.req("hello"), self.req("HELLO"))  # verbs in any case, like HIT
+
+    def test_token_bucket(self):
+        u = uid("tb")
+        t0 = time.monotonic()
+        with self.d.connect() as c:
+            ok, credit, limit, reset, retry, rule = decision(c.request("TAKE 1 path=/tb user=" + u))
+            self.assertEqual((ok, credit, limit, retry, rule), (True, 4, 5, 0, "tb"))
+            self.assertSecs(reset, 360, t0)  # full again one interval later
+            ok, credit, limit, reset, retry, rule = decision(c.request("TAKE 4 path=/tb user=" + u))
+            self.assertEqual((ok, credit, retry), (True, 0, 0))
+            self.assertSecs(reset, 1800, t0)
+            # empty: the next credit comes one interval (360 s) later
+            ok, credit, limit, reset, retry, rule = decision(c.request("TAKE 1 path=/tb user=" + u))
+            self.assertEqual((ok, credit), (False, 0))
+            self.assertSecs(retry, 360, t0)
+            self.assertEqual(reset, retry)
+            # more than the bucket holds can never pass
+            ok, credit, limit, reset, retry, rule = decision(c.request("PEEK 6 path=/tb user=" + u))
+            self.assertEqual((ok, retry), (False, -1))
+            # CHARGE goes into debt: later TAKEs wait longer
+            ok, credit, limit, reset, retry, rule = decision(c.request("CHARGE 2 path=/tb user=" + u))
+            self.assertFalse(ok)
+            ok, credit, limit, reset, retry, rule = decision(c.request("PEEK path=/tb user=" + u))
+            self.assertFalse(ok)
+            self.assertSecs(retry, 3 * 360, t0)
+            # HIT is divvy's reply shape on the same counter
+            self.assertEqual(harness.parse_ok(c.request("HIT path=/tb user=" + u))[:2], (False, 0))
+        with self.d.connect("unix") as c:  # not an admin listener
+            self.assertEqual(c.request("REFUND 3 path=/tb user=" + u),
+                             'ERR forbidden "REFUND needs an admin listener"')
+            self.assertTrue(c.at_eof())
+
+    def test_fixed_window(self):
+        u = uid("fw")
+        t0 = time.monotonic()
+        ok, credit, limit, reset, retry, rule = decision(self.req("TAKE 4 path=/fw user=" + u))
+        self.assertEqual((ok, credit, limit, retry, rule), (True, 6, 10, 0, "fw"))
+        self.assertSecs(reset, 3600, t0)
+        ok, credit, lo, reset, retry, rule = decision(self.req("PEEK 7 path=/fw user=" + u))
+        self.assertEqual((ok, credit), (False, 6))
+        self.assertSecs(retry, 3600, t0)
+        ok, credit, lo, reset, retry, rule = decision(self.req("PEEK 11 path=/fw user=" + u))
+        self.assertEqual((ok, retry), (False, -1))
+        # PEEK wrote nothing; HIT sees the TAKE
+        got = harness.parse_ok(self.req("HIT path=/fw user=" + u))
+        self.assertEqual(got[:2], (True, 5))
+        # CHARGE clamps at zero
+        ok, credit, lo, reset, retry, rule = decision(self.req("CHARGE 9 path=/fw user=" + u))
+        self.assertEqual((ok, credit), (False, 0))
+        self.assertEqual(harness.parse_ok(self.req("HIT path=/fw user=" + u))[:2], (False, 0))
+
+    def test_sliding_window(self):
+        u = uid("sw")
+        ok, credit, limit, reset, retry, rule = decision(self.req("TAKE 3 path=/sw user=" + u))
+        self.assertEqual((ok, credit, limit, retry, rule), (True, 7, 10, 0, "sw"))
+        ok, credit, limit, reset, retry, rule = decision(self.req("TAKE 8 path=/sw user=" + u))
+        self.assertEqual((ok, credit), (False, 7))
+        self.assertGreaterEqual(retry, 1)
+        ok, credit, limit, reset, retry, rule = decision(self.req("TAKE 7 path=/sw user=" + u))
+        self.assertEqual((ok, credit), (True, 0))
+
+    def test_continue_all_or_nothing(self):
+        u1, u2, path = uid("u"), uid("u"), "/multi/" + uid("p")
+        with self.d.connect() as c:
+            # per-user allows 3, per-path 5: the binding rule has the smallest credit
+            for i in range(3):
+                ok, credit, limit, reset, retry, rule = decision(
+                    c.request("TAKE 1 path=%s user=%s" % (path, u1)))
+                self.assertEqual((ok, credit, rule), (True, 2 - i, "per-user"))
+            # per-user denies: per-path is not charged
+            ok, credit, limit, reset, retry, rule = decision(
+                c.request("TAKE 1 path=%s user=%s" % (path, u1)))
+            self.assertEqual((ok, rule), (False, "per-user"))
+            self.assertEqual(harness.parse_ok(c.request("HIT path=%s user=%s" % (path, u1)))[:2],
+                             (False, 0))
+            # another user: per-path has 2 left, so it binds
+            ok, credit, limit, reset, retry, rule = decision(
+                c.request("PEEK path=%s user=%s" % (path, u2)))
+            self.assertEqual((ok, credit, rule), (True, 1, "per-path"))
+            self.assertEqual(harness.parse_ok(c.request("HIT path=%s user=%s" % (path, u2)))[:2],
+                             (True, 1))
+            # TAKE 2 fits per-user (3 left) but not per-path (1 left): nothing charged
+            ok, credit, limit, reset, retry, rule = decision(
+                c.request("TAKE 2 path=%s user=%s" % (path, u2)))
+            self.assertEqual((ok, rule), (False, "per-path"))
+            ok, credit, limit, reset, retry, rule = decision(
+                c.request("PEEK 0 path=%s user=%s" % (path, u2)))
+            self.assertEqual((ok, credit), (True, 1))
+
+    def test_always_deny_enforcing_rule(self):
+        u = uid("n")
+        self.assertEqual(self.req("HIT path=/never user=" + u), "OK false 0 -1")
+        ok, credit, limit, reset, retry, rule = decision(self.req("TAKE 1 path=/never user=" + u))
+        self.assertEqual((ok, retry, rule), (False, -1, "never"))
+        # nothing was charged on the stop rule's counter
+        ok, credit, limit, reset, retry, rule = decision(self.req("PEEK 0 path=/never user=" + u))
+        self.assertEqual((ok, retry), (False, -1))
+
+    def test_canary_charged_alone(self):
+        u = uid("c")
+        # the canary (1 per hour) denies from the second hit on; the token bucket decides
+        for credit in (9, 8):
+            self.assertEqual(harness.parse_ok(self.req("HIT path=/canary/x user=" + u))[:2],
+                             (True, credit))
+        ok, credit, limit, reset, retry, rule = decision(self.req("TAKE 2 path=/canary/x user=" + u))
+        self.assertEqual((ok, credit, rule), (True, 6, "canaried"))
+
+    def test_explain(self):
+        u, path = uid("e"), "/multi/" + uid("p")
+        f = fields(self.req("EXPLAIN path=%s user=%s" % (path, u)))
+        self.assertEqual(f["rule"], "per-path")
+        self.assertEqual(f["index"], "4")
+        self.assertEqual(f["policy"], "stop")
+        self.assertEqual(f["actor"], '"%s"' % path)
+        self.assertEqual(f["algorithm"], "fixed-window")
+        self.assertEqual(f["canaries"], "-")
+        self.assertEqual(f["continue"], "per-user")
+        f = fields(self.req("EXPLAIN path=/canary/x user=" + u))
+        self.assertEqual((f["rule"], f["algorithm"], f["canaries"]), ("canaried", "token-bucket", "canary"))
+        # EXPLAIN changed nothing
+        self.assertEqual(harness.parse_ok(self.req("HIT path=%s user=%s" % (path, u)))[:2], (True, 2))
+
+    def test_bad_counts(self):
+        for line in ("TAKE path=/fw user=x", "TAKE 0 path=/fw user=x", "CHARGE -1 path=/fw",
+                     "TAKE 99999999999999999999 path=/fw", "RESET 1 path=/fw"):
+            with self.d.connect() as c:
+                reply = c.request(line)
+                self.assertTrue(reply.startswith("ERR bad-count"), (line, reply))
+                self.assertTrue(c.at_eof())
+
+    def test_pipelined_mix_in_order(self):
+        u = uid("p")
+        lines = ["HIT path=/fw user=" + u, "TAKE 2 path=/fw user=" + u, "HELLO",
+                 "PEEK path=/fw user=" + u, "HIT path=/fw user=" + u] * 3
+        with self.d.connect() as c:
+            replies = c.pipeline(lines)
+        # per round: HIT -1, TAKE 2 -2, HELLO, PEEK (shows a TAKE 1, writes nothing), HIT -1
+        want = [(True, 9), (True, 7), None, (True, 6), (True, 6),
+                (True, 5), (True, 3), None, (True, 2), (True, 2),
+                (True, 1), (False, 1), None, (True, 0), (True, 0)]
+        self.assertEqual(len(replies), len(want))
+        for line, reply, w in zip(lines, replies, want):
+            if w is None:
+                self.assertTrue(reply.startswith("OK proto=2 "), reply)
+            elif line.startswith("HIT"):
+                self.assertEqual(harness.parse_ok(reply)[:2], w, (line, reply))
+            else:
+                self.assertEqual(decision(reply)[:2], w, (line, reply))
+
+
+class Admin(harness.DaemonTestCase):
+    def test_refund_and_reset_on_admin_listener(self):
+        d = self.new_daemon(data_path("verbs.ini"))
+        admin = os.path.join(d.tmpdir, "admin.sock")
+        d.args += ["--listen", "admin:unix:" + admin]
+        d.start()
+        self.assertEqual(os.stat(admin).st_mode & 0o777, 0o600)
+        u = uid("a")
+        self.assertEqual(fields(d.request("TAKE 5 path=/tb user=" + u))["credit"], "0")
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(harness.IO_TIMEOUT)
+        s.connect(admin)
+        with harness.Conn(s) as c:
+            ok, credit, limit, reset, retry, rule = decision(c.request("REFUND 2 path=/tb user=" + u))
+            self.assertEqual((ok, credit), (True, 2))
+            # capped at the capacity
+            ok, credit, limit, reset, retry, rule = decision(c.request("REFUND 99 path=/tb user=" + u))
+            self.assertEqual((ok, credit), (True, 5))
+            # refund never creates a counter
+            fresh = uid("a")
+            c.request("REFUND 3 path=/tb user=" + fresh)
+            self.assertEqual(c.request("RESET path=/tb user=" + fresh), "OK reset=0")
+            self.assertEqual(fields(c.request("TAKE 1 path=/fw user=" + u))["credit"], "9")
+            self.assertEqual(c.request("RESET path=/fw user=" + u), "OK reset=1")
+            self.assertEqual(c.request("RESET path=/fw user=" + u), "OK reset=0")
+        self.assertEqual(harness.parse_ok(d.request("HIT path=/fw user=" + u))[:2], (True, 9))
+        self.assertEqual(d.request("RESET path=/fw user=" + u),
+                         'ERR forbidden "RESET needs an admin listener"')
+        self.assertEqual(d.stop(), 0)
+
+
+if __name__ == "__main__":
+    harness.main()
