@@ -59,8 +59,16 @@ def install_deps():
 
 class NodeClient(harness.DaemonTestCase):
     def test_divvy_client(self):
-        d = self.start_daemon(data_path("itest.ini"))
-        env = dict(os.environ, DIVVYD_HOST="127.0.0.1", DIVVYD_PORT=str(d.port), NODE_PATH=MODULES)
+        self.run_node("itest.ini", "")
+
+    def test_divvy_client_new_algorithms(self):
+        """The unchanged client against token buckets, sliding windows and continue rules."""
+        self.run_node("verbs.ini", "verbs")
+
+    def run_node(self, config, rules):
+        d = self.start_daemon(data_path(config))
+        env = dict(os.environ, DIVVYD_HOST="127.0.0.1", DIVVYD_PORT=str(d.port), NODE_PATH=MODULES,
+                   DIVVYD_RULES=rules)
         try:
             p = subprocess.run([shutil.which("node"), os.path.join(node_dir(), "test-divvy-client.js")],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -47,6 +47,12 @@ async function main() {
   const client = new DivvyClient(host, port, { defaultCommandTimeoutMillis: 10000, autoReconnect: false });
   client.on('error', (err) => console.log(`client error: ${err.message}`));
 
+  if (process.env.DIVVYD_RULES === 'verbs') {
+    await verbsChecks(client);
+    client.close();
+    return;
+  }
+
   await check('counts down one counter (quoted keys and values on the wire)', async () => {
     const t0 = now();
     for (let i = 0; i < 12; i++) {
@@ -103,6 +109,47 @@ async function main() {
   });
 
   client.close();
+}
+
+// Against tests/data/verbs.ini: rules with divvyd's other algorithms and continue rules, which
+// an unchanged divvy client reaches through HIT with divvy's reply shape.
+async function verbsChecks(client) {
+  await check('token bucket through HIT: burst 5, then the retry-after', async () => {
+    const t0 = now();
+    for (let i = 0; i < 5; i++) {
+      const r = await client.hit({ path: '/tb', user: actor });
+      assert.strictEqual(r.isAllowed, true, JSON.stringify(r));
+      assert.strictEqual(r.currentCredit, 4 - i, JSON.stringify(r));
+    }
+    const r = await client.hit({ path: '/tb', user: actor });
+    assert.strictEqual(r.isAllowed, false, JSON.stringify(r));
+    assert.strictEqual(r.currentCredit, 0, JSON.stringify(r));
+    assertReset(r.nextResetSeconds, resetLow(360, t0), 360);
+  });
+
+  await check('sliding window through HIT', async () => {
+    const r = await client.hit({ path: '/sw', user: actor });
+    assert.strictEqual(r.isAllowed, true, JSON.stringify(r));
+    assert.strictEqual(r.currentCredit, 9, JSON.stringify(r));
+  });
+
+  await check('continue and stop rules: both must allow', async () => {
+    const path = `/multi/${actor}`;
+    for (let i = 0; i < 3; i++) {
+      const r = await client.hit({ path: path, user: actor });
+      assert.strictEqual(r.isAllowed, true, JSON.stringify(r));
+      assert.strictEqual(r.currentCredit, 2 - i, JSON.stringify(r));
+    }
+    const r = await client.hit({ path: path, user: actor });
+    assert.strictEqual(r.isAllowed, false, JSON.stringify(r));
+    const other = await client.hit({ path: path, user: `${actor}-2` });
+    assert.deepStrictEqual([other.isAllowed, other.currentCredit], [true, 1]);
+  });
+
+  await check('an always-deny continue rule', async () => {
+    assert.deepStrictEqual(await client.hit({ path: '/never', user: actor }),
+      { isAllowed: false, currentCredit: 0, nextResetSeconds: -1 });
+  });
 }
 
 main().then(() => {
