@@ -8,8 +8,9 @@
 #   4. install the .debs here, check the installed files, run the installed
 #      divvyd --check-config /etc/divvyd/rules.ini, start the installed divvyd under
 #      systemd-socket-activate as the packaged units would (user divvy, state directory,
-#      the Unix socket root:divvy 0660 in /run/divvyd, a loopback TCP port), hit it with the
-#      installed divvy command, stop it, purge the packages and check nothing is left,
+#      the Unix socket root:divvy 0660 in /run/divvyd, a loopback TCP port, the admin socket
+#      divvy 0600 named admin), hit it with the installed divvy command, stop it, purge the
+#      packages and check nothing is left,
 #   5. run tests/packaging/nspawn-test.sh: the packages under a real systemd in systemd-nspawn.
 # Exit 0 when everything passed, 1 on any failure. A stage that cannot run on this machine (the
 # nspawn boot) is reported as SKIPPED in the summary and does not fail the run, except under
@@ -82,8 +83,8 @@ deb() { ls "$outdir"/"$1"_"$version"-*_*.deb; }
 dpkg-deb -c "$(deb divvyd)" | awk '{ print $6 }' | sed 's|^\.||' > "$work/divvyd.deb.list"
 check_list divvyd.deb "$work/divvyd.deb.list" /usr/sbin/divvyd /usr/bin/divvy /usr/bin/divvy-benchmark \
         /etc/divvyd/rules.ini /etc/default/divvyd /lib/systemd/system/divvyd.service \
-        /lib/systemd/system/divvyd.socket /usr/lib/sysusers.d/divvyd.conf /usr/lib/tmpfiles.d/divvyd.conf \
-        /usr/share/man/man8/divvyd.8.gz /usr/share/man/man5/divvyd.rules.5.gz /usr/share/man/man1/divvy.1.gz
+        /lib/systemd/system/divvyd.socket /lib/systemd/system/divvyd-admin.socket /usr/lib/sysusers.d/divvyd.conf \
+        /usr/lib/tmpfiles.d/divvyd.conf /usr/share/man/man8/divvyd.8.gz /usr/share/man/man5/divvyd.rules.5.gz /usr/share/man/man1/divvy.1.gz
 dpkg-deb -c "$(deb libdivvy0)" | awk '{ print $6 }' | sed 's|^\.||' > "$work/libdivvy0.deb.list"
 check_list libdivvy0.deb "$work/libdivvy0.deb.list" '/usr/lib/[^/]*/libdivvy\.so\.0'
 dpkg-deb -c "$(deb libdivvy-dev)" | awk '{ print $6 }' | sed 's|^\.||' > "$work/libdivvy-dev.deb.list"
@@ -99,7 +100,7 @@ rpm_of() { ls "$outdir"/"$1"-"$version"-*.rpm | grep -v -e debuginfo -e debugsou
 rpm -qlp "$(rpm_of divvyd)" > "$work/divvyd.rpm.list" 2>/dev/null
 check_list divvyd.rpm "$work/divvyd.rpm.list" /usr/sbin/divvyd /usr/bin/divvy /etc/divvyd/rules.ini \
         /etc/sysconfig/divvyd /usr/lib/systemd/system/divvyd.service /usr/lib/systemd/system/divvyd.socket \
-        /usr/lib/sysusers.d/divvyd.conf /usr/lib/tmpfiles.d/divvyd.conf '/usr/share/man/man8/divvyd.8[.a-z]*'
+        /usr/lib/systemd/system/divvyd-admin.socket /usr/lib/sysusers.d/divvyd.conf /usr/lib/tmpfiles.d/divvyd.conf '/usr/share/man/man8/divvyd.8[.a-z]*'
 rpm -qlp "$(rpm_of libdivvy)" 2>/dev/null | grep -q 'libdivvy\.so\.0' && ok "libdivvy.rpm has libdivvy.so.0" || bad "libdivvy.rpm lacks libdivvy.so.0"
 rpm -qlp "$(rpm_of libdivvy-devel)" 2>/dev/null | grep -q '/usr/include/divvy.h' && ok "libdivvy-devel.rpm has divvy.h" || bad "libdivvy-devel.rpm lacks divvy.h"
 rpm -qp --configfiles "$(rpm_of divvyd)" 2>/dev/null | grep -q /etc/divvyd/rules.ini && ok "rules.ini is an RPM config file" || bad "rules.ini is not %config"
@@ -115,7 +116,8 @@ DEBIAN_FRONTEND=noninteractive dpkg -i "$(deb libdivvy0)" "$(deb divvyd)" "$(deb
         { cat "$work/dpkg-i.log" >&2; die "dpkg -i"; }
 ok "dpkg -i divvyd libdivvy0 libdivvy-dev"
 for f in /usr/sbin/divvyd /usr/bin/divvy /usr/bin/divvy-benchmark /etc/divvyd/rules.ini /etc/default/divvyd \
-        /lib/systemd/system/divvyd.service /lib/systemd/system/divvyd.socket /usr/include/divvy.h; do
+        /lib/systemd/system/divvyd.service /lib/systemd/system/divvyd.socket /lib/systemd/system/divvyd-admin.socket \
+        /usr/include/divvy.h; do
         [ -e "$f" ] && ok "installed $f" || bad "missing $f"
 done
 getent passwd divvy >/dev/null && ok "user divvy (sysusers)" || bad "no user divvy"
@@ -130,23 +132,29 @@ step "the installed divvyd under systemd-socket-activate, as divvyd.socket and d
 # /etc/default/divvyd. TCP goes to a free port, not 8321, in case something here uses it.
 sa=$(command -v systemd-socket-activate || echo /lib/systemd/systemd-socket-activate)
 sock=/run/divvyd/divvyd.sock
+admin_sock=/run/divvyd/admin.sock
 port=$(free_port)
 install -d -o divvy -g divvy -m 0750 /var/lib/divvyd
-rm -f "$sock"
+rm -f "$sock" "$admin_sock"
 # shellcheck disable=SC1091
 DIVVYD_OPTS=$(. /etc/default/divvyd && echo "${DIVVYD_OPTS:-}")
 # shellcheck disable=SC2086
-"$sa" -l "$sock" -l "127.0.0.1:$port" --fdname=divvyd:divvyd -E STATE_DIRECTORY=/var/lib/divvyd \
+"$sa" -l "$sock" -l "127.0.0.1:$port" -l "$admin_sock" --fdname=divvyd:divvyd:admin -E STATE_DIRECTORY=/var/lib/divvyd \
         setpriv --reuid=divvy --regid=divvy --init-groups --inh-caps=-all --bounding-set=-all --no-new-privs \
         /usr/sbin/divvyd $DIVVYD_OPTS /etc/divvyd/rules.ini >"$work/daemon.log" 2>&1 &
 daemon_pid=$!
 wait_until 10 test -S "$sock" || { cat "$work/daemon.log" >&2; die "no socket $sock"; }
 chgrp divvy "$sock" && chmod 0660 "$sock"
 expect "socket mode" "660 root divvy" "$(stat -c '%a %U %G' "$sock")"
+chown divvy:divvy "$admin_sock" && chmod 0600 "$admin_sock"
 
 expect "divvy hit (Unix socket, activates divvyd)" "true 1 0" "$(divvy hit --timeout 10 method=GET path=/status 2>&1)"
 expect "divvy hit (TCP)" "true 1 0" "$(divvy hit -a "127.0.0.1:$port" method=GET path=/status 2>&1)"
 expect "divvy ping" "0" "$(divvy ping -q -s "$sock" >/dev/null 2>&1; echo $?)"
+expect "divvy hit (admin socket, as divvy)" "true 1 0" \
+        "$(setpriv --reuid=divvy --regid=divvy --clear-groups divvy hit -s "$admin_sock" method=GET path=/status 2>&1)"
+grep -q 'Listening on fd 5 (admin) \[admin\]' "$work/daemon.log" && ok "the admin socket is adopted as admin" ||
+        bad "no 'Listening on fd 5 (admin) [admin]' in the log: $(grep Listening "$work/daemon.log")"
 # Only group divvy may use the Unix socket.
 if setpriv --reuid=nobody --regid=nogroup --clear-groups divvy hit -q -s "$sock" a=b 2>/dev/null; then
         bad "a user outside group divvy reached $sock"
@@ -163,7 +171,7 @@ wait_pid_exit 15 "$daemon_pid" || die "divvyd did not stop within 15 s of SIGTER
 daemon_pid=""
 expect "divvyd exit status after SIGTERM" 0 "$wait_status"
 grep -q '^<[0-9]>' "$work/daemon.log" && ok "log lines carry their priority" || bad "log lacks <N> prefixes: $(head -3 "$work/daemon.log")"
-rm -f "$sock"
+rm -f "$sock" "$admin_sock"
 
 step "purge"
 DEBIAN_FRONTEND=noninteractive dpkg --purge divvyd libdivvy-dev libdivvy0 >"$work/purge.log" 2>&1 ||

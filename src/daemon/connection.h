@@ -31,6 +31,7 @@ struct Connection {
         uint64_t id; /* for log messages */
         int fd;
         bool is_tcp;
+        bool admin;      /* accepted on an admin listener: REFUND and RESET allowed (issue #15) */
         int epfd;        /* the server's epoll instance; registered there while events != 0 */
         uint32_t events; /* the epoll mask currently requested */
 

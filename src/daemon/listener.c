@@ -26,6 +26,7 @@ struct Listener {
         sd_event_source *pause; /* one-shot timer re-enabling io after EMFILE & co */
         int fd;
         bool is_tcp;
+        bool admin;       /* its connections are admin connections */
         bool unlink_path; /* a Unix socket file we created */
         char name[LISTEN_ADDRESS_MAX + 8];
         char path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
@@ -39,6 +40,11 @@ int listen_address_parse(const char *s, ListenAddress *ret) {
 
         if (!s || strlen(s) >= LISTEN_ADDRESS_MAX)
                 return -EINVAL;
+
+        if (strncmp(s, LISTEN_ADMIN_PREFIX, strlen(LISTEN_ADMIN_PREFIX)) == 0) {
+                s += strlen(LISTEN_ADMIN_PREFIX);
+                a.admin = true;
+        }
 
         if (strncmp(s, "unix:", 5) == 0) {
                 s += 5;
@@ -85,13 +91,19 @@ int listen_address_parse(const char *s, ListenAddress *ret) {
 }
 
 const char *listen_address_to_string(const ListenAddress *a, char *buf, size_t size) {
+        const char *admin = a->admin ? LISTEN_ADMIN_PREFIX : "";
+
         if (a->kind == LISTEN_UNIX)
-                snprintf(buf, size, "unix:%s", a->path);
+                snprintf(buf, size, "%sunix:%s", admin, a->path);
         else if (strchr(a->host, ':'))
-                snprintf(buf, size, "tcp:[%s]:%u", a->host, (unsigned) a->port);
+                snprintf(buf, size, "%stcp:[%s]:%u", admin, a->host, (unsigned) a->port);
         else
-                snprintf(buf, size, "tcp:%s:%u", a->host, (unsigned) a->port);
+                snprintf(buf, size, "%stcp:%s:%u", admin, a->host, (unsigned) a->port);
         return buf;
+}
+
+bool listen_fdname_is_admin(const char *name) {
+        return name && strncmp(name, LISTEN_ADMIN_FDNAME, strlen(LISTEN_ADMIN_FDNAME)) == 0;
 }
 
 static int listener_pause_handler(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -161,7 +173,7 @@ static int listener_io_handler(sd_event_source *s, int fd, uint32_t revents, voi
                                 return 0;
                         }
                 }
-                server_accept(cfd, l->is_tcp, l->server);
+                server_accept(cfd, l->is_tcp, l->admin, l->server);
         }
         return 0;
 }
@@ -197,6 +209,10 @@ Listener *listener_free(Listener *l) {
 
 const char *listener_name(const Listener *l) {
         return l->name;
+}
+
+bool listener_is_admin(const Listener *l) {
+        return l->admin;
 }
 
 /* A Unix socket file left behind by a previous run is removed only if nobody
@@ -326,6 +342,7 @@ int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, Server *
                 return r;
         }
         listen_address_to_string(a, l->name, sizeof l->name);
+        l->admin = a->admin;
 
         if (a->kind == LISTEN_UNIX)
                 r = listener_open_unix(l, a, unix_mode, errbuf, errbuf_size);
@@ -366,7 +383,9 @@ int listener_adopt(sd_event *e, int fd, const char *name, Server *server, Listen
                 return r;
         l->fd = fd;
         l->is_tcp = sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0;
-        snprintf(l->name, sizeof l->name, "fd %d (%s)", fd, name ? name : "unnamed");
+        l->admin = listen_fdname_is_admin(name);
+        snprintf(l->name, sizeof l->name, "fd %d (%s)%s", fd, name ? name : "unnamed",
+                 l->admin ? " [admin]" : "");
 
         r = listener_start(l);
         if (r < 0) {

@@ -35,8 +35,13 @@ static void help(void) {
                "\n"
                "  -l, --listen=ADDR        Listen on tcp:HOST:PORT (HOST may be [IPv6]) or unix:PATH;\n"
                "                           repeatable (default tcp:127.0.0.1:$PORT, else port %d;\n"
-               "                           ignored when socket-activated)\n"
+               "                           ignored when socket-activated). An admin: prefix\n"
+               "                           (admin:unix:PATH) makes an admin listener, the only one\n"
+               "                           accepting REFUND and RESET; passed sockets are admin when\n"
+               "                           their name starts with \"admin\" (FileDescriptorName=)\n"
                "      --unix-mode=MODE     Octal mode of Unix sockets we create (default 0%o)\n"
+               "      --admin-unix-mode=MODE\n"
+               "                           ... of admin Unix sockets (default 0%o)\n"
                "  -d, --db=DIR             Store directory: journal and LMDB checkpoint\n"
                "                           (default $STATE_DIRECTORY, else %s)\n"
                "      --map-size=BYTES     Initial LMDB map size, suffixes K M G (default 64M)\n"
@@ -70,7 +75,8 @@ static void help(void) {
                "      --dump-config        Print CONFIG's rules as normalized JSON, exit\n"
                "  -h, --help               Show this help and exit\n"
                "      --version            Show the version and exit\n",
-               DIVVY_PROTO_PORT, UNIX_MODE_DEFAULT, DB_DEFAULT, MAX_CONNECTIONS_DEFAULT);
+               DIVVY_PROTO_PORT, UNIX_MODE_DEFAULT, LISTEN_ADMIN_MODE_DEFAULT, DB_DEFAULT,
+               MAX_CONNECTIONS_DEFAULT);
 }
 
 typedef enum Action {
@@ -151,6 +157,7 @@ enum {
         ARG_VERSION = 0x100,
         ARG_DUMP_CONFIG,
         ARG_UNIX_MODE,
+        ARG_ADMIN_UNIX_MODE,
         ARG_MAP_SIZE,
         ARG_MAP_SIZE_MAX,
         ARG_SYNC,
@@ -298,6 +305,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "dump-config", no_argument, NULL, ARG_DUMP_CONFIG },
                 { "listen", required_argument, NULL, 'l' },
                 { "unix-mode", required_argument, NULL, ARG_UNIX_MODE },
+                { "admin-unix-mode", required_argument, NULL, ARG_ADMIN_UNIX_MODE },
                 { "db", required_argument, NULL, 'd' },
                 { "map-size", required_argument, NULL, ARG_MAP_SIZE },
                 { "map-size-max", required_argument, NULL, ARG_MAP_SIZE_MAX },
@@ -345,16 +353,23 @@ static int parse_args(int argc, char *argv[], Options *o) {
                                 return 2;
                         }
                         if (listen_address_parse(optarg, &o->addresses[o->n_listen]) < 0)
-                                return usage_error("--listen (expected tcp:HOST:PORT or unix:PATH)", optarg);
+                                return usage_error(
+                                        "--listen (expected [admin:]tcp:HOST:PORT or [admin:]unix:PATH)",
+                                        optarg);
                         o->n_listen++;
                         break;
-                case ARG_UNIX_MODE: {
+                case ARG_UNIX_MODE:
+                case ARG_ADMIN_UNIX_MODE: {
                         unsigned long mode;
                         errno = 0;
                         mode = strtoul(optarg, &end, 8);
                         if (errno != 0 || end == optarg || *end != '\0' || mode > 07777)
-                                return usage_error("--unix-mode", optarg);
-                        o->settings.unix_mode = (mode_t) mode;
+                                return usage_error(c == ARG_UNIX_MODE ? "--unix-mode" : "--admin-unix-mode",
+                                                   optarg);
+                        if (c == ARG_UNIX_MODE)
+                                o->settings.unix_mode = (mode_t) mode;
+                        else
+                                o->settings.admin_unix_mode = (mode_t) mode;
                         break;
                 }
                 case 'd':
@@ -535,6 +550,7 @@ int main(int argc, char *argv[]) {
         static Options o = {
                 .settings = {
                         .unix_mode = UNIX_MODE_DEFAULT,
+                        .admin_unix_mode = LISTEN_ADMIN_MODE_DEFAULT,
                         .store = {
                                 .sync = STORE_SYNC_PERIODIC,
                                 .sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC,

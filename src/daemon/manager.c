@@ -324,8 +324,10 @@ static int manager_open_listeners(Manager *m) {
                 Listener *l = NULL;
 
                 listen_address_to_string(&m->settings.listen[i], name, sizeof name);
-                r = listener_new(m->event, &m->settings.listen[i], m->settings.unix_mode, m->server, &l,
-                                 errbuf, sizeof errbuf);
+                r = listener_new(m->event, &m->settings.listen[i],
+                                 m->settings.listen[i].admin ? m->settings.admin_unix_mode
+                                                             : m->settings.unix_mode,
+                                 m->server, &l, errbuf, sizeof errbuf);
                 if (r < 0)
                         return log_error_errno(r, "Failed to listen on %s: %s", name, errbuf);
                 r = manager_add_listener(m, l);

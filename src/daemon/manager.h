@@ -37,7 +37,8 @@ typedef struct ManagerSettings {
         const ListenAddress *listen; /* used unless socket-activated; n_listen >= 1 */
         size_t n_listen;
         mode_t unix_mode;
-        StoreOptions store; /* path must be set */
+        mode_t admin_unix_mode; /* of the admin Unix sockets we create (ListenAddress.admin) */
+        StoreOptions store;     /* path must be set */
         ServerSettings server;
         uint64_t sweep_interval_usec;
         StatsdSettings statsd; /* statsd.host NULL: no statsd */

@@ -268,7 +268,7 @@ static int server_epoll_handler(sd_event_source *es, int fd, uint32_t revents, v
         return 0;
 }
 
-void server_accept(int fd, bool is_tcp, Server *s) {
+void server_accept(int fd, bool is_tcp, bool admin, Server *s) {
         Connection *c = NULL;
         int r;
 
@@ -306,6 +306,7 @@ void server_accept(int fd, bool is_tcp, Server *s) {
                 return;
         }
         c->id = ++s->next_id;
+        c->admin = admin;
         c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
 
         c->epfd = s->epfd;

@@ -67,9 +67,10 @@ bool server_batch_pending(const Server *s);
  * hit and per batch with plain stores, never a syscall (see metrics.h). */
 void server_set_metrics(Server *s, Metrics *metrics);
 
-/* Takes over an accepted socket (the listeners call this; is_tcp: set TCP_NODELAY). When
- * stopping it is closed; over max_connections it is answered an ERR and closed. */
-void server_accept(int fd, bool is_tcp, Server *s);
+/* Takes over an accepted socket (the listeners call this; is_tcp: set TCP_NODELAY; admin:
+ * accepted on an admin listener, see Connection.admin). When stopping it is closed; over
+ * max_connections it is answered an ERR and closed. */
+void server_accept(int fd, bool is_tcp, bool admin, Server *s);
 
 /* Stop: no more reads, answer every request already read, close each connection once
  * its output is flushed; when none is left, sd_event_exit(0). */

@@ -110,7 +110,7 @@ static int client_connect(void) {
         int sv[2];
 
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
-        server_accept(sv[0], false, server);
+        server_accept(sv[0], false, false, server);
         return sv[1];
 }
 

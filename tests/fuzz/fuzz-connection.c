@@ -305,7 +305,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 int sv[2];
 
                 fuzz_check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
-                server_accept(sv[0], false, fuzz.server);
+                server_accept(sv[0], false, false, fuzz.server);
                 clients[i].fd = sv[1];
                 clients[i].size = FUZZ_REPLIES_INITIAL;
                 clients[i].replies = malloc(clients[i].size);

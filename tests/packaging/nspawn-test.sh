@@ -109,6 +109,9 @@ inside "systemctl enable --now divvyd.socket" >/dev/null 2>&1 || bad "systemctl 
 expect "divvyd.socket" "active" "$(inside systemctl is-active divvyd.socket 2>&1)"
 expect "/run/divvyd/divvyd.sock" "660 root divvy" "$(inside stat -c "'%a %U %G'" /run/divvyd/divvyd.sock 2>&1)"
 expect "/run/divvyd" "750 divvy divvy" "$(inside stat -c "'%a %U %G'" /run/divvyd 2>&1)"
+expect "admin socket enabled by the package" "enabled" "$(inside systemctl is-enabled divvyd-admin.socket 2>&1)"
+expect "divvyd-admin.socket" "active" "$(inside systemctl is-active divvyd-admin.socket 2>&1)"
+expect "/run/divvyd/admin.sock" "600 divvy divvy" "$(inside stat -c "'%a %U %G'" /run/divvyd/admin.sock 2>&1)"
 
 step "socket activation"
 # The postinst started the socket (deb-systemd-invoke starts the service only if it is enabled
@@ -119,6 +122,17 @@ expect "service before the first connection" "inactive" "$(inside systemctl is-a
 expect "divvy hit (Unix socket)" "true 1 0" "$(inside divvy hit --timeout 20 method=GET path=/status 2>&1)"
 expect "service after the first connection" "active" "$(inside systemctl is-active divvyd.service 2>&1)"
 expect "divvy hit (TCP 127.0.0.1:8321)" "true 1 0" "$(inside divvy hit -a 127.0.0.1:8321 method=GET path=/status 2>&1)"
+# The admin socket is passed too, by its name, and only the service user may use it.
+expect "divvy hit (admin socket, as divvy)" "true 1 0" \
+        "$(inside setpriv --reuid=divvy --regid=divvy --clear-groups divvy hit -s /run/divvyd/admin.sock method=GET path=/status 2>&1)"
+if inside setpriv --reuid=nobody --regid=divvy --clear-groups divvy hit -q -s /run/divvyd/admin.sock a=b >/dev/null 2>&1; then
+        bad "a user other than divvy (group divvy) reached /run/divvyd/admin.sock"
+else
+        ok "a user other than divvy cannot reach /run/divvyd/admin.sock, even in group divvy"
+fi
+inside "journalctl -u divvyd.service --no-pager -o cat" | grep -q '^Listening on fd [0-9]* (admin) \[admin\] (socket activation)$' &&
+        ok "journal: $(inside "journalctl -u divvyd.service --no-pager -o cat" | grep '(admin) \[admin\]' | tail -1)" ||
+        bad "the journal does not show the admin socket adopted as admin"
 expect "divvyd runs as" "divvy" "$(inside 'ps -o user= -p $(systemctl show -P MainPID divvyd.service)' 2>&1 | tr -d ' ')"
 inside "systemctl show -P StatusText divvyd.service" | grep -q "^Serving" &&
         ok "status: $(inside systemctl show -P StatusText divvyd.service)" || bad "no 'Serving' STATUS= from sd_notify"
@@ -182,6 +196,7 @@ inside "systemctl restart divvyd.service" >/dev/null 2>&1 || bad "systemctl rest
 expect_hit "hit after systemctl restart" "false 0" $(reset_bounds 3600 "$t0") \
         "$(inside divvy hit method=GET path=/limited 2>&1)"
 expect "socket survives service restarts" "660 root divvy" "$(inside stat -c "'%a %U %G'" /run/divvyd/divvyd.sock 2>&1)"
+expect "admin socket survives service restarts" "600 divvy divvy" "$(inside stat -c "'%a %U %G'" /run/divvyd/admin.sock 2>&1)"
 
 step "metrics through /etc/default/divvyd, inside the sandbox"
 inside "echo HTTP_SERVICE_PORT=9321 >> /etc/default/divvyd && systemctl restart divvyd.service" >/dev/null 2>&1 ||

@@ -23,17 +23,17 @@ trap 'rm -rf "$tmp"' EXIT
 divvyd=$(cd "$top_builddir/src" && pwd)/divvyd
 sed -e "s|^\(Exec[A-Za-z]*=\)[^ ]*/divvyd |\1$divvyd |" \
         "$top_builddir/systemd/divvyd.service" > "$tmp/divvyd.service"
-cp "$top_srcdir/systemd/divvyd.socket" "$tmp/divvyd.socket"
+cp "$top_srcdir/systemd/divvyd.socket" "$top_srcdir/systemd/divvyd-admin.socket" "$tmp/"
 grep -q "^ExecStart=$divvyd " "$tmp/divvyd.service" || { echo "FAIL: no ExecStart= runs divvyd" >&2; exit 1; }
 
 fail=0
-if ! "$SYSTEMD_ANALYZE" verify --man=no "$tmp/divvyd.socket" "$tmp/divvyd.service" > "$tmp/verify.out" 2>&1 ||
-        [ -s "$tmp/verify.out" ]; then
+if ! "$SYSTEMD_ANALYZE" verify --man=no "$tmp/divvyd.socket" "$tmp/divvyd-admin.socket" "$tmp/divvyd.service" \
+        > "$tmp/verify.out" 2>&1 || [ -s "$tmp/verify.out" ]; then
         echo "FAIL: systemd-analyze verify:" >&2
         cat "$tmp/verify.out" >&2
         fail=1
 else
-        echo "ok: systemd-analyze verify divvyd.socket divvyd.service"
+        echo "ok: systemd-analyze verify divvyd.socket divvyd-admin.socket divvyd.service"
 fi
 
 # Units that must not verify, so that the check above is known to catch mistakes.
@@ -62,13 +62,23 @@ fi
 
 # What the packages and the nspawn test rely on.
 for want in 'Type=notify' 'ExecReload=kill -HUP $MAINPID' 'StateDirectory=divvyd' 'User=divvy' \
-        'RuntimeDirectoryPreserve=yes' 'Also=divvyd.socket'; do
+        'RuntimeDirectoryPreserve=yes' 'Sockets=divvyd.socket divvyd-admin.socket' \
+        'Also=divvyd.socket divvyd-admin.socket'; do
         grep -qxF "$want" "$tmp/divvyd.service" || { echo "FAIL: divvyd.service lacks $want" >&2; fail=1; }
 done
 for want in 'ListenStream=/run/divvyd/divvyd.sock' 'ListenStream=127.0.0.1:8321' 'SocketGroup=divvy' \
         'SocketMode=0660' 'WantedBy=sockets.target'; do
         grep -qxF "$want" "$tmp/divvyd.socket" || { echo "FAIL: divvyd.socket lacks $want" >&2; fail=1; }
 done
+# The admin socket (REFUND, RESET): divvyd knows it by its name, which must start with "admin"
+# (src/daemon/listener.h: LISTEN_ADMIN_FDNAME); only the service user may connect.
+for want in 'ListenStream=/run/divvyd/admin.sock' 'SocketUser=divvy' 'SocketMode=0600' \
+        'FileDescriptorName=admin' 'Service=divvyd.service' 'WantedBy=sockets.target'; do
+        grep -qxF "$want" "$tmp/divvyd-admin.socket" || { echo "FAIL: divvyd-admin.socket lacks $want" >&2; fail=1; }
+done
+# The plain socket must not be taken for an admin one.
+name=$(sed -n 's/^FileDescriptorName=//p' "$tmp/divvyd.socket")
+case "$name" in admin*) echo "FAIL: divvyd.socket's FileDescriptorName=$name makes it an admin listener" >&2; fail=1 ;; esac
 grep -q '^WantedBy=' "$tmp/divvyd.service" && { echo "FAIL: divvyd.service must be started by its socket, not WantedBy=" >&2; fail=1; }
 
 [ "$fail" -eq 0 ] && echo "PASS: units" || echo "FAIL: units"

@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: MIT
+"""Admin listeners (issue #15): `--listen admin:unix:PATH` / `admin:tcp:HOST:PORT`, and sockets
+passed by systemd whose name starts with "admin". Only their connections may send REFUND and
+RESET (the verbs' own tests check the refusal elsewhere); here: they are created with the right
+mode (0600 by default, --admin-unix-mode), named as admin in the log, serve HIT like any
+listener on the same counters, and a plain listener is never taken for an admin one."""
+
+import os
+import re
+
+import harness
+from harness import data_path
+
+
+def mode(path):
+    return os.stat(path).st_mode & 0o7777
+
+
+class AdminDaemon(harness.Daemon):
+    """A Daemon with one more listener, the admin one, at <tmp>/admin.sock: by --listen, or
+    when activate=True, passed by systemd-socket-activate with the name admin_fdname."""
+
+    def __init__(self, config, admin_fdname="admin", **kw):
+        super().__init__(config, **kw)
+        self.admin_path = os.path.join(self.tmpdir, "admin.sock")
+        self.admin_fdname = admin_fdname
+
+    def command(self):
+        cmd = super().command()
+        if self.activate:
+            # systemd-socket-activate's options go before the program; --fdname accumulates
+            # after the harness's "--fdname=tcp:unix".
+            return ["-l", self.admin_path, "--fdname=" + self.admin_fdname] + cmd
+        return cmd[:-1] + ["--listen", "admin:unix:" + self.admin_path, cmd[-1]]
+
+    def connect_admin(self):
+        s = harness.socket.socket(harness.socket.AF_UNIX, harness.socket.SOCK_STREAM)
+        s.settimeout(harness.IO_TIMEOUT)
+        s.connect(self.admin_path)
+        return harness.Conn(s)
+
+
+class TestAdminListeners(harness.DaemonTestCase):
+
+    def start_admin_daemon(self, **kw):
+        d = AdminDaemon(data_path("itest.ini"), **kw)
+        self.addCleanup(d.cleanup)
+        harness._DAEMONS.append(d)
+        return d
+
+    def listening_lines(self, d):
+        return [l for l in d.log_text().splitlines() if "Listening on " in l]
+
+    def test_admin_unix_socket_mode_and_hits(self):
+        d = self.start_admin_daemon()
+        d.start()
+        # The plain Unix socket keeps --unix-mode's default; the admin one is 0600.
+        self.assertEqual(mode(d.unix_path), 0o660)
+        self.assertEqual(mode(d.admin_path), 0o600)
+        # All three listeners serve HIT, on the same counters.
+        with d.connect_admin() as c:
+            self.assertHit(c.request("HIT path=/probe user=admin-unix"), True, 9, 3600)
+            self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+        self.assertHit(d.request("HIT path=/probe user=admin-unix", "unix"), True, 8, self.since_start(3600))
+        self.assertHit(d.request("HIT path=/probe user=admin-unix", "tcp"), True, 7, self.since_start(3600))
+        # The log names the admin listener as such, and only it.
+        lines = self.listening_lines(d)
+        self.assertEqual(len(lines), 3, lines)
+        admin = [l for l in lines if "admin" in l]
+        self.assertEqual(len(admin), 1, lines)
+        self.assertTrue(admin[0].endswith("Listening on admin:unix:" + d.admin_path), admin)
+        self.assertTrue(any(l.endswith("Listening on unix:" + d.unix_path) for l in lines), lines)
+        self.assertTrue(any(l.endswith("Listening on tcp:127.0.0.1:%d" % d.port) for l in lines), lines)
+        self.assertEqual(d.stop(), 0)
+        # Both socket files are removed at exit.
+        self.assertFalse(os.path.exists(d.admin_path))
+        self.assertFalse(os.path.exists(d.unix_path))
+
+    def test_admin_unix_mode_options_are_independent(self):
+        # --unix-mode does not open the admin socket wider ...
+        d = self.start_admin_daemon(args=["--unix-mode=0666"])
+        d.start()
+        self.assertEqual(mode(d.unix_path), 0o666)
+        self.assertEqual(mode(d.admin_path), 0o600)
+        self.assertEqual(d.stop(), 0)
+        # ... and --admin-unix-mode changes only the admin socket.
+        d2 = self.start_admin_daemon(args=["--admin-unix-mode=0660"])
+        d2.start()
+        self.assertEqual(mode(d2.unix_path), 0o660)
+        self.assertEqual(mode(d2.admin_path), 0o660)
+        with d2.connect_admin() as c:
+            self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+        self.assertEqual(d2.stop(), 0)
+
+    def test_admin_tcp_listener(self):
+        d = self.new_daemon(data_path("itest.ini"), listen=("unix",))
+        d.port = harness.free_tcp_port()
+        d.args = ["--listen", "admin:tcp:127.0.0.1:%d" % d.port]
+        d.start()
+        with d.connect("tcp") as c:
+            self.assertHit(c.request("HIT path=/probe user=admin-tcp"), True, 9, 3600)
+        self.assertHit(d.request("HIT path=/probe user=admin-tcp", "unix"), True, 8, self.since_start(3600))
+        lines = self.listening_lines(d)
+        self.assertEqual(len(lines), 2, lines)
+        self.assertTrue(any(l.endswith("Listening on admin:tcp:127.0.0.1:%d" % d.port) for l in lines), lines)
+        self.assertTrue(any(l.endswith("Listening on unix:" + d.unix_path) for l in lines), lines)
+        self.assertEqual(d.stop(), 0)
+
+    def test_bad_admin_addresses_are_usage_errors(self):
+        for bad in ("admin:", "admin:unix:", "admin:udp:127.0.0.1:1", "admin:admin:unix:/x",
+                    "admin:tcp:127.0.0.1:0"):
+            d = self.new_daemon(data_path("itest.ini"), listen=(), notify=False)
+            d.args = ["--listen", bad]
+            d.start(wait_ready=False)
+            self.assertEqual(d.wait_exit(), 2, bad)
+            self.assertIn("invalid value for --listen", d.log_text(), bad)
+            self.assertIn("'%s'" % bad, d.log_text(), bad)
+        d = self.new_daemon(data_path("itest.ini"), notify=False, args=["--admin-unix-mode=0999"])
+        d.start(wait_ready=False)
+        self.assertEqual(d.wait_exit(), 2)
+        self.assertIn("invalid value for --admin-unix-mode", d.log_text())
+
+    def activated(self, fdname):
+        if not harness.socket_activate_path():
+            self.skipTest("systemd-socket-activate not found (set SYSTEMD_SOCKET_ACTIVATE)")
+        d = self.start_admin_daemon(activate=True, admin_fdname=fdname)
+        d.start(wait_ready=False)
+        # systemd-socket-activate starts divvyd at the first connection; this one is queued.
+        c = None
+        for _ in range(int(50 * harness.TIMEOUT_SCALE)):
+            try:
+                c = d.connect_admin()
+                break
+            except OSError:
+                if not d.running():
+                    self.fail("systemd-socket-activate exited: %s" % d.log_tail())
+                d.drain_notes(0.1)
+        self.assertIsNotNone(c, "nothing listening on %s" % d.admin_path)
+        with c:
+            d.wait_ready()
+            self.assertHit(c.request("HIT path=/probe user=sa-%s" % fdname), True, 9, 3600)
+        self.assertHit(d.request("HIT path=/probe user=sa-%s" % fdname, "unix"), True, 8,
+                       self.since_start(3600))
+        _, status = d.wait_note(re.compile(r"^STATUS=.*\brules\b"), what="STATUS")
+        self.assertRegex(status, r"\b3 listeners\b")
+        return d, [l for l in self.listening_lines(d) if "(socket activation)" in l]
+
+    def test_socket_activation_admin_by_name(self):
+        # fds 3, 4, 5: tcp, unix, admin (systemd-socket-activate's order of -l).
+        d, lines = self.activated("admin")
+        self.assertEqual(len(lines), 3, lines)
+        self.assertTrue(any(l.endswith("Listening on fd 3 (tcp) (socket activation)") for l in lines), lines)
+        self.assertTrue(any(l.endswith("Listening on fd 4 (unix) (socket activation)") for l in lines), lines)
+        self.assertTrue(any(l.endswith("Listening on fd 5 (admin) [admin] (socket activation)") for l in lines),
+                        lines)
+        self.assertEqual(d.stop(), 0)
+
+    def test_socket_activation_other_name_is_not_admin(self):
+        d, lines = self.activated("divvyd")
+        self.assertEqual(len(lines), 3, lines)
+        self.assertEqual([l for l in lines if "admin" in l], [], lines)
+        self.assertEqual(d.stop(), 0)
+
+
+if __name__ == "__main__":
+    harness.main()
