@@ -15,17 +15,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define ALGO_CREDIT_MAX UINT64_C(9007199254740991)  /* 2^53-1: creditLimit, burst (= RULE_CREDIT_LIMIT_MAX) \
-                                                     */
-#define ALGO_RESET_SECONDS_MAX UINT64_C(3155760000) /* 100 years (= RULE_RESET_SECONDS_MAX) */
-#define ALGO_FILL_USEC_MAX                                                                                  \
-        (UINT64_C(2) * ALGO_RESET_SECONDS_MAX * UINT64_C(1000000)) /* usec: longest time a token bucket     \
-                                                                    * takes to fill from empty (200 years;  \
-                                                                    * the default burst always fits) */
-#define ALGO_W0_MAX ((UINT64_C(1) << 56) - 1) /* usec: largest w0 written (= store's TABLE_W0_MAX) */
-#define ALGO_NOW_MAX                                                                                        \
-        (UINT64_C(1) << 55) /* usec (year 3111): sliding window and token bucket treat                      \
-                             * a later now_usec as this, so w0 stays below ALGO_W0_MAX */
+/* 2^53-1: the largest creditLimit and burst (= rules.h RULE_CREDIT_LIMIT_MAX) */
+#define ALGO_CREDIT_MAX UINT64_C(9007199254740991)
+/* 100 years: the largest resetSeconds and refillSeconds (= rules.h RULE_RESET_SECONDS_MAX) */
+#define ALGO_RESET_SECONDS_MAX UINT64_C(3155760000)
+/* µs (200 years): the longest a token bucket may take to fill from empty; the default burst
+ * (creditLimit) always fits, as burst * T < 2 * resetSeconds */
+#define ALGO_FILL_USEC_MAX (UINT64_C(2) * ALGO_RESET_SECONDS_MAX * UINT64_C(1000000))
+/* µs (year 4253): the largest w0 ever written (= the store's TABLE_W0_MAX) */
+#define ALGO_W0_MAX ((UINT64_C(1) << 56) - 1)
+/* µs (year 3111): sliding window and token bucket take a later now_usec as this one, which keeps
+ * every w0 they compute below ALGO_W0_MAX */
+#define ALGO_NOW_MAX (UINT64_C(1) << 55)
 
 typedef enum Algorithm {
         ALGORITHM_FIXED_WINDOW = 0,   /* divvy's: the default */
