@@ -731,7 +731,7 @@ static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag
 
         p->credit_limit = rule->credit_limit;
         p->reset_seconds = rule->reset_seconds;
-        if (p->algorithm == ALGORITHM_TOKEN_BUCKET && p->burst == 0)
+        if (p->burst == 0) /* the capacity, as algo_params_prepare() sets it (trivial rules too) */
                 p->burst = p->credit_limit;
         if (rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
                 return 1;

@@ -81,8 +81,8 @@ typedef struct Rule {
         /* The algorithm and its parameters (algorithm, creditLimit, resetSeconds, burst,
          * refillSeconds, strict), prepared with algo_params_prepare() at ruleset_add()
          * unless the rule is trivial (rule_trivial_decision()): then only the copied
-         * values are set. For a token bucket, burst is the effective capacity (creditLimit
-         * when the config left it out); 0 for the window algorithms. */
+         * values are set. burst is the effective capacity: creditLimit unless a token
+         * bucket's config set it. */
         AlgoParams algo;
         /* Counter identity: a hash of the canonical operation (sorted keys) +
          * creditLimit + resetSeconds + actorField, + the algorithm and its parameters only

@@ -437,8 +437,8 @@ END_TEST
 /* A JSON override [a=1] whose attributes given start on line 4 (one per line, each
  * preceded by ",\n"), then the default. */
 #define JSON_A1(...)                                                                                        \
-        "{\"overrides\": [\n{\"operation\": {\"a\": \"1\"},\n\"creditLimit\": 10, \"resetSeconds\": 60" __VA_ARGS__ \
-        "}],\n\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}"
+        "{\"overrides\": [\n{\"operation\": {\"a\": \"1\"},\n\"creditLimit\": 10, \"resetSeconds\": "       \
+        "60" __VA_ARGS__ "}],\n\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}"
 
 static const struct {
         bool json;
@@ -505,17 +505,16 @@ static const struct {
         /* INI, issue #15: the same operation with its keys in another order is another
          * rule, judged by the rules' validation; only identical header texts are
          * duplicate sections. */
-        { false,
-          "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = canary\n"
-          "[path=/x method=GET]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI },
-        { false,
-          "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = continue\n"
-          "[path=/x   method=GET]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI },
+        { false, "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = canary\n"
+                 "[path=/x method=GET]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI },
+        { false, "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = continue\n"
+                 "[path=/x   method=GET]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI },
         { false,
           "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\n"
           "[path=/x method=GET]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI,
           0, 4,
-          "rule [method=GET path=/x] is unreachable: rule [method=GET path=/x] (line 1) matches every request it "
+          "rule [method=GET path=/x] is unreachable: rule [method=GET path=/x] (line 1) matches every "
+          "request it "
           "matches" },
         { false,
           "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\n"
@@ -537,13 +536,15 @@ static const struct {
         { false, INI_A1("algorithm = 'gcra'\nstrict = \"false\"\n") },
         { false, INI_A1("matchPolicy = continue\n") },
         { false, INI_A1("algorithm = leaky-bucket\n"), 0, 4,
-          "t.ini:4: rule [a=1] has an unknown algorithm \"leaky-bucket\" (accepted: fixed-window, sliding-window, "
+          "t.ini:4: rule [a=1] has an unknown algorithm \"leaky-bucket\" (accepted: fixed-window, "
+          "sliding-window, "
           "token-bucket, gcra)" },
         { false, INI_A1("burst = 20\n"), 0, 4,
           "rule [a=1] sets burst, which only the token-bucket algorithm uses (this rule's algorithm is "
           "fixed-window, the default)" },
         { false, INI_A1("algorithm = sliding-window\nrefillSeconds = 6\n"), 0, 5,
-          "rule [a=1] sets refillSeconds, which only the token-bucket algorithm uses (this rule's algorithm is "
+          "rule [a=1] sets refillSeconds, which only the token-bucket algorithm uses (this rule's algorithm "
+          "is "
           "sliding-window)" },
         { false, INI_A1("strict = true\nalgorithm = fixed-window\n"), 0, 4,
           "rule [a=1] sets strict, which only the token-bucket algorithm uses (this rule's algorithm is "
@@ -565,17 +566,27 @@ static const struct {
         { false, INI_A1("maxBurst = 3\n"), 0, 4,
           "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst, "
           "refillSeconds, strict)" },
+        /* Refused by algo_params_prepare(), at the line of the attribute its reason names first. */
+        { false, INI_A1("algorithm = token-bucket\nrefillSeconds = 7\n"), 0, 5,
+          "t.ini:5: rule [a=1] refillSeconds does not divide resetSeconds into whole credits (creditLimit * "
+          "refillSeconds / resetSeconds must be an integer)" },
+        { false,
+          "[a=1]\nalgorithm = sliding-window\nresetSeconds = 1\ncreditLimit = 4294967296\n" DEFAULT_INI, 0,
+          4,
+          "t.ini:4: rule [a=1] creditLimit above 4294967295 is not supported by algorithm sliding-window" },
         { false, "[default]\ncreditLimit = 0\nresetSeconds = 0\nmatchPolicy = continue\n", 0, 4,
           "rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
 
         /* JSON: the same, with JSON's types (strict a boolean or a string). */
-        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"burst\": 20,\n\"refillSeconds\": 6,\n\"strict\": true") },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"burst\": 20,\n\"refillSeconds\": "
+                        "6,\n\"strict\": true") },
         { true, JSON_A1(",\n\"algorithm\": \"gcra\",\n\"burst\": \"20\",\n\"strict\": \"false\"") },
         { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"refillSeconds\": 6.0,\n\"strict\": false") },
         { true, JSON_A1(",\n\"algorithm\": \"sliding-window\",\n\"matchPolicy\": \"continue\"") },
         { true, JSON_A1(",\n\"algorithm\": \"Sliding-Window\""), 0, 4,
           "rule [a=1] has an unknown algorithm \"Sliding-Window\"" },
-        { true, JSON_A1(",\n\"algorithm\": 2"), 0, 4, "rule [a=1]: algorithm: expected a string, got a number" },
+        { true, JSON_A1(",\n\"algorithm\": 2"), 0, 4,
+          "rule [a=1]: algorithm: expected a string, got a number" },
         { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"strict\": 1"), 0, 5,
           "rule [a=1]: strict: expected true or false, got a number" },
         { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"strict\": null"), 0, 5,
@@ -596,13 +607,19 @@ static const struct {
         { true, JSON_A1(",\n\"strict\": false,\n\"algorithm\": \"sliding-window\""), 0, 4,
           "rule [a=1] sets strict, which only the token-bucket algorithm uses (this rule's algorithm is "
           "sliding-window)" },
-        { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0,\n\"matchPolicy\": \"continue\"}}", 0, 2,
-          "rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
+        { true,
+          "{\"default\": {\"algorithm\": \"gcra\",\n\"resetSeconds\": 1,\n\"creditLimit\": 2000000,\n"
+          "\"burst\": 1}}",
+          0, 3,
+          "t.json:3: rule [default] creditLimit per resetSeconds gives an interval under 1 microsecond" },
+        { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0,\n\"matchPolicy\": \"continue\"}}",
+          0, 2, "rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
         /* JSON accepted a canary before a stop rule on one operation all along. */
         { true,
           "{\"overrides\": [{\"operation\": {\"method\": \"GET\", \"path\": \"/x\"}, \"creditLimit\": 1,"
           " \"resetSeconds\": 1, \"matchPolicy\": \"canary\"},\n"
-          " {\"operation\": {\"method\": \"GET\", \"path\": \"/x\"}, \"creditLimit\": 1, \"resetSeconds\": 1}],\n"
+          " {\"operation\": {\"method\": \"GET\", \"path\": \"/x\"}, \"creditLimit\": 1, \"resetSeconds\": "
+          "1}],\n"
           " \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}" },
 };
 
@@ -718,14 +735,15 @@ END_TEST
 
 /* The new attributes are dumped only when not the defaults: exactly this text. */
 START_TEST (test_dump_algorithms) {
-        static const char text[] = "[a=1]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = gcra\nburst = 25\n"
-                                   "refillSeconds = 6\nstrict = true\nmatchPolicy = continue\n"
-                                   "[a=2]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = token-bucket\n"
-                                   "burst = 10\nrefillSeconds = 0\nstrict = false\n"
-                                   "[a=3]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = sliding-window\n"
-                                   "[a=4]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = fixed-window\n"
-                                   "[default]\ncreditLimit = 0\nresetSeconds = 0\nalgorithm = token-bucket\n"
-                                   "burst = 3\n";
+        static const char text[] =
+                "[a=1]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = gcra\nburst = 25\n"
+                "refillSeconds = 6\nstrict = true\nmatchPolicy = continue\n"
+                "[a=2]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = token-bucket\n"
+                "burst = 10\nrefillSeconds = 0\nstrict = false\n"
+                "[a=3]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = sliding-window\n"
+                "[a=4]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = fixed-window\n"
+                "[default]\ncreditLimit = 0\nresetSeconds = 0\nalgorithm = token-bucket\n"
+                "burst = 3\n";
         static const char want[] = "{\n"
                                    "  \"overrides\": [\n"
                                    "    {\n"
@@ -817,11 +835,14 @@ START_TEST (test_rule_details) {
                 "rule [ip=* method=POST path=/login]: token-bucket 5 per 300 s, burst 5, continuous refill, "
                 "strict, matchPolicy stop",
                 "rule [path=/api/* user=*]: sliding-window 1000 per 3600 s, matchPolicy continue",
-                "rule [method=GET path=/api/* user=*]: token-bucket 100 per 60 s, burst 200, continuous refill, "
+                "rule [method=GET path=/api/* user=*]: token-bucket 100 per 60 s, burst 200, continuous "
+                "refill, "
                 "matchPolicy stop",
-                "rule [method=POST path=/api/export user=*]: token-bucket 10 per 3600 s, burst 10, refill every "
+                "rule [method=POST path=/api/export user=*]: token-bucket 10 per 3600 s, burst 10, refill "
+                "every "
                 "360 s, matchPolicy stop",
-                "rule [ip=* path=/search]: token-bucket 30 per 60 s, burst 10, continuous refill, matchPolicy canary",
+                "rule [ip=* path=/search]: token-bucket 30 per 60 s, burst 10, continuous refill, "
+                "matchPolicy canary",
                 NULL,
                 NULL,
         };

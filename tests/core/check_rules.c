@@ -528,8 +528,54 @@ static const struct {
           { "default ; creditLimit=100 resetSeconds=60 algorithm=token-bucket burst=1" },
           0,
           NULL },
-        { "burst at its maximum",
+        { "large burst",
+          { "default ; creditLimit=1 resetSeconds=60 algorithm=token-bucket burst=100000" },
+          0,
+          NULL },
+        { "trivial rule: burst at its maximum",
+          { "default ; creditLimit=1 resetSeconds=0 algorithm=token-bucket burst=9007199254740991" },
+          0,
+          NULL },
+        { "refillSeconds dividing into whole credits",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket refillSeconds=18" },
+          0,
+          NULL },
+        { "refillSeconds above resetSeconds",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket refillSeconds=120 burst=20" },
+          0,
+          NULL },
+        /* Refused by algo_params_prepare(): its reason, at the line of the attribute it names first. */
+        { "burst that takes centuries to refill",
           { "default ; creditLimit=1 resetSeconds=60 algorithm=token-bucket burst=9007199254740991" },
+          -EINVAL,
+          "test:14: rule [default] burst takes more than 200 years to refill at creditLimit per "
+          "resetSeconds" },
+        { "a default burst refills within resetSeconds, the longest allowed",
+          { "default ; resetSeconds=3155760000 creditLimit=3 algorithm=token-bucket" },
+          0,
+          NULL },
+        { "refillSeconds not dividing into whole credits",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket strict=true refillSeconds=7" },
+          -EINVAL,
+          "test:15: rule [default] refillSeconds does not divide resetSeconds into whole credits "
+          "(creditLimit * refillSeconds / resetSeconds must be an integer)" },
+        { "token bucket faster than one credit per microsecond",
+          { "default ; resetSeconds=1 creditLimit=1000001 algorithm=gcra" },
+          -EINVAL,
+          "test:12: rule [default] creditLimit per resetSeconds gives an interval under 1 microsecond (at "
+          "most "
+          "1000000 credits per second)" },
+        { "token bucket at one credit per microsecond",
+          { "default ; resetSeconds=1 creditLimit=1000000 algorithm=gcra" },
+          0,
+          NULL },
+        { "sliding window above 2^32-1 credits",
+          { "default ; algorithm=sliding-window creditLimit=4294967296 resetSeconds=1" },
+          -EINVAL,
+          "test:12: rule [default] creditLimit above 4294967295 is not supported by algorithm "
+          "sliding-window" },
+        { "fixed window keeps the whole range",
+          { "default ; creditLimit=9007199254740991 resetSeconds=3155760000" },
           0,
           NULL },
         /* Trivial rules keep their meaning: nothing to prepare, nothing refused. */
@@ -1421,14 +1467,18 @@ START_TEST (test_identity_golden_algo) {
                 6,    0,   0,   0,   0,   0,   0,   0,             /* refillSeconds */
                 1,                                                 /* strict */
         };
-        static const uint8_t enc_sliding[] = {
-                'd', 'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l', 'e', '-', 'i', 'd', '-',  'v', '1',
-                1,   0,   0,   0,   1,   0,   0,   0,   'a', 1,   0,   0,   0,   '1', 10,   0,   0,
-                0,   0,   0,   0,   0,   60,  0,   0,   0,   0,   0,   0,   0,   0,   0xa1, 1, /* tag,
-                                                                                                  sliding-window
-                                                                                                */
-                0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,    0,   0,
-        };
+        static const uint8_t
+                enc_sliding
+                        [] = {
+                                'd', 'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l',  'e', '-', 'i',
+                                'd', '-', 'v', '1', 1,   0,   0,   0,   1,   0,    0,   0,   'a',
+                                1,   0,   0,   0,   '1', 10,  0,   0,   0,   0,    0,   0,   0,
+                                60,  0,   0,   0,   0,   0,   0,   0,   0,   0xa1, 1, /* tag,
+                                                                                         sliding-window
+                                                                                       */
+                                0,   0,   0,   0,   0,   0,   0,   0,   0,   0,    0,   0,   0,
+                                0,   0,   0,   0,
+                        };
         uint8_t want[RULE_ID_SIZE], got[RULE_ID_SIZE];
 
         hash128(enc, sizeof enc, want);
@@ -1449,9 +1499,12 @@ static const struct {
         uint64_t burst, refill_seconds;
         bool strict;
 } algo_cases[] = {
-        { "default ; creditLimit=10 resetSeconds=60", ALGORITHM_FIXED_WINDOW, 0, 0, false },
-        { "default ; creditLimit=10 resetSeconds=60 algorithm=sliding-window", ALGORITHM_SLIDING_WINDOW, 0,
+        { "default ; creditLimit=10 resetSeconds=60", ALGORITHM_FIXED_WINDOW, 10, 0, false },
+        { "default ; creditLimit=10 resetSeconds=60 algorithm=sliding-window", ALGORITHM_SLIDING_WINDOW, 10,
           0, false },
+        { "default ; creditLimit=10 resetSeconds=0", ALGORITHM_FIXED_WINDOW, 10, 0, false },
+        { "default ; creditLimit=0 resetSeconds=9 algorithm=sliding-window", ALGORITHM_SLIDING_WINDOW, 0, 0,
+          false },
         { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket", ALGORITHM_TOKEN_BUCKET, 10, 0,
           false },
         { "default ; creditLimit=10 resetSeconds=60 algorithm=gcra burst=3 refillSeconds=30 strict=true",
