@@ -312,6 +312,10 @@ const char *config_rule_details(const Rule *r, char *buf, size_t size) {
                 if (r->algo.strict)
                         append(buf, size, &len, ", strict");
         }
+        if (rule_trivial_decision(r) == RULE_TRIVIAL_DENY)
+                append(buf, size, &len, ", always denies (creditLimit 0)");
+        else if (rule_trivial_decision(r) == RULE_TRIVIAL_ALLOW)
+                append(buf, size, &len, ", always allows (resetSeconds 0)");
         append(buf, size, &len, ", matchPolicy %s", match_policy_to_string(r->match_policy));
         return buf;
 }

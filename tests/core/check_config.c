@@ -859,6 +859,20 @@ START_TEST (test_rule_details) {
         ck_assert_str_eq(config_summary(rs, tiny, sizeof tiny), "7 rules (1 ");
         ruleset_free(rs);
         diag_done(&diag);
+
+        static const char text[] =
+                "[a=1]\ncreditLimit = 0\nresetSeconds = 9\nalgorithm = sliding-window\n"
+                "[default]\ncreditLimit = 5\nresetSeconds = 0\nalgorithm = gcra\nburst = 7\n";
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        ck_assert_str_eq(
+                config_rule_details(&rs->rules[0], buf, sizeof buf),
+                "rule [a=1]: sliding-window 0 per 9 s, always denies (creditLimit 0), matchPolicy stop");
+        ck_assert_str_eq(config_rule_details(&rs->rules[1], buf, sizeof buf),
+                         "rule [default]: token-bucket 5 per 0 s, burst 7, continuous refill, always allows "
+                         "(resetSeconds 0), matchPolicy stop");
+        ruleset_free(rs);
+        diag_done(&diag);
 }
 END_TEST
 
