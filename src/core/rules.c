@@ -921,12 +921,16 @@ int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
                 CHECK(report(diag, d->line, desc, "is marked default but has an operation") ?: 0);
 
         CHECK(draft_patterns(d, &rule, desc, diag));
+        bool ok_before_limits = ok;
+        ok = true;
         CHECK(draft_number(d, RULE_ATTR_CREDIT_LIMIT, RULE_CREDIT_LIMIT_MAX, desc, diag,
                            &rule.credit_limit));
         CHECK(draft_number(d, RULE_ATTR_RESET_SECONDS, RULE_RESET_SECONDS_MAX, desc, diag,
                            &rule.reset_seconds));
-        /* Only the checks so far can fail before: the limits are known if ok. */
-        CHECK(draft_algo(d, desc, ok, diag, &rule));
+        /* The algorithm's parameters are checked against the limits only when both are known. */
+        bool limits_ok = ok;
+        ok = ok && ok_before_limits;
+        CHECK(draft_algo(d, desc, limits_ok, diag, &rule));
 
         CHECK(draft_actor_field(d, desc, diag, &rule));
         CHECK(draft_match_policy(d, desc, diag, &rule.match_policy));

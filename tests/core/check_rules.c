@@ -736,6 +736,20 @@ START_TEST (test_validation_text) {
         ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
         ck_assert_uint_eq(diag.n_messages - before, 4); /* creditLimit, resetSeconds, policy, label */
 
+        /* A bad operation does not hide a refusal of the algorithm's parameters. */
+        before = diag.n_messages;
+        rule_draft_init(&d, 9);
+        d.patterns[0] = (ProtoPair){ { "", 0 }, { "x", 1 } };
+        d.n_patterns = 1;
+        d.attrs[RULE_ATTR_CREDIT_LIMIT] = "10";
+        d.attrs[RULE_ATTR_RESET_SECONDS] = "60";
+        d.attrs[RULE_ATTR_ALGORITHM] = "token-bucket";
+        d.attrs[RULE_ATTR_REFILL_SECONDS] = "7";
+        d.attr_lines[RULE_ATTR_REFILL_SECONDS] = 12;
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert_uint_eq(diag.n_messages - before, 2);
+        ck_assert(diag_has(&diag, "t:12: rule [\"\"=x] refillSeconds does not divide resetSeconds"));
+
         ck_assert_uint_eq(rs->n_rules, 0);
         ruleset_free(rs);
         diag_done(&diag);
