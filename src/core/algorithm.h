@@ -15,6 +15,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* 2^53-1: the largest creditLimit and burst (= rules.h RULE_CREDIT_LIMIT_MAX) */
+#define ALGO_CREDIT_MAX UINT64_C(9007199254740991)
+/* 100 years: the largest resetSeconds and refillSeconds (= rules.h RULE_RESET_SECONDS_MAX) */
+#define ALGO_RESET_SECONDS_MAX UINT64_C(3155760000)
+/* µs (200 years): the longest a token bucket may take to fill from empty; the default burst
+ * (creditLimit) always fits, as burst * T < 2 * resetSeconds */
+#define ALGO_FILL_USEC_MAX (UINT64_C(2) * ALGO_RESET_SECONDS_MAX * UINT64_C(1000000))
+/* µs (year 4253): the largest w0 ever written (= the store's TABLE_W0_MAX) */
+#define ALGO_W0_MAX ((UINT64_C(1) << 56) - 1)
+/* µs (year 3111): sliding window and token bucket take a later now_usec as this one, which keeps
+ * every w0 they compute below ALGO_W0_MAX */
+#define ALGO_NOW_MAX (UINT64_C(1) << 55)
+
 typedef enum Algorithm {
         ALGORITHM_FIXED_WINDOW = 0,   /* divvy's: the default */
         ALGORITHM_SLIDING_WINDOW = 1, /* two-window weighted estimate, anchored at the first hit */
@@ -48,6 +61,24 @@ typedef enum AlgoOp {
         _ALGO_OP_MAX,
 } AlgoOp;
 
+/*
+ * State layouts (w0 is always the wall-clock µs from which the counter equals an absent one, so
+ * a counter with w0 <= now is absent for every algorithm and may be deleted; w0 = 0, w1 = 0 is
+ * the absent state, and an op that empties a counter writes it):
+ * - fixed window: w0 = the window's end, w1 = the credit left (divvy's layout, unchanged).
+ * - sliding window: w0 = the end of the window after the current one, w1 = (previous window's
+ *   count << 32) | current window's count. Windows last resetSeconds, anchored at the first hit.
+ *   When the current window is empty the state is written one window earlier (w0 = the current
+ *   window's end, w1 = the previous count as the "current" one): the same counter for every
+ *   later time, and w0 stays the exact time it becomes empty.
+ * - token bucket, continuous (refillSeconds 0): w0 = the GCRA theoretical arrival time TAT
+ *   (the time the bucket is full again; beyond now + burst * T it is debt), w1 = 0.
+ * - token bucket, discrete (refillSeconds > 0): w1 = the deficit d >= 1 in credits (burst - the
+ *   credits left; above burst it is debt), w0 = u + ceil(d / A) * refillSeconds where u is the
+ *   time of the last refill (the refill clock) and A = creditLimit * refillSeconds / resetSeconds
+ *   the credits per refill: w0 is the time the bucket is full, and u is recovered from it.
+ * Debt is capped so that w0 <= ALGO_W0_MAX.
+ */
 typedef struct AlgoState {
         uint64_t w0; /* wall-clock µs from which the counter equals an absent one; 0 = absent */
         uint64_t w1; /* the algorithm's own word */
@@ -58,10 +89,19 @@ typedef struct AlgoResult {
         bool write;      /* *st changed: the caller stores and journals it */
         uint64_t credit; /* whole credits left after the op, never negative */
         uint64_t limit;  /* the capacity: creditLimit, or burst for a token bucket */
-        uint64_t reset;  /* s, rounded up: allowed, until full again; denied, until the op would pass (>= 1) */
-        int64_t retry;   /* s: 0 allowed; >= 1 denied; -1 can never pass (n above the capacity) */
+        uint64_t
+                reset; /* s, rounded up: allowed, until full again; denied, until the op would pass (>= 1) */
+        int64_t retry; /* s: 0 allowed; >= 1 denied; -1 can never pass (n above the capacity) */
 } AlgoResult;
 
-/* Applies op with count n at wall-clock now_usec to *st (in and out). */
+/* Applies op with count n at wall-clock now_usec to *st (in and out). p must have passed
+ * algo_params_prepare(). TAKE, PEEK and REFUND set write only when *st changed (PEEK never
+ * writes: *st is left untouched); CHARGE always writes. Results per op:
+ * - TAKE/PEEK: as in AlgoResult; n above the capacity: denied with retry -1 and reset the
+ *   seconds until full. A strict token bucket's denied TAKE restarts its refill clock (and
+ *   writes); PEEK reports what that TAKE would report.
+ * - CHARGE: applied whether or not it fits; allowed says whether it fit; reset is the seconds
+ *   until full again; retry is 0 if it fit, else the seconds (>= 1) until a TAKE 1 would pass.
+ * - REFUND: allowed; an absent or expired counter is left absent (write false, credit = limit). */
 void algo_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now_usec, AlgoState *st,
                 AlgoResult *res);

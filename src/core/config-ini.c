@@ -23,7 +23,7 @@
 #define INI_WHAT_MAX 80 /* bytes of a section header quoted in messages */
 
 typedef struct IniSection {
-        char *canon; /* owned: the operation's pairs sorted by key, length-prefixed */
+        char *canon; /* owned: the header's text between '[' and ']', blanks trimmed */
         size_t canon_len;
         unsigned line;
         unsigned first_line; /* line of an earlier identical section, 0 if none */
@@ -58,8 +58,12 @@ static int flush_section(IniParser *p) {
         return r == -ENOMEM ? r : 0;
 }
 
-static int remember_section(IniParser *p, const ProtoRequest *req, unsigned line) {
-        size_t order[PROTO_PAIRS_MAX], canon_len = 0;
+/* Keeps the text of a section header for the duplicate check at the end. Only identical
+ * texts are duplicates, as in divvy's INI reader (which merged them silently): the same
+ * operation with its keys in another order is another section, which the rules'
+ * validation then judges like a JSON rule (a canary before a stop rule on one operation
+ * is the canary's main use; a second stop rule is unreachable). */
+static int remember_section(IniParser *p, const char *text, size_t len, unsigned line) {
         char *canon;
 
         /* Every section is a rule, and a file with more than RULES_MAX is refused anyway: stop
@@ -71,34 +75,11 @@ static int remember_section(IniParser *p, const ProtoRequest *req, unsigned line
                 return -EINVAL;
         }
 
-        /* Insertion sort: at most PROTO_PAIRS_MAX pairs. */
-        for (size_t i = 0; i < req->n_pairs; i++) {
-                size_t j = i;
-                for (; j > 0; j--) {
-                        const ProtoSlice *a = &req->pairs[order[j - 1]].key, *b = &req->pairs[i].key;
-                        size_t n = a->len < b->len ? a->len : b->len;
-                        int c = memcmp(a->ptr, b->ptr, n);
-                        if (c < 0 || (c == 0 && a->len <= b->len))
-                                break;
-                        order[j] = order[j - 1];
-                }
-                order[j] = i;
-                canon_len += req->pairs[i].key.len + req->pairs[i].value.len + 2 * 21;
-        }
-
-        canon = malloc(canon_len + 1);
+        canon = malloc(len + 1);
         if (!canon)
                 return -ENOMEM;
-        size_t k = 0;
-        for (size_t i = 0; i < req->n_pairs; i++) {
-                const ProtoPair *pair = &req->pairs[order[i]];
-                k += (size_t) sprintf(canon + k, "%zu:", pair->key.len);
-                memcpy(canon + k, pair->key.ptr, pair->key.len);
-                k += pair->key.len;
-                k += (size_t) sprintf(canon + k, "%zu:", pair->value.len);
-                memcpy(canon + k, pair->value.ptr, pair->value.len);
-                k += pair->value.len;
-        }
+        memcpy(canon, text, len);
+        canon[len] = '\0';
 
         if (p->n_sections % 64 == 0) {
                 IniSection *s = realloc(p->sections, (p->n_sections + 64) * sizeof(IniSection));
@@ -108,7 +89,7 @@ static int remember_section(IniParser *p, const ProtoRequest *req, unsigned line
                 }
                 p->sections = s;
         }
-        p->sections[p->n_sections++] = (IniSection){ .canon = canon, .canon_len = k, .line = line };
+        p->sections[p->n_sections++] = (IniSection){ .canon = canon, .canon_len = len, .line = line };
         return 0;
 }
 
@@ -128,7 +109,7 @@ static int cmp_line(const void *a, const void *b) {
         return x->line < y->line ? -1 : x->line > y->line;
 }
 
-/* Two sections for one operation: divvy's INI reader merged them silently. */
+/* Two sections with the same header: divvy's INI reader merged them silently. */
 static int report_duplicate_sections(IniParser *p) {
         int r;
 
@@ -144,7 +125,7 @@ static int report_duplicate_sections(IniParser *p) {
         for (size_t i = 0; i < p->n_sections; i++)
                 if (p->sections[i].first_line > 0) {
                         r = diag_add(p->diag, p->sections[i].line,
-                                     "duplicate section: same operation as the section on line %u",
+                                     "duplicate section: same header as the section on line %u",
                                      p->sections[i].first_line);
                         if (r < 0)
                                 return r;
@@ -191,7 +172,7 @@ static int parse_operation(IniParser *p, const char *content, size_t len, unsign
         }
         p->section_ok = true;
         snprintf(p->what, sizeof p->what, "rule %s", rule_draft_describe(&p->draft, desc, sizeof desc));
-        return remember_section(p, &req, line);
+        return remember_section(p, content, len, line);
 }
 
 static int parse_header(IniParser *p, char *s, size_t n, unsigned line) {
@@ -242,11 +223,10 @@ static int parse_header(IniParser *p, char *s, size_t n, unsigned line) {
                 return diag_add(p->diag, line, "empty section header []; the catch-all rule is [default]");
 
         if (len == strlen("default") && memcmp(content, "default", len) == 0) {
-                ProtoRequest none = { .n_pairs = 0 };
                 p->draft.is_default = true;
                 p->section_ok = true;
                 snprintf(p->what, sizeof p->what, "rule [default]");
-                return remember_section(p, &none, line);
+                return remember_section(p, content, len, line);
         }
 
         return parse_operation(p, content, len, line);

@@ -280,8 +280,18 @@ static int parse_rule_operation(JsonParser *p, const cJSON *item, const char *wh
         return 0;
 }
 
-/* Every member of the rule but "operation", as attributes of d: JSON numbers are
- * stringified for rules.c, which checks every value. what names the rule in messages;
+static bool attr_is_number(RuleAttr a) {
+        return a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS || a == RULE_ATTR_BURST ||
+               a == RULE_ATTR_REFILL_SECONDS;
+}
+
+/* What an attribute's JSON value may be, for messages. */
+static const char *attr_expected(RuleAttr a) {
+        return attr_is_number(a) ? "a number" : a == RULE_ATTR_STRICT ? "true or false" : "a string";
+}
+
+/* Every member of the rule but "operation", as attributes of d: JSON numbers and
+ * booleans (strict) are stringified for rules.c, which checks every value. what names the rule in messages;
  * named_by_what: d's operation could not be read, so rules.c must use what too
  * instead of describing d. Clears *ok on any problem. Returns 0 or -ENOMEM. */
 static int parse_rule_attributes(JsonParser *p, const cJSON *item, const char *what, bool named_by_what,
@@ -302,14 +312,13 @@ static int parse_rule_attributes(JsonParser *p, const cJSON *item, const char *w
                 else if (a < 0 || cJSON_IsString(m))
                         /* unknown names too: rule_draft_set_diag() words that message */
                         v = cJSON_IsString(m) ? m->valuestring : "";
-                else if (cJSON_IsNumber(m) && (a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS))
+                else if (cJSON_IsNumber(m) && attr_is_number(a))
                         v = format_number(m->valuedouble, strings->attrs[a]);
+                else if (cJSON_IsBool(m) && a == RULE_ATTR_STRICT)
+                        v = cJSON_IsTrue(m) ? "true" : "false";
                 else
                         r = diag_add(p->diag, line, "%s: %s: expected %s, got %s", what, m->string,
-                                     a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS
-                                             ? "a number"
-                                             : "a string",
-                                     type_name(m));
+                                     attr_expected(a), type_name(m));
                 if (r < 0)
                         return r;
                 if (!v) {

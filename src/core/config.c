@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -181,7 +182,9 @@ static void json_write_cstring(FILE *f, const char *s) {
 }
 
 /* One rule as a JSON object at the given indent, attributes in a fixed order,
- * only those set (matchPolicy only when not the default "stop"). */
+ * only those set (matchPolicy only when not the default "stop"; the algorithm and its
+ * parameters only when not the defaults, so that a dump of an older config is
+ * unchanged). */
 static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_operation) {
         fprintf(f, "{\n");
         if (with_operation) {
@@ -198,6 +201,16 @@ static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_oper
         }
         fprintf(f, "%s  \"creditLimit\": %" PRIu64 ",\n", indent, r->credit_limit);
         fprintf(f, "%s  \"resetSeconds\": %" PRIu64, indent, r->reset_seconds);
+        if (r->algo.algorithm != ALGORITHM_FIXED_WINDOW) {
+                fprintf(f, ",\n%s  \"algorithm\": ", indent);
+                json_write_cstring(f, algorithm_to_string(r->algo.algorithm));
+        }
+        if (r->algo.burst != 0 && r->algo.burst != r->credit_limit)
+                fprintf(f, ",\n%s  \"burst\": %" PRIu64, indent, r->algo.burst);
+        if (r->algo.refill_seconds != 0)
+                fprintf(f, ",\n%s  \"refillSeconds\": %" PRIu64, indent, r->algo.refill_seconds);
+        if (r->algo.strict)
+                fprintf(f, ",\n%s  \"strict\": true", indent);
         if (r->actor_field) {
                 fprintf(f, ",\n%s  \"actorField\": ", indent);
                 json_write_string(f, r->actor_field, r->actor_field_len);
@@ -235,16 +248,74 @@ int config_dump_json(const RuleSet *rs, FILE *f) {
         return ferror(f) ? -EIO : 0;
 }
 
-const char *config_summary(const RuleSet *rs, char *buf, size_t size) {
-        size_t canary = 0, actor = 0, labelled = 0;
+/* snprintf() at buf + *len, keeping *len within size (output is cut, never overrun). */
+static void append(char *buf, size_t size, size_t *len, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+        va_list ap;
+        int n;
 
+        if (*len + 1 >= size)
+                return;
+        va_start(ap, fmt);
+        n = vsnprintf(buf + *len, size - *len, fmt, ap);
+        va_end(ap);
+        if (n > 0)
+                *len = *len + (size_t) n < size ? *len + (size_t) n : size - 1;
+}
+
+const char *config_summary(const RuleSet *rs, char *buf, size_t size) {
+        size_t canary = 0, cont = 0, actor = 0, labelled = 0, by_algorithm[_ALGORITHM_MAX] = { 0 }, len = 0;
+
+        if (!buf || size == 0)
+                return buf;
         for (size_t i = 0; i < rs->n_rules; i++) {
                 const Rule *r = &rs->rules[i];
                 canary += r->match_policy == MATCH_POLICY_CANARY;
+                cont += r->match_policy == MATCH_POLICY_CONTINUE;
                 actor += r->actor_field != NULL;
                 labelled += r->label != NULL;
+                if (r->algo.algorithm >= 0 && r->algo.algorithm < _ALGORITHM_MAX)
+                        by_algorithm[r->algo.algorithm]++;
         }
-        snprintf(buf, size, "%zu rule%s (%zu canary, %zu with actor, %zu labelled)", rs->n_rules,
-                 rs->n_rules == 1 ? "" : "s", canary, actor, labelled);
+        buf[0] = '\0';
+        append(buf, size, &len, "%zu rule%s (%zu canary, %zu with actor, %zu labelled", rs->n_rules,
+               rs->n_rules == 1 ? "" : "s", canary, actor, labelled);
+        /* What older configs cannot have is named only when used: their summary is unchanged. */
+        if (cont > 0)
+                append(buf, size, &len, ", %zu continue", cont);
+        for (int a = 0; a < _ALGORITHM_MAX; a++)
+                if (a != ALGORITHM_FIXED_WINDOW && by_algorithm[a] > 0)
+                        append(buf, size, &len, ", %zu %s", by_algorithm[a],
+                               algorithm_to_string((Algorithm) a));
+        append(buf, size, &len, ")");
+        return buf;
+}
+
+const char *config_rule_details(const Rule *r, char *buf, size_t size) {
+        char desc[RULE_DESCRIBE_MAX];
+        size_t len = 0;
+
+        if (!buf || size == 0 ||
+            (r->algo.algorithm == ALGORITHM_FIXED_WINDOW && r->match_policy != MATCH_POLICY_CONTINUE))
+                return NULL;
+        buf[0] = '\0';
+        append(buf, size, &len, "rule %s: %s %" PRIu64 " per %" PRIu64 " s",
+               rule_describe(r, desc, sizeof desc), algorithm_to_string(r->algo.algorithm), r->credit_limit,
+               r->reset_seconds);
+        if (r->algo.algorithm == ALGORITHM_TOKEN_BUCKET) {
+                append(buf, size, &len, ", burst %" PRIu64, r->algo.burst);
+                if (r->algo.refill_seconds)
+                        append(buf, size, &len, ", refill every %" PRIu64 " s", r->algo.refill_seconds);
+                else
+                        append(buf, size, &len, ", continuous refill");
+                if (r->algo.strict)
+                        append(buf, size, &len, ", strict");
+        }
+        if (rule_trivial_decision(r) == RULE_TRIVIAL_DENY)
+                append(buf, size, &len, ", always denies (creditLimit 0)");
+        else if (rule_trivial_decision(r) == RULE_TRIVIAL_ALLOW)
+                append(buf, size, &len, ", always allows (resetSeconds 0)");
+        append(buf, size, &len, ", matchPolicy %s", match_policy_to_string(r->match_policy));
         return buf;
 }

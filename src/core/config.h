@@ -40,8 +40,16 @@ int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
 int config_dump_json(const RuleSet *rs, FILE *f);
 
 /* One-line summary for --check-config and logs, into buf; returns buf:
- * "12 rules (2 canary, 3 with actor, 1 labelled)". */
+ * "12 rules (2 canary, 3 with actor, 1 labelled)", followed by the number of continue
+ * rules and of rules of each algorithm but fixed-window, only when not 0:
+ * "12 rules (2 canary, 3 with actor, 1 labelled, 1 continue, 4 token-bucket)". */
 const char *config_summary(const RuleSet *rs, char *buf, size_t size);
+
+/* For --check-config, one line about a rule that uses what issue #15 added (an algorithm
+ * other than fixed-window, or matchPolicy continue), into buf; NULL for any other rule:
+ * "rule [method=POST]: token-bucket 10 per 60 s, burst 20, refill every 6 s, strict,
+ * matchPolicy continue". */
+const char *config_rule_details(const Rule *r, char *buf, size_t size);
 
 /* config_load() with another size limit (tests use a small one). */
 int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag);

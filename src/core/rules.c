@@ -23,11 +23,16 @@ static const char *const rule_attr_table[_RULE_ATTR_MAX] = {
         [RULE_ATTR_MATCH_POLICY] = "matchPolicy",
         [RULE_ATTR_LABEL] = "label",
         [RULE_ATTR_COMMENT] = "comment",
+        [RULE_ATTR_ALGORITHM] = "algorithm",
+        [RULE_ATTR_BURST] = "burst",
+        [RULE_ATTR_REFILL_SECONDS] = "refillSeconds",
+        [RULE_ATTR_STRICT] = "strict",
 };
 
 static const char *const match_policy_table[_MATCH_POLICY_MAX] = {
         [MATCH_POLICY_STOP] = "stop",
         [MATCH_POLICY_CANARY] = "canary",
+        [MATCH_POLICY_CONTINUE] = "continue",
 };
 
 /* Index of s in table[0..n), compared exactly (or ignoring case), or -EINVAL. */
@@ -49,7 +54,8 @@ RuleAttr rule_attr_from_string(const char *s) {
 }
 
 const char *rule_attr_names(void) {
-        return "creditLimit, resetSeconds, actorField, matchPolicy, label, comment";
+        return "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst, "
+               "refillSeconds, strict";
 }
 
 const char *rule_attr_suggest(const char *s) {
@@ -464,11 +470,30 @@ ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
  *   u8 0                                      no actorField, or
  *   u8 1, u32le actor_len, actor bytes        with actorField
  *
+ * and then, only for a rule whose algorithm is not fixed-window (issue #15: the
+ * default, with which burst, refillSeconds and strict are refused), so that every
+ * rule of an older config keeps its id:
+ *
+ *   u8 0xa1                                   tag: algorithm parameters, v1
+ *   u8 algorithm                              Algorithm (algorithm.h), gcra = token-bucket
+ *   u64le burst                               0 when it is creditLimit (the default)
+ *   u64le refillSeconds                       0: continuous refill (the default)
+ *   u8 strict                                 0 or 1
+ *
  * Every variable-length field is length-prefixed, so no two different rules
- * encode alike. Position, label, comment and matchPolicy are not included:
- * reordering, relabelling, recommenting or promoting a canary keeps counting in
- * the same counters across a reload. */
-#define RULE_ID_MAGIC "divvyd-rule-id-v1"
+ * encode alike (the v1 encoding ends where it ends, so the tail cannot make one rule
+ * look like another). Position, label, comment and matchPolicy are not included:
+ * reordering, relabelling, recommenting or promoting a canary (to stop or
+ * continue) keeps counting in the same counters across a reload. */
+#define RULE_ID_MAGIC   "divvyd-rule-id-v1"
+#define RULE_ID_ALGO_V1 0xa1
+
+/* True if the rule's algorithm parameters are divvy's: then they stay out of its id. */
+static bool rule_algo_is_default(const Rule *r) {
+        return r->algo.algorithm == ALGORITHM_FIXED_WINDOW &&
+               (r->algo.burst == 0 || r->algo.burst == r->credit_limit) && r->algo.refill_seconds == 0 &&
+               !r->algo.strict;
+}
 
 static uint8_t *put_le(uint8_t *p, uint64_t v, unsigned bytes) {
         for (unsigned i = 0; i < bytes; i++)
@@ -484,7 +509,7 @@ static uint8_t *put_bytes(uint8_t *p, const char *s, size_t len) {
 }
 
 static int rule_compute_id(Rule *r) {
-        size_t size = strlen(RULE_ID_MAGIC) + 4 + 8 + 8 + 1 + 4 + r->actor_field_len;
+        size_t size = strlen(RULE_ID_MAGIC) + 4 + 8 + 8 + 1 + 4 + r->actor_field_len + 1 + 1 + 8 + 8 + 1;
         for (size_t i = 0; i < r->n_patterns; i++)
                 size += 8 + r->patterns[i].key_len + r->patterns[i].value_len;
 
@@ -505,6 +530,13 @@ static int rule_compute_id(Rule *r) {
                 p = put_bytes(p, r->actor_field, r->actor_field_len);
         } else
                 *p++ = 0;
+        if (!rule_algo_is_default(r)) {
+                *p++ = RULE_ID_ALGO_V1;
+                *p++ = (uint8_t) r->algo.algorithm;
+                p = put_le(p, r->algo.burst == r->credit_limit ? 0 : r->algo.burst, 8);
+                p = put_le(p, r->algo.refill_seconds, 8);
+                *p++ = r->algo.strict ? 1 : 0;
+        }
         assert((size_t) (p - buf) <= size);
         hash128(buf, (size_t) (p - buf), r->id);
         free(buf);
@@ -589,6 +621,125 @@ static int draft_number(const RuleDraft *d, RuleAttr a, uint64_t max, const char
                                    "%s \"%s\" is not a non-negative decimal integer", name, excerpt(s, ex));
         }
         return r < 0 ? r : 0;
+}
+
+/* An optional number attribute in [min, max]: *ret untouched if absent. Returns 1 if
+ * absent or valid, 0 if reported, -ENOMEM. */
+static int draft_optional_number(const RuleDraft *d, RuleAttr a, uint64_t min, uint64_t max,
+                                 const char *min_hint, const char *desc, Diag *diag, uint64_t *ret) {
+        uint64_t v;
+        int r;
+
+        if (!d->attrs[a])
+                return 1;
+        r = draft_number(d, a, max, desc, diag, &v);
+        if (r <= 0)
+                return r;
+        if (v < min)
+                return report(diag, attr_line(d, a), desc,
+                              "%s %" PRIu64 " is below the minimum %" PRIu64 "%s", rule_attr_to_string(a), v,
+                              min, min_hint)
+                               ?: 0;
+        *ret = v;
+        return 1;
+}
+
+/* The line of the attribute a reason from algo_params_prepare() is about: the one it
+ * names first ("refillSeconds 7 does not divide resetSeconds 60 ..."), else the
+ * algorithm's, else the rule's. */
+static unsigned algo_reason_line(const RuleDraft *d, const char *reason) {
+        static const RuleAttr named[] = { RULE_ATTR_CREDIT_LIMIT, RULE_ATTR_RESET_SECONDS, RULE_ATTR_BURST,
+                                          RULE_ATTR_REFILL_SECONDS, RULE_ATTR_STRICT };
+        const char *first = NULL;
+        unsigned line = attr_line(d, RULE_ATTR_ALGORITHM);
+
+        for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+                const char *at = d->attrs[named[i]] ? strstr(reason, rule_attr_to_string(named[i])) : NULL;
+                if (at && (!first || at < first)) {
+                        first = at;
+                        line = attr_line(d, named[i]);
+                }
+        }
+        return line;
+}
+
+/* algorithm, burst, refillSeconds and strict into rule->algo, with creditLimit and
+ * resetSeconds (already in rule when limits_ok), then algo_params_prepare() unless the
+ * rule is trivial (creditLimit 0 or resetSeconds 0 keep their meaning for every
+ * algorithm). burst, refillSeconds and strict are refused on an algorithm that does
+ * not use them: silently ignoring them would hide a mistake. Returns 1, 0 if reported,
+ * -ENOMEM. */
+static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag *diag, Rule *rule) {
+        static const RuleAttr token_bucket_only[] = { RULE_ATTR_BURST, RULE_ATTR_REFILL_SECONDS,
+                                                      RULE_ATTR_STRICT };
+        char ex[EXCERPT_MAX + 4];
+        const char *s = d->attrs[RULE_ATTR_ALGORITHM], *reason = NULL;
+        AlgoParams *p = &rule->algo;
+        bool ok = true;
+        int q;
+
+        *p = (AlgoParams){ .algorithm = ALGORITHM_FIXED_WINDOW };
+        if (s) {
+                Algorithm a = algorithm_from_string(s);
+                if (a < 0)
+                        return report(diag, attr_line(d, RULE_ATTR_ALGORITHM), desc,
+                                      "has an unknown algorithm \"%s\" (accepted: fixed-window, "
+                                      "sliding-window, token-bucket, gcra)",
+                                      excerpt(s, ex))
+                                       ?: 0;
+                p->algorithm = a;
+        }
+        if (p->algorithm != ALGORITHM_TOKEN_BUCKET) {
+                for (size_t i = 0; i < sizeof token_bucket_only / sizeof token_bucket_only[0]; i++) {
+                        RuleAttr a = token_bucket_only[i];
+                        if (!d->attrs[a])
+                                continue;
+                        q = report(diag, attr_line(d, a), desc,
+                                   "sets %s, which only the token-bucket algorithm uses (this rule's "
+                                   "algorithm is %s%s)",
+                                   rule_attr_to_string(a), algorithm_to_string(p->algorithm),
+                                   s ? "" : ", the default");
+                        if (q < 0)
+                                return q;
+                        ok = false;
+                }
+                if (!ok)
+                        return 0;
+        }
+
+        q = draft_optional_number(d, RULE_ATTR_BURST, 1, RULE_CREDIT_LIMIT_MAX,
+                                  " (leave burst out for a capacity of creditLimit)", desc, diag, &p->burst);
+        if (q < 0)
+                return q;
+        ok = ok && q > 0;
+        q = draft_optional_number(d, RULE_ATTR_REFILL_SECONDS, 0, RULE_RESET_SECONDS_MAX, "", desc, diag,
+                                  &p->refill_seconds);
+        if (q < 0)
+                return q;
+        ok = ok && q > 0;
+        s = d->attrs[RULE_ATTR_STRICT];
+        if (s && strcmp(s, "true") != 0 && strcmp(s, "false") != 0) {
+                q = report(diag, attr_line(d, RULE_ATTR_STRICT), desc,
+                           "has an invalid strict \"%s\" (accepted: true, false)", excerpt(s, ex));
+                if (q < 0)
+                        return q;
+                ok = false;
+        }
+        p->strict = s && strcmp(s, "true") == 0;
+        if (!ok || !limits_ok)
+                return 0;
+
+        p->credit_limit = rule->credit_limit;
+        p->reset_seconds = rule->reset_seconds;
+        if (p->burst == 0) /* the capacity, as algo_params_prepare() sets it (trivial rules too) */
+                p->burst = p->credit_limit;
+        if (rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
+                return 1;
+        if (algo_params_prepare(p, &reason) < 0)
+                return report(diag, algo_reason_line(d, reason ? reason : ""), desc, "%s",
+                              reason ? reason : "has algorithm parameters that cannot be used")
+                               ?: 0;
+        return 1;
 }
 
 /* Copies the draft's operation into r (sorted, compiled); reports bad patterns.
@@ -702,7 +853,7 @@ static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, 
                 p = match_policy_from_string(s);
                 if (p < 0)
                         return report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                                      "has an unknown matchPolicy \"%s\" (accepted: stop, canary)",
+                                      "has an unknown matchPolicy \"%s\" (accepted: stop, canary, continue)",
                                       excerpt(s, ex))
                                        ?: 0;
         }
@@ -770,10 +921,16 @@ int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
                 CHECK(report(diag, d->line, desc, "is marked default but has an operation") ?: 0);
 
         CHECK(draft_patterns(d, &rule, desc, diag));
+        bool ok_before_limits = ok;
+        ok = true;
         CHECK(draft_number(d, RULE_ATTR_CREDIT_LIMIT, RULE_CREDIT_LIMIT_MAX, desc, diag,
                            &rule.credit_limit));
         CHECK(draft_number(d, RULE_ATTR_RESET_SECONDS, RULE_RESET_SECONDS_MAX, desc, diag,
                            &rule.reset_seconds));
+        /* The algorithm's parameters are checked against the limits only when both are known. */
+        bool limits_ok = ok;
+        ok = ok && ok_before_limits;
+        CHECK(draft_algo(d, desc, limits_ok, diag, &rule));
 
         CHECK(draft_actor_field(d, desc, diag, &rule));
         CHECK(draft_match_policy(d, desc, diag, &rule.match_policy));
@@ -1031,6 +1188,7 @@ size_t ruleset_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out
                         out[n++] = r;
                         break;
                 }
+                /* canary or continue: touched, and matching goes on */
                 if (n < RULES_CANARY_MAX) /* finalize guarantees this; guard anyway */
                         out[n++] = r;
         }
@@ -1117,6 +1275,7 @@ static int check_reachable(const RuleSet *rs, size_t end, Diag *diag, bool *ok) 
                 match_walk_init(rs->index, &req, &w);
                 for (size_t i; (i = match_walk_next(rs->index, &w)) < j;) {
                         const Rule *e = &rs->rules[i];
+                        /* Canary and continue rules let matching go on: they mask nothing. */
                         if (e->match_policy != MATCH_POLICY_STOP || !rule_matches(e, &req))
                                 continue;
                         int q = report(diag, r->line, rule_describe(r, desc, sizeof desc),
@@ -1133,7 +1292,7 @@ static int check_reachable(const RuleSet *rs, size_t end, Diag *diag, bool *ok) 
 
 int ruleset_finalize(RuleSet *rs, Diag *diag) {
         char desc[RULE_DESCRIBE_MAX];
-        size_t first_default = SIZE_MAX, n_canary = 0;
+        size_t first_default = SIZE_MAX, n_nonfinal = 0;
         bool ok = true;
         int q;
 
@@ -1158,9 +1317,11 @@ int ruleset_finalize(RuleSet *rs, Diag *diag) {
                 }
                 if (r->n_patterns == 0 && first_default == SIZE_MAX)
                         first_default = i;
-                if (r->match_policy == MATCH_POLICY_CANARY && ++n_canary == RULES_CANARY_MAX + 1) {
+                if (r->match_policy != MATCH_POLICY_STOP && ++n_nonfinal == RULES_CANARY_MAX + 1) {
                         q = report(diag, r->line, rule_describe(r, desc, sizeof desc),
-                                   "is one canary rule too many: a config has at most %d", RULES_CANARY_MAX);
+                                   "is one %s rule too many: a config has at most %d canary and continue "
+                                   "rules together",
+                                   match_policy_to_string(r->match_policy), RULES_CANARY_MAX);
                         ok = false;
                 }
                 if (q < 0)

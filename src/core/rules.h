@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algorithm.h"
 #include "diag.h"
 #include "protocol.h"
 
@@ -29,14 +30,16 @@
 #define RULE_LABEL_MAX 255  /* ^[a-zA-Z0-9_-]{1,255}$ */
 #define RULE_TEXT_MAX  4096 /* bytes: comment, pattern keys/values, actorField */
 #define RULES_CANARY_MAX                                                                                    \
-        32                                     /* canary rules per config: bounds the work (and             \
-                                                * counters touched) per HIT */
-#define RULES_MATCH_MAX (RULES_CANARY_MAX + 1) /* rules one HIT can touch */
-#define RULE_ID_SIZE    16                     /* bytes of a rule's counter identity hash */
+        32 /* canary and continue rules together, per config: both are matched on and                       \
+            * the request goes on, so this bounds the work (and counters touched) per HIT */
+#define RULES_NONFINAL_MAX RULES_CANARY_MAX       /* the same bound, by what it counts */
+#define RULES_MATCH_MAX    (RULES_CANARY_MAX + 1) /* rules one HIT can touch */
+#define RULE_ID_SIZE       16                     /* bytes of a rule's counter identity hash */
 
 typedef enum MatchPolicy {
         MATCH_POLICY_STOP,
         MATCH_POLICY_CANARY,
+        MATCH_POLICY_CONTINUE, /* enforced like stop, but matching goes on (issue #15) */
         _MATCH_POLICY_MAX,
         _MATCH_POLICY_INVALID = -EINVAL,
 } MatchPolicy;
@@ -75,12 +78,18 @@ typedef struct Rule {
         char *label;         /* owned; NULL if not set */
         char *comment;       /* owned; NULL if not set */
         unsigned label_line; /* line of the label attribute, for messages; 0 if unknown */
+        /* The algorithm and its parameters (algorithm, creditLimit, resetSeconds, burst,
+         * refillSeconds, strict), prepared with algo_params_prepare() at ruleset_add()
+         * unless the rule is trivial (rule_trivial_decision()): then only the copied
+         * values are set. burst is the effective capacity: creditLimit unless a token
+         * bucket's config set it. */
+        AlgoParams algo;
         /* Counter identity: a hash of the canonical operation (sorted keys) +
-         * creditLimit + resetSeconds + actorField (exact encoding: rules.c,
-         * rule_compute_id). Same value for a rule that is only reordered,
-         * relabelled, recommented or switched between stop and canary, so its
-         * counters keep counting across a reload; different when its limits or
-         * its actorField change. */
+         * creditLimit + resetSeconds + actorField, + the algorithm and its parameters only
+         * when not the defaults (exact encoding: rules.c, rule_compute_id). Same value for
+         * a rule that is only reordered, relabelled, recommented or switched between
+         * stop, canary and continue, so its counters keep counting across a reload;
+         * different when its limits, its algorithm or its actorField change. */
         uint8_t id[RULE_ID_SIZE];
 } Rule;
 
@@ -96,12 +105,16 @@ typedef struct RuleSet {
 } RuleSet;
 
 typedef enum RuleAttr {
-        RULE_ATTR_CREDIT_LIMIT,  /* "creditLimit" */
-        RULE_ATTR_RESET_SECONDS, /* "resetSeconds" */
-        RULE_ATTR_ACTOR_FIELD,   /* "actorField" */
-        RULE_ATTR_MATCH_POLICY,  /* "matchPolicy" */
-        RULE_ATTR_LABEL,         /* "label" */
-        RULE_ATTR_COMMENT,       /* "comment" */
+        RULE_ATTR_CREDIT_LIMIT,   /* "creditLimit" */
+        RULE_ATTR_RESET_SECONDS,  /* "resetSeconds" */
+        RULE_ATTR_ACTOR_FIELD,    /* "actorField" */
+        RULE_ATTR_MATCH_POLICY,   /* "matchPolicy" */
+        RULE_ATTR_LABEL,          /* "label" */
+        RULE_ATTR_COMMENT,        /* "comment" */
+        RULE_ATTR_ALGORITHM,      /* "algorithm" */
+        RULE_ATTR_BURST,          /* "burst" */
+        RULE_ATTR_REFILL_SECONDS, /* "refillSeconds" */
+        RULE_ATTR_STRICT,         /* "strict" */
         _RULE_ATTR_MAX,
         _RULE_ATTR_INVALID = -EINVAL,
 } RuleAttr;
@@ -130,9 +143,9 @@ int rule_draft_add_pattern(RuleDraft *d, const char *key, size_t key_len, const 
                            size_t value_len);
 
 /* Sets a rule attribute by its config name (creditLimit, resetSeconds, actorField,
- * matchPolicy, label, comment; exact case). Errors: -ENOENT unknown name (a typo like
- * "creditlimit" must not silently become 0), -EINVAL value NULL, -EEXIST set twice.
- * The string must stay valid until ruleset_add(). */
+ * matchPolicy, label, comment, algorithm, burst, refillSeconds, strict; exact case). Errors: -ENOENT unknown
+ * name (a typo like "creditlimit" must not silently become 0), -EINVAL value NULL, -EEXIST set twice. The
+ * string must stay valid until ruleset_add(). */
 int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned line);
 
 int ruleset_new(const char *source, RuleSet **ret);
@@ -142,7 +155,8 @@ static inline void ruleset_freep(RuleSet **rs) {
                 ruleset_free(*rs);
 }
 
-/* Validates one draft and appends it as a Rule (copying all strings). On invalid
+/* Validates one draft and appends it as a Rule (copying all strings), its AlgoParams
+ * prepared (algo_params_prepare(); not for a trivial rule). On invalid
  * input appends every problem to diag (which may be NULL), each as
  * "FILE:LINE: rule [op] <reason>" at the line of the attribute at fault (else of the
  * rule), and returns -EINVAL; the rule is not added. -EINVAL too for the rule after
@@ -151,14 +165,15 @@ int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag);
 
 /* Whole-config checks, then builds the match index: at least one rule; the last rule,
  * and only it, is a default (empty operation; ruleset_add() made it policy stop); no
- * unreachable rule (shadowed by an earlier stop rule); unique labels; at most
- * RULES_CANARY_MAX canaries. Returns 0, -EINVAL with messages in diag (which may be
- * NULL), -EBUSY if already finalized, or -ENOMEM. */
+ * unreachable rule (shadowed by an earlier stop rule: canary and continue rules never
+ * shadow); unique labels; at most RULES_CANARY_MAX canary and continue rules together. Returns 0, -EINVAL
+ * with messages in diag (which may be NULL), -EBUSY if already finalized, or -ENOMEM. */
 int ruleset_finalize(RuleSet *rs, Diag *diag);
 
-/* Rules a request touches, in config order: every matching canary rule before the
- * first matching stop rule, then that stop rule (always present in a finalized
- * set, which ends with a default). Returns the count (>= 1, <= RULES_MATCH_MAX).
+/* Rules a request touches, in config order: every matching canary and continue rule
+ * before the first matching stop rule, then that stop rule (always present in a
+ * finalized set, which ends with a default). The enforcing ones (rule_enforcing()) are
+ * the continue rules and the last. Returns the count (>= 1, <= RULES_MATCH_MAX).
  * No allocation; does not re-parse globs; uses the index so that a HIT does not
  * walk every rule of a large config. */
 size_t ruleset_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]);
@@ -182,7 +197,8 @@ MatchPolicy match_policy_from_string(const char *s);
         256 /* bytes: buffer for rule_describe() in messages; longer                                        \
              * operations are cut at a character boundary and end in "...]" */
 
-/* "creditLimit, resetSeconds, actorField, matchPolicy, label, comment": for messages. */
+/* "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst,
+ * refillSeconds, strict": for messages. */
 const char *rule_attr_names(void);
 
 /* The accepted attribute name that s differs from only in case ("creditlimit" ->
@@ -223,4 +239,10 @@ static inline RuleTrivial rule_trivial_decision(const Rule *r) {
         if (r->reset_seconds == 0)
                 return RULE_TRIVIAL_ALLOW;
         return RULE_TRIVIAL_NONE;
+}
+
+/* True if the rule's verdict counts for the request (stop or continue), false for a
+ * canary, which is only measured. */
+static inline bool rule_enforcing(const Rule *r) {
+        return r->match_policy == MATCH_POLICY_STOP || r->match_policy == MATCH_POLICY_CONTINUE;
 }

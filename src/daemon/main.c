@@ -415,8 +415,12 @@ static int run_config_action(const Options *o) {
         if (load_rules(path, &rules) < 0)
                 return EXIT_FAILURE;
         if (o->action == ACTION_CHECK_CONFIG) {
-                char summary[256];
+                char summary[256], details[RULE_DESCRIBE_MAX + 192];
                 printf("%s: OK, %s\n", path, config_summary(rules, summary, sizeof summary));
+                /* Then a line for each rule using an algorithm or policy divvy did not have. */
+                for (size_t i = 0; i < rules->n_rules; i++)
+                        if (config_rule_details(&rules->rules[i], details, sizeof details))
+                                printf("%s:%u: %s\n", path, rules->rules[i].line, details);
         } else if (config_dump_json(rules, stdout) < 0 || fflush(stdout) != 0) {
                 fprintf(stderr, "divvyd: failed to write JSON\n");
                 ret = EXIT_FAILURE;

@@ -76,6 +76,12 @@ static void assert_rules_equal(const RuleSet *a, const RuleSet *b) {
                 ck_assert_pstr_eq(x->actor_field, y->actor_field);
                 ck_assert_pstr_eq(x->label, y->label);
                 ck_assert_pstr_eq(x->comment, y->comment);
+                ck_assert_int_eq(x->algo.algorithm, y->algo.algorithm);
+                ck_assert_uint_eq(x->algo.credit_limit, y->algo.credit_limit);
+                ck_assert_uint_eq(x->algo.reset_seconds, y->algo.reset_seconds);
+                ck_assert_uint_eq(x->algo.burst, y->algo.burst);
+                ck_assert_uint_eq(x->algo.refill_seconds, y->algo.refill_seconds);
+                ck_assert(x->algo.strict == y->algo.strict);
         }
 }
 
@@ -119,6 +125,12 @@ static const struct {
         { "tests/data/quoting.ini", "4 rules (1 canary, 1 with actor, 1 labelled)" },
         { "tests/data/quoting.json", "4 rules (1 canary, 1 with actor, 1 labelled)" },
         { "tests/data/non-string-operation.json", "2 rules (0 canary, 0 with actor, 0 labelled)" },
+        { "examples/algorithms-config.ini",
+          "7 rules (1 canary, 6 with actor, 6 labelled, 1 continue, 1 sliding-window, 4 token-bucket)" },
+        { "examples/algorithms-config.json",
+          "7 rules (1 canary, 6 with actor, 6 labelled, 1 continue, 1 sliding-window, 4 token-bucket)" },
+        { "tests/data/canary-then-stop.ini", "5 rules (1 canary, 0 with actor, 0 labelled, 1 continue)" },
+        { "tests/data/canary-then-stop.json", "5 rules (1 canary, 0 with actor, 0 labelled, 1 continue)" },
 };
 
 START_TEST (test_good_file_loads) {
@@ -175,6 +187,8 @@ static const struct {
         { "examples/example-config.ini", "examples/example-config.json" },
         { "examples/canary-config.ini", "examples/canary-config.json" },
         { "tests/data/quoting.ini", "tests/data/quoting.json" },
+        { "examples/algorithms-config.ini", "examples/algorithms-config.json" },
+        { "tests/data/canary-then-stop.ini", "tests/data/canary-then-stop.json" },
 };
 
 START_TEST (test_ini_json_equivalent) {
@@ -255,8 +269,8 @@ static const struct {
           "unknown attribute \"maxBurst\" (accepted: creditLimit," },
         { "tests/data/typo-creditlimit.ini", -EINVAL, 3,
           "unknown attribute \"creditlimit\" (did you mean \"creditLimit\"?)" },
-        { "tests/data/duplicate-section.ini", -EINVAL, 10,
-          "duplicate section: same operation as the section on line 1" },
+        { "tests/data/duplicate-section.ini", -EINVAL, 11,
+          "duplicate section: same header as the section on line 1" },
         { "tests/data/duplicate-key.ini", -EINVAL, 4, "sets creditLimit twice (first on line 2)" },
         { "tests/data/bad-number.ini", -EINVAL, 2,
           "creditLimit \"10k\" is not a non-negative decimal integer" },
@@ -418,6 +432,13 @@ END_TEST
 #define LONG40      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define NUL_INI     "[a=1]\ncreditLimit = 1\x00\nresetSeconds = 1\n" DEFAULT_INI
 #define NUL_JSON    "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}\x00junk"
+/* An INI rule [a=1] with its limits on lines 2-3, then the lines given (from line 4). */
+#define INI_A1(...) "[a=1]\ncreditLimit = 10\nresetSeconds = 60\n" __VA_ARGS__ DEFAULT_INI
+/* A JSON override [a=1] whose attributes given start on line 4 (one per line, each
+ * preceded by ",\n"), then the default. */
+#define JSON_A1(...)                                                                                        \
+        "{\"overrides\": [\n{\"operation\": {\"a\": \"1\"},\n\"creditLimit\": 10, \"resetSeconds\": "       \
+        "60" __VA_ARGS__ "}],\n\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}"
 
 static const struct {
         bool json;
@@ -433,7 +454,7 @@ static const struct {
         { false, "[path=\"/a]b\"]\ncreditLimit=1\nresetSeconds=1\n" DEFAULT_INI },
         { false,
           "[default]\ncreditLimit = 0\nresetSeconds = 0\n\n[default]\ncreditLimit = 1\nresetSeconds = 0\n",
-          0, 5, "duplicate section: same operation as the section on line 1" },
+          0, 5, "duplicate section: same header as the section on line 1" },
         { false, NUL_INI, sizeof NUL_INI - 1, 2, "NUL byte in line" },
         { false, "", 0, 0, "no rules" },
         { false, "[a=1]\n= 3\n" DEFAULT_INI, 0, 2, "missing key before '='" },
@@ -480,6 +501,126 @@ static const struct {
           "\"comment\": \"x\"},\n {\"operation\": {\"k\": \"z\"},\n  \"creditLimit\": \"many\", "
           "\"resetSeconds\": 1}],\n \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}",
           0, 5, "creditLimit \"many\"" },
+
+        /* INI, issue #15: the same operation with its keys in another order is another
+         * rule, judged by the rules' validation; only identical header texts are
+         * duplicate sections. */
+        { false, "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = canary\n"
+                 "[path=/x method=GET]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI },
+        { false, "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = continue\n"
+                 "[path=/x   method=GET]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI },
+        { false,
+          "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\n"
+          "[path=/x method=GET]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI,
+          0, 4,
+          "rule [method=GET path=/x] is unreachable: rule [method=GET path=/x] (line 1) matches every "
+          "request it "
+          "matches" },
+        { false,
+          "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\n"
+          "[path=/x method=GET]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = canary\n" DEFAULT_INI,
+          0, 4, "rule [method=GET path=/x] is unreachable: rule [method=GET path=/x] (line 1)" },
+        { false,
+          "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = canary\n"
+          "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI,
+          0, 5, "duplicate section: same header as the section on line 1" },
+        { false,
+          "[method=GET path=/x]\ncreditLimit = 1\nresetSeconds = 1\nmatchPolicy = canary\n"
+          "[ method=GET path=/x\t]\ncreditLimit = 1\nresetSeconds = 1\n" DEFAULT_INI,
+          0, 5, "duplicate section: same header as the section on line 1" },
+
+        /* INI: the new attributes, good and bad, each message at the attribute's line. */
+        { false, INI_A1("algorithm = fixed-window\n") },
+        { false, INI_A1("algorithm = sliding-window  # comment\n") },
+        { false, INI_A1("algorithm = token-bucket\nburst = 20\nrefillSeconds = 6\nstrict = true\n") },
+        { false, INI_A1("algorithm = 'gcra'\nstrict = \"false\"\n") },
+        { false, INI_A1("matchPolicy = continue\n") },
+        { false, INI_A1("algorithm = leaky-bucket\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an unknown algorithm \"leaky-bucket\" (accepted: fixed-window, "
+          "sliding-window, "
+          "token-bucket, gcra)" },
+        { false, INI_A1("burst = 20\n"), 0, 4,
+          "rule [a=1] sets burst, which only the token-bucket algorithm uses (this rule's algorithm is "
+          "fixed-window, the default)" },
+        { false, INI_A1("algorithm = sliding-window\nrefillSeconds = 6\n"), 0, 5,
+          "rule [a=1] sets refillSeconds, which only the token-bucket algorithm uses (this rule's algorithm "
+          "is "
+          "sliding-window)" },
+        { false, INI_A1("strict = true\nalgorithm = fixed-window\n"), 0, 4,
+          "rule [a=1] sets strict, which only the token-bucket algorithm uses (this rule's algorithm is "
+          "fixed-window)" },
+        { false, INI_A1("algorithm = token-bucket\nburst = 0\n"), 0, 5,
+          "rule [a=1] burst 0 is below the minimum 1 (leave burst out for a capacity of creditLimit)" },
+        { false, INI_A1("algorithm = token-bucket\nburst = 1e3\n"), 0, 5,
+          "rule [a=1] burst \"1e3\" is not a non-negative decimal integer" },
+        { false, INI_A1("algorithm = token-bucket\nrefillSeconds = 3155760001\n"), 0, 5,
+          "rule [a=1] refillSeconds 3155760001 is above the maximum 3155760000" },
+        { false, INI_A1("algorithm = token-bucket\n\nstrict = on\n"), 0, 6,
+          "rule [a=1] has an invalid strict \"on\" (accepted: true, false)" },
+        { false, INI_A1("algorithm = token-bucket\nBurst = 3\n"), 0, 5,
+          "rule [a=1] has an unknown attribute \"Burst\" (did you mean \"burst\"?)" },
+        { false, INI_A1("algorithm = token-bucket\nrefillseconds = 3\n"), 0, 5,
+          "rule [a=1] has an unknown attribute \"refillseconds\" (did you mean \"refillSeconds\"?)" },
+        { false, INI_A1("algorithm = token-bucket\nalgorithm = gcra\n"), 0, 5,
+          "rule [a=1] sets algorithm twice (first on line 4)" },
+        { false, INI_A1("maxBurst = 3\n"), 0, 4,
+          "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst, "
+          "refillSeconds, strict)" },
+        /* Refused by algo_params_prepare(), at the line of the attribute its reason names first. */
+        { false, INI_A1("algorithm = token-bucket\nrefillSeconds = 7\n"), 0, 5,
+          "t.ini:5: rule [a=1] refillSeconds does not divide resetSeconds into whole credits (creditLimit * "
+          "refillSeconds / resetSeconds must be an integer)" },
+        { false,
+          "[a=1]\nalgorithm = sliding-window\nresetSeconds = 1\ncreditLimit = 4294967296\n" DEFAULT_INI, 0,
+          4,
+          "t.ini:4: rule [a=1] creditLimit above 4294967295 is not supported by algorithm sliding-window" },
+        { false, "[default]\ncreditLimit = 0\nresetSeconds = 0\nmatchPolicy = continue\n", 0, 4,
+          "rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
+
+        /* JSON: the same, with JSON's types (strict a boolean or a string). */
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"burst\": 20,\n\"refillSeconds\": "
+                        "6,\n\"strict\": true") },
+        { true, JSON_A1(",\n\"algorithm\": \"gcra\",\n\"burst\": \"20\",\n\"strict\": \"false\"") },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"refillSeconds\": 6.0,\n\"strict\": false") },
+        { true, JSON_A1(",\n\"algorithm\": \"sliding-window\",\n\"matchPolicy\": \"continue\"") },
+        { true, JSON_A1(",\n\"algorithm\": \"Sliding-Window\""), 0, 4,
+          "rule [a=1] has an unknown algorithm \"Sliding-Window\"" },
+        { true, JSON_A1(",\n\"algorithm\": 2"), 0, 4,
+          "rule [a=1]: algorithm: expected a string, got a number" },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"strict\": 1"), 0, 5,
+          "rule [a=1]: strict: expected true or false, got a number" },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"strict\": null"), 0, 5,
+          "rule [a=1]: strict: expected true or false, got null" },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"strict\": \"yes\""), 0, 5,
+          "rule [a=1] has an invalid strict \"yes\" (accepted: true, false)" },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"burst\": true"), 0, 5,
+          "rule [a=1]: burst: expected a number, got a boolean" },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"burst\": 1.5"), 0, 5,
+          "rule [a=1] burst \"1.5\" is not a non-negative decimal integer" },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"refillSeconds\": -6"), 0, 5,
+          "rule [a=1] refillSeconds \"-6\" is not a non-negative decimal integer" },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"refillSeconds\": [6]"), 0, 5,
+          "rule [a=1]: refillSeconds: expected a number, got an array" },
+        { true, JSON_A1(",\n\"burst\": 20"), 0, 4,
+          "rule [a=1] sets burst, which only the token-bucket algorithm uses (this rule's algorithm is "
+          "fixed-window, the default)" },
+        { true, JSON_A1(",\n\"strict\": false,\n\"algorithm\": \"sliding-window\""), 0, 4,
+          "rule [a=1] sets strict, which only the token-bucket algorithm uses (this rule's algorithm is "
+          "sliding-window)" },
+        { true,
+          "{\"default\": {\"algorithm\": \"gcra\",\n\"resetSeconds\": 1,\n\"creditLimit\": 2000000,\n"
+          "\"burst\": 1}}",
+          0, 3,
+          "t.json:3: rule [default] creditLimit per resetSeconds gives an interval under 1 microsecond" },
+        { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0,\n\"matchPolicy\": \"continue\"}}",
+          0, 2, "rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
+        /* JSON accepted a canary before a stop rule on one operation all along. */
+        { true,
+          "{\"overrides\": [{\"operation\": {\"method\": \"GET\", \"path\": \"/x\"}, \"creditLimit\": 1,"
+          " \"resetSeconds\": 1, \"matchPolicy\": \"canary\"},\n"
+          " {\"operation\": {\"method\": \"GET\", \"path\": \"/x\"}, \"creditLimit\": 1, \"resetSeconds\": "
+          "1}],\n"
+          " \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}" },
 };
 
 START_TEST (test_text) {
@@ -592,6 +733,149 @@ START_TEST (test_dump_escapes) {
 }
 END_TEST
 
+/* The new attributes are dumped only when not the defaults: exactly this text. */
+START_TEST (test_dump_algorithms) {
+        static const char text[] =
+                "[a=1]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = gcra\nburst = 25\n"
+                "refillSeconds = 6\nstrict = true\nmatchPolicy = continue\n"
+                "[a=2]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = token-bucket\n"
+                "burst = 10\nrefillSeconds = 0\nstrict = false\n"
+                "[a=3]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = sliding-window\n"
+                "[a=4]\ncreditLimit = 10\nresetSeconds = 60\nalgorithm = fixed-window\n"
+                "[default]\ncreditLimit = 0\nresetSeconds = 0\nalgorithm = token-bucket\n"
+                "burst = 3\n";
+        static const char want[] = "{\n"
+                                   "  \"overrides\": [\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"1\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"algorithm\": \"token-bucket\",\n"
+                                   "      \"burst\": 25,\n"
+                                   "      \"refillSeconds\": 6,\n"
+                                   "      \"strict\": true,\n"
+                                   "      \"matchPolicy\": \"continue\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"2\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"algorithm\": \"token-bucket\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"3\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"algorithm\": \"sliding-window\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"4\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60\n"
+                                   "    }\n"
+                                   "  ],\n"
+                                   "  \"default\": {\n"
+                                   "    \"creditLimit\": 0,\n"
+                                   "    \"resetSeconds\": 0,\n"
+                                   "    \"algorithm\": \"token-bucket\",\n"
+                                   "    \"burst\": 3\n"
+                                   "  }\n"
+                                   "}\n";
+        RuleSet *rs = NULL, *back = NULL;
+        size_t len;
+        Diag diag;
+
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        char *json = dump(rs, &len);
+        ck_assert_str_eq(json, want);
+        /* dump -> load: the same rules, the same counter ids */
+        ck_assert_int_eq(parse_text(true, json, len, &back, &diag), 0);
+        assert_rules_equal(rs, back);
+        free(json);
+        ruleset_free(rs);
+        ruleset_free(back);
+        diag_done(&diag);
+}
+END_TEST
+
+/* An older config: neither its dump nor its summary mention anything new. */
+START_TEST (test_dump_old_unchanged) {
+        RuleSet *rs = NULL;
+        char buf[256];
+        size_t len;
+        Diag diag;
+
+        ck_assert_int_eq(load("examples/canary-config.ini", &rs, &diag), 0);
+        char *json = dump(rs, &len);
+        ck_assert_ptr_null(strstr(json, "algorithm"));
+        ck_assert_ptr_null(strstr(json, "burst"));
+        ck_assert_ptr_null(strstr(json, "refillSeconds"));
+        ck_assert_ptr_null(strstr(json, "strict"));
+        ck_assert_ptr_null(strstr(json, "continue"));
+        for (size_t i = 0; i < rs->n_rules; i++)
+                ck_assert_ptr_null(config_rule_details(&rs->rules[i], buf, sizeof buf));
+        free(json);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+/* --check-config's line per rule that uses an algorithm or policy divvy did not have. */
+START_TEST (test_rule_details) {
+        static const char *const want[] = {
+                "rule [ip=* method=POST path=/login]: token-bucket 5 per 300 s, burst 5, continuous refill, "
+                "strict, matchPolicy stop",
+                "rule [path=/api/* user=*]: sliding-window 1000 per 3600 s, matchPolicy continue",
+                "rule [method=GET path=/api/* user=*]: token-bucket 100 per 60 s, burst 200, continuous "
+                "refill, "
+                "matchPolicy stop",
+                "rule [method=POST path=/api/export user=*]: token-bucket 10 per 3600 s, burst 10, refill "
+                "every "
+                "360 s, matchPolicy stop",
+                "rule [ip=* path=/search]: token-bucket 30 per 60 s, burst 10, continuous refill, "
+                "matchPolicy canary",
+                NULL,
+                NULL,
+        };
+        RuleSet *rs = NULL;
+        char buf[256], tiny[12];
+        Diag diag;
+
+        ck_assert_int_eq(load("examples/algorithms-config.ini", &rs, &diag), 0);
+        ck_assert_uint_eq(rs->n_rules, sizeof want / sizeof want[0]);
+        for (size_t i = 0; i < rs->n_rules; i++)
+                ck_assert_pstr_eq(config_rule_details(&rs->rules[i], buf, sizeof buf), want[i]);
+        /* cut, never overrun */
+        ck_assert_str_eq(config_rule_details(&rs->rules[0], tiny, sizeof tiny), "rule [ip=* ");
+        ck_assert_str_eq(config_summary(rs, tiny, sizeof tiny), "7 rules (1 ");
+        ruleset_free(rs);
+        diag_done(&diag);
+
+        static const char text[] =
+                "[a=1]\ncreditLimit = 0\nresetSeconds = 9\nalgorithm = sliding-window\n"
+                "[default]\ncreditLimit = 5\nresetSeconds = 0\nalgorithm = gcra\nburst = 7\n";
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        ck_assert_str_eq(
+                config_rule_details(&rs->rules[0], buf, sizeof buf),
+                "rule [a=1]: sliding-window 0 per 9 s, always denies (creditLimit 0), matchPolicy stop");
+        ck_assert_str_eq(config_rule_details(&rs->rules[1], buf, sizeof buf),
+                         "rule [default]: token-bucket 5 per 0 s, burst 7, continuous refill, always allows "
+                         "(resetSeconds 0), matchPolicy stop");
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("config");
 
@@ -616,6 +900,9 @@ int main(void) {
         tcase_add_test(tc, test_summary_singular);
         tcase_add_test(tc, test_ini_section_count_bounded);
         tcase_add_test(tc, test_dump_escapes);
+        tcase_add_test(tc, test_dump_algorithms);
+        tcase_add_test(tc, test_dump_old_unchanged);
+        tcase_add_test(tc, test_rule_details);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);

@@ -88,7 +88,7 @@ static void diag_dump(const Diag *d) {
                 fprintf(stderr, "  diag: %s\n", d->messages[i]);
 }
 
-/* A brute-force matcher: every rule in order, no index. */
+/* A brute-force matcher: every rule in order, no index; canary and continue rules go on. */
 static size_t linear_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]) {
         size_t n = 0;
         for (size_t i = 0; i < rs->n_rules; i++) {
@@ -150,11 +150,23 @@ START_TEST (test_names) {
         ck_assert_str_eq(rule_attr_suggest("creditlimit"), "creditLimit");
         ck_assert_str_eq(rule_attr_suggest("ACTORFIELD"), "actorField");
         ck_assert_ptr_null(rule_attr_suggest("credit"));
+        ck_assert_str_eq(rule_attr_names(),
+                         "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, "
+                         "algorithm, burst, refillSeconds, strict");
+        ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_ALGORITHM), "algorithm");
+        ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_BURST), "burst");
+        ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_REFILL_SECONDS), "refillSeconds");
+        ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_STRICT), "strict");
+        ck_assert_str_eq(rule_attr_suggest("refillseconds"), "refillSeconds");
+        ck_assert_str_eq(rule_attr_suggest("Algorithm"), "algorithm");
 
         ck_assert_str_eq(match_policy_to_string(MATCH_POLICY_STOP), "stop");
         ck_assert_str_eq(match_policy_to_string(MATCH_POLICY_CANARY), "canary");
         ck_assert_ptr_null(match_policy_to_string(_MATCH_POLICY_MAX));
         ck_assert_int_eq(match_policy_from_string("canary"), MATCH_POLICY_CANARY);
+        ck_assert_str_eq(match_policy_to_string(MATCH_POLICY_CONTINUE), "continue");
+        ck_assert_int_eq(match_policy_from_string("continue"), MATCH_POLICY_CONTINUE);
+        ck_assert_int_eq(match_policy_from_string("Continue"), -EINVAL);
         ck_assert_int_eq(match_policy_from_string("stop"), MATCH_POLICY_STOP);
         ck_assert_int_eq(match_policy_from_string("Stop"), -EINVAL);
         ck_assert_int_eq(match_policy_from_string(""), -EINVAL);
@@ -212,7 +224,7 @@ START_TEST (test_draft) {
                          "\"creditLimit\"?)");
         ck_assert_str_eq(diag.messages[1], "r.ini:9: rule [method=GET] has an unknown attribute \"limit\" "
                                            "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, "
-                                           "label, comment)");
+                                           "label, comment, algorithm, burst, refillSeconds, strict)");
         ck_assert_str_eq(diag.messages[2],
                          "r.ini:10: rule [method=GET] sets creditLimit twice (first on line 4)");
         diag_done(&diag);
@@ -355,7 +367,7 @@ static const struct {
           { "a=1 ; creditLimit=1 resetSeconds=1 matchPolicy=Canary",
             "default ; creditLimit=0 resetSeconds=0" },
           -EINVAL,
-          "test:13: rule [a=1] has an unknown matchPolicy \"Canary\" (accepted: stop, canary)" },
+          "test:13: rule [a=1] has an unknown matchPolicy \"Canary\" (accepted: stop, canary, continue)" },
         { "bad label",
           { "a=1 ; creditLimit=1 resetSeconds=1 label=a.b", "default ; creditLimit=0 resetSeconds=0" },
           -EINVAL,
@@ -454,6 +466,203 @@ static const struct {
           { "default a=1 ; creditLimit=1 resetSeconds=1" },
           -EINVAL,
           "test:10: rule [a=1] is marked default but has an operation" },
+        /* matchPolicy continue (issue #15): like a canary for validation, never masks. */
+        { "default continue",
+          { "default ; creditLimit=1 resetSeconds=1 matchPolicy=continue" },
+          -EINVAL,
+          "test:13: rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
+        { "unknown matchPolicy lists continue",
+          { "a=1 ; creditLimit=1 resetSeconds=1 matchPolicy=go-on",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] has an unknown matchPolicy \"go-on\" (accepted: stop, canary, continue)" },
+        { "continue before anything",
+          { "a=* ; creditLimit=1 resetSeconds=1 matchPolicy=continue", "a=1 ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "continue then stop on the same operation",
+          { "a=1 b=2 ; creditLimit=1 resetSeconds=1 matchPolicy=continue",
+            "b=2 a=1 ; creditLimit=1 resetSeconds=1", "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "canary, continue, stop on the same operation",
+          { "a=1 ; creditLimit=1 resetSeconds=1 matchPolicy=canary",
+            "a=1 ; creditLimit=2 resetSeconds=1 matchPolicy=continue", "a=1 ; creditLimit=3 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "continue shadowed by stop",
+          { "a=* ; creditLimit=1 resetSeconds=1", "a=1 ; creditLimit=1 resetSeconds=1 matchPolicy=continue",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [a=1] is unreachable: rule [a=*] (line 10) matches every request it matches" },
+        { "stop after continue after stop",
+          { "a=1 ; creditLimit=1 resetSeconds=1", "a=* ; creditLimit=1 resetSeconds=1 matchPolicy=continue",
+            "a=1 b=* ; creditLimit=1 resetSeconds=1", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:30: rule [a=1 b=*] is unreachable: rule [a=1] (line 10)" },
+        /* algorithm, burst, refillSeconds, strict (issue #15): good values. */
+        { "algorithm fixed-window",
+          { "default ; creditLimit=1 resetSeconds=1 algorithm=fixed-window" },
+          0,
+          NULL },
+        { "algorithm sliding-window",
+          { "default ; creditLimit=4294967295 resetSeconds=1 algorithm=sliding-window" },
+          0,
+          NULL },
+        { "algorithm token-bucket, all parameters",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket burst=25 refillSeconds=6 "
+            "strict=true" },
+          0,
+          NULL },
+        { "algorithm gcra",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=gcra strict=false" },
+          0,
+          NULL },
+        { "refillSeconds 0 is continuous",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket refillSeconds=0" },
+          0,
+          NULL },
+        { "burst below creditLimit",
+          { "default ; creditLimit=100 resetSeconds=60 algorithm=token-bucket burst=1" },
+          0,
+          NULL },
+        { "large burst",
+          { "default ; creditLimit=1 resetSeconds=60 algorithm=token-bucket burst=100000" },
+          0,
+          NULL },
+        { "trivial rule: burst at its maximum",
+          { "default ; creditLimit=1 resetSeconds=0 algorithm=token-bucket burst=9007199254740991" },
+          0,
+          NULL },
+        { "refillSeconds dividing into whole credits",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket refillSeconds=18" },
+          0,
+          NULL },
+        { "refillSeconds above resetSeconds",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket refillSeconds=120 burst=20" },
+          0,
+          NULL },
+        /* Refused by algo_params_prepare(): its reason, at the line of the attribute it names first. */
+        { "burst that takes centuries to refill",
+          { "default ; creditLimit=1 resetSeconds=60 algorithm=token-bucket burst=9007199254740991" },
+          -EINVAL,
+          "test:14: rule [default] burst takes more than 200 years to refill at creditLimit per "
+          "resetSeconds" },
+        { "a default burst refills within resetSeconds, the longest allowed",
+          { "default ; resetSeconds=3155760000 creditLimit=3 algorithm=token-bucket" },
+          0,
+          NULL },
+        { "refillSeconds not dividing into whole credits",
+          { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket strict=true refillSeconds=7" },
+          -EINVAL,
+          "test:15: rule [default] refillSeconds does not divide resetSeconds into whole credits "
+          "(creditLimit * refillSeconds / resetSeconds must be an integer)" },
+        { "token bucket faster than one credit per microsecond",
+          { "default ; resetSeconds=1 creditLimit=1000001 algorithm=gcra" },
+          -EINVAL,
+          "test:12: rule [default] creditLimit per resetSeconds gives an interval under 1 microsecond (at "
+          "most "
+          "1000000 credits per second)" },
+        { "token bucket at one credit per microsecond",
+          { "default ; resetSeconds=1 creditLimit=1000000 algorithm=gcra" },
+          0,
+          NULL },
+        { "sliding window above 2^32-1 credits",
+          { "default ; algorithm=sliding-window creditLimit=4294967296 resetSeconds=1" },
+          -EINVAL,
+          "test:12: rule [default] creditLimit above 4294967295 is not supported by algorithm "
+          "sliding-window" },
+        { "fixed window keeps the whole range",
+          { "default ; creditLimit=9007199254740991 resetSeconds=3155760000" },
+          0,
+          NULL },
+        /* Trivial rules keep their meaning: nothing to prepare, nothing refused. */
+        { "trivial deny token-bucket",
+          { "default ; creditLimit=0 resetSeconds=60 algorithm=token-bucket burst=5 refillSeconds=7" },
+          0,
+          NULL },
+        { "trivial allow token-bucket with a rate no bucket can have",
+          { "default ; creditLimit=9007199254740991 resetSeconds=0 algorithm=token-bucket" },
+          0,
+          NULL },
+        { "trivial sliding-window above its limit",
+          { "default ; creditLimit=4294967296 resetSeconds=0 algorithm=sliding-window" },
+          0,
+          NULL },
+        /* Bad values, each at the line of the attribute at fault. */
+        { "unknown algorithm",
+          { "default ; creditLimit=1 resetSeconds=1 algorithm=leaky-bucket" },
+          -EINVAL,
+          "test:13: rule [default] has an unknown algorithm \"leaky-bucket\" (accepted: fixed-window, "
+          "sliding-window, token-bucket, gcra)" },
+        { "algorithm is case-sensitive",
+          { "default ; creditLimit=1 resetSeconds=1 algorithm=Token-Bucket" },
+          -EINVAL,
+          "test:13: rule [default] has an unknown algorithm \"Token-Bucket\"" },
+        { "empty algorithm",
+          { "default ; creditLimit=1 resetSeconds=1 algorithm=" },
+          -EINVAL,
+          "test:13: rule [default] has an unknown algorithm \"\"" },
+        { "burst without an algorithm",
+          { "a=1 ; creditLimit=1 resetSeconds=1 burst=5", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] sets burst, which only the token-bucket algorithm uses (this rule's "
+          "algorithm is fixed-window, the default)" },
+        { "burst on sliding-window",
+          { "a=1 ; creditLimit=1 resetSeconds=1 algorithm=sliding-window burst=5",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:14: rule [a=1] sets burst, which only the token-bucket algorithm uses (this rule's "
+          "algorithm is sliding-window)" },
+        { "refillSeconds on fixed-window",
+          { "a=1 ; creditLimit=1 resetSeconds=1 refillSeconds=1 algorithm=fixed-window",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] sets refillSeconds, which only the token-bucket algorithm uses (this rule's "
+          "algorithm is fixed-window)" },
+        { "strict=false on fixed-window is refused too",
+          { "a=1 ; creditLimit=1 resetSeconds=1 strict=false", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] sets strict, which only the token-bucket algorithm uses" },
+        { "burst 0",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket burst=0" },
+          -EINVAL,
+          "test:14: rule [default] burst 0 is below the minimum 1 (leave burst out for a capacity of "
+          "creditLimit)" },
+        { "burst not a number",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket burst=5k" },
+          -EINVAL,
+          "test:14: rule [default] burst \"5k\" is not a non-negative decimal integer" },
+        { "burst negative",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket burst=-5" },
+          -EINVAL,
+          "test:14: rule [default] burst \"-5\" is not a non-negative decimal integer" },
+        { "burst above the maximum",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket burst=9007199254740992" },
+          -EINVAL,
+          "test:14: rule [default] burst 9007199254740992 is above the maximum 9007199254740991" },
+        { "refillSeconds not a number",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket refillSeconds=1.5" },
+          -EINVAL,
+          "test:14: rule [default] refillSeconds \"1.5\" is not a non-negative decimal integer" },
+        { "refillSeconds above the maximum",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket refillSeconds=3155760001" },
+          -EINVAL,
+          "test:14: rule [default] refillSeconds 3155760001 is above the maximum 3155760000" },
+        { "strict yes",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket strict=yes" },
+          -EINVAL,
+          "test:14: rule [default] has an invalid strict \"yes\" (accepted: true, false)" },
+        { "strict is case-sensitive",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket strict=True" },
+          -EINVAL,
+          "test:14: rule [default] has an invalid strict \"True\" (accepted: true, false)" },
+        { "strict 1",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=gcra strict=1" },
+          -EINVAL,
+          "test:14: rule [default] has an invalid strict \"1\"" },
 };
 
 START_TEST (test_validation) {
@@ -527,6 +736,20 @@ START_TEST (test_validation_text) {
         ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
         ck_assert_uint_eq(diag.n_messages - before, 4); /* creditLimit, resetSeconds, policy, label */
 
+        /* A bad operation does not hide a refusal of the algorithm's parameters. */
+        before = diag.n_messages;
+        rule_draft_init(&d, 9);
+        d.patterns[0] = (ProtoPair){ { "", 0 }, { "x", 1 } };
+        d.n_patterns = 1;
+        d.attrs[RULE_ATTR_CREDIT_LIMIT] = "10";
+        d.attrs[RULE_ATTR_RESET_SECONDS] = "60";
+        d.attrs[RULE_ATTR_ALGORITHM] = "token-bucket";
+        d.attrs[RULE_ATTR_REFILL_SECONDS] = "7";
+        d.attr_lines[RULE_ATTR_REFILL_SECONDS] = 12;
+        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+        ck_assert_uint_eq(diag.n_messages - before, 2);
+        ck_assert(diag_has(&diag, "t:12: rule [\"\"=x] refillSeconds does not divide resetSeconds"));
+
         ck_assert_uint_eq(rs->n_rules, 0);
         ruleset_free(rs);
         diag_done(&diag);
@@ -555,7 +778,46 @@ START_TEST (test_canary_limit) {
                         ck_assert_int_eq(r, -EINVAL);
                         ck_assert(diag_has(&diag,
                                            "t:330: rule [a=32] is one canary rule too many: a config has "
-                                           "at most 32"));
+                                           "at most 32 canary and continue rules together"));
+                }
+                ruleset_free(rs);
+                diag_done(&diag);
+        }
+}
+END_TEST
+
+/* RULES_CANARY_MAX bounds canary and continue rules together: mixes of both, at the limit
+ * and one over it, the one over being either kind. */
+START_TEST (test_nonfinal_limit) {
+        const char *specs[RULES_CANARY_MAX + 3] = { 0 };
+        char bufs[RULES_CANARY_MAX + 2][80], want[160];
+        RuleSet *rs;
+        Diag diag;
+
+        ck_assert_int_eq(RULES_NONFINAL_MAX, RULES_CANARY_MAX);
+        for (int n = RULES_CANARY_MAX; n <= RULES_CANARY_MAX + 1; n++) {
+                for (int i = 0; i < n; i++) {
+                        /* _i = 0: even rules canary; _i = 1: odd ones (so the last differs) */
+                        snprintf(bufs[i], sizeof bufs[i],
+                                 "a=%d ; creditLimit=1 resetSeconds=1 matchPolicy=%s", i,
+                                 i % 2 == _i ? "canary" : "continue");
+                        specs[i] = bufs[i];
+                }
+                specs[n] = "default ; creditLimit=0 resetSeconds=0";
+                specs[n + 1] = NULL;
+                diag_init(&diag, "t");
+                int r = build(specs, true, &rs, &diag);
+                if (n == RULES_CANARY_MAX)
+                        ck_assert_int_eq(r, 0);
+                else {
+                        ck_assert_int_eq(r, -EINVAL);
+                        snprintf(want, sizeof want,
+                                 "t:330: rule [a=32] is one %s rule too many: a config has at most 32 "
+                                 "canary and "
+                                 "continue rules together",
+                                 _i == 0 ? "canary" : "continue");
+                        ck_assert(diag_has(&diag, want));
+                        ck_assert_uint_eq(diag.n_messages, 1);
                 }
                 ruleset_free(rs);
                 diag_done(&diag);
@@ -924,6 +1186,144 @@ START_TEST (test_describe) {
 }
 END_TEST
 
+/* ---- canary and continue ------------------------------------------------------------------- */
+
+/* One config, requests and the rules each touches, in order. Labels: cnN canary, ctN
+ * continue, sN stop. */
+static const char *const policy_specs[] = {
+        "path=/x method=GET ; creditLimit=1 resetSeconds=9 matchPolicy=canary label=cn1",
+        "path=/x ; creditLimit=2 resetSeconds=9 matchPolicy=continue label=ct1",
+        "method=GET ; creditLimit=3 resetSeconds=9 matchPolicy=continue label=ct2",
+        "path=/x method=GET ; creditLimit=4 resetSeconds=9 label=s1",
+        "path=/y ; creditLimit=5 resetSeconds=9 matchPolicy=canary label=cn2",
+        "path=/y* user=* ; creditLimit=5 resetSeconds=9 matchPolicy=continue actorField=user label=ct3",
+        "path=/x ; creditLimit=6 resetSeconds=9 label=s2",
+        "path=/y user=root ; creditLimit=7 resetSeconds=9 label=s3",
+        "path=/z ; creditLimit=8 resetSeconds=9 matchPolicy=continue label=ct4",
+        "path=/z ; creditLimit=8 resetSeconds=9 matchPolicy=canary label=cn3",
+        "default ; creditLimit=0 resetSeconds=0 label=def",
+        NULL,
+};
+
+static const struct {
+        const char *kv[8];
+        const char *labels;
+        size_t n_enforcing;
+} policy_cases[] = {
+        { { "method", "GET", "path", "/x" }, "cn1,ct1,ct2,s1", 3 },
+        { { "method", "POST", "path", "/x" }, "ct1,s2", 2 },
+        { { "method", "GET", "path", "/y" }, "ct2,cn2,def", 2 },
+        { { "method", "GET", "path", "/y", "user", "root" }, "ct2,cn2,ct3,s3", 3 },
+        { { "method", "PUT", "path", "/yy", "user", "root" }, "ct3,def", 2 },
+        { { "method", "PUT", "path", "/y", "user", "bob" }, "cn2,ct3,def", 2 },
+        { { "path", "/z" }, "ct4,cn3,def", 2 },
+        { { "method", "GET" }, "ct2,def", 2 },
+        { { "method", "POST" }, "def", 1 },
+        { { "path", "/x", "method", "GET", "user", "u" }, "cn1,ct1,ct2,s1", 3 },
+};
+
+START_TEST (test_policy_match) {
+        const Rule *out[RULES_MATCH_MAX];
+        ProtoRequest req;
+        RuleSet *rs;
+        size_t n, enforcing = 0;
+
+        ck_assert_int_eq(build(policy_specs, true, &rs, NULL), 0);
+        /* expect_match() also compares with the brute-force matcher. */
+        expect_match(rs, policy_cases[_i].kv, policy_cases[_i].labels);
+        req_fill(&req, policy_cases[_i].kv);
+        n = ruleset_match(rs, &req, out);
+        for (size_t i = 0; i < n; i++)
+                enforcing += rule_enforcing(out[i]);
+        ck_assert_uint_eq(enforcing, policy_cases[_i].n_enforcing);
+        ck_assert_int_eq(out[n - 1]->match_policy, MATCH_POLICY_STOP);
+        ruleset_free(rs);
+}
+END_TEST
+
+START_TEST (test_rule_enforcing) {
+        Rule r = { .match_policy = MATCH_POLICY_STOP };
+        ck_assert(rule_enforcing(&r));
+        r.match_policy = MATCH_POLICY_CONTINUE;
+        ck_assert(rule_enforcing(&r));
+        r.match_policy = MATCH_POLICY_CANARY;
+        ck_assert(!rule_enforcing(&r));
+}
+END_TEST
+
+/* The index in use (one value per rule on "path") with continue and canary rules among
+ * thousands of stop rules, indexed and not: every request walks the same rules as the
+ * brute-force matcher, in config order. */
+START_TEST (test_policy_index_large) {
+        enum { N = 3000 };
+        char(*bufs)[112] = malloc((N + 64) * sizeof(*bufs));
+        const char **specs = malloc((N + 64) * sizeof(char *));
+        char desc[256], path[32], want[64];
+        RuleSet *rs;
+        size_t n = 0;
+
+        ck_assert_ptr_nonnull(bufs);
+        ck_assert_ptr_nonnull(specs);
+        /* 30 non-final rules in all: indexed continue rules for /api/0, /api/100, ..., a
+         * canary for /api/50, and non-indexed continue rules on method and a glob. */
+        for (int i = 0; i < N; i++) {
+                if (i % 100 == 0 && i < 2700) {
+                        snprintf(bufs[n], sizeof bufs[n],
+                                 "path=/api/%d ; creditLimit=1 resetSeconds=60 matchPolicy=continue "
+                                 "label=ct%d",
+                                 i, i);
+                        specs[n] = bufs[n];
+                        n++;
+                }
+                if (i == 50) {
+                        snprintf(bufs[n], sizeof bufs[n],
+                                 "path=/api/50 ; creditLimit=1 resetSeconds=60 matchPolicy=canary "
+                                 "label=cn50");
+                        specs[n] = bufs[n];
+                        n++;
+                }
+                if (i == 1000) {
+                        specs[n++] = "method=POST ; creditLimit=1 resetSeconds=60 matchPolicy=continue "
+                                     "label=post";
+                        specs[n++] = "path=/api/2* ; creditLimit=1 resetSeconds=60 matchPolicy=continue "
+                                     "label=api2";
+                }
+                snprintf(bufs[n], sizeof bufs[n],
+                         "path=/api/%d method=* ; creditLimit=%d resetSeconds=60 label=r%d", i, i, i);
+                specs[n] = bufs[n];
+                n++;
+        }
+        specs[n++] = "default ; creditLimit=0 resetSeconds=0 label=deny";
+        specs[n] = NULL;
+        ck_assert_int_eq(build(specs, true, &rs, NULL), 0);
+        ck_assert_str_eq(ruleset_index_describe(rs, desc, sizeof desc),
+                         "index on \"path\": 3028 rules under 3000 values, 3 other rules");
+
+        expect_match(rs, KV("method", "GET", "path", "/api/0"), "ct0,r0");
+        expect_match(rs, KV("method", "GET", "path", "/api/50"), "cn50,r50");
+        expect_match(rs, KV("method", "POST", "path", "/api/50"), "cn50,r50"); /* POST comes later */
+        expect_match(rs, KV("method", "POST", "path", "/api/1550"), "post,r1550");
+        expect_match(rs, KV("method", "POST", "path", "/api/2550"), "post,api2,r2550");
+        expect_match(rs, KV("method", "POST", "path", "/api/2600"), "post,api2,ct2600,r2600");
+        expect_match(rs, KV("method", "GET", "path", "/api/2600"), "api2,ct2600,r2600");
+        expect_match(rs, KV("method", "GET", "path", "/api/2800"), "api2,r2800");
+        expect_match(rs, KV("method", "POST", "path", "/api/20000"), "post,api2,deny");
+        expect_match(rs, KV("path", "/api/700"), "ct700,deny"); /* r700 needs a method */
+        for (int i = 0; i < N; i += 7) {
+                snprintf(path, sizeof path, "/api/%d", i);
+                bool api2 = i >= 1000 && strncmp(path, "/api/2", 6) == 0, ct = i % 100 == 0 && i < 2700;
+                if (ct)
+                        snprintf(want, sizeof want, "%sct%d,r%d", api2 ? "api2," : "", i, i);
+                else
+                        snprintf(want, sizeof want, "%sr%d", api2 ? "api2," : "", i);
+                expect_match(rs, KV("method", "GET", "path", path), want);
+        }
+        ruleset_free(rs);
+        free(specs);
+        free(bufs);
+}
+END_TEST
+
 /* ---- identity --------------------------------------------------------------------------------- */
 
 static void rule_id_of(const char *spec, uint8_t id[RULE_ID_SIZE]) {
@@ -961,6 +1361,44 @@ static const struct {
         { "default ; creditLimit=0 resetSeconds=0", "default ; creditLimit=0 resetSeconds=0 comment=x",
           true },
         { "default ; creditLimit=0 resetSeconds=0", "default ; creditLimit=1 resetSeconds=0", false },
+        /* Issue #15: the defaults keep every id; anything else is another counter. */
+        { "a=1 ; creditLimit=5 resetSeconds=60",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=fixed-window", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=60 matchPolicy=continue",
+          true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 matchPolicy=canary",
+          "a=1 ; creditLimit=5 resetSeconds=60 matchPolicy=continue", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=sliding-window", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=sliding-window",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=gcra", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket burst=5", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket burst=6", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket burst=6",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket burst=7", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket refillSeconds=0", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket refillSeconds=12", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket refillSeconds=12",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket refillSeconds=24", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket strict=false", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket strict=true", false },
+        /* burst and refillSeconds are separate fields: swapping their values changes the id. */
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket burst=12",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket refillSeconds=12", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket burst=6 actorField=ip",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket burst=6 actorField=ua", false },
+        { "default ; creditLimit=0 resetSeconds=0",
+          "default ; creditLimit=0 resetSeconds=0 algorithm=token-bucket", false },
 };
 
 START_TEST (test_identity) {
@@ -1024,6 +1462,85 @@ START_TEST (test_identity_golden) {
         hash128(enc_default, sizeof enc_default, want);
         rule_id_of("default ; creditLimit=1 resetSeconds=0", got);
         ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+        rule_id_of("default ; creditLimit=1 resetSeconds=0 algorithm=fixed-window matchPolicy=stop", got);
+        ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+}
+END_TEST
+
+/* The encoding of a rule with algorithm parameters: the v1 encoding, then the tail. */
+START_TEST (test_identity_golden_algo) {
+        static const uint8_t enc[] = {
+                'd',  'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l', 'e',
+                '-',  'i', 'd', '-', 'v', '1', 1,   0,   0,   0,   /* n_patterns */
+                1,    0,   0,   0,   'a', 1,   0,   0,   0,   '1', /* a=1 */
+                10,   0,   0,   0,   0,   0,   0,   0,             /* creditLimit */
+                60,   0,   0,   0,   0,   0,   0,   0,             /* resetSeconds */
+                0,                                                 /* no actorField */
+                0xa1, 2,                                           /* tag, token-bucket */
+                25,   0,   0,   0,   0,   0,   0,   0,             /* burst */
+                6,    0,   0,   0,   0,   0,   0,   0,             /* refillSeconds */
+                1,                                                 /* strict */
+        };
+        static const uint8_t
+                enc_sliding
+                        [] = {
+                                'd', 'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l',  'e', '-', 'i',
+                                'd', '-', 'v', '1', 1,   0,   0,   0,   1,   0,    0,   0,   'a',
+                                1,   0,   0,   0,   '1', 10,  0,   0,   0,   0,    0,   0,   0,
+                                60,  0,   0,   0,   0,   0,   0,   0,   0,   0xa1, 1, /* tag,
+                                                                                         sliding-window
+                                                                                       */
+                                0,   0,   0,   0,   0,   0,   0,   0,   0,   0,    0,   0,   0,
+                                0,   0,   0,   0,
+                        };
+        uint8_t want[RULE_ID_SIZE], got[RULE_ID_SIZE];
+
+        hash128(enc, sizeof enc, want);
+        rule_id_of(
+                "a=1 ; creditLimit=10 resetSeconds=60 algorithm=gcra burst=25 refillSeconds=6 strict=true",
+                got);
+        ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+        hash128(enc_sliding, sizeof enc_sliding, want);
+        rule_id_of("a=1 ; creditLimit=10 resetSeconds=60 algorithm=sliding-window", got);
+        ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+}
+END_TEST
+
+/* What ruleset_add() puts in Rule.algo. */
+static const struct {
+        const char *spec;
+        Algorithm algorithm;
+        uint64_t burst, refill_seconds;
+        bool strict;
+} algo_cases[] = {
+        { "default ; creditLimit=10 resetSeconds=60", ALGORITHM_FIXED_WINDOW, 10, 0, false },
+        { "default ; creditLimit=10 resetSeconds=60 algorithm=sliding-window", ALGORITHM_SLIDING_WINDOW, 10,
+          0, false },
+        { "default ; creditLimit=10 resetSeconds=0", ALGORITHM_FIXED_WINDOW, 10, 0, false },
+        { "default ; creditLimit=0 resetSeconds=9 algorithm=sliding-window", ALGORITHM_SLIDING_WINDOW, 0, 0,
+          false },
+        { "default ; creditLimit=10 resetSeconds=60 algorithm=token-bucket", ALGORITHM_TOKEN_BUCKET, 10, 0,
+          false },
+        { "default ; creditLimit=10 resetSeconds=60 algorithm=gcra burst=3 refillSeconds=30 strict=true",
+          ALGORITHM_TOKEN_BUCKET, 3, 30, true },
+        { "default ; creditLimit=0 resetSeconds=60 algorithm=token-bucket", ALGORITHM_TOKEN_BUCKET, 0, 0,
+          false },
+        { "default ; creditLimit=7 resetSeconds=0 algorithm=token-bucket burst=9", ALGORITHM_TOKEN_BUCKET, 9,
+          0, false },
+};
+
+START_TEST (test_algo_params) {
+        RuleSet *rs;
+
+        ck_assert_int_eq(build((const char *const[]){ algo_cases[_i].spec, NULL }, true, &rs, NULL), 0);
+        const AlgoParams *p = &rs->rules[0].algo;
+        ck_assert_int_eq(p->algorithm, algo_cases[_i].algorithm);
+        ck_assert_uint_eq(p->credit_limit, rs->rules[0].credit_limit);
+        ck_assert_uint_eq(p->reset_seconds, rs->rules[0].reset_seconds);
+        ck_assert_uint_eq(p->burst, algo_cases[_i].burst);
+        ck_assert_uint_eq(p->refill_seconds, algo_cases[_i].refill_seconds);
+        ck_assert(p->strict == algo_cases[_i].strict);
+        ruleset_free(rs);
 }
 END_TEST
 
@@ -1057,7 +1574,7 @@ static void rand_value(char *buf, size_t size, bool allow_glob) {
 }
 
 /* A random rule spec: usually an exact path, plus 0-2 other keys. */
-static void rand_spec(char *buf, size_t size, bool canary) {
+static void rand_spec(char *buf, size_t size, MatchPolicy policy) {
         char v[32];
         size_t n = 0;
         bool used[4] = { 0 };
@@ -1073,8 +1590,8 @@ static void rand_spec(char *buf, size_t size, bool canary) {
                         continue; /* the spec syntax cannot carry empty values */
                 n += (size_t) snprintf(buf + n, size - n, "%s=%s ", rand_keys[key], v);
         }
-        snprintf(buf + n, size - n, "; creditLimit=%u resetSeconds=60%s", rng() % 1000,
-                 canary ? " matchPolicy=canary" : "");
+        snprintf(buf + n, size - n, "; creditLimit=%u resetSeconds=60 matchPolicy=%s", rng() % 1000,
+                 match_policy_to_string(policy));
 }
 
 START_TEST (test_index_random) {
@@ -1084,27 +1601,33 @@ START_TEST (test_index_random) {
 
         rng_state = UINT64_C(0x9e3779b97f4a7c15) + (uint64_t) _i;
         for (int c = 0; c < N_CONFIGS; c++) {
-                size_t n = 0, n_canary = 0;
+                size_t n = 0, n_canary = 0, n_continue = 0;
                 RuleSet *rs;
 
                 /* Grow a valid config one rule at a time: keep a candidate only if the
                  * config with it (and a default) still validates. */
                 for (int attempt = 0; attempt < N_RULES * 4 && n < N_RULES; attempt++) {
-                        bool canary = n_canary < RULES_CANARY_MAX && rng() % 8 == 0;
-                        rand_spec(specs_buf[n], sizeof specs_buf[n], canary);
+                        unsigned pick = rng() % 8;
+                        MatchPolicy policy = n_canary + n_continue >= RULES_CANARY_MAX ? MATCH_POLICY_STOP
+                                             : pick == 0                               ? MATCH_POLICY_CANARY
+                                             : pick == 1 ? MATCH_POLICY_CONTINUE
+                                                         : MATCH_POLICY_STOP;
+                        rand_spec(specs_buf[n], sizeof specs_buf[n], policy);
                         for (size_t i = 0; i <= n; i++)
                                 specs[i] = specs_buf[i];
                         specs[n + 1] = "default ; creditLimit=0 resetSeconds=0";
                         specs[n + 2] = NULL;
                         if (build(specs, true, &rs, NULL) == 0) {
                                 n++;
-                                n_canary += canary;
+                                n_canary += policy == MATCH_POLICY_CANARY;
+                                n_continue += policy == MATCH_POLICY_CONTINUE;
                         }
                         ruleset_free(rs);
                 }
                 /* Not vacuous: many rules survive validation, some of them canaries. */
                 ck_assert_uint_gt(n, N_RULES / 3);
                 ck_assert_uint_gt(n_canary, 0);
+                ck_assert_uint_gt(n_continue, 0);
                 for (size_t i = 0; i < n; i++)
                         specs[i] = specs_buf[i];
                 specs[n] = "default ; creditLimit=0 resetSeconds=0";
@@ -1243,6 +1766,9 @@ static Suite *rules_suite(void) {
         tcase_add_loop_test(tc, test_validation, 0, sizeof validation_cases / sizeof validation_cases[0]);
         tcase_add_test(tc, test_validation_text);
         tcase_add_test(tc, test_canary_limit);
+        tcase_add_loop_test(tc, test_nonfinal_limit, 0, 2);
+        tcase_add_loop_test(tc, test_policy_match, 0, sizeof policy_cases / sizeof policy_cases[0]);
+        tcase_add_test(tc, test_rule_enforcing);
         tcase_add_test(tc, test_finalize_twice);
         tcase_add_loop_test(tc, test_globs, 0, sizeof glob_cases / sizeof glob_cases[0]);
         tcase_add_test(tc, test_glob_segments);
@@ -1255,6 +1781,8 @@ static Suite *rules_suite(void) {
         tcase_add_loop_test(tc, test_identity, 0, sizeof identity_cases / sizeof identity_cases[0]);
         tcase_add_test(tc, test_identity_reorder);
         tcase_add_test(tc, test_identity_golden);
+        tcase_add_test(tc, test_identity_golden_algo);
+        tcase_add_loop_test(tc, test_algo_params, 0, sizeof algo_cases / sizeof algo_cases[0]);
         tcase_add_loop_test(tc, test_index_random, 0, 4);
         tcase_add_test(tc, test_index_pick);
         tcase_add_test(tc, test_index_shadow);
@@ -1264,6 +1792,7 @@ static Suite *rules_suite(void) {
         tcase_set_timeout(big, 120);
         tcase_add_test(big, test_rules_max);
         tcase_add_test(big, test_index_large);
+        tcase_add_test(big, test_policy_index_large);
         suite_add_tcase(s, big);
         return s;
 }

@@ -56,6 +56,9 @@ static void check_same(const RuleSet *a, const RuleSet *b) {
                 fuzz_check(x->credit_limit == y->credit_limit);
                 fuzz_check(x->reset_seconds == y->reset_seconds);
                 fuzz_check(x->match_policy == y->match_policy);
+                fuzz_check(x->algo.algorithm == y->algo.algorithm && x->algo.burst == y->algo.burst &&
+                           x->algo.refill_seconds == y->algo.refill_seconds &&
+                           x->algo.strict == y->algo.strict);
                 fuzz_check(x->n_patterns == y->n_patterns);
                 fuzz_check(!x->label == !y->label && (!x->label || strcmp(x->label, y->label) == 0));
                 fuzz_check(!x->comment == !y->comment &&
@@ -90,7 +93,7 @@ static void check_match(const RuleSet *rs) {
                 fuzz_check(n >= 1 && n <= RULES_MATCH_MAX);
                 fuzz_check(out[n - 1]->match_policy == MATCH_POLICY_STOP);
                 for (size_t k = 0; k + 1 < n; k++)
-                        fuzz_check(out[k]->match_policy == MATCH_POLICY_CANARY &&
+                        fuzz_check(out[k]->match_policy != MATCH_POLICY_STOP &&
                                    out[k]->index < out[n - 1]->index);
                 if (rule->match_policy == MATCH_POLICY_STOP)
                         fuzz_check(out[n - 1]->index <= rule->index);
