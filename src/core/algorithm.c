@@ -98,10 +98,7 @@ int algo_params_prepare(AlgoParams *p, const char **ret_reason) {
                         if (product % p->reset_seconds != 0)
                                 reason = "refillSeconds does not divide resetSeconds into whole credits "
                                          "(creditLimit * refillSeconds / resetSeconds must be an integer)";
-                        else if (amount > ALGO_CREDIT_MAX)
-                                reason = "creditLimit * refillSeconds / resetSeconds, the credits per "
-                                         "refill, "
-                                         "must be at most 9007199254740991";
+                        /* amount <= 1e6 * refillSeconds < 2^52, as creditLimit <= 1e6 * resetSeconds */
                         else if ((u128) ((burst + (uint64_t) amount - 1) / (uint64_t) amount) * step >
                                  ALGO_FILL_USEC_MAX)
                                 reason = "burst takes more than 200 years to refill at creditLimit per "
@@ -195,7 +192,9 @@ static void fixed_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
                         } else
                                 result_set(res, false, s.w1, limit, left, (int64_t) left);
                 }
-                if (op == ALGO_TAKE && (s.w0 != st->w0 || s.w1 != st->w1)) {
+                /* every allowed hit is written, as the store always journaled it (even when a
+                 * window clamped at ALGO_W0_MAX comes out the same) */
+                if (op == ALGO_TAKE && res->allowed && n > 0) {
                         *st = s;
                         res->write = true;
                 }
@@ -395,7 +394,7 @@ static void gcra_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now,
                         int64_t wait;
 
                         ns = *st;
-                        if (p->strict) {
+                        if (p->strict && op == ALGO_TAKE) {
                                 /* restart the refill clock: the progress towards the next whole
                                  * credit is lost (tat > now here, as n <= burst) */
                                 uint64_t x = tat - now;
@@ -501,7 +500,7 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                          AlgoResult *res) {
         uint64_t step = p->d0, amount = p->d1, burst = p->burst;
         Bucket b = tb_load(st, now, step, amount);
-        uint64_t credit = b.deficit < burst ? burst - b.deficit : 0;
+        uint64_t credit = b.deficit < burst ? burst - b.deficit : 0; /* 0 in debt */
         AlgoState ns;
 
         switch (op) {
@@ -511,7 +510,7 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                         result_set(res, false, credit, burst, until_full(st, now), -1);
                         return;
                 }
-                if (n <= credit) {
+                if (b.deficit <= burst - n) { /* in debt, even n = 0 does not fit, as with GCRA */
                         b.deficit += n;
                         ns = tb_store(&b, step, amount);
                         result_set(res, true, credit - n, burst, until_full(&ns, now), 0);
@@ -519,7 +518,7 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                         int64_t wait;
 
                         ns = *st;
-                        if (p->strict) {
+                        if (p->strict && op == ALGO_TAKE) {
                                 b.refilled = now; /* Smyte's STRICT: lastUpdate = now */
                                 ns = tb_store(&b, step, amount);
                         }
@@ -532,7 +531,7 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                 }
                 return;
         case ALGO_CHARGE: {
-                bool fit = n <= credit;
+                bool fit = n <= burst && b.deficit <= burst - n;
 
                 b.deficit = b.deficit > UINT64_MAX - n ? UINT64_MAX : b.deficit + n;
                 ns = tb_store(&b, step, amount);
