@@ -232,6 +232,18 @@ static void fixed_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
 
 /* ---- sliding window ---- */
 
+/* a * b / c rounded down (or up), c > 0, the result known to fit 64 bits; 64-bit division when
+ * the product fits (the common case: a 128-bit division is a library call) */
+static uint64_t mul_div(uint64_t a, uint64_t b, uint64_t c, bool round_up) {
+        u128 x = (u128) a * b;
+
+        if ((uint64_t) (x >> 64) == 0) {
+                uint64_t y = (uint64_t) x;
+                return y / c + (round_up && y % c != 0);
+        }
+        return (uint64_t) (x / c + (round_up && x % c != 0));
+}
+
 typedef struct Sliding {
         uint64_t prev, cur; /* counts of the previous and the current window */
         uint64_t end;       /* µs: the current window's end */
@@ -261,9 +273,8 @@ static AlgoState sw_store(const Sliding *s, uint64_t r) {
 /* The weighted estimate at now, rounded up: prev * (time left in the current window) / r + cur. */
 static uint64_t sw_estimate(const Sliding *s, uint64_t now, uint64_t r) {
         uint64_t left = s->end > now ? min_u64(s->end - now, r) : 0;
-        u128 w = (u128) s->prev * left;
 
-        return (uint64_t) (w / r + (w % r != 0)) + s->cur;
+        return mul_div(s->prev, left, r, true) + s->cur;
 }
 
 /* µs from now until an op of n (<= limit) would pass (0: now). */
@@ -273,9 +284,9 @@ static uint64_t sw_wait(const Sliding *s, uint64_t now, uint64_t r, uint64_t lim
         if (sw_estimate(s, now, r) <= m)
                 return 0;
         if (s->cur > m) /* only in the next window, once the current count's weight drops enough */
-                t = s->end + r - (uint64_t) ((u128) m * r / s->cur);
+                t = s->end + r - mul_div(m, r, s->cur, false);
         else /* in the current window: prev * (end - t) <= (m - cur) * r */
-                t = s->end - (uint64_t) ((u128) (m - s->cur) * r / s->prev);
+                t = s->end - mul_div(m - s->cur, r, s->prev, false);
         return t > now ? t - now : 0;
 }
 
