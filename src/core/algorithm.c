@@ -95,10 +95,10 @@ int algo_params_prepare(AlgoParams *p, const char **ret_reason) {
                         u128 amount = product / p->reset_seconds;
                         uint64_t step = p->refill_seconds * USEC_PER_SEC;
 
+                        /* amount <= 1e6 * refillSeconds < 2^52, as creditLimit <= 1e6 * resetSeconds */
                         if (product % p->reset_seconds != 0)
                                 reason = "refillSeconds does not divide resetSeconds into whole credits "
                                          "(creditLimit * refillSeconds / resetSeconds must be an integer)";
-                        /* amount <= 1e6 * refillSeconds < 2^52, as creditLimit <= 1e6 * resetSeconds */
                         else if ((u128) ((burst + (uint64_t) amount - 1) / (uint64_t) amount) * step >
                                  ALGO_FILL_USEC_MAX)
                                 reason = "burst takes more than 200 years to refill at creditLimit per "
