@@ -95,13 +95,10 @@ int algo_params_prepare(AlgoParams *p, const char **ret_reason) {
                         u128 amount = product / p->reset_seconds;
                         uint64_t step = p->refill_seconds * USEC_PER_SEC;
 
+                        /* amount <= 1e6 * refillSeconds < 2^52, as creditLimit <= 1e6 * resetSeconds */
                         if (product % p->reset_seconds != 0)
                                 reason = "refillSeconds does not divide resetSeconds into whole credits "
                                          "(creditLimit * refillSeconds / resetSeconds must be an integer)";
-                        else if (amount > ALGO_CREDIT_MAX)
-                                reason = "creditLimit * refillSeconds / resetSeconds, the credits per "
-                                         "refill, "
-                                         "must be at most 9007199254740991";
                         else if ((u128) ((burst + (uint64_t) amount - 1) / (uint64_t) amount) * step >
                                  ALGO_FILL_USEC_MAX)
                                 reason = "burst takes more than 200 years to refill at creditLimit per "
@@ -195,7 +192,9 @@ static void fixed_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
                         } else
                                 result_set(res, false, s.w1, limit, left, (int64_t) left);
                 }
-                if (op == ALGO_TAKE && (s.w0 != st->w0 || s.w1 != st->w1)) {
+                /* every allowed hit is written, as the store always journaled it (even when a
+                 * window clamped at ALGO_W0_MAX comes out the same) */
+                if (op == ALGO_TAKE && res->allowed && n > 0) {
                         *st = s;
                         res->write = true;
                 }
@@ -233,6 +232,18 @@ static void fixed_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
 
 /* ---- sliding window ---- */
 
+/* a * b / c rounded down (or up), c > 0, the result known to fit 64 bits; 64-bit division when
+ * the product fits (the common case: a 128-bit division is a library call) */
+static uint64_t mul_div(uint64_t a, uint64_t b, uint64_t c, bool round_up) {
+        u128 x = (u128) a * b;
+
+        if ((uint64_t) (x >> 64) == 0) {
+                uint64_t y = (uint64_t) x;
+                return y / c + (round_up && y % c != 0);
+        }
+        return (uint64_t) (x / c + (round_up && x % c != 0));
+}
+
 typedef struct Sliding {
         uint64_t prev, cur; /* counts of the previous and the current window */
         uint64_t end;       /* µs: the current window's end */
@@ -262,9 +273,8 @@ static AlgoState sw_store(const Sliding *s, uint64_t r) {
 /* The weighted estimate at now, rounded up: prev * (time left in the current window) / r + cur. */
 static uint64_t sw_estimate(const Sliding *s, uint64_t now, uint64_t r) {
         uint64_t left = s->end > now ? min_u64(s->end - now, r) : 0;
-        u128 w = (u128) s->prev * left;
 
-        return (uint64_t) (w / r + (w % r != 0)) + s->cur;
+        return mul_div(s->prev, left, r, true) + s->cur;
 }
 
 /* µs from now until an op of n (<= limit) would pass (0: now). */
@@ -274,9 +284,9 @@ static uint64_t sw_wait(const Sliding *s, uint64_t now, uint64_t r, uint64_t lim
         if (sw_estimate(s, now, r) <= m)
                 return 0;
         if (s->cur > m) /* only in the next window, once the current count's weight drops enough */
-                t = s->end + r - (uint64_t) ((u128) m * r / s->cur);
+                t = s->end + r - mul_div(m, r, s->cur, false);
         else /* in the current window: prev * (end - t) <= (m - cur) * r */
-                t = s->end - (uint64_t) ((u128) (m - s->cur) * r / s->prev);
+                t = s->end - mul_div(m - s->cur, r, s->prev, false);
         return t > now ? t - now : 0;
 }
 
@@ -395,7 +405,7 @@ static void gcra_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now,
                         int64_t wait;
 
                         ns = *st;
-                        if (p->strict) {
+                        if (p->strict && op == ALGO_TAKE) {
                                 /* restart the refill clock: the progress towards the next whole
                                  * credit is lost (tat > now here, as n <= burst) */
                                 uint64_t x = tat - now;
@@ -501,7 +511,7 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                          AlgoResult *res) {
         uint64_t step = p->d0, amount = p->d1, burst = p->burst;
         Bucket b = tb_load(st, now, step, amount);
-        uint64_t credit = b.deficit < burst ? burst - b.deficit : 0;
+        uint64_t credit = b.deficit < burst ? burst - b.deficit : 0; /* 0 in debt */
         AlgoState ns;
 
         switch (op) {
@@ -511,7 +521,7 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                         result_set(res, false, credit, burst, until_full(st, now), -1);
                         return;
                 }
-                if (n <= credit) {
+                if (b.deficit <= burst - n) { /* in debt, even n = 0 does not fit, as with GCRA */
                         b.deficit += n;
                         ns = tb_store(&b, step, amount);
                         result_set(res, true, credit - n, burst, until_full(&ns, now), 0);
@@ -519,7 +529,7 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                         int64_t wait;
 
                         ns = *st;
-                        if (p->strict) {
+                        if (p->strict && op == ALGO_TAKE) {
                                 b.refilled = now; /* Smyte's STRICT: lastUpdate = now */
                                 ns = tb_store(&b, step, amount);
                         }
@@ -532,7 +542,7 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                 }
                 return;
         case ALGO_CHARGE: {
-                bool fit = n <= credit;
+                bool fit = n <= burst && b.deficit <= burst - n;
 
                 b.deficit = b.deficit > UINT64_MAX - n ? UINT64_MAX : b.deficit + n;
                 ns = tb_store(&b, step, amount);

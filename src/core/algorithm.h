@@ -99,7 +99,7 @@ typedef struct AlgoResult {
  * writes: *st is left untouched); CHARGE always writes. Results per op:
  * - TAKE/PEEK: as in AlgoResult; n above the capacity: denied with retry -1 and reset the
  *   seconds until full. A strict token bucket's denied TAKE restarts its refill clock (and
- *   writes); PEEK reports what that TAKE would report.
+ *   writes); PEEK restarts nothing, so its retry is the wait as it stands.
  * - CHARGE: applied whether or not it fits; allowed says whether it fit; reset is the seconds
  *   until full again; retry is 0 if it fit, else the seconds (>= 1) until a TAKE 1 would pass.
  * - REFUND: allowed; an absent or expired counter is left absent (write false, credit = limit). */
