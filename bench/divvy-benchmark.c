@@ -402,12 +402,17 @@ static bool is_uint(const char *p, size_t n, bool allow_minus) {
         return true;
 }
 
-/* "OK true|false <credit> <reset>": 1 true, 0 false, -1 malformed. */
+/* "OK true|false <credit> <reset>" (HIT), or a version 2 decision "OK allowed=true|false ..."
+ * (TAKE, PEEK, ...): 1 true, 0 false, -1 malformed. */
 static int parse_ok(const char *l, size_t n) {
         const char *sp;
         int allowed;
         size_t skip;
 
+        if (n > 16 && memcmp(l, "OK allowed=true ", 16) == 0)
+                return 1;
+        if (n > 17 && memcmp(l, "OK allowed=false ", 17) == 0)
+                return 0;
         if (n > 8 && memcmp(l, "OK true ", 8) == 0) {
                 allowed = 1;
                 skip = 8;

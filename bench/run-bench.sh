@@ -5,7 +5,7 @@
 # are what compares across runs. Prints every run, then one table: each figure beside its
 # target (issue #14's), "met" or "NOT MET".
 #
-#   bench/run-bench.sh [--runs N] [--duration SEC] [--sync MODE] [--no-sync-compare]
+#   bench/run-bench.sh [--runs N] [--duration SEC] [--sync MODE] [--no-sync-compare] [--no-algorithms]
 #                      [--before PATH] [--10m] [--only-10m] [--big-actors N] [--50m]
 #                      [--big N] [--only-big] [--io-seconds SEC] [--warm]
 #                      [--divvyd PATH] [--benchmark PATH] [--rules FILE] [--keep]
@@ -14,7 +14,9 @@
 # 1,1 16,1 64,1 16,16 at 10,000 actors against redis (INCR key<actor>), divvyd over TCP and
 # divvyd over its Unix socket (--sync MODE, default periodic), N times each (medians).
 # Then --sync=periodic and --sync=always at 16,16 on fresh databases, back to back
-# (--no-sync-compare skips it). --before PATH also measures an older divvyd at 16,1 and
+# (--no-sync-compare skips it). Then the algorithms (issue #15) on one daemon at 16,16 over TCP:
+# HIT on a fixed window, a token bucket and a sliding window, and TAKE 3 on the fixed window,
+# each beside the fixed-window HIT (--no-algorithms skips it). --before PATH also measures an older divvyd at 16,1 and
 # 16,16 in the same run, for "no lower than before" (else the ratios recorded in README).
 #
 # A big point (--10m: 10 million counters, or --big-actors N; --50m; --big N, repeatable)
@@ -45,6 +47,7 @@ warmup=1
 sync=periodic
 sync_given=no
 sync_compare=yes
+algorithms=yes
 before=""
 with_10m=no
 with_matrix=yes
@@ -70,6 +73,7 @@ while [ $# -gt 0 ]; do
 	--duration) duration=$2; shift ;;
 	--sync) sync=$2; sync_given=yes; shift ;;
 	--no-sync-compare) sync_compare=no ;;
+	--no-algorithms) algorithms=no ;;
 	--before) before=$2; shift ;;
 	--10m) with_10m=yes ;;
 	--only-10m) with_10m=yes; with_matrix=no ;;
@@ -385,6 +389,22 @@ if [ "$with_matrix" = yes ]; then
 		done
 	fi
 
+	if [ "$algorithms" = yes ]; then
+		echo "The algorithms (issue #15), 16,16 over TCP, $actors actors, one daemon (--sync=$sync):"
+		start_divvyd "$tmp/db-algo" "$sync"
+		run=1
+		while [ $run -le "$runs" ]; do
+			for a in fixed:HIT:/bench tb:HIT:/bench-tb sw:HIT:/bench-sw take3:"TAKE 3":/bench; do
+				measure "algo-${a%%:*}" 16 16 -k "$actors" \
+					-r "$(echo "$a" | cut -d: -f2) method=GET path=${a##*:} ip={actor}" \
+					"tcp:127.0.0.1:$divvyd_port"
+			done
+			run=$((run + 1))
+		done
+		stop "$divvyd_pid"
+		divvyd_pid=""
+	fi
+
 	echo
 	echo "Medians of $runs run(s), $actors actors, requests/s (ratio = divvyd / redis):"
 	echo
@@ -428,6 +448,13 @@ if [ "$with_matrix" = yes ]; then
 	if [ "$sync_compare" = yes ]; then
 		a=$(median sync-always 16 16 4) p=$(median sync-periodic 16 16 4)
 		row "$k, 16×16: --sync=always ÷ --sync=periodic" "$(ratio "$a" "$p")" ">=" 0.5 "$a ÷ $p req/s"
+	fi
+	if [ "$algorithms" = yes ]; then
+		f=$(median algo-fixed 16 16 4)
+		for a in tb:"token-bucket HIT" sw:"sliding-window HIT" take3:"TAKE 3 (fixed window)"; do
+			v=$(median "algo-${a%%:*}" 16 16 4)
+			row "$k, 16×16: ${a#*:} ÷ fixed-window HIT" "$(ratio "$v" "$f")" ">=" 0.9 "$v ÷ $f req/s"
+		done
 	fi
 fi
 

@@ -50,7 +50,7 @@ struct Batch {
         const Rule **rules_matched; /* BATCH_RULES_MAX */
         int32_t *rule_hit;          /* BATCH_RULES_MAX: the hit of each matched rule, or -1 */
         size_t n_rules_matched;
-        ProtoRequest request;        /* scratch: matching is done before the next line is parsed */
+        ProtoRequest request; /* scratch: matching is done before the next line is parsed */
 
         uint64_t start_usec; /* CLOCK_MONOTONIC when the first request was taken; 0 without metrics */
         bool started;
@@ -431,8 +431,8 @@ static size_t batch_format_explain(Batch *b, const BatchSlot *slot, char *p) {
         /* The actor is the request's: its pairs were parsed from the slot's line, which the
          * batch still holds, so parse it again (EXPLAIN is rare and never on the HIT path). */
         ProtoSlice actor = { NULL, 0 };
-        if (stop->actor_field && proto_parse_request(slot->line.ptr, slot->line.len, PROTO_PAIRS_MAX,
-                                                     &b->request) >= 0) {
+        if (stop->actor_field &&
+            proto_parse_request(slot->line.ptr, slot->line.len, PROTO_PAIRS_MAX, &b->request) >= 0) {
                 actor = rule_actor(stop, &b->request);
                 if (!actor.ptr)
                         actor = (ProtoSlice){ "", 0 };
@@ -503,7 +503,8 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
                 break;
         case PROTO_VERB_EXPLAIN:
                 len = batch_format_explain(b, slot, p);
-                d = (BatchDecision){ .allowed = true, .rule = b->rules_matched[slot->first_rule + slot->n_rules - 1] };
+                d = (BatchDecision){ .allowed = true,
+                                     .rule = b->rules_matched[slot->first_rule + slot->n_rules - 1] };
                 break;
         case PROTO_VERB_RESET: {
                 uint64_t n = 0;
@@ -529,7 +530,8 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
         }
         if (slot->verb != PROTO_VERB_HIT && b->metrics)
                 metrics_count_verb(b->metrics, slot->verb, d.allowed,
-                                   (slot->verb == PROTO_VERB_TAKE && d.allowed) || slot->verb == PROTO_VERB_CHARGE
+                                   (slot->verb == PROTO_VERB_TAKE && d.allowed) ||
+                                                   slot->verb == PROTO_VERB_CHARGE
                                            ? slot->count
                                            : 0);
         c->out_len += len;

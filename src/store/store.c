@@ -191,8 +191,8 @@ static bool hit_valid(const StoreHit *h) {
         if (!h->rule_id || (!h->actor && h->actor_len > 0) || h->op >= _STORE_OP_MAX)
                 return false;
         if (h->algo)
-                return h->algo->credit_limit > 0 && h->algo->reset_seconds > 0 &&
-                       h->algo->algorithm >= 0 && h->algo->algorithm < _ALGORITHM_MAX;
+                return h->algo->credit_limit > 0 && h->algo->reset_seconds > 0 && h->algo->algorithm >= 0 &&
+                       h->algo->algorithm < _ALGORITHM_MAX;
         return h->credit_limit > 0 && h->reset_seconds > 0;
 }
 

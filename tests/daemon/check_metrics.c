@@ -121,6 +121,11 @@ START_TEST (test_fresh_render) {
                 "divvyd_checkpoint_duration_seconds 0.000",
                 "# TYPE divvyd_checkpoint_failures_total counter",
                 "divvyd_checkpoint_failures_total 0",
+                "# TYPE divvyd_requests_total counter",
+                "divvyd_requests_total{verb=\"take\",decision=\"allowed\"} 0",
+                "divvyd_requests_total{verb=\"explain\",decision=\"denied\"} 0",
+                "# TYPE divvyd_credits_consumed_total counter",
+                "divvyd_credits_consumed_total{verb=\"charge\"} 0",
                 "# TYPE divvyd_statsd_dropped_total counter",
                 "divvyd_statsd_dropped_total 0",
                 "# TYPE divvyd_build_info gauge",
@@ -145,8 +150,8 @@ START_TEST (test_fresh_render) {
                         ck_assert_ptr_nonnull(strchr(line, ' '));
                 }
         }
-        ck_assert_uint_eq(n_help, 17);
-        ck_assert_uint_eq(n_type, 17);
+        ck_assert_uint_eq(n_help, 19);
+        ck_assert_uint_eq(n_type, 19);
         ck_assert(t[strlen(t) - 1] == '\n');
         free(copy);
         free(t);
