@@ -93,6 +93,11 @@ check() {
 	if $ok; then pass "$what"; else fail "$what"; fi
 }
 
+# stderr_has TEXT DESCRIPTION: checks the last run's stderr.
+stderr_has() {
+	if grep -qF -- "$1" "$tmp/err"; then pass "$2"; else fail "$2"; fi
+}
+
 run() {
 	"$divvy" --socket="$sock" --timeout=10 "$@" >"$tmp/out" 2>"$tmp/err"
 	status=$?
@@ -137,8 +142,7 @@ check "charge N: the largest count; did not fit: exit 1" 1 \
 serve "HELLO$TAB$HELLO_OK" "REFUND 2 a=b$TAB""ERR forbidden \"REFUND and RESET need an admin listener\""
 run refund 2 a=b
 check "refund off an admin listener: the server's error, exit 2" 2 "" "CONNECT${nl}HELLO${nl}REFUND 2 a=b"
-grep -q 'forbidden: REFUND and RESET need an admin listener' "$tmp/err" && pass "refund: the reason on stderr" ||
-	fail "refund: the reason on stderr"
+stderr_has 'forbidden: REFUND and RESET need an admin listener' "refund: the reason on stderr"
 
 serve "HELLO$TAB$HELLO_OK" "RESET a=b$TAB""OK reset=3"
 run reset a=b
@@ -172,8 +176,7 @@ check "hit is unchanged: no HELLO" 0 "true 1 60" "CONNECT${nl}HIT a=b"
 serve "HELLO${TAB}ERR unknown-command \"Unrecognized command: HELLO\""
 run take 1 a=b
 check "old server: exit 2" 2 "" "CONNECT${nl}HELLO"
-grep -q 'does not speak divvy protocol version 2' "$tmp/err" && pass "old server: a clear message" ||
-	fail "old server: a clear message"
+stderr_has 'does not speak divvy protocol version 2' "old server: a clear message"
 
 # ---- --wait ----------------------------------------------------------------------------------
 
@@ -188,7 +191,7 @@ serve "HELLO$TAB$HELLO_OK" "TAKE 5 a=b$TAB""OK allowed=false credit=2 limit=2 re
 run --wait take 5 a=b
 check "take --wait, retry=-1: no waiting, exit 1" 1 "allowed=false credit=2 limit=2 reset=0 retry=-1 rule=r" \
 	"CONNECT${nl}HELLO${nl}TAKE 5 a=b"
-grep -q 'can never pass' "$tmp/err" && pass "take --wait, retry=-1: says why" || fail "take --wait, retry=-1: says why"
+stderr_has 'can never pass' "take --wait, retry=-1: says why"
 
 serve "HELLO$TAB$HELLO_OK" \
 	"TAKE 1$TAB""OK allowed=false credit=0 limit=1 reset=1 retry=1 rule=r" \
