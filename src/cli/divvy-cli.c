@@ -3,9 +3,12 @@
  * divvy: the command-line client, for shell scripts, cron jobs and workers.
  *
  *   divvy hit [ADDRESS OPTIONS] [--json] [--quiet] [--wait[=MAX_SECONDS]] [--timeout SEC] key=value...
- *   divvy ping [ADDRESS OPTIONS] [--timeout SEC]
+ *   divvy take N | peek [N] | charge N | refund N  [OPTIONS] key=value...   (protocol version 2)
+ *   divvy reset | explain [OPTIONS] key=value...
+ *   divvy hello | ping [ADDRESS OPTIONS] [--timeout SEC]
  *
- * Exit status: 0 allowed (ping: reachable), 1 denied, 2 error (one line on stderr).
+ * Exit status: 0 allowed (ping, hello, reset, explain: done), 1 denied, 2 error (one line on
+ * stderr).
  */
 
 #include "libdivvy/divvy.h"
@@ -41,12 +44,34 @@
 typedef enum Verb {
         VERB_HIT,
         VERB_PING,
+        VERB_HELLO,
+        VERB_TAKE,
+        VERB_PEEK,
+        VERB_CHARGE,
+        VERB_REFUND,
+        VERB_RESET,
+        VERB_EXPLAIN,
+        _VERB_MAX,
 } Verb;
+
+static const struct {
+        const char *name;
+        bool pairs; /* takes key=value arguments */
+        int count;  /* 0: none; 1: required N >= 1; 2: optional N >= 0 */
+} verbs[_VERB_MAX] = {
+        [VERB_HIT] = { "hit", true, 0 },         [VERB_PING] = { "ping", false, 0 },
+        [VERB_HELLO] = { "hello", false, 0 },    [VERB_TAKE] = { "take", true, 1 },
+        [VERB_PEEK] = { "peek", true, 2 },       [VERB_CHARGE] = { "charge", true, 1 },
+        [VERB_REFUND] = { "refund", true, 1 },   [VERB_RESET] = { "reset", true, 0 },
+        [VERB_EXPLAIN] = { "explain", true, 0 },
+};
 
 typedef struct Args {
         Verb verb;
+        uint64_t count; /* TAKE, PEEK, CHARGE, REFUND */
         const char *socket_path, *host, *port, *address;
         bool json, quiet, wait;
+        unsigned tries;  /* --wait: most requests in all; 0: no limit */
         double wait_max; /* seconds; < 0: no limit */
         double timeout;  /* seconds; < 0: the library's default */
         char **pairs;
@@ -55,36 +80,34 @@ typedef struct Args {
 
 static void help(void) {
         printf("Usage: divvy hit [OPTIONS] key=value ...\n"
-               "       divvy ping [OPTIONS]\n"
+               "       divvy take N [OPTIONS] key=value ...\n"
+               "       divvy peek [N] [OPTIONS] key=value ...\n"
+               "       divvy charge N | refund N [OPTIONS] key=value ...\n"
+               "       divvy reset | explain [OPTIONS] key=value ...\n"
+               "       divvy hello | ping [OPTIONS]\n"
                "\n"
                "Asks divvyd whether an operation is allowed and consumes its quota.\n"
-               "Prints \"ALLOWED CREDIT RESET\" (e.g. \"true 2 3600\"); exits 0 when allowed,\n"
-               "1 when denied, 2 on error.\n"
+               "hit prints \"ALLOWED CREDIT RESET\" (e.g. \"true 2 3600\"); take, peek, charge and\n"
+               "refund (N credits; protocol version 2) print \"allowed=true credit=7 limit=10\n"
+               "reset=42 retry=0 rule=LABEL\"; reset prints \"reset=COUNTERS\", explain the rules\n"
+               "that match. Exits 0 when allowed (or done), 1 when denied, 2 on error.\n"
                "\n"
                "  -s, --socket=PATH       connect to the Unix socket PATH\n"
                "  -H, --host=HOST         connect to HOST over TCP (default 127.0.0.1)\n"
-               "  -p, --port=PORT         TCP port (default " STRINGIFY(
-                       DIVVY_PORT_DEFAULT) ")\n"
-                                           "  -a, --address=ADDR      unix:PATH, tcp:HOST:PORT, /PATH or "
-                                           "HOST:PORT\n"
-                                           "  -j, --json              print "
-                                           "{\"allowed\":true,\"credit\":2,\"reset\":3600}\n"
-                                           "  -q, --quiet             print nothing; only the exit status "
-                                           "tells\n"
-                                           "  -w, --wait[=SECONDS]    when denied, sleep until the window "
-                                           "resets and retry,\n"
-                                           "                          for at most SECONDS in total "
-                                           "(default: no limit)\n"
-                                           "  -t, --timeout=SECONDS   per request, connect included "
-                                           "(default 5)\n"
-                                           "  -h, --help              show this help\n"
-                                           "      --version           show the version\n"
-                                           "\n"
-                                           "Default address: $DIVVY_ADDRESS, else %s if it exists, else "
-                                           "%s.\n"
-                                           "Values with spaces or '=' are quoted for you; '\"' and line "
-                                           "breaks cannot be sent.\n",
-               PACKAGED_SOCKET, FALLBACK_ADDRESS);
+               "  -p, --port=PORT         TCP port (default %d)\n"
+               "  -a, --address=ADDR      unix:PATH, tcp:HOST:PORT, /PATH or HOST:PORT\n"
+               "  -j, --json              print JSON, e.g. {\"allowed\":true,\"credit\":2,\"reset\":3600}\n"
+               "  -q, --quiet             print nothing; only the exit status tells\n"
+               "  -w, --wait[=SECONDS]    hit, take: when denied, sleep for the retry-after and\n"
+               "                          try again, for at most SECONDS in total (default: no limit)\n"
+               "      --tries=N           with --wait: send at most N requests (default: no limit)\n"
+               "  -t, --timeout=SECONDS   per request, connect included (default 5)\n"
+               "  -h, --help              show this help\n"
+               "      --version           show the version\n"
+               "\n"
+               "Default address: $DIVVY_ADDRESS, else %s if it exists, else %s.\n"
+               "Values with spaces or '=' are quoted for you; '\"' and line breaks cannot be sent.\n",
+               DIVVY_PORT_DEFAULT, PACKAGED_SOCKET, FALLBACK_ADDRESS);
 }
 
 /* Prints "divvy: <message>" to stderr and returns EXIT_ERROR. */
@@ -115,7 +138,7 @@ static int parse_seconds(const char *s, const char *what, double *ret) {
 /* The options before the command. Returns 0 to go on, or -1 with the exit status (after
  * --help/--version too) in *ret_exit. */
 static int parse_options(int argc, char **argv, Args *a, int *ret_exit) {
-        enum { ARG_VERSION = 0x100 };
+        enum { ARG_VERSION = 0x100, ARG_TRIES };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, 's' },
                 { "host", required_argument, NULL, 'H' },
@@ -127,6 +150,7 @@ static int parse_options(int argc, char **argv, Args *a, int *ret_exit) {
                 { "timeout", required_argument, NULL, 't' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
+                { "tries", required_argument, NULL, ARG_TRIES },
                 {},
         };
         int c;
@@ -168,12 +192,28 @@ static int parse_options(int argc, char **argv, Args *a, int *ret_exit) {
                         help();
                         *ret_exit = EXIT_SUCCESS;
                         return -1;
+                case ARG_TRIES: {
+                        char *end;
+                        unsigned long v;
+
+                        errno = 0;
+                        v = strtoul(optarg, &end, 10);
+                        if (errno != 0 || end == optarg || *end != '\0' || optarg[0] == '-' || v == 0 ||
+                            v > 1000000) {
+                                fail("Invalid --tries '%s': expected a number from 1 to 1000000", optarg);
+                                return -1;
+                        }
+                        a->tries = (unsigned) v;
+                        break;
+                }
                 case ARG_VERSION:
                         printf("divvy %s (libdivvy %s)\n", PACKAGE_VERSION, divvy_version());
                         *ret_exit = EXIT_SUCCESS;
                         return -1;
                 case '?':
-                        if (optopt && optopt < ARG_VERSION && strchr("sHpat", optopt))
+                        if (optopt == ARG_TRIES)
+                                fail("Option --tries needs a value (see divvy --help)");
+                        else if (optopt && optopt < ARG_VERSION && strchr("sHpat", optopt))
                                 fail("Option -%c needs a value (see divvy --help)", optopt);
                         else
                                 fail("Invalid option '%s' (see divvy --help)", argv[optind - 1]);
@@ -186,34 +226,73 @@ static int parse_options(int argc, char **argv, Args *a, int *ret_exit) {
         return 0;
 }
 
-/* The command and its key=value arguments, from argv[optind] on. Returns 0 or -1 (the
- * message printed). */
+/* A count argument: decimal digits only, at most DIVVY_COUNT_MAX. */
+static bool parse_count(const char *s, uint64_t *ret) {
+        uint64_t v = 0;
+
+        if (!*s || strlen(s) > 16)
+                return false;
+        for (const char *p = s; *p; p++) {
+                if (*p < '0' || *p > '9')
+                        return false;
+                v = v * 10 + (uint64_t) (*p - '0');
+        }
+        if (v > DIVVY_COUNT_MAX)
+                return false;
+        *ret = v;
+        return true;
+}
+
+/* The command, its count and its key=value arguments, from argv[optind] on. Returns 0 or -1
+ * (the message printed). */
 static int parse_command(int argc, char **argv, Args *a) {
         const char *verb;
+        int v;
 
         if (optind >= argc) {
-                fail("Missing command: hit or ping (see divvy --help)");
+                fail("Missing command: hit, take, peek, charge, refund, reset, explain, hello or ping "
+                     "(see divvy --help)");
                 return -1;
         }
         verb = argv[optind++];
-        if (strcmp(verb, "hit") == 0)
-                a->verb = VERB_HIT;
-        else if (strcmp(verb, "ping") == 0)
-                a->verb = VERB_PING;
-        else {
-                fail("Unknown command '%s': expected hit or ping (see divvy --help)", verb);
+        for (v = 0; v < _VERB_MAX; v++)
+                if (strcmp(verb, verbs[v].name) == 0)
+                        break;
+        if (v == _VERB_MAX) {
+                fail("Unknown command '%s': expected hit, take, peek, charge, refund, reset, explain, hello "
+                     "or ping (see divvy --help)",
+                     verb);
                 return -1;
         }
+        a->verb = (Verb) v;
 
         if ((a->socket_path != NULL) + (a->host || a->port) + (a->address != NULL) > 1) {
                 fail("--socket, --host/--port and --address exclude each other");
                 return -1;
         }
+        if (a->wait && a->verb != VERB_HIT && a->verb != VERB_TAKE) {
+                fail("--wait works with hit and take only");
+                return -1;
+        }
+
+        /* The count: the first argument, when it holds no '='. */
+        a->count = 1;
+        if (verbs[v].count > 0 && optind < argc && !strchr(argv[optind], '=')) {
+                const char *n = argv[optind++];
+                if (!parse_count(n, &a->count) || (verbs[v].count == 1 && a->count == 0)) {
+                        fail("Invalid count '%s' for %s: expected a whole number from %d to %llu", n, verb,
+                             verbs[v].count == 1, DIVVY_COUNT_MAX);
+                        return -1;
+                }
+        } else if (verbs[v].count == 1) {
+                fail("%s needs a count: divvy %s N key=value ...", verb, verb);
+                return -1;
+        }
 
         a->pairs = argv + optind;
         a->n_pairs = (size_t) (argc - optind);
-        if (a->verb == VERB_PING && a->n_pairs > 0) {
-                fail("ping takes no key=value arguments");
+        if (!verbs[v].pairs && a->n_pairs > 0) {
+                fail("%s takes no key=value arguments", verb);
                 return -1;
         }
         if (a->n_pairs > DIVVY_PAIRS_MAX) {
@@ -289,17 +368,22 @@ static int report_failure(divvy *d, int r) {
         return fail("%s", divvy_last_error(d)[0] ? divvy_last_error(d) : strerror(-r));
 }
 
+/* Splits the key=value arguments (argv is ours to write into). */
+static void split_pairs(const Args *a, divvy_pair pairs[DIVVY_PAIRS_MAX]) {
+        for (size_t i = 0; i < a->n_pairs; i++) {
+                char *eq = strchr(a->pairs[i], '=');
+                *eq = '\0';
+                pairs[i] = (divvy_pair){ .key = a->pairs[i], .value = eq + 1 };
+        }
+}
+
 static int run_hit(const Args *a, divvy *d) {
         divvy_pair pairs[DIVVY_PAIRS_MAX];
         uint64_t start = clock_usec(CLOCK_MONOTONIC), elapsed, pause, limit;
         divvy_result res;
         int r;
 
-        for (size_t i = 0; i < a->n_pairs; i++) {
-                char *eq = strchr(a->pairs[i], '=');
-                *eq = '\0'; /* argv is ours to split */
-                pairs[i] = (divvy_pair){ .key = a->pairs[i], .value = eq + 1 };
-        }
+        split_pairs(a, pairs);
 
         for (;;) {
                 r = divvy_hit(d, pairs, a->n_pairs, &res);
@@ -320,6 +404,184 @@ static int run_hit(const Args *a, divvy *d) {
 
         print_result(a, &res);
         return res.allowed ? EXIT_ALLOWED : EXIT_DENIED;
+}
+
+/* Prints s as a JSON string (quotes included). */
+static void print_json_string(const char *s, size_t len) {
+        putchar('"');
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char) s[i];
+                if (c == '"' || c == '\\')
+                        printf("\\%c", c);
+                else if (c < 0x20 || c == 0x7f)
+                        printf("\\u%04x", c);
+                else
+                        putchar(c); /* UTF-8 as is; a server's cut may leave a broken sequence */
+        }
+        putchar('"');
+}
+
+/* Prints s in double quotes with the server's escapes (\\ \" \t \xHH): one line. */
+static void print_quoted(const char *s, size_t len, bool cut) {
+        putchar('"');
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char) s[i];
+                if (c == '"' || c == '\\')
+                        printf("\\%c", c);
+                else if (c == '\t')
+                        fputs("\\t", stdout);
+                else if (c < 0x20 || c == 0x7f)
+                        printf("\\x%02x", c);
+                else
+                        putchar(c);
+        }
+        if (cut)
+                fputs("\\...", stdout);
+        putchar('"');
+}
+
+static void print_decision(const Args *a, const divvy_decision *r) {
+        if (a->quiet)
+                return;
+        if (a->json) {
+                printf("{\"allowed\":%s,\"credit\":%" PRIu64 ",\"limit\":%" PRIu64 ",\"reset\":%" PRIu64
+                       ",\"retry\":%" PRId64 ",\"rule\":",
+                       r->allowed ? "true" : "false", r->credit, r->limit, r->reset_seconds,
+                       r->retry_seconds);
+                print_json_string(r->rule, strlen(r->rule));
+                puts("}");
+        } else
+                printf("allowed=%s credit=%" PRIu64 " limit=%" PRIu64 " reset=%" PRIu64 " retry=%" PRId64
+                       " rule=%s\n",
+                       r->allowed ? "true" : "false", r->credit, r->limit, r->reset_seconds,
+                       r->retry_seconds, r->rule);
+}
+
+/* take N with --wait: a denial sleeps exactly its retry-after and tries again, within --wait's
+ * limit and --tries; retry -1 (never) stops at once. */
+static int run_decision(const Args *a, divvy *d) {
+        divvy_pair pairs[DIVVY_PAIRS_MAX];
+        uint64_t start = clock_usec(CLOCK_MONOTONIC), elapsed, pause, limit;
+        unsigned tries = 0;
+        divvy_decision res;
+        int r;
+
+        split_pairs(a, pairs);
+        for (;;) {
+                switch (a->verb) {
+                case VERB_TAKE:
+                        r = divvy_take(d, a->count, pairs, a->n_pairs, &res);
+                        break;
+                case VERB_PEEK:
+                        r = divvy_peek(d, a->count, pairs, a->n_pairs, &res);
+                        break;
+                case VERB_CHARGE:
+                        r = divvy_charge(d, a->count, pairs, a->n_pairs, &res);
+                        break;
+                default:
+                        r = divvy_refund(d, a->count, pairs, a->n_pairs, &res);
+                        break;
+                }
+                if (r < 0)
+                        return report_failure(d, r);
+                tries++;
+                if (res.allowed || !a->wait)
+                        break;
+                if (res.retry_seconds < 0) {
+                        print_decision(a, &res);
+                        fail("Denied, and %s %" PRIu64
+                             " can never pass under the server's rules (retry=-1): not "
+                             "waiting",
+                             verbs[a->verb].name, a->count);
+                        return EXIT_DENIED;
+                }
+                if (a->tries > 0 && tries >= a->tries)
+                        break;
+                pause = res.retry_seconds > 0 ? (uint64_t) res.retry_seconds * 1000000ULL : WAIT_RETRY_USEC;
+                if (a->wait_max >= 0) {
+                        elapsed = clock_usec(CLOCK_MONOTONIC) - start;
+                        limit = (uint64_t) (a->wait_max * 1e6);
+                        if (elapsed + pause > limit)
+                                break; /* it would pass only after the limit: give up now */
+                }
+                sleep_usec(pause);
+        }
+
+        print_decision(a, &res);
+        return res.allowed ? EXIT_ALLOWED : EXIT_DENIED;
+}
+
+static int run_reset(const Args *a, divvy *d) {
+        divvy_pair pairs[DIVVY_PAIRS_MAX];
+        uint64_t n = 0;
+        int r;
+
+        split_pairs(a, pairs);
+        r = divvy_reset(d, pairs, a->n_pairs, &n);
+        if (r < 0)
+                return report_failure(d, r);
+        if (!a->quiet)
+                printf(a->json ? "{\"reset\":%" PRIu64 "}\n" : "reset=%" PRIu64 "\n", n);
+        return EXIT_SUCCESS;
+}
+
+static void print_json_field(const char *key, const char *value, bool comma) {
+        printf("%s\"%s\":", comma ? "," : "", key);
+        print_json_string(value, strlen(value));
+}
+
+static int run_explain(const Args *a, divvy *d) {
+        divvy_pair pairs[DIVVY_PAIRS_MAX];
+        divvy_explanation e;
+        int r;
+
+        split_pairs(a, pairs);
+        r = divvy_explain(d, pairs, a->n_pairs, &e);
+        if (r < 0)
+                return report_failure(d, r);
+        if (a->quiet)
+                return EXIT_SUCCESS;
+        if (a->json) {
+                putchar('{');
+                print_json_field("rule", e.rule, false);
+                printf(",\"index\":%" PRIu64, e.index);
+                print_json_field("policy", e.policy, true);
+                fputs(",\"actor\":", stdout);
+                if (e.has_actor)
+                        print_json_string(e.actor, e.actor_len);
+                else
+                        fputs("null", stdout);
+                printf(",\"actor_cut\":%s", e.actor_cut ? "true" : "false");
+                print_json_field("algorithm", e.algorithm, true);
+                print_json_field("canaries", e.canaries, true);
+                print_json_field("continue", e.continues, true);
+                puts("}");
+                return EXIT_SUCCESS;
+        }
+        printf("rule=%s index=%" PRIu64 " policy=%s actor=", e.rule, e.index, e.policy);
+        if (e.has_actor)
+                print_quoted(e.actor, e.actor_len, e.actor_cut);
+        else
+                putchar('-');
+        printf(" algorithm=%s canaries=%s continue=%s\n", e.algorithm, e.canaries[0] ? e.canaries : "-",
+               e.continues[0] ? e.continues : "-");
+        return EXIT_SUCCESS;
+}
+
+static int run_hello(const Args *a, divvy *d) {
+        int r = divvy_hello(d);
+
+        if (r < 0)
+                return report_failure(d, r);
+        if (a->quiet)
+                return EXIT_SUCCESS;
+        if (a->json) {
+                printf("{\"proto\":%d", r);
+                print_json_field("server", divvy_server_name(d), true);
+                puts("}");
+        } else
+                printf("proto=%d server=%s\n", r, divvy_server_name(d));
+        return EXIT_SUCCESS;
 }
 
 int main(int argc, char **argv) {
@@ -349,8 +611,16 @@ int main(int argc, char **argv) {
                                 printf("%s is alive\n", address);
                         status = EXIT_SUCCESS;
                 }
-        } else
+        } else if (a.verb == VERB_HIT)
                 status = run_hit(&a, d);
+        else if (a.verb == VERB_HELLO)
+                status = run_hello(&a, d);
+        else if (a.verb == VERB_RESET)
+                status = run_reset(&a, d);
+        else if (a.verb == VERB_EXPLAIN)
+                status = run_explain(&a, d);
+        else
+                status = run_decision(&a, d);
 
         divvy_free(d);
         if (fflush(stdout) != 0 && status != EXIT_ERROR)

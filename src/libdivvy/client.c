@@ -24,9 +24,12 @@ _Static_assert(DIVVY_LINE_MAX == DIVVY_PROTO_LINE_MAX,
                "divvy.h and shared/limits.h disagree on the line limit");
 _Static_assert(DIVVY_PAIRS_MAX == DIVVY_PROTO_PAIRS_MAX,
                "divvy.h and shared/limits.h disagree on the pair limit");
+_Static_assert(DIVVY_COUNT_MAX == DIVVY_PROTO_COUNT_MAX,
+               "divvy.h and shared/limits.h disagree on the count limit");
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -43,15 +46,17 @@ _Static_assert(DIVVY_PAIRS_MAX == DIVVY_PROTO_PAIRS_MAX,
 #define OUT_MAX                                                                                             \
         (16U * 1024U) /* bytes: requests queued before a write; two maximal lines fit,                      \
                        * many small ones go out in one send() */
+#define REPLY_MAX                                                                                           \
+        DIVVY_PROTO_REPLY_MAX /* bytes: longest reply line we accept (an EXPLAIN's); HIT's are <= 128 */
 #define IN_MAX                                                                                              \
-        (4U * 1024U)   /* bytes: one recv(); complete lines are parsed out at once, so only                 \
-                        * a partial reply line (< REPLY_MAX) stays behind */
-#define REPLY_MAX  512 /* bytes: longest reply line we accept; divvyd's are <= 128 */
-#define ERROR_MAX  256 /* bytes: last_error, including the NUL */
-#define CODE_MAX   64  /* bytes: server error code, including the NUL */
-#define REASON_MAX 256 /* bytes: server error reason, including the NUL */
-#define HOST_MAX   256 /* bytes: a DNS name is at most 253 */
-#define PORT_MAX   8   /* bytes: "65535" and the NUL */
+        (2U * REPLY_MAX) /* bytes: one recv(); complete lines are parsed out at once, so only               \
+                          * a partial reply line (< REPLY_MAX) stays behind */
+#define RAW_MAX    2     /* version 2 replies kept as lines during one call: HELLO's and the verb's */
+#define ERROR_MAX  256   /* bytes: last_error, including the NUL */
+#define CODE_MAX   64    /* bytes: server error code, including the NUL */
+#define REASON_MAX 256   /* bytes: server error reason, including the NUL */
+#define HOST_MAX   256   /* bytes: a DNS name is at most 253 */
+#define PORT_MAX   8     /* bytes: "65535" and the NUL */
 
 typedef enum AddressKind {
         ADDRESS_UNIX,
@@ -94,6 +99,17 @@ struct divvy {
         char last_error[ERROR_MAX];
         char server_code[CODE_MAX];
         char server_reason[REASON_MAX];
+
+        /* Version 2. A call of a new verb is synchronous (nothing else pending); while it runs,
+         * raw_mode makes each OK reply a line in raw[] (in order) instead of a HIT result, and
+         * the ring gets a placeholder so that the common reading path counts it. */
+        bool raw_mode;
+        size_t raw_count;
+        char raw[RAW_MAX][REPLY_MAX];
+        size_t raw_len[RAW_MAX];
+        bool hello_ok;                    /* this connection answered HELLO with proto >= 2 */
+        unsigned server_proto;            /* from the last HELLO reply: 0 before one */
+        char server_name[DIVVY_NAME_MAX]; /* "server=" of the last HELLO reply */
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -151,6 +167,7 @@ static void close_fd(divvy *d) {
                 (void) close(d->fd);
         d->fd = -1;
         d->in_len = 0;
+        d->hello_ok = false; /* HELLO is per connection */
 }
 
 /* ---- addresses --------------------------------------------------------------------------- */
@@ -422,9 +439,10 @@ static char *put_string(char *p, const char *s, size_t wire_len) {
         return p;
 }
 
-/* Validates the pairs; returns the request's length including "\n", or a negative errno. */
-static ssize_t request_len(divvy *d, const divvy_pair *pairs, size_t n_pairs) {
-        size_t total = 3; /* "HIT" */
+/* Validates the pairs; returns the length of the request "<head> pairs...\n" (head: "HIT",
+ * "TAKE 5", ...), or a negative errno. */
+static ssize_t request_len(divvy *d, const char *head, const divvy_pair *pairs, size_t n_pairs) {
+        size_t total = strlen(head);
         const char *why = NULL;
         ssize_t k, v;
 
@@ -452,11 +470,12 @@ static ssize_t request_len(divvy *d, const divvy_pair *pairs, size_t n_pairs) {
         return (ssize_t) (total + 1);
 }
 
-static void format_request(char *p, const divvy_pair *pairs, size_t n_pairs) {
+static void format_request(char *p, const char *head, const divvy_pair *pairs, size_t n_pairs) {
+        size_t head_len = strlen(head);
         const char *why;
 
-        memcpy(p, "HIT", 3);
-        p += 3;
+        memcpy(p, head, head_len);
+        p += head_len;
         for (size_t i = 0; i < n_pairs; i++) {
                 *p++ = ' ';
                 p = put_string(p, pairs[i].key, (size_t) string_wire_len(pairs[i].key, &why));
@@ -556,6 +575,20 @@ static int parse_reply(divvy *d, const char *line, size_t len) {
                 copy_text(d->server_reason, sizeof d->server_reason, line + i, n - i);
                 return set_error(d, -EPROTO, "Server error: %s%s%s", d->server_code,
                                  d->server_reason[0] ? ": " : "", d->server_reason);
+        }
+
+        if (d->raw_mode) {
+                /* A version 2 reply: kept whole, parsed by the verb's call. */
+                if (len < 2 || memcmp(line, "OK", 2) != 0 ||
+                    (len > 2 && line[2] != ' ' && line[2] != '\t') || d->raw_count >= RAW_MAX ||
+                    len >= REPLY_MAX)
+                        goto bad;
+                memcpy(d->raw[d->raw_count], line, len);
+                d->raw[d->raw_count][len] = '\0';
+                d->raw_len[d->raw_count++] = len;
+                d->results[(d->ring_head + d->ring_count) % DIVVY_PIPELINE_MAX] = (divvy_result){};
+                d->ring_count++;
+                return 0;
         }
 
         n = split(line, len, tok, tok_len, 4);
@@ -745,12 +778,11 @@ int divvy_flush(divvy *d) {
         return flush(d, deadline_of(d));
 }
 
-int divvy_send_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs) {
+/* Queues "<head> pairs...\n". */
+static int send_request(divvy *d, const char *head, const divvy_pair *pairs, size_t n_pairs) {
         ssize_t len;
         int r;
 
-        if (!d)
-                return -EINVAL;
         if (d->broken != 0)
                 return set_error(d, -EBUSY,
                                  "Results of failed requests are pending: read them before sending more");
@@ -758,7 +790,7 @@ int divvy_send_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs) {
                 return set_error(d, -ENOBUFS, "%d results pending: read some before sending more",
                                  DIVVY_PIPELINE_MAX);
 
-        len = request_len(d, pairs, n_pairs);
+        len = request_len(d, head, pairs, n_pairs);
         if (len < 0)
                 return (int) len;
 
@@ -767,11 +799,19 @@ int divvy_send_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs) {
                 if (r < 0)
                         return r;
         }
-        format_request(d->out + d->out_len, pairs, n_pairs);
+        format_request(d->out + d->out_len, head, pairs, n_pairs);
         d->out_len += (size_t) len;
         d->n_queued++;
         d->pending++;
         return 0;
+}
+
+int divvy_send_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs) {
+        if (!d)
+                return -EINVAL;
+        if (d->raw_mode)
+                return set_error(d, -EBUSY, "A version 2 request is in progress");
+        return send_request(d, "HIT", pairs, n_pairs);
 }
 
 int divvy_read_result(divvy *d, divvy_result *ret) {
@@ -901,4 +941,364 @@ int divvy_ping(divvy *d) {
         }
         close_fd(d);
         return r;
+}
+
+/* ---- protocol version 2 ------------------------------------------------------------------ */
+
+/* One key=value field of a version 2 reply. value excludes the quotes of a quoted value and
+ * is still escaped. */
+typedef struct Field {
+        const char *key, *value;
+        size_t key_len, value_len;
+        bool quoted;
+} Field;
+
+/* Reads the field at *pp (blanks skipped). Returns 1 and moves *pp past it, 0 at the end of
+ * the line, -1 if malformed (an unterminated quoted value). A token without '=' is returned
+ * with key_len 0 (and ignored by the callers). */
+static int next_field(const char **pp, const char *end, Field *f) {
+        const char *p = *pp;
+
+        while (p < end && (*p == ' ' || *p == '\t'))
+                p++;
+        if (p >= end)
+                return 0;
+        *f = (Field){ .key = p };
+        while (p < end && *p != '=' && *p != ' ' && *p != '\t')
+                p++;
+        if (p >= end || *p != '=') {
+                f->key_len = 0;
+                *pp = p;
+                return 1;
+        }
+        f->key_len = (size_t) (p - f->key);
+        p++;
+        if (p < end && *p == '"') {
+                f->quoted = true;
+                f->value = ++p;
+                while (p < end && *p != '"')
+                        p += *p == '\\' && p + 1 < end ? 2 : 1;
+                if (p >= end)
+                        return -1;
+                f->value_len = (size_t) (p - f->value);
+                p++;
+        } else {
+                f->value = p;
+                while (p < end && *p != ' ' && *p != '\t')
+                        p++;
+                f->value_len = (size_t) (p - f->value);
+        }
+        *pp = p;
+        return 1;
+}
+
+/* True if the whole reply line (after "OK") is a sequence of well-formed fields. */
+static bool fields_ok(const char *line, size_t len) {
+        const char *p = line + 2, *end = line + len;
+        Field f;
+        int r;
+
+        while ((r = next_field(&p, end, &f)) > 0)
+                ;
+        return r == 0;
+}
+
+/* Finds key in the reply line (after "OK"). Returns 1 found, 0 absent, -1 malformed. */
+static int get_field(const char *line, size_t len, const char *key, Field *ret) {
+        const char *p = line + 2, *end = line + len;
+        size_t key_len = strlen(key);
+        Field f;
+        int r;
+
+        while ((r = next_field(&p, end, &f)) > 0)
+                if (f.key_len == key_len && memcmp(f.key, key, key_len) == 0) {
+                        *ret = f;
+                        return 1;
+                }
+        return r;
+}
+
+static bool field_u64(const char *line, size_t len, const char *key, uint64_t *ret) {
+        Field f;
+
+        return get_field(line, len, key, &f) == 1 && !f.quoted && parse_u64(f.value, f.value_len, ret);
+}
+
+static bool field_i64(const char *line, size_t len, const char *key, int64_t *ret) {
+        uint64_t v;
+        Field f;
+        bool negative;
+
+        if (get_field(line, len, key, &f) != 1 || f.quoted)
+                return false;
+        negative = f.value_len > 0 && f.value[0] == '-';
+        if (!parse_u64(f.value + negative, f.value_len - negative, &v) ||
+            v > (uint64_t) INT64_MAX + negative)
+                return false;
+        *ret = negative ? (int64_t) (UINT64_C(0) - v) : (int64_t) v;
+        return true;
+}
+
+/* An unquoted text field copied into buf (NUL-terminated, cut to fit, controls as '?').
+ * "-" is copied as "" when dash_empty. */
+static bool field_text(const char *line, size_t len, const char *key, char *buf, size_t size,
+                       bool dash_empty) {
+        Field f;
+
+        if (get_field(line, len, key, &f) != 1 || f.quoted)
+                return false;
+        if (dash_empty && f.value_len == 1 && f.value[0] == '-')
+                f.value_len = 0;
+        copy_text(buf, size, f.value, f.value_len);
+        return true;
+}
+
+static int hex_digit(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+/* The actor field: "-" (no actorField) or a quoted, escaped text (see divvyd's protocol.h). */
+static bool field_actor(const char *line, size_t len, divvy_explanation *e) {
+        const char *p, *end;
+        size_t n = 0;
+        Field f;
+
+        if (get_field(line, len, "actor", &f) != 1)
+                return false;
+        if (!f.quoted) {
+                if (f.value_len != 1 || f.value[0] != '-')
+                        return false;
+                e->has_actor = false;
+                return true;
+        }
+        e->has_actor = true;
+        for (p = f.value, end = f.value + f.value_len; p < end && n + 1 < sizeof e->actor; p++) {
+                if (*p != '\\') {
+                        e->actor[n++] = *p;
+                        continue;
+                }
+                if (++p >= end)
+                        return false;
+                if (*p == 't')
+                        e->actor[n++] = '\t';
+                else if (*p == 'x' && end - p > 2 && hex_digit(p[1]) >= 0 && hex_digit(p[2]) >= 0) {
+                        e->actor[n++] = (char) (hex_digit(p[1]) * 16 + hex_digit(p[2]));
+                        p += 2;
+                } else if (*p == '.' && end - p == 3 && p[1] == '.' && p[2] == '.') {
+                        e->actor_cut = true;
+                        break;
+                } else
+                        e->actor[n++] = *p; /* \\, \", and escapes of later versions: the byte */
+        }
+        e->actor[n] = '\0';
+        e->actor_len = n;
+        return true;
+}
+
+static int bad_v2_reply(divvy *d, const char *line, size_t len) {
+        copy_text(d->server_reason, sizeof d->server_reason, line, len);
+        return set_error(d, -EBADMSG, "Unexpected reply from %s: '%.80s'", d->address, d->server_reason);
+}
+
+/* Takes the HELLO reply raw[0]. Returns 0, -EPROTONOSUPPORT or -EBADMSG. */
+static int take_hello(divvy *d) {
+        const char *line = d->raw[0];
+        size_t len = d->raw_len[0];
+        uint64_t proto;
+
+        if (!field_u64(line, len, "proto", &proto) || proto > 1000)
+                return bad_v2_reply(d, line, len);
+        d->server_proto = (unsigned) proto;
+        if (!field_text(line, len, "server", d->server_name, sizeof d->server_name, false))
+                d->server_name[0] = '\0';
+        if (proto < 2)
+                return set_error(d, -EPROTONOSUPPORT, "%s speaks divvy protocol version %u, not 2",
+                                 d->address, d->server_proto);
+        /* Only if the connection is still the one HELLO went on: an ERR read in the same recv()
+         * as this reply may have closed it already. */
+        d->hello_ok = d->fd >= 0;
+        return 0;
+}
+
+/* Reads the result of the request after a failed one, so that nothing stays pending; keeps
+ * last_error. */
+static void drain(divvy *d) {
+        char saved[ERROR_MAX];
+        divvy_result ignored;
+
+        memcpy(saved, d->last_error, sizeof saved);
+        while (d->pending > 0)
+                (void) divvy_read_result(d, &ignored);
+        memcpy(d->last_error, saved, sizeof saved);
+}
+
+/* Sends "<head> pairs" (after HELLO if this connection has not had one) and waits for its
+ * reply. Returns 0 with the OK line in d->raw[d->raw_count - 1], or a negative errno. */
+static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n_pairs) {
+        bool hello = strcmp(head, "HELLO") == 0, probe;
+        divvy_result ignored;
+        ssize_t len;
+        int r;
+
+        if (d->pending > 0)
+                return set_error(d, -EBUSY, "%zu pipelined results pending: read them first", d->pending);
+        if (d->broken != 0)
+                return set_error(d, -EBUSY, "Results of failed requests are pending: read them first");
+        len = request_len(d, head, pairs, n_pairs); /* validate before anything is queued */
+        if (len < 0)
+                return (int) len;
+        /* A connection the server closed meanwhile is replaced now, so that HELLO goes on the
+         * connection the request goes on. */
+        if (d->fd >= 0 && connection_is_dead(d))
+                close_fd(d);
+        probe = hello || !d->hello_ok;
+
+        d->raw_mode = true;
+        d->raw_count = 0;
+        r = probe ? send_request(d, "HELLO", NULL, 0) : 0;
+        if (r >= 0 && !hello)
+                r = send_request(d, head, pairs, n_pairs); /* in the same write as HELLO */
+        if (r < 0)
+                goto finish;
+
+        if (probe) {
+                r = divvy_read_result(d, &ignored);
+                if (r == -EPROTO && strcmp(d->server_code, "unknown-command") == 0) {
+                        r = set_error(
+                                d, -EPROTONOSUPPORT,
+                                "%s does not speak divvy protocol version 2 (it answered HELLO with "
+                                "unknown-command): an old divvyd or divvy; %s needs divvyd with version 2",
+                                d->address, head);
+                        goto finish;
+                }
+                if (r >= 0)
+                        r = fields_ok(d->raw[0], d->raw_len[0]) ? take_hello(d)
+                                                                : bad_v2_reply(d, d->raw[0], d->raw_len[0]);
+                if (r < 0 || hello)
+                        goto finish;
+        }
+        r = divvy_read_result(d, &ignored);
+        if (r >= 0 && !fields_ok(d->raw[d->raw_count - 1], d->raw_len[d->raw_count - 1]))
+                r = bad_v2_reply(d, d->raw[d->raw_count - 1], d->raw_len[d->raw_count - 1]);
+
+finish:
+        if (d->pending > 0)
+                drain(d);
+        d->raw_mode = false;
+        if (r == -EBADMSG || r == -EPROTONOSUPPORT)
+                close_fd(d); /* the connection's state is unknown: never reuse it */
+        return r;
+}
+
+int divvy_hello(divvy *d) {
+        int r;
+
+        if (!d)
+                return -EINVAL;
+        r = call_v2(d, "HELLO", NULL, 0);
+        return r < 0 ? r : (int) d->server_proto;
+}
+
+const char *divvy_server_name(const divvy *d) {
+        return d ? d->server_name : "";
+}
+
+static int decision(divvy *d, const char *verb, uint64_t n, uint64_t min, const divvy_pair *pairs,
+                    size_t n_pairs, divvy_decision *ret) {
+        char head[40];
+        const char *line;
+        size_t len;
+        Field f;
+        int r;
+
+        if (!d)
+                return -EINVAL;
+        if (!ret)
+                return set_error(d, -EINVAL, "Invalid argument: the result is NULL");
+        if (n < min || n > DIVVY_COUNT_MAX)
+                return set_error(d, -EINVAL, "Invalid count %" PRIu64 " for %s: expected %" PRIu64 "..%llu",
+                                 n, verb, min, DIVVY_COUNT_MAX);
+        (void) snprintf(head, sizeof head, "%s %" PRIu64, verb, n);
+        r = call_v2(d, head, pairs, n_pairs);
+        if (r < 0)
+                return r;
+
+        line = d->raw[d->raw_count - 1];
+        len = d->raw_len[d->raw_count - 1];
+        *ret = (divvy_decision){};
+        if (get_field(line, len, "allowed", &f) != 1 || f.quoted ||
+            !((f.value_len == 4 && memcmp(f.value, "true", 4) == 0) ||
+              (f.value_len == 5 && memcmp(f.value, "false", 5) == 0)) ||
+            !field_u64(line, len, "credit", &ret->credit) || !field_u64(line, len, "limit", &ret->limit) ||
+            !field_u64(line, len, "reset", &ret->reset_seconds) ||
+            !field_i64(line, len, "retry", &ret->retry_seconds) ||
+            !field_text(line, len, "rule", ret->rule, sizeof ret->rule, false))
+                return bad_v2_reply(d, line, len);
+        ret->allowed = f.value_len == 4;
+        return 0;
+}
+
+int divvy_take(divvy *d, uint64_t n, const divvy_pair *pairs, size_t n_pairs, divvy_decision *ret) {
+        return decision(d, "TAKE", n, 1, pairs, n_pairs, ret);
+}
+
+int divvy_peek(divvy *d, uint64_t n, const divvy_pair *pairs, size_t n_pairs, divvy_decision *ret) {
+        return decision(d, "PEEK", n, 0, pairs, n_pairs, ret);
+}
+
+int divvy_charge(divvy *d, uint64_t n, const divvy_pair *pairs, size_t n_pairs, divvy_decision *ret) {
+        return decision(d, "CHARGE", n, 1, pairs, n_pairs, ret);
+}
+
+int divvy_refund(divvy *d, uint64_t n, const divvy_pair *pairs, size_t n_pairs, divvy_decision *ret) {
+        return decision(d, "REFUND", n, 1, pairs, n_pairs, ret);
+}
+
+int divvy_reset(divvy *d, const divvy_pair *pairs, size_t n_pairs, uint64_t *ret_n) {
+        uint64_t n;
+        int r;
+
+        if (!d)
+                return -EINVAL;
+        r = call_v2(d, "RESET", pairs, n_pairs);
+        if (r < 0)
+                return r;
+        if (!field_u64(d->raw[d->raw_count - 1], d->raw_len[d->raw_count - 1], "reset", &n))
+                return bad_v2_reply(d, d->raw[d->raw_count - 1], d->raw_len[d->raw_count - 1]);
+        if (ret_n)
+                *ret_n = n;
+        return 0;
+}
+
+int divvy_explain(divvy *d, const divvy_pair *pairs, size_t n_pairs, divvy_explanation *ret) {
+        const char *line;
+        size_t len;
+        int r;
+
+        if (!d)
+                return -EINVAL;
+        if (!ret)
+                return set_error(d, -EINVAL, "Invalid argument: the result is NULL");
+        r = call_v2(d, "EXPLAIN", pairs, n_pairs);
+        if (r < 0)
+                return r;
+
+        line = d->raw[d->raw_count - 1];
+        len = d->raw_len[d->raw_count - 1];
+        *ret = (divvy_explanation){};
+        if (!field_text(line, len, "rule", ret->rule, sizeof ret->rule, false) ||
+            !field_u64(line, len, "index", &ret->index) ||
+            !field_text(line, len, "policy", ret->policy, sizeof ret->policy, false) ||
+            !field_text(line, len, "algorithm", ret->algorithm, sizeof ret->algorithm, false) ||
+            !field_actor(line, len, ret) ||
+            !field_text(line, len, "canaries", ret->canaries, sizeof ret->canaries, true) ||
+            !field_text(line, len, "continue", ret->continues, sizeof ret->continues, true))
+                return bad_v2_reply(d, line, len);
+        return 0;
 }

@@ -1141,7 +1141,21 @@ static const char fuzz_alphabet[] = { 'H',    'I',    'T',    'h',    'a',    'b
                                       '"',    ' ',    ' ',    '\t',   '\0',   '\r',   '\x01', '\x7f', '\x80',
                                       '\xc3', '\xa9', '\xe2', '\xed', '\xf0', '\xf4', '\xff', '/',    '*' };
 
-static size_t fuzz_make_line(char *line) {
+static const char *const fuzz_seeds_v2[] = {
+        "TAKE 1 method=GET path=/status",
+        "PEEK a=1 b=2 a=3",
+        "PEEK 0 ip=\"1.2.3.4\"",
+        "CHARGE 9007199254740991 k=caf\xc3\xa9",
+        "REFUND 12 x= y=\"\"",
+        "RESET user=alice",
+        "EXPLAIN method=GET",
+        "HELLO",
+        "take\t7\ta=b  ",
+};
+
+/* A line from seeds (the first 4 bytes of each are skipped when its pairs are appended),
+ * or random bytes behind prefix. */
+static size_t fuzz_make_line_from(char *line, const char *const *seeds, size_t n_seeds, const char *prefix) {
         size_t len;
 
         if (prng_below(4) == 0) {
@@ -1149,12 +1163,12 @@ static size_t fuzz_make_line(char *line) {
                 len = prng_below(FUZZ_LINE_MAX - 4);
                 for (size_t i = 0; i < len; i++)
                         line[i] = fuzz_alphabet[prng_below(sizeof fuzz_alphabet)];
-                if (prng_below(2) && len >= 4)
-                        memcpy(line, "HIT ", 4);
+                if (prng_below(2) && len >= strlen(prefix))
+                        memcpy(line, prefix, strlen(prefix));
                 return len;
         }
 
-        const char *seed = fuzz_seeds[prng_below(ELEMENTSOF(fuzz_seeds))];
+        const char *seed = seeds[prng_below(n_seeds)];
         len = strlen(seed);
         memcpy(line, seed, len);
         for (size_t m = prng_below(4); m > 0; m--) {
@@ -1190,6 +1204,10 @@ static size_t fuzz_make_line(char *line) {
                 }
         }
         return len;
+}
+
+static size_t fuzz_make_line(char *line) {
+        return fuzz_make_line_from(line, fuzz_seeds, ELEMENTSOF(fuzz_seeds), "HIT ");
 }
 
 /* Writes the parsed pairs back as a line with every key and value quoted. */
@@ -1270,6 +1288,64 @@ START_TEST (test_fuzz) {
 }
 END_TEST
 
+/* Version 2: the verb, the count's rules and the pairs survive a round trip; errors carry
+ * only the codes a version 2 request can get; HIT parses as in version 1. */
+START_TEST (test_fuzz_v2) {
+        char line[FUZZ_LINE_MAX], again[4 * FUZZ_LINE_MAX + 64];
+        unsigned ok = 0, failed = 0, counted = 0;
+        ProtoRequest req, req2, v1;
+
+        prng_seed(UINT64_C(0x2e2b5));
+        for (unsigned iter = 0; iter < FUZZ_ITERATIONS; iter++) {
+                size_t len = fuzz_make_line_from(line, fuzz_seeds_v2, ELEMENTSOF(fuzz_seeds_v2),
+                                                 prng_below(2) ? "TAKE 1 " : "PEEK ");
+                int r = proto_parse_request(line, len, PROTO_PAIRS_MAX, &req);
+                int r1 = proto_parse_line(line, len, PROTO_PAIRS_MAX, &v1);
+
+                if (r < 0) {
+                        expect(r == -EBADMSG && req.error_reason && req.n_pairs == 0);
+                        expect(req.error_code == PROTO_ERROR_UNKNOWN ||
+                               req.error_code == PROTO_ERROR_UNKNOWN_COMMAND ||
+                               req.error_code == PROTO_ERROR_BAD_COUNT);
+                        expect(r1 < 0);
+                        failed++;
+                        continue;
+                }
+                expect(r == 0 && req.verb >= 0 && req.verb < _PROTO_VERB_MAX);
+                expect((r1 == 0) == (req.verb == PROTO_VERB_HIT));
+                expect(req.count <= PROTO_COUNT_MAX);
+                if (req.verb == PROTO_VERB_TAKE || req.verb == PROTO_VERB_CHARGE ||
+                    req.verb == PROTO_VERB_REFUND)
+                        expect(req.has_count && req.count >= 1);
+                else if (req.verb == PROTO_VERB_PEEK)
+                        expect(req.has_count || req.count == 1);
+                else
+                        expect(!req.has_count && req.count == 0);
+                counted += req.has_count;
+
+                /* Round trip: "VERB [count]" and the pairs, all quoted. */
+                char pairs[4 * FUZZ_LINE_MAX];
+                size_t m = fuzz_reserialize(&req, pairs); /* "HIT" and the pairs */
+                size_t n = (size_t) sprintf(again, "%s", proto_verb_to_string(req.verb));
+                if (req.has_count)
+                        n += (size_t) sprintf(again + n, " %" PRIu64, req.count);
+                memcpy(again + n, pairs + 3, m - 3);
+                n += m - 3;
+                expect(proto_parse_request(again, n, PROTO_PAIRS_MAX, &req2) == 0);
+                expect(req2.verb == req.verb && req2.count == req.count && req2.has_count == req.has_count);
+                expect(req2.n_pairs == req.n_pairs);
+                for (size_t i = 0; i < req.n_pairs; i++)
+                        expect(req2.pairs[i].value.len == req.pairs[i].value.len &&
+                               memcmp(req2.pairs[i].value.ptr, req.pairs[i].value.ptr,
+                                      req.pairs[i].value.len) == 0);
+                ok++;
+        }
+        ck_assert_uint_gt(ok, FUZZ_ITERATIONS / 10);
+        ck_assert_uint_gt(failed, FUZZ_ITERATIONS / 10);
+        ck_assert_uint_gt(counted, FUZZ_ITERATIONS / 20);
+}
+END_TEST
+
 START_TEST (test_fuzz_frame) {
         char buf[64];
 
@@ -1339,6 +1415,7 @@ int main(void) {
 
         tc = tcase_create("fuzz");
         tcase_add_test(tc, test_fuzz);
+        tcase_add_test(tc, test_fuzz_v2);
         tcase_add_test(tc, test_fuzz_frame);
         suite_add_tcase(s, tc);
 
