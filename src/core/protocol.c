@@ -27,6 +27,7 @@ static const char *const proto_error_code_table[_PROTO_ERROR_MAX] = {
         [PROTO_ERROR_UNKNOWN] = "unknown",
         [PROTO_ERROR_BAD_COUNT] = "bad-count",
         [PROTO_ERROR_FORBIDDEN] = "forbidden",
+        [PROTO_ERROR_BAD_TIME] = "bad-time",
 };
 
 static const char *const proto_verb_table[_PROTO_VERB_MAX] = {
@@ -88,6 +89,8 @@ int proto_next_line(const char *buf, size_t len, size_t line_max, ProtoSlice *re
 #define REASON_COUNT_ZEROS    "count has a leading zero"
 #define REASON_COUNT_BIG      "count above 9007199254740991"
 #define REASON_COUNT_NONE     "HELLO, RESET and EXPLAIN take no count"
+#define REASON_TIME_VERB      "only TAKE, PEEK and CHARGE take a timestamp"
+#define REASON_TIME_FORMAT    "a timestamp is @<seconds>[.<up to 6 digits>]"
 #define REASON_COMMAND        "unknown command"
 #define REASON_UNTERMINATED   "unterminated quoted string"
 #define REASON_MISSING_EQUALS "expected '=' after key"
@@ -239,6 +242,8 @@ static void request_reset(ProtoRequest *req, ProtoVerb verb) {
         req->verb = verb;
         req->count = 0;
         req->has_count = false;
+        req->at_usec = 0;
+        req->has_at = false;
         req->n_pairs = 0;
         req->error_code = _PROTO_ERROR_INVALID;
         req->error_reason = NULL;
@@ -281,8 +286,9 @@ static int parse_count(const uint8_t **pp, const uint8_t *end, ProtoRequest *req
         tok = p;
         while (p < end && !is_blank(*p) && *p != '=' && *p != '"')
                 p++;
-        /* A token with '=' or '"' in it is a pair (or a malformed one: parse_pairs() says so). */
-        if (p == tok || (p < end && !is_blank(*p))) {
+        /* A token with '=' or '"' in it is a pair (or a malformed one: parse_pairs() says so);
+         * one that starts with '@' a timestamp. */
+        if (p == tok || (p < end && !is_blank(*p)) || *tok == '@') {
                 if (req->verb == PROTO_VERB_TAKE || req->verb == PROTO_VERB_CHARGE ||
                     req->verb == PROTO_VERB_REFUND)
                         return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_MISSING);
@@ -309,6 +315,39 @@ static int parse_count(const uint8_t **pp, const uint8_t *end, ProtoRequest *req
 
         req->count = v;
         req->has_count = true;
+        *pp = p;
+        return 0;
+}
+
+/* The client's timestamp, if the token at *pp (after blanks) starts with '@': moves *pp past
+ * it. Returns 0, or -EBADMSG after request_fail(). */
+static int parse_time(const uint8_t **pp, const uint8_t *end, ProtoRequest *req) {
+        const uint8_t *p = *pp;
+        uint64_t sec = 0, usec = 0;
+        unsigned n_sec = 0, n_frac = 0;
+
+        while (p < end && is_blank(*p))
+                p++;
+        if (p >= end || *p != '@')
+                return 0;
+        if (req->verb != PROTO_VERB_TAKE && req->verb != PROTO_VERB_PEEK && req->verb != PROTO_VERB_CHARGE)
+                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_VERB);
+        for (p++; p < end && *p >= '0' && *p <= '9' && n_sec < 12; p++, n_sec++)
+                sec = sec * 10 + (uint64_t) (*p - '0'); /* at most 12 digits read: cannot wrap */
+        if (n_sec == 0 || n_sec > 11)
+                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+        if (p < end && *p == '.') {
+                for (p++; p < end && *p >= '0' && *p <= '9' && n_frac < 7; p++, n_frac++)
+                        usec = usec * 10 + (uint64_t) (*p - '0');
+                if (n_frac == 0 || n_frac > 6)
+                        return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+                for (unsigned i = n_frac; i < 6; i++)
+                        usec *= 10;
+        }
+        if (p < end && !is_blank(*p))
+                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+        req->at_usec = sec * 1000000 + usec;
+        req->has_at = true;
         *pp = p;
         return 0;
 }
@@ -343,6 +382,8 @@ static int parse_request(const char *line, size_t len, size_t max_pairs, bool v2
         ret->verb = verb;
         if (verb != PROTO_VERB_HIT) {
                 r = parse_count(&p, end, ret);
+                if (r >= 0)
+                        r = parse_time(&p, end, ret);
                 if (r < 0)
                         return r;
         }

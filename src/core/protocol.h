@@ -73,6 +73,7 @@ typedef enum ProtoErrorCode {
         PROTO_ERROR_UNKNOWN,         /* "unknown" */
         PROTO_ERROR_BAD_COUNT,       /* "bad-count": a missing, malformed or out-of-range count */
         PROTO_ERROR_FORBIDDEN,       /* "forbidden": REFUND/RESET off an admin listener (the daemon's) */
+        PROTO_ERROR_BAD_TIME,        /* "bad-time": a malformed client timestamp, or one the daemon refuses */
         _PROTO_ERROR_MAX,
         _PROTO_ERROR_INVALID = -EINVAL,
 } ProtoErrorCode;
@@ -86,6 +87,11 @@ typedef struct ProtoRequest {
          * PEEK: 0..PROTO_COUNT_MAX, 1 when absent (has_count false). Other verbs: 0, absent. */
         uint64_t count;
         bool has_count;
+        /* TAKE, PEEK, CHARGE: the client's timestamp "@<seconds>[.<fraction>]" after the count
+         * (Smyte's replay of past events), in wall-clock microseconds; whether the daemon
+         * accepts it is its business (--client-time-max-age). */
+        uint64_t at_usec;
+        bool has_at;
         size_t n_pairs; /* distinct keys, in order of first appearance */
         ProtoPair pairs[PROTO_PAIRS_MAX];
         /* Set when proto_parse_line() or proto_parse_pairs() fails: */
@@ -107,8 +113,10 @@ int proto_next_line(const char *buf, size_t len, size_t line_max, ProtoSlice *re
 
 /* Parses one request line of version 1 or 2 (as returned by proto_next_line()) into *ret:
  *
- *   line  = verb [ blank+ count ] ( blank+ pair )* blank*
+ *   line  = verb [ blank+ count ] [ blank+ "@" time ] ( blank+ pair )* blank*
  *   count = "0" | [1-9][0-9]*      (no sign, no leading zero; at most PROTO_COUNT_MAX)
+ *   time  = [0-9]{1,11} [ "." [0-9]{1,6} ]   (Unix seconds, to the microsecond; TAKE, PEEK and
+ *                                             CHARGE only, else or malformed: PROTO_ERROR_BAD_TIME)
  *
  * The verb is one of ProtoVerb's words, in any case, and must start the line (divvy answers a
  * line that starts with a blank with "unknown-command", and so do we). HIT is parsed exactly as

@@ -29,6 +29,7 @@ typedef struct BatchSlot {
         uint32_t n_hits;
         ProtoVerb verb;
         uint64_t count; /* the request's count (1 for HIT) */
+        uint64_t at_usec; /* the client's timestamp, or 0 */
         ProtoErrorCode error_code;
         const char *error_reason; /* static; NULL: not an error slot */
 } BatchSlot;
@@ -151,6 +152,7 @@ static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, StoreOp op
                 .op = op,
                 .count = count,
                 .group = group,
+                .at_usec = b->slots[b->n_slots - 1].at_usec,
         };
 }
 
@@ -218,6 +220,19 @@ static void slot_set_error(BatchSlot *slot, ProtoErrorCode code, const char *rea
         slot->n_rules = 0;
         slot->error_code = code;
         slot->error_reason = reason;
+}
+
+/* Why a client's timestamp is refused, or NULL. Later than now is fine: batch_finish() makes
+ * it now (never in the future). */
+static const char *batch_check_time(const Batch *b, uint64_t at_usec) {
+        uint64_t now;
+
+        if (b->settings.client_time_max_age_usec == 0)
+                return "client timestamps are off (--client-time-max-age)";
+        now = clock_usec(CLOCK_REALTIME);
+        if (at_usec < now && now - at_usec > b->settings.client_time_max_age_usec)
+                return "timestamp older than --client-time-max-age";
+        return NULL;
 }
 
 /* The room a reply to verb needs in the output buffer. */
@@ -308,6 +323,16 @@ void batch_take(Batch *b, Connection *c) {
                 }
                 slot->verb = b->request.verb;
                 slot->count = b->request.verb == PROTO_VERB_HIT ? 1 : b->request.count;
+                if (b->request.has_at) {
+                        const char *why = batch_check_time(b, b->request.at_usec);
+                        if (why) {
+                                slot_set_error(slot, PROTO_ERROR_BAD_TIME, why);
+                                c->closing = true;
+                                connection_consume_input(c, c->in_len - c->in_pos);
+                                break;
+                        }
+                        slot->at_usec = b->request.at_usec;
+                }
                 if ((slot->verb == PROTO_VERB_REFUND || slot->verb == PROTO_VERB_RESET) && !c->admin) {
                         slot_set_error(slot, PROTO_ERROR_FORBIDDEN,
                                        slot->verb == PROTO_VERB_RESET ? "RESET needs an admin listener"
@@ -602,6 +627,9 @@ int batch_finish(Batch *b, uint64_t now_usec) {
                 batch_complete(b, 0);
                 return 0;
         }
+        for (size_t i = 0; i < b->n_hits; i++)
+                if (b->hits[i].at_usec > now_usec)
+                        b->hits[i].at_usec = now_usec; /* a client's time is never in the future */
         r = b->submit(b->backend, b->hits, b->n_hits, now_usec, batch_store_done, b);
         if (r < 0)
                 batch_complete(b, r); /* not taken: answered with the error */

@@ -41,6 +41,7 @@
 typedef struct BatchSettings {
         size_t output_limit; /* bytes of unsent replies beyond which a connection is not taken from */
         bool debug;          /* log every HIT with its deciding rule */
+        uint64_t client_time_max_age_usec; /* TAKE/PEEK/CHARGE @time: how old it may be; 0 refuses it */
 } BatchSettings;
 
 typedef struct Batch Batch;

@@ -57,6 +57,9 @@ static void help(void) {
                "                           Journal file size, 64K .. 1G, preallocated (default 64M)\n"
                "      --max-connections=N  Refuse clients beyond N (default %d)\n"
                "      --idle-timeout=SEC   Close connections idle this long (default 0 = never)\n"
+               "      --client-time-max-age=SEC\n"
+               "                           Accept a client's timestamp on TAKE, PEEK and CHARGE\n"
+               "                           (@<unix seconds>) up to SEC old (default 0 = refuse)\n"
                "      --output-limit=BYTES Stop reading a client whose unsent replies exceed this\n"
                "                           (default 1M)\n"
                "      --sweep-interval=MS  How often expired counters are swept (default 1000)\n"
@@ -164,6 +167,7 @@ enum {
         ARG_SYNC_INTERVAL,
         ARG_MAX_CONNECTIONS,
         ARG_IDLE_TIMEOUT,
+        ARG_CLIENT_TIME_MAX_AGE,
         ARG_OUTPUT_LIMIT,
         ARG_SWEEP_INTERVAL,
         ARG_CHECKPOINT_JOURNAL_MAX,
@@ -218,6 +222,11 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
                         return usage_error("--idle-timeout", arg);
                 o->settings.server.idle_timeout_usec = v * 1000 * 1000;
+                return 0;
+        case ARG_CLIENT_TIME_MAX_AGE:
+                if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
+                        return usage_error("--client-time-max-age", arg);
+                o->settings.server.client_time_max_age_usec = v * 1000 * 1000;
                 return 0;
         case ARG_OUTPUT_LIMIT:
                 if (parse_size(arg, &v) < 0 || v < 1024 || v > (1ULL << 30))
@@ -313,6 +322,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "sync-interval", required_argument, NULL, ARG_SYNC_INTERVAL },
                 { "max-connections", required_argument, NULL, ARG_MAX_CONNECTIONS },
                 { "idle-timeout", required_argument, NULL, ARG_IDLE_TIMEOUT },
+                { "client-time-max-age", required_argument, NULL, ARG_CLIENT_TIME_MAX_AGE },
                 { "output-limit", required_argument, NULL, ARG_OUTPUT_LIMIT },
                 { "sweep-interval", required_argument, NULL, ARG_SWEEP_INTERVAL },
                 { "checkpoint-journal-max", required_argument, NULL, ARG_CHECKPOINT_JOURNAL_MAX },

@@ -478,7 +478,9 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
         s->settings = *settings;
         if (s->settings.output_limit < CONNECTION_OUT_INITIAL)
                 s->settings.output_limit = CONNECTION_OUT_INITIAL;
-        r = batch_new(&(BatchSettings){ .output_limit = s->settings.output_limit, .debug = settings->debug },
+        r = batch_new(&(BatchSettings){ .output_limit = s->settings.output_limit,
+                                        .debug = settings->debug,
+                                        .client_time_max_age_usec = settings->client_time_max_age_usec },
                       &s->batch);
         if (r < 0) {
                 server_free(s);

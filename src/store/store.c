@@ -246,7 +246,8 @@ static void undo_journal(Store *s, size_t n_undo) {
 
 /* Applies hit i of the batch to its counter: the table entry, the undo record, the outputs,
  * and the journal record if it changed something (appended at s->records[*m]). */
-static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t now_usec) {
+static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_usec) {
+        uint64_t now_usec = h->at_usec ? h->at_usec : batch_usec;
         AlgoParams fixed;
         const AlgoParams *p = h->algo;
         TableEntry *e = NULL;

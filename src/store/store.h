@@ -121,6 +121,7 @@ typedef struct StoreHit {
          * decided, and their changes are kept only if every one is allowed; if one is denied,
          * none is applied, and each reports its own decision as if alone. */
         uint32_t group;
+        uint64_t at_usec; /* 0: the batch's time; else this hit's (a client's timestamp, issue #15) */
         /* out */
         int error; /* 0, or -errno if this hit could not be applied */
         bool allowed;

@@ -755,6 +755,56 @@ static const VerbCase verb_cases[] = {
         ERRV("T\0KE 1", PROTO_ERROR_UNKNOWN_COMMAND),
 };
 
+/* The client's timestamp after the count (TAKE, PEEK, CHARGE). */
+typedef struct TimeCase {
+        const char *line;
+        int code;         /* -1: parses; else the ProtoErrorCode */
+        uint64_t at_usec; /* UINT64_MAX: none */
+        uint64_t count;
+        size_t n_pairs;
+} TimeCase;
+
+static const TimeCase time_cases[] = {
+        { "TAKE 2 @1700000000 a=b", -1, UINT64_C(1700000000000000), 2, 1 },
+        { "TAKE 2 @1700000000.5 a=b", -1, UINT64_C(1700000000500000), 2, 1 },
+        { "CHARGE 1 @1700000000.000001", -1, UINT64_C(1700000000000001), 1, 0 },
+        { "PEEK @1700000000.123456 a=b", -1, UINT64_C(1700000000123456), 1, 1 }, /* PEEK's count: 1 */
+        { "PEEK 0 @0", -1, 0, 0, 0 },
+        { "PEEK 3 @99999999999", -1, UINT64_C(99999999999000000), 3, 0 },
+        { "TAKE 2 a=@1", -1, UINT64_MAX, 2, 1 },  /* in a value: not a timestamp */
+        { "TAKE 2 a=b @1", PROTO_ERROR_UNKNOWN, 0, 0, 0 }, /* after the pairs: a bad pair */
+        { "TAKE @1 a=b", PROTO_ERROR_BAD_COUNT, 0, 0, 0 }, /* TAKE still needs its count */
+        { "REFUND 1 @1", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "EXPLAIN @1", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @1.", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @1.1234567", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @123456789012", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @99999999999999999999999", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @-1", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @1x a=b", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @1=2", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+};
+
+START_TEST (test_parse_time) {
+        const TimeCase *c = &time_cases[_i];
+        ProtoRequest req;
+        int r = proto_parse_request(c->line, strlen(c->line), PROTO_PAIRS_MAX, &req);
+
+        if (c->code >= 0) {
+                ck_assert_msg(r == -EBADMSG && req.error_code == (ProtoErrorCode) c->code, "'%s': %d %s",
+                              c->line, r, req.error_reason ? req.error_reason : "(parsed)");
+                return;
+        }
+        ck_assert_msg(r == 0, "'%s': %s", c->line, req.error_reason);
+        ck_assert_int_eq(req.has_at, c->at_usec != UINT64_MAX);
+        if (req.has_at)
+                ck_assert_uint_eq(req.at_usec, c->at_usec);
+        ck_assert_uint_eq(req.count, c->count);
+        ck_assert_uint_eq(req.n_pairs, c->n_pairs);
+}
+END_TEST
+
 START_TEST (test_parse_verb) {
         const VerbCase *c = &verb_cases[_i];
         ProtoRequest req;
@@ -1391,6 +1441,7 @@ int main(void) {
 
         tc = tcase_create("verbs");
         tcase_add_loop_test(tc, test_parse_verb, 0, ELEMENTSOF(verb_cases));
+        tcase_add_loop_test(tc, test_parse_time, 0, ELEMENTSOF(time_cases));
         tcase_add_test(tc, test_parse_hit_unchanged);
         tcase_add_test(tc, test_count_bounds);
         tcase_add_test(tc, test_verb_to_string);

@@ -45,6 +45,12 @@ static inline bool fuzz_reason_is_fixed(const char *reason, size_t len) {
                 "count has a leading zero",
                 "count above 9007199254740991",
                 "HELLO, RESET and EXPLAIN take no count",
+                "only TAKE, PEEK and CHARGE take a timestamp",
+                "a timestamp is @<seconds>[.<up to 6 digits>]",
+                "client timestamps are off (--client-time-max-age)",
+                "timestamp older than --client-time-max-age",
+                "REFUND needs an admin listener",
+                "RESET needs an admin listener",
                 "unknown command",
                 "unterminated quoted string",
                 "expected '=' after key",
@@ -76,11 +82,11 @@ static inline bool fuzz_reason_is_fixed(const char *reason, size_t len) {
 }
 
 /* An ERR reply line (without its '\n'): `ERR unknown-command` or `ERR unknown` (or a version 2
- * verb's `ERR bad-count` / `ERR forbidden`), optionally
+ * verb's `ERR bad-count` / `ERR forbidden` / `ERR bad-time`), optionally
  * followed by ` "<reason>"` with a fixed reason. Anything else aborts (see fuzz_check). */
 static inline void fuzz_check_err_line(const char *line, size_t len) {
         static const char *const codes[] = { "ERR unknown-command", "ERR unknown", "ERR bad-count",
-                                             "ERR forbidden" };
+                                             "ERR forbidden", "ERR bad-time" };
 
         for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
                 size_t n = strlen(codes[i]);

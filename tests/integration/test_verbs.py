@@ -215,6 +215,30 @@ class Verbs(harness.DaemonTestCase):
                 self.assertEqual(decision(reply)[:2], w, (line, reply))
 
 
+class ClientTime(harness.DaemonTestCase):
+    def test_client_timestamps(self):
+        """@time on TAKE/PEEK/CHARGE: off by default, bounded in age, never in the future."""
+        d = self.start_daemon(data_path("verbs.ini"), args=["--client-time-max-age", "3600"])
+        u = uid("t")
+        now = int(time.time())
+        # the bucket (5 at once, one back every 360 s) emptied 1800 s ago is full again now
+        self.assertEqual(decision(d.request("TAKE 5 @%d path=/tb user=%s" % (now - 1800, u)))[:2],
+                         (True, 0))
+        self.assertEqual(decision(d.request("PEEK path=/tb user=" + u))[:2], (True, 4))
+        # a time in the future is now: emptied now
+        u2 = uid("t")
+        self.assertEqual(decision(d.request("TAKE 5 @%d.5 path=/tb user=%s" % (now + 1000, u2)))[0],
+                         True)
+        ok, credit, limit, reset, retry, rule = decision(d.request("PEEK path=/tb user=" + u2))
+        self.assertEqual((ok, credit), (False, 0))
+        self.assertLessEqual(retry, 360)
+        self.assertEqual(d.request("TAKE 1 @%d path=/tb user=%s" % (now - 7300, u)),
+                         'ERR bad-time "timestamp older than --client-time-max-age"')
+        off = self.start_daemon(data_path("verbs.ini"))
+        self.assertEqual(off.request("PEEK @%d path=/tb user=%s" % (now, u)),
+                         'ERR bad-time "client timestamps are off (--client-time-max-age)"')
+
+
 class Admin(harness.DaemonTestCase):
     def test_refund_and_reset_on_admin_listener(self):
         d = self.new_daemon(data_path("verbs.ini"))
