@@ -11,11 +11,13 @@
  * Start-up (store_open()): open the checkpoint (migrating a version-1 database), load its live
  * counters into the table, replay the journal after the lsn it covers.
  *
- * Semantics are divvy's fixed window (its Redis script): the first hit creates a counter with
- * credit = limit - 1 and expiry = now + reset; later hits decrement while credit > 0; an
- * expired counter is treated as absent. Time is wall-clock microseconds passed in by the
- * caller (injectable for tests); expiry is stored as wall-clock time so windows survive
- * restarts.
+ * Semantics: each hit's counter is changed by its rule's algorithm (core/algorithm.h, a pure
+ * function of the counter's two words and the time): divvy's fixed window by default (its
+ * Redis script: the first hit creates a counter with credit = limit - 1 and expiry = now +
+ * reset; later hits decrement while credit > 0; an expired counter is treated as absent),
+ * or a sliding window or a token bucket. A counter tagged with another algorithm than its
+ * rule's is treated as absent. Time is wall-clock microseconds passed in by the caller
+ * (injectable for tests); the state is stored as wall-clock time so windows survive restarts.
  *
  * Durability of an answered hit (the batch's records are in the journal's shared mapping when
  * store_apply() returns, i.e. in the page cache):
