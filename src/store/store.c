@@ -363,10 +363,15 @@ fail:
         return r;
 }
 
+static void commit_refresh(Store *s);
+
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
         size_t m;
+        int r;
 
-        return apply_hits(s, hits, n, now_usec, true, &m);
+        r = apply_hits(s, hits, n, now_usec, true, &m);
+        commit_refresh(s);
+        return r;
 }
 
 /* ---- the group commit ---- */
@@ -490,6 +495,23 @@ static void commit_rotated(Store *s, int fd, uint64_t seq, uint64_t last) {
         if (last > s->commit_want)
                 s->commit_want = last;
         commit_signal(s);
+}
+
+/* After anything that may have rotated the journal (store_apply(), a checkpoint's start): the
+ * thread gets the new segment at once, so that its dup() of the old one, deleted after the
+ * checkpoint, does not keep the old one's disk space. No system call unless it rotated. */
+static void commit_refresh(Store *s) {
+        uint64_t seq, last;
+        int fd;
+
+        if (!s || !s->committer)
+                return;
+        wal_current(s->wal, &fd, &seq, &last);
+        if (seq == s->commit_seq && s->commit_fd >= 0)
+                return; /* the event loop's own field: the thread never writes it */
+        pthread_mutex_lock(&s->commit_lock);
+        commit_rotated(s, fd, seq, last);
+        pthread_mutex_unlock(&s->commit_lock);
 }
 
 static int pending_reserve(Store *s) {
@@ -934,6 +956,7 @@ int store_maintain(Store *s, uint64_t now_usec) {
             (pending * WAL_RECORD_SIZE >= s->opts.checkpoint_journal_max ||
              now - s->last_checkpoint_usec >= s->opts.checkpoint_interval_usec)) {
                 r = job_start(s, now_usec);
+                commit_refresh(s);
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
                                   wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
@@ -958,6 +981,7 @@ int store_checkpoint(Store *s, uint64_t now_usec) {
         if (journal_pending(s) == 0)
                 return 0;
         r = job_start(s, now_usec);
+        commit_refresh(s);
         if (r <= 0)
                 return r;
         (void) job_reap(s, true);
