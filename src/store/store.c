@@ -428,7 +428,7 @@ static void *commit_thread(void *userdata) {
                 if (r >= 0) {
                         if (target > s->commit_synced)
                                 s->commit_synced = target;
-                        s->commit_syncs++;
+                        __atomic_add_fetch(&s->commit_syncs, 1, __ATOMIC_RELAXED); /* stats read it */
                 } else
                         commit_failed(s, target, r);
                 pthread_cond_broadcast(&s->commit_idle);
