@@ -587,6 +587,41 @@ START_TEST (test_stop_waits_for_batch_in_flight) {
 }
 END_TEST
 
+START_TEST (test_close_deferred_while_in_flight) {
+        /* A peer that leaves while its connection is in a batch in flight: the write of its
+         * earlier replies fails, but the connection (whose input the batch points into) closes
+         * only once the batch completes. */
+        static char input[640 * 16];
+        size_t in_len = 0;
+        Queue q = {};
+        int sv[2];
+
+        server_set_backend(server, queue_submit, &q);
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+        /* a small send buffer: the replies of a few batches fill it while the peer reads nothing */
+        ck_assert_int_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &(int){ 1 }, sizeof(int)), 0);
+        server_accept(sv[0], false, server);
+        for (unsigned i = 0; i < 640; i++)
+                in_len += (size_t) sprintf(input + in_len, "HIT f=q%u\n", i);
+        send_all(sv[1], input, in_len);
+        pump();
+        for (unsigned i = 0; i < 6; i++) {
+                ck_assert_uint_eq(q.n, 1);
+                queue_complete(&q, 0);
+                pump();
+        }
+        ck_assert_uint_eq(q.n, 1); /* the 7th batch in flight, replies unsent behind it */
+        close(sv[1]);
+        pump();
+        ck_assert_uint_eq(server_counters(server)->connections_current, 1);
+        queue_complete(&q, 0);
+        pump();
+        ck_assert_uint_eq(server_counters(server)->connections_current, 0);
+        ck_assert_uint_eq(q.n, 0);
+        server_set_store(server, store);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("server");
         TCase *tc;
@@ -602,6 +637,7 @@ int main(void) {
         tcase_add_test(tc, test_store_completes_later);
         tcase_add_test(tc, test_batches_in_flight);
         tcase_add_test(tc, test_stop_waits_for_batch_in_flight);
+        tcase_add_test(tc, test_close_deferred_while_in_flight);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);
