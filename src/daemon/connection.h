@@ -60,6 +60,10 @@ struct Connection {
         bool blocked;   /* not taking requests: unsent output is over the output limit */
         bool err_sent;  /* an ERR reply was formatted: nothing after it is answered */
         bool peer_shut; /* EPOLLRDHUP/EPOLLHUP/EPOLLERR seen: connection_read() reads to EOF */
+        /* In a batch that a store completes later (server.c): the batch points into its input, so
+         * it is not read (no EPOLLIN), compacted, taken into another batch, or closed until then. */
+        bool in_flight;
+        bool close_deferred; /* closed while in flight: closes once its batch completes */
 
         Connection *prev, *next;             /* the server's list of all connections */
         Connection *ready_prev, *ready_next; /* the server's ready list */

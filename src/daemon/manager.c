@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 
 #include <systemd/sd-daemon.h>
@@ -24,6 +25,7 @@ struct Manager {
         ManagerSettings settings;
         sd_event *event;
         sd_event_source *sigterm, *sigint, *sighup;
+        sd_event_source *store_source; /* store_event_fd(): the group commit's completions */
         sd_event_source *sync_timer, *sweep_timer, *status_timer, *stop_timer, *maintain_timer;
 
         RuleSet *rules;
@@ -232,6 +234,22 @@ static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userda
 
         manager_publish_store_stats(m);
         return sd_event_source_set_time_relative(s, m->settings.sweep_interval_usec);
+}
+
+/* The store's group commit (sync=always) synced: the batches it covers are answered. A reload
+ * that waited for the batches in flight runs as soon as none is left. */
+static int manager_store_handler(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Manager *m = userdata;
+        int r;
+
+        r = store_process(m->store);
+        if (r < 0)
+                log_warning_errno(r, "Failed to complete the store's batches, retrying: %m");
+        if (m->reload_wanted && !m->stopping && !server_batch_pending(m->server)) {
+                m->reload_wanted = false;
+                (void) manager_reload(m);
+        }
+        return 0;
 }
 
 /* The background checkpoint: reaped, started, the journal's next segment prepared. A failed
@@ -483,6 +501,14 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         }
         server_set_rules(m->server, m->rules);
         server_set_store(m->server, m->store);
+        if (store_event_fd(m->store) >= 0) {
+                r = sd_event_add_io(m->event, &m->store_source, store_event_fd(m->store), EPOLLIN,
+                                    manager_store_handler, m);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to watch the store: %m");
+                        goto fail;
+                }
+        }
         server_set_metrics(m->server, m->metrics);
         manager_publish_store_stats(m);
 
@@ -532,6 +558,14 @@ Manager *manager_free(Manager *m) {
         for (size_t i = 0; i < m->n_listeners; i++)
                 listener_free(m->listeners[i]);
         free(m->listeners);
+        sd_event_source_disable_unref(m->store_source);
+        if (m->store) {
+                /* Before the server: batches still in flight (the stop timeout) are completed
+                 * into their connections, which must exist. */
+                store_close(m->store); /* completes every batch, waits for a checkpoint, syncs */
+                m->store = NULL;
+                log_debug("Store closed");
+        }
         server_free(m->server);
 
         sd_event_source_disable_unref(m->sigterm);
@@ -544,10 +578,6 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->stop_timer);
         sd_event_unref(m->event);
 
-        if (m->store) {
-                store_close(m->store); /* waits for a checkpoint, syncs the journal */
-                log_debug("Store closed");
-        }
         ruleset_free(m->rules);
         metrics_free(m->metrics);
         free(m);

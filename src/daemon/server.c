@@ -25,6 +25,18 @@
 #define SERVER_DEFER_PRIORITY                                                                               \
         (SD_EVENT_PRIORITY_NORMAL + 10) /* below socket IO: every ready socket is read before a batch */
 
+typedef struct Server Server;
+
+/* One batch of the pool, and the connections it took (in order, each once). */
+typedef struct ServerBatch {
+        Server *server;
+        Batch *batch;
+        Connection **conns; /* BATCH_REQUESTS_MAX: a connection gives a batch one request at least */
+        size_t n_conns;
+        bool busy;      /* taken or in flight */
+        bool in_flight; /* pending in a store that completes later */
+} ServerBatch;
+
 struct Server {
         sd_event *event;
         int epfd;                      /* every connection, edge-triggered (see connection.h) */
@@ -35,9 +47,8 @@ struct Server {
         sd_event_source *defer;        /* runs one batch */
         sd_event_source *housekeeping; /* idle and linger timeouts */
         ServerSettings settings;
-        Batch *batch;           /* every request read is answered by it */
-        Connection *batch_last; /* the last connection of the batch in flight */
-        bool batch_async;       /* a batch is pending in the store: connection IO is paused */
+        ServerBatch batches[SERVER_BATCHES]; /* every request read is answered by one of them */
+        size_t n_in_flight;                  /* batches pending in a store that completes later */
 
         Connection *connections; /* all of them */
         Connection *ready_head, *ready_tail;
@@ -102,7 +113,9 @@ static void ready_append(Server *s, Connection *c) {
                 log_error_errno(r, "Failed to schedule a batch: %m");
 }
 
-static void server_close(Server *s, Connection *c) {
+static void server_update_events(Server *s, Connection *c);
+
+static void server_close_now(Server *s, Connection *c) {
         ready_remove(s, c);
         if (c->lingering)
                 s->n_lingering--;
@@ -120,13 +133,26 @@ static void server_close(Server *s, Connection *c) {
                 (void) sd_event_exit(s->event, 0);
 }
 
+/* Closes c, or, while a batch in flight points into it, once that batch completes. */
+static void server_close(Server *s, Connection *c) {
+        if (c->in_flight) {
+                c->close_deferred = true;
+                (void) connection_set_events(c, 0); /* nothing more to hear from it */
+                return;
+        }
+        server_close_now(s, c);
+}
+
 static void server_update_events(Server *s, Connection *c) {
         uint32_t events = 0;
         int r;
 
+        if (c->close_deferred)
+                return;
         if (c->lingering)
                 events = EPOLLIN;
-        else if (!c->eof && !c->closing && !s->stopping && !c->blocked && c->in_len < CONNECTION_IN_SIZE)
+        else if (!c->eof && !c->closing && !s->stopping && !c->blocked && !c->in_flight &&
+                 c->in_len < CONNECTION_IN_SIZE)
                 events = EPOLLIN;
         if (connection_unsent(c) > 0)
                 events |= EPOLLOUT;
@@ -140,7 +166,7 @@ static void server_update_events(Server *s, Connection *c) {
 }
 
 static void server_queue(Server *s, Connection *c) {
-        if (c->on_ready || c->closing || c->blocked || c->lingering)
+        if (c->on_ready || c->closing || c->blocked || c->lingering || c->in_flight)
                 return;
         if (connection_has_request(c))
                 ready_append(s, c);
@@ -153,7 +179,7 @@ static void server_queue(Server *s, Connection *c) {
 static bool server_maybe_finish(Server *s, Connection *c) {
         int r;
 
-        if (c->lingering || c->on_ready || c->blocked || connection_unsent(c) > 0)
+        if (c->lingering || c->on_ready || c->blocked || c->in_flight || connection_unsent(c) > 0)
                 return false;
         if (!c->closing && !s->stopping && !(c->eof && !connection_has_request(c)))
                 return false;
@@ -210,6 +236,8 @@ static void connection_io(Server *s, Connection *c, uint32_t revents) {
         ssize_t n;
         int r;
 
+        if (c->close_deferred)
+                return;
         if (c->lingering) {
                 r = connection_discard_input(c);
                 if (r != 0)
@@ -329,9 +357,16 @@ void server_accept(int fd, bool is_tcp, bool admin, Server *s) {
 }
 
 /* After a batch, for one connection of it: drops consumed input, sends the replies with
- * one send(), and decides whether it stays on the ready list (moved to the tail, for
+ * one send(), and decides whether it goes back on the ready list (at the tail, for
  * fairness) or is done. */
-static void server_after_batch(Server *s, Connection *c) {
+static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
+        if (was_in_flight) {
+                c->in_flight = false;
+                if (c->close_deferred) {
+                        server_close_now(s, c);
+                        return;
+                }
+        }
         if (c->closing)
                 connection_drop_input(c); /* lines after an ERR are discarded */
         connection_compact_input(c);
@@ -339,7 +374,6 @@ static void server_after_batch(Server *s, Connection *c) {
         if (server_flush(s, c) < 0)
                 return; /* closed */
 
-        ready_remove(s, c);
         server_queue(s, c);
 
         if (server_maybe_finish(s, c))
@@ -348,32 +382,21 @@ static void server_after_batch(Server *s, Connection *c) {
                 server_update_events(s, c);
 }
 
-/* A batch was answered (store.h: at once for the local store, later for a remote one): the
- * replies of its connections go out. */
+/* A batch was answered (store.h: at once for the local store, later for one that completes
+ * later): the replies of its connections go out. */
 static void server_batch_done(Batch *b, size_t n_answered, void *userdata) {
-        Server *s = userdata;
-        Connection *c, *last = s->batch_last;
+        ServerBatch *sb = userdata;
+        Server *s = sb->server;
+        bool was_in_flight = sb->in_flight;
 
         s->counters.batch_requests += n_answered;
         s->counters.batches++;
-        s->batch_last = NULL;
-        if (s->batch_async) {
-                /* Connection IO resumes; events that arrived meanwhile wait in our epoll set. */
-                s->batch_async = false;
-                if (sd_event_source_set_enabled(s->epoll_source, SD_EVENT_ON) < 0)
-                        log_error("Failed to resume reading the connections");
-        }
-
-        /* Visit the connections of this batch; those with leftovers go to the tail. */
-        for (c = s->ready_head; c && last;) {
-                Connection *next = c->ready_next;
-                bool at_last = c == last;
-
-                server_after_batch(s, c);
-                if (at_last)
-                        break;
-                c = next;
-        }
+        if (was_in_flight)
+                s->n_in_flight--;
+        for (size_t i = 0; i < sb->n_conns; i++)
+                server_after_batch(s, sb->conns[i], was_in_flight);
+        sb->n_conns = 0;
+        sb->busy = sb->in_flight = false;
 
         /* Leftovers wait for the defer source; without any, it must not fire for nothing. */
         if (!!s->ready_head != s->defer_armed &&
@@ -381,29 +404,45 @@ static void server_batch_done(Batch *b, size_t n_answered, void *userdata) {
                 s->defer_armed = !!s->ready_head;
 }
 
-/* One batch: the ready connections in order, as many as the batch takes, then their replies
- * (server_batch_done()). While a store completes a batch later, no other batch starts and no
- * connection is read, written or closed: the batch's requests point into their input, and
- * each connection's replies stay in order. */
+/* Batches over the ready connections, in order, as many as a batch takes each, then their
+ * replies (server_batch_done()). A batch the store completes at once ends the run (leftovers
+ * wait for the defer source, after the next reads); while one is in flight in a store that
+ * completes later (sync=always, a remote backend), its connections are neither read nor
+ * taken again nor closed (its requests point into their input, and each connection's replies
+ * stay in order), and the next batch takes the other ready connections, up to SERVER_BATCHES
+ * in flight. */
 static void server_run_batch(Server *s) {
-        Connection *c, *last = NULL;
-        int r;
+        while (s->ready_head) {
+                ServerBatch *sb = NULL;
+                Connection *c;
+                int r;
 
-        if (batch_pending(s->batch))
-                return;
-        for (c = s->ready_head; c && batch_has_room(s->batch); c = c->ready_next) {
-                last = c;
-                batch_take(s->batch, c);
-        }
-        if (!last)
-                return;
+                for (size_t i = 0; i < SERVER_BATCHES; i++)
+                        if (!s->batches[i].busy) {
+                                sb = &s->batches[i];
+                                break;
+                        }
+                if (!sb)
+                        return; /* a batch that completes takes the rest */
+                sb->busy = true;
+                sb->n_conns = 0;
+                for (c = s->ready_head; c && batch_has_room(sb->batch); c = s->ready_head) {
+                        batch_take(sb->batch, c);
+                        ready_remove(s, c);
+                        sb->conns[sb->n_conns++] = c;
+                }
 
-        s->batch_last = last;
-        r = batch_finish(s->batch, server_now(s, CLOCK_REALTIME));
-        if (r > 0) {
-                s->batch_async = true;
-                if (sd_event_source_set_enabled(s->epoll_source, SD_EVENT_OFF) < 0)
-                        log_error("Failed to pause reading the connections");
+                r = batch_finish(sb->batch, server_now(s, CLOCK_REALTIME));
+                if (r <= 0)
+                        return; /* answered (server_batch_done() ran) */
+                /* in flight: its connections wait, unread, for server_batch_done() */
+                s->n_in_flight++;
+                sb->in_flight = true;
+                for (size_t i = 0; i < sb->n_conns; i++) {
+                        c = sb->conns[i];
+                        c->in_flight = true;
+                        server_update_events(s, c);
+                }
         }
 }
 
@@ -419,13 +458,10 @@ static int server_housekeeping_handler(sd_event_source *es, uint64_t usec, void 
         Server *s = userdata;
         uint64_t now = server_now(s, CLOCK_MONOTONIC);
 
-        if (s->batch_async) {
-                /* the batch's connections must not close under it: look again later */
-                server_arm_housekeeping(s);
-                return 0;
-        }
         for (Connection *c = s->connections, *next; c; c = next) {
                 next = c->next;
+                if (c->in_flight)
+                        continue; /* its batch is not answered yet: not idle, and must not close */
                 if (c->lingering) {
                         if (now >= c->linger_until_usec) {
                                 log_debug("Connection %" PRIu64 ": peer did not close, closing", c->id);
@@ -478,15 +514,21 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
         s->settings = *settings;
         if (s->settings.output_limit < CONNECTION_OUT_INITIAL)
                 s->settings.output_limit = CONNECTION_OUT_INITIAL;
-        r = batch_new(&(BatchSettings){ .output_limit = s->settings.output_limit,
-                                        .debug = settings->debug,
-                                        .client_time_max_age_usec = settings->client_time_max_age_usec },
-                      &s->batch);
-        if (r < 0) {
-                server_free(s);
-                return r;
+        for (size_t i = 0; i < SERVER_BATCHES; i++) {
+                ServerBatch *sb = &s->batches[i];
+
+                sb->server = s;
+                r = batch_new(&(BatchSettings){ .output_limit = s->settings.output_limit,
+                                                .debug = settings->debug,
+                                                .client_time_max_age_usec = settings->client_time_max_age_usec },
+                              &sb->batch);
+                sb->conns = calloc(BATCH_REQUESTS_MAX, sizeof *sb->conns);
+                if (r < 0 || !sb->conns) {
+                        server_free(s);
+                        return r < 0 ? r : -ENOMEM;
+                }
+                batch_set_done(sb->batch, server_batch_done, sb);
         }
-        batch_set_done(s->batch, server_batch_done, s);
 
         s->epfd = epoll_create1(EPOLL_CLOEXEC);
         if (s->epfd < 0) {
@@ -514,39 +556,47 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
 Server *server_free(Server *s) {
         if (!s)
                 return NULL;
+
         s->stopping = false; /* no sd_event_exit() from here */
         while (s->connections)
-                server_close(s, s->connections);
+                server_close_now(s, s->connections);
         sd_event_source_disable_unref(s->defer);
         sd_event_source_disable_unref(s->housekeeping);
         sd_event_source_disable_unref(s->epoll_source);
         if (s->epfd >= 0)
                 close(s->epfd);
-        batch_free(s->batch);
+        for (size_t i = 0; i < SERVER_BATCHES; i++) {
+                batch_free(s->batches[i].batch);
+                free(s->batches[i].conns);
+        }
         sd_event_unref(s->event);
         free(s);
         return NULL;
 }
 
 void server_set_rules(Server *s, const RuleSet *rules) {
-        batch_set_rules(s->batch, rules);
+        for (size_t i = 0; i < SERVER_BATCHES; i++)
+                batch_set_rules(s->batches[i].batch, rules);
 }
 
 void server_set_store(Server *s, Store *store) {
-        batch_set_store(s->batch, store);
+        for (size_t i = 0; i < SERVER_BATCHES; i++)
+                batch_set_store(s->batches[i].batch, store);
 }
 
 void server_set_backend(Server *s, StoreSubmitFunc submit, void *backend) {
-        batch_set_backend(s->batch, submit, backend);
+        for (size_t i = 0; i < SERVER_BATCHES; i++)
+                batch_set_backend(s->batches[i].batch, submit, backend);
 }
 
 bool server_batch_pending(const Server *s) {
-        return batch_pending(s->batch);
+        return s->n_in_flight > 0;
 }
 
 void server_set_metrics(Server *s, Metrics *metrics) {
         s->metrics = metrics;
-        batch_set_metrics(s->batch, metrics);
+        for (size_t i = 0; i < SERVER_BATCHES; i++)
+                batch_set_metrics(s->batches[i].batch, metrics);
         server_metrics_connections(s);
 }
 

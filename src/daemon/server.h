@@ -9,7 +9,10 @@
  * low-priority defer source (or the epoll callback itself, after reading) then runs
  * one batch (batch.h) over the ready connections, in order, and sends each
  * connection's replies with one send(). The server calls the batch, never the
- * other way round. The rules, the store and the metrics are borrowed from the
+ * other way round. A store that completes later (sync=always's group commit, a
+ * remote backend) leaves a batch in flight: its connections are not read, taken,
+ * compacted or closed until it completes, and further batches take the other ready
+ * connections, up to SERVER_BATCHES at once. The rules, the store and the metrics are borrowed from the
  * manager, which may swap the rules between batches.
  */
 
@@ -29,6 +32,10 @@
                                     * not reset the connection and destroy the ERR reply in flight */
 #define SERVER_HOUSEKEEPING_USEC                                                                            \
         (500ULL * 1000ULL) /* 500 ms: how often idle and lingering connections are checked */
+
+#define SERVER_BATCHES                                                                                      \
+        8 /* batches in flight at once in a store that completes later: the group commit's depth            \
+           * (each sync covers the batches submitted while the previous one ran) */
 
 typedef struct ServerSettings {
         unsigned max_connections;
@@ -62,7 +69,8 @@ void server_set_store(Server *s, Store *store);
 void server_set_backend(Server *s, StoreSubmitFunc submit, void *backend);
 
 /* A batch is in flight in a store that completes later: the rules must not be swapped or
- * freed, nor the server freed, until it is answered. Never true with the local store. */
+ * freed, nor the server freed, until it is answered. Never true with the local store in
+ * sync=none or periodic mode. */
 bool server_batch_pending(const Server *s);
 /* Borrowed; NULL (the default) counts nothing. The server and its batch update it per
  * hit and per batch with plain stores, never a syscall (see metrics.h). */

@@ -29,15 +29,19 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "store-error.h"
@@ -88,6 +92,13 @@ typedef struct Job {
         int done; /* set (release) by the thread when it is finished */
 } Job;
 
+/* A batch of store_submit() waiting for the group commit (sync=always). */
+typedef struct Pending {
+        uint64_t lsn; /* its last record's: durable once the journal is synced up to it */
+        StoreDoneFunc done;
+        void *userdata;
+} Pending;
+
 struct Store {
         StoreOptions opts; /* path owned; defaults filled in */
         Table *table;
@@ -115,6 +126,28 @@ struct Store {
         uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
 
         uint64_t swept_total;
+
+        /* The group commit (sync=always, store_submit()): the committer thread fdatasync()s the
+         * journal's current segment up to the newest lsn it was asked for and signals efd; the
+         * event loop completes the batches it covers (store_process()). The fields under
+         * commit_lock are shared; the FIFO is the event loop's. */
+        bool committer; /* the thread runs */
+        pthread_t commit_thread;
+        pthread_mutex_t commit_lock;
+        pthread_cond_t commit_wake;                /* the thread: work, or stop */
+        pthread_cond_t commit_idle;                /* the event loop: a sync finished */
+        int commit_efd;                            /* eventfd, readable when a sync finished */
+        int commit_fd;                             /* dup() of the current segment's fd (-1: none) */
+        uint64_t commit_seq;                       /* its segment */
+        uint64_t commit_want;                      /* newest lsn to make durable */
+        uint64_t commit_tried;                     /* newest lsn a sync was attempted for */
+        uint64_t commit_synced;                    /* newest lsn known durable */
+        uint64_t commit_fail_from, commit_fail_to; /* lsns a failed sync left unsynced (to 0: none) */
+        int commit_fail_error;
+        bool commit_busy, commit_stop;
+        uint64_t commit_syncs; /* successful syncs of the thread */
+        Pending *pending;      /* FIFO ring, in lsn order */
+        size_t pending_head, pending_n, pending_cap;
 };
 
 /* Writes the version-1 counter key of h to out; returns its length (<= STORE_KEY_MAX). The id
@@ -324,12 +357,16 @@ static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_
         return 0;
 }
 
-int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
+/* store_apply() without its sync when sync is false (the group commit's). Sets *ret_records to
+ * the records journaled. */
+static int apply_hits(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, bool sync,
+                      size_t *ret_records) {
         uint8_t key[STORE_KEY_MAX];
         size_t m = 0, i, group_start = 0, group_m = 0;
         bool group_ok = true;
         int r = 0;
 
+        *ret_records = 0;
         if (!s || (!hits && n > 0))
                 return -EINVAL;
         if (n == 0)
@@ -379,7 +416,7 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
                         undo_hits(s, n);
                         goto fail;
                 }
-                if (s->opts.sync == STORE_SYNC_ALWAYS) {
+                if (sync && s->opts.sync == STORE_SYNC_ALWAYS) {
                         r = wal_sync(s->wal);
                         if (r < 0) {
                                 undo_hits(s, n);
@@ -388,6 +425,7 @@ int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
                         }
                 }
         }
+        *ret_records = m;
         return 0;
 
 fail:
@@ -402,8 +440,278 @@ fail:
         return r;
 }
 
+static void commit_refresh(Store *s);
+
+int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
+        size_t m;
+        int r;
+
+        r = apply_hits(s, hits, n, now_usec, true, &m);
+        commit_refresh(s);
+        return r;
+}
+
+/* ---- the group commit ---- */
+
+static int commit_sync_fd(Store *s, int fd) {
+        if (s->opts.journal_sync)
+                return s->opts.journal_sync(fd);
+        if (fd < 0)
+                return -EBADF;
+        return fdatasync(fd) < 0 ? -errno : 0;
+}
+
+static void commit_signal(Store *s) {
+        uint64_t one = 1;
+
+        /* cannot fail but by overflow of the count, which leaves it readable anyway */
+        (void) !write(s->commit_efd, &one, sizeof one);
+}
+
+/* Under commit_lock: a sync up to lsn failed with error r. */
+static void commit_failed(Store *s, uint64_t lsn, int r) {
+        if (s->commit_fail_to == 0)
+                s->commit_fail_from = s->commit_synced + 1;
+        if (lsn > s->commit_fail_to)
+                s->commit_fail_to = lsn;
+        s->commit_fail_error = r;
+}
+
+static void *commit_thread(void *userdata) {
+        Store *s = userdata;
+
+        pthread_mutex_lock(&s->commit_lock);
+        for (;;) {
+                uint64_t target;
+                int fd, r;
+
+                while (!s->commit_stop && s->commit_want <= s->commit_tried)
+                        pthread_cond_wait(&s->commit_wake, &s->commit_lock);
+                if (s->commit_want <= s->commit_tried)
+                        break; /* stopping, and everything asked for was tried */
+                target = s->commit_want;
+                fd = s->commit_fd;
+                s->commit_busy = true;
+                pthread_mutex_unlock(&s->commit_lock);
+
+                /* Every batch appended up to target is in the segment's pages: one sync covers
+                 * them all (the group commit), however many arrived while the last one ran. */
+                r = commit_sync_fd(s, fd);
+
+                pthread_mutex_lock(&s->commit_lock);
+                s->commit_busy = false;
+                if (target > s->commit_tried)
+                        s->commit_tried = target;
+                if (r >= 0) {
+                        if (target > s->commit_synced)
+                                s->commit_synced = target;
+                        __atomic_add_fetch(&s->commit_syncs, 1, __ATOMIC_RELAXED); /* stats read it */
+                } else
+                        commit_failed(s, target, r);
+                pthread_cond_broadcast(&s->commit_idle);
+                commit_signal(s);
+        }
+        pthread_mutex_unlock(&s->commit_lock);
+        return NULL;
+}
+
+/* Starts the committer (store_open(), sync=always). Returns 0 or -errno. */
+static int commit_start(Store *s) {
+        uint64_t last;
+        int fd, r;
+
+        s->commit_fd = -1;
+        s->commit_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (s->commit_efd < 0)
+                return -errno;
+        wal_current(s->wal, &fd, &s->commit_seq, &last);
+        s->commit_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (s->commit_fd < 0)
+                return -errno;
+        s->commit_synced = s->commit_tried = s->commit_want = last; /* wal_open() synced them */
+        r = -pthread_mutex_init(&s->commit_lock, NULL);
+        if (r < 0)
+                return r;
+        if (pthread_cond_init(&s->commit_wake, NULL) != 0 || pthread_cond_init(&s->commit_idle, NULL) != 0)
+                return -ENOMEM; /* cannot happen with default attributes */
+        /* The thread takes no signal: it starts before the daemon blocks the ones its event
+         * loop handles (signalfd), and one delivered here would kill the process. */
+        sigset_t all, old;
+        sigfillset(&all);
+        (void) pthread_sigmask(SIG_SETMASK, &all, &old);
+        r = -pthread_create(&s->commit_thread, NULL, commit_thread, s);
+        (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r < 0)
+                return r;
+        s->committer = true;
+        return 0;
+}
+
+/* The journal's current segment changed (a rotation since the last batch: the old segment was
+ * synced when it was sealed): syncs the new one and its name here, once per segment, and hands
+ * its fd to the thread once it is idle. Under commit_lock. */
+static void commit_rotated(Store *s, int fd, uint64_t seq, uint64_t last) {
+        int r;
+
+        while (s->commit_busy)
+                pthread_cond_wait(&s->commit_idle, &s->commit_lock);
+        if (s->commit_fd >= 0)
+                close(s->commit_fd);
+        s->commit_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        s->commit_seq = seq;
+        r = s->commit_fd < 0 ? -errno : wal_sync(s->wal);
+        if (r >= 0 && s->opts.journal_sync)
+                r = s->opts.journal_sync(s->commit_fd);
+        if (r >= 0) {
+                if (last > s->commit_synced)
+                        s->commit_synced = last;
+        } else
+                commit_failed(s, last, r);
+        if (last > s->commit_tried)
+                s->commit_tried = last;
+        if (last > s->commit_want)
+                s->commit_want = last;
+        commit_signal(s);
+}
+
+/* After anything that may have rotated the journal (store_apply(), a checkpoint's start): the
+ * thread gets the new segment at once, so that its dup() of the old one, deleted after the
+ * checkpoint, does not keep the old one's disk space. No system call unless it rotated. */
+static void commit_refresh(Store *s) {
+        uint64_t seq, last;
+        int fd;
+
+        if (!s || !s->committer)
+                return;
+        wal_current(s->wal, &fd, &seq, &last);
+        if (seq == s->commit_seq && s->commit_fd >= 0)
+                return; /* the event loop's own field: the thread never writes it */
+        pthread_mutex_lock(&s->commit_lock);
+        commit_rotated(s, fd, seq, last);
+        pthread_mutex_unlock(&s->commit_lock);
+}
+
+static int pending_reserve(Store *s) {
+        Pending *p;
+        size_t cap;
+
+        if (s->pending_n < s->pending_cap)
+                return 0;
+        cap = s->pending_cap ? s->pending_cap * 2 : 16;
+        p = calloc(cap, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        for (size_t i = 0; i < s->pending_n; i++)
+                p[i] = s->pending[(s->pending_head + i) % s->pending_cap];
+        free(s->pending);
+        s->pending = p;
+        s->pending_cap = cap;
+        s->pending_head = 0;
+        return 0;
+}
+
+/* sync=always: applies and journals the batch, queues its completion behind the sync that
+ * covers it, and wakes the thread. */
+static int submit_always(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done,
+                         void *userdata) {
+        uint64_t seq, last;
+        size_t m;
+        int fd, r;
+
+        r = pending_reserve(s);
+        if (r < 0)
+                return r;
+        r = apply_hits(s, hits, n, now_usec, false, &m);
+        if (r < 0 || m == 0) {
+                /* nothing journaled (an error, or only denied hits): nothing to wait for */
+                if (done)
+                        done(userdata, r);
+                return 0;
+        }
+        s->pending[(s->pending_head + s->pending_n++) % s->pending_cap] =
+                (Pending){ .done = done, .userdata = userdata };
+        wal_current(s->wal, &fd, &seq, &last);
+        s->pending[(s->pending_head + s->pending_n - 1) % s->pending_cap].lsn = last;
+
+        pthread_mutex_lock(&s->commit_lock);
+        if (seq != s->commit_seq || s->commit_fd < 0)
+                commit_rotated(s, fd, seq, last);
+        else if (last > s->commit_want) {
+                s->commit_want = last;
+                if (!s->commit_busy)
+                        pthread_cond_signal(&s->commit_wake);
+        }
+        pthread_mutex_unlock(&s->commit_lock);
+        return 0;
+}
+
+int store_event_fd(Store *s) {
+        return s && s->committer ? s->commit_efd : -1;
+}
+
+int store_process(Store *s) {
+        uint64_t v, synced, from, to, covered;
+        int error, n = 0;
+
+        if (!s)
+                return -EINVAL;
+        if (!s->committer && s->pending_n == 0)
+                return 0;
+        if (s->commit_efd >= 0)
+                (void) !read(s->commit_efd, &v, sizeof v); /* EAGAIN: nothing new, fine */
+        pthread_mutex_lock(&s->commit_lock);
+        synced = s->commit_synced;
+        from = s->commit_fail_from;
+        to = s->commit_fail_to;
+        error = s->commit_fail_error;
+        s->commit_fail_to = 0; /* taken: every batch it concerns is queued already */
+        pthread_mutex_unlock(&s->commit_lock);
+        covered = synced > to ? synced : to;
+
+        while (s->pending_n > 0) {
+                Pending p = s->pending[s->pending_head];
+
+                if (p.lsn > covered)
+                        break;
+                s->pending_head = (s->pending_head + 1) % s->pending_cap;
+                s->pending_n--;
+                n++;
+                /* done may submit the next batch: the entry is off the FIFO first */
+                if (p.done)
+                        p.done(p.userdata, to > 0 && p.lsn >= from && p.lsn <= to ? error : 0);
+        }
+        return n;
+}
+
+/* Stops the committer after its last sync and completes what it covered (store_close()). */
+static void commit_stop(Store *s) {
+        if (s->committer) {
+                pthread_mutex_lock(&s->commit_lock);
+                s->commit_stop = true;
+                pthread_cond_signal(&s->commit_wake);
+                pthread_mutex_unlock(&s->commit_lock);
+                (void) pthread_join(s->commit_thread, NULL);
+                (void) store_process(s); /* the thread tried everything queued: completes all */
+                s->committer = false;
+                pthread_cond_destroy(&s->commit_wake);
+                pthread_cond_destroy(&s->commit_idle);
+                pthread_mutex_destroy(&s->commit_lock);
+        }
+        if (s->commit_fd >= 0)
+                close(s->commit_fd);
+        if (s->commit_efd >= 0)
+                close(s->commit_efd);
+        s->commit_fd = s->commit_efd = -1;
+        free(s->pending);
+        s->pending = NULL;
+}
+
 int store_submit(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done, void *userdata) {
-        int r = store_apply(s, hits, n, now_usec);
+        int r;
+
+        if (s && s->committer)
+                return submit_always(s, hits, n, now_usec, done, userdata);
+        r = store_apply(s, hits, n, now_usec);
 
         if (done)
                 done(userdata, r);
@@ -725,6 +1033,7 @@ int store_maintain(Store *s, uint64_t now_usec) {
             (pending * WAL_RECORD_SIZE >= s->opts.checkpoint_journal_max ||
              now - s->last_checkpoint_usec >= s->opts.checkpoint_interval_usec)) {
                 r = job_start(s, now_usec);
+                commit_refresh(s);
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
                                   wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
@@ -749,6 +1058,7 @@ int store_checkpoint(Store *s, uint64_t now_usec) {
         if (journal_pending(s) == 0)
                 return 0;
         r = job_start(s, now_usec);
+        commit_refresh(s);
         if (r <= 0)
                 return r;
         (void) job_reap(s, true);
@@ -777,7 +1087,7 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 .swept_total = s->swept_total,
                 .map_grows = s->ckpt_stats.map_grows,
                 .commits = s->ckpt_ok,
-                .syncs = ws.syncs,
+                .syncs = ws.syncs + (s->committer ? __atomic_load_n(&s->commit_syncs, __ATOMIC_RELAXED) : 0),
                 .journal_bytes = ws.bytes,
                 .journal_segments = ws.segments,
                 .journal_records = ws.records,
@@ -845,6 +1155,7 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
+        s->commit_fd = s->commit_efd = -1;
         s->opts = *opts;
         s->opts.path = strdup(opts->path);
         if (!s->opts.path) {
@@ -923,6 +1234,14 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         r = batch_reserve(s, STORE_BATCH_INITIAL);
         if (r < 0)
                 goto fail;
+        if (s->opts.sync == STORE_SYNC_ALWAYS) {
+                r = commit_start(s);
+                if (r < 0) {
+                        set_error(errbuf, errbuf_size, "cannot start the journal's sync thread: %s",
+                                  strerror(-r));
+                        goto fail;
+                }
+        }
         s->last_checkpoint_usec = clock_usec(CLOCK_MONOTONIC);
         *ret = s;
         return 0;
@@ -935,6 +1254,7 @@ fail:
 Store *store_close(Store *s) {
         if (!s)
                 return NULL;
+        commit_stop(s); /* every batch submitted is completed */
         if (s->wal)
                 (void) job_reap(s, true);
         if (s->wal && s->opts.sync != STORE_SYNC_NONE)

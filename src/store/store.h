@@ -20,9 +20,21 @@
  * (injectable for tests); the state is stored as wall-clock time so windows survive restarts.
  *
  * Durability of an answered hit (the batch's records are in the journal's shared mapping when
- * store_apply() returns, i.e. in the page cache):
- *   always    the batch's records are fdatasync'ed (one msync per batch) before it returns:
- *             survives a process crash, an OS crash and a power cut;
+ * store_apply() or store_submit() returns, i.e. in the page cache):
+ *   always    the batch's records are fdatasync'ed before it is answered: survives a process
+ *             crash, an OS crash and a power cut. store_apply() syncs (msync) before it
+ *             returns. store_submit() is a group commit: it applies and journals the batch,
+ *             queues its completion and returns; a sync thread the Store owns fdatasync()s the
+ *             journal's current segment up to the newest record appended (one sync covers
+ *             every batch that arrived meanwhile, so several batches are in flight) and makes
+ *             store_event_fd() readable; store_process() then calls done for each batch it
+ *             covers, in submission order. A rotation of the journal (a new segment, once per
+ *             segment) is synced on the event loop by the next store_submit(), after waiting
+ *             for the thread to be idle: the old segment was synced when it was sealed. If a
+ *             sync fails, the batches it covers complete with its -errno (their hits are
+ *             answered ERR) although the table counted them and later batches saw them: an
+ *             error answer may have been counted, which is conservative (it never allows
+ *             more); the next batch tries again;
  *   periodic  survives a process crash; store_sync() (the manager's timer, every
  *             sync_interval_usec) syncs: an OS crash loses at most the last interval;
  *   none      survives a process crash; an OS crash loses what the kernel had not written back
@@ -30,7 +42,8 @@
  *
  * Library-like: never logs; returns 0 or -errno; a sentence for the operator goes to errbuf
  * (open) or store_checkpoint_error(). One thread uses a Store; the checkpoint thread it starts
- * reads only sealed journal segments and writes only data.mdb.
+ * reads only sealed journal segments and writes only data.mdb; the sync thread (sync=always)
+ * only fdatasync()s its own dup() of the current segment's descriptor.
  */
 
 #include <errno.h>
@@ -74,7 +87,7 @@
 typedef enum StoreSync {
         STORE_SYNC_NONE,     /* never sync the journal (see above) */
         STORE_SYNC_PERIODIC, /* sync the journal every sync_interval_usec */
-        STORE_SYNC_ALWAYS,   /* sync each batch's records before store_apply() returns */
+        STORE_SYNC_ALWAYS,   /* sync each batch's records before it is answered (group commit) */
         _STORE_SYNC_MAX,
         _STORE_SYNC_INVALID = -EINVAL,
 } StoreSync;
@@ -91,6 +104,10 @@ typedef struct StoreOptions {
         size_t checkpoint_txn_records;       /* 0 = default */
         uint64_t journal_segment_size;       /* bytes; 0 = WAL_SEGMENT_SIZE_DEFAULT */
         int (*journal_allocate)(int, off_t); /* test hook, WalOptions.allocate; NULL: the disk */
+        /* Test hook of the group commit (sync=always, store_submit()): called instead of
+         * fdatasync(fd) on the journal's current segment, from the sync thread (and once per
+         * segment from store_submit()); returns 0 or -errno. NULL: fdatasync(). */
+        int (*journal_sync)(int fd);
         uint64_t now_usec; /* wall clock of store_open() (what is expired when loading); 0 = now */
 } StoreOptions;
 
@@ -162,8 +179,9 @@ typedef struct Store Store;
  * writes a sentence for the operator into errbuf (if non-NULL). */
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size);
 
-/* Waits for a running checkpoint (and releases what it covers), syncs the journal unless
- * sync=none, closes. Accepts NULL; returns NULL. */
+/* Completes every batch submitted (sync=always: waits for the sync thread's last sync and
+ * calls their done callbacks), waits for a running checkpoint (and releases what it covers),
+ * syncs the journal unless sync=none, closes. Accepts NULL; returns NULL. */
 Store *store_close(Store *s);
 static inline void store_closep(Store **s) {
         if (*s)
@@ -183,11 +201,24 @@ typedef void (*StoreDoneFunc)(void *userdata, int error);
 
 /* The completion-based interface the server uses, the same for every backend: hands the batch
  * over; done(userdata, error) is called once its outputs are set. The local store completes
- * at once (done runs before store_submit() returns); a remote backend completes later, from
- * its event source, and the hits (and what they point to) must stay untouched until then.
+ * at once (done runs before store_submit() returns) with sync=none or periodic, and with
+ * sync=always when nothing was journaled (an error, or only denied hits); otherwise
+ * sync=always completes from store_process(), after the sync that covers the batch (the hits'
+ * outputs are set before store_submit() returns). A remote backend completes later, from its
+ * event source; the hits (and what they point to) must stay untouched until done.
  * Returns 0 (done will be or was called), or -errno if the batch was not taken (done is not
  * called). */
 int store_submit(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done, void *userdata);
+
+/* The group commit's completions (sync=always): a file descriptor that is readable when
+ * batches of store_submit() may be complete, or -1 when every batch completes inside
+ * store_submit() (sync=none, periodic). The event loop watches it and calls store_process(). */
+int store_event_fd(Store *s);
+
+/* Completes, in submission order, every batch of store_submit() the sync thread has covered
+ * since: done(userdata, 0), or the failed sync's -errno. Never blocks. Returns how many it
+ * completed, or -errno. */
+int store_process(Store *s);
 
 /* The batch interface as a function pointer, so that a batch engine can hold another backend
  * (a test double that completes later, a remote store) with one indirect call per batch. */

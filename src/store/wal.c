@@ -885,6 +885,15 @@ int wal_sync(Wal *w) {
         return 0;
 }
 
+void wal_current(const Wal *w, int *ret_fd, uint64_t *ret_seq, uint64_t *ret_last_lsn) {
+        if (ret_fd)
+                *ret_fd = w->fd;
+        if (ret_seq)
+                *ret_seq = w->seq;
+        if (ret_last_lsn)
+                *ret_last_lsn = w->next_lsn - 1;
+}
+
 int wal_rotate(Wal *w) {
         int r;
 

@@ -169,6 +169,14 @@ int wal_append(Wal *w, const CounterRecord *records, size_t n);
  * commit). Returns 0 or -errno. */
 int wal_sync(Wal *w);
 
+/* For a thread that makes the journal durable while the owner appends (store.c's group
+ * commit): the current segment's file descriptor (the owner's: dup() it to use it from
+ * another thread, and again after a rotation), its sequence number, and the lsn of the last
+ * record appended (0: none yet). fdatasync() of that descriptor makes every record appended
+ * so far durable, except the segment's name when it is new (wal_sync() syncs the directory
+ * too: call it once after each rotation). No system call. */
+void wal_current(const Wal *w, int *ret_fd, uint64_t *ret_seq, uint64_t *ret_last_lsn);
+
 /* Seals the current segment, if it holds any record, and makes the next one current, so a
  * checkpoint can cover exactly the sealed segments. Returns 1 if it rotated, 0 if the current
  * segment was empty, or -errno (-ENOSPC: the next segment could not be made). */

@@ -360,24 +360,28 @@ START_TEST (test_canary_without_counter_counted) {
 }
 END_TEST
 
-/* A store backend that completes later: it applies the batch to the real store at once, but
+/* A store backend that completes later: it applies each batch to the real store at once, but
  * calls done from a defer source, i.e. in a later iteration of the loop (as a remote store
- * answering over a socket would). */
+ * answering over a socket would), the newest batch first (out of order). */
 typedef struct Deferred {
         sd_event_source *source;
-        StoreDoneFunc done;
-        void *userdata;
-        int error;
-        bool in_flight;
-        unsigned submits, overlaps;
+        struct {
+                StoreDoneFunc done;
+                void *userdata;
+                int error;
+        } held[SERVER_BATCHES];
+        size_t n, max_n;
+        unsigned submits;
 } Deferred;
 
 static int deferred_fire(sd_event_source *es, void *userdata) {
         Deferred *d = userdata;
 
         (void) es;
-        d->in_flight = false;
-        d->done(d->userdata, d->error);
+        while (d->n > 0) {
+                d->n--;
+                d->held[d->n].done(d->held[d->n].userdata, d->held[d->n].error);
+        }
         return 0;
 }
 
@@ -385,19 +389,20 @@ static int deferred_submit(void *backend, StoreHit *hits, size_t n, uint64_t now
                            void *userdata) {
         Deferred *d = backend;
 
-        if (d->in_flight)
-                d->overlaps++; /* the server must never start a batch before the last completed */
-        d->error = store_apply(store, hits, n, now_usec);
-        d->done = done;
-        d->userdata = userdata;
-        d->in_flight = true;
+        ck_assert_uint_lt(d->n, SERVER_BATCHES); /* the server never has more in flight */
+        d->held[d->n].error = store_apply(store, hits, n, now_usec);
+        d->held[d->n].done = done;
+        d->held[d->n].userdata = userdata;
+        d->n++;
+        if (d->n > d->max_n)
+                d->max_n = d->n;
         d->submits++;
         return sd_event_source_set_enabled(d->source, SD_EVENT_ONESHOT);
 }
 
 START_TEST (test_store_completes_later) {
         /* Two pipelining clients over many batches: every reply in order, per connection, the
-         * counters shared, no batch started before the previous one completed. */
+         * counters shared. */
         enum { N = 2 * BATCH_LINES_PER_CONNECTION + 3 };
         static char input[N * 16];
         size_t in_len = 0;
@@ -437,7 +442,6 @@ START_TEST (test_store_completes_later) {
         }
         ck_assert_str_eq(line, "");
         ck_assert_uint_ge(d.submits, 3);
-        ck_assert_uint_eq(d.overlaps, 0);
         ck_assert(!server_batch_pending(server));
         free(out_a);
         free(out_b);
@@ -445,6 +449,176 @@ START_TEST (test_store_completes_later) {
         close(b);
         server_set_store(server, store);
         sd_event_source_disable_unref(d.source);
+}
+END_TEST
+
+/* A backend that holds every batch until the test completes it, in any order. */
+typedef struct Held {
+        size_t n_hits;
+        StoreDoneFunc done;
+        void *userdata;
+        int error;
+} Held;
+typedef struct Queue {
+        Held held[SERVER_BATCHES + 1];
+        size_t n;
+} Queue;
+
+static int queue_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done,
+                        void *userdata) {
+        Queue *q = backend;
+
+        ck_assert_uint_lt(q->n, SERVER_BATCHES);
+        q->held[q->n++] = (Held){ .n_hits = n,
+                                  .done = done,
+                                  .userdata = userdata,
+                                  .error = store_apply(store, hits, n, now_usec) };
+        return 0;
+}
+
+static void queue_complete(Queue *q, size_t i) {
+        Held h = q->held[i];
+
+        ck_assert_uint_lt(i, q->n);
+        memmove(q->held + i, q->held + i + 1, (q->n - i - 1) * sizeof *q->held);
+        q->n--;
+        h.done(h.userdata, h.error);
+}
+
+/* Runs the loop until it has nothing to do (bounded). */
+static void pump(void) {
+        for (unsigned i = 0; i < 50; i++)
+                if (sd_event_run(event, 0) == 0)
+                        break;
+}
+
+/* What the server sent fd so far (no EOF), compared. */
+static void expect_recv(int fd, const char *want) {
+        char buf[4096];
+        ssize_t n = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+
+        if (n < 0) {
+                ck_assert_int_eq(errno, EAGAIN);
+                n = 0;
+        } else
+                ck_assert_int_gt(n, 0); /* not closed */
+        buf[n] = 0;
+        ck_assert_str_eq(buf, want);
+}
+
+START_TEST (test_batches_in_flight) {
+        /* Several batches in flight, completed out of order: each connection is in one batch at
+         * a time (its later requests wait, unread, for its batch), replies stay in order per
+         * connection, the other connections go on being batched. */
+        Queue q = {};
+        int a, b, c;
+
+        server_set_backend(server, queue_submit, &q);
+        a = client_connect();
+        b = client_connect();
+        c = client_connect();
+        send_all(a, "HIT f=a\nHIT f=a\n", 16);
+        pump();
+        ck_assert_uint_eq(q.n, 1);
+        ck_assert_uint_eq(q.held[0].n_hits, 2);
+        ck_assert(server_batch_pending(server));
+        send_all(a, "HIT f=a\n", 8);
+        send_all(b, "HIT f=b\n", 8);
+        pump();
+        ck_assert_uint_eq(q.n, 2);
+        ck_assert_uint_eq(q.held[1].n_hits, 1); /* b's only: a is in flight */
+        send_all(c, "HIT f=c\nHIT f=c\nHIT f=c\n", 24);
+        pump();
+        ck_assert_uint_eq(q.n, 3);
+        ck_assert_uint_eq(q.held[2].n_hits, 3);
+
+        queue_complete(&q, 2); /* c's first */
+        pump();
+        expect_recv(c, "OK true 4 60\nOK true 3 60\nOK true 2 60\n");
+        expect_recv(a, "");
+        queue_complete(&q, 1); /* b's */
+        pump();
+        expect_recv(b, "OK true 4 60\n");
+        ck_assert_uint_eq(q.n, 1); /* a's third request still waits for its first batch */
+        queue_complete(&q, 0);
+        pump();
+        expect_recv(a, "OK true 4 60\nOK true 3 60\n");
+        ck_assert_uint_eq(q.n, 1); /* now taken */
+        ck_assert_uint_eq(q.held[0].n_hits, 1);
+        queue_complete(&q, 0);
+        pump();
+        expect_recv(a, "OK true 2 60\n");
+        ck_assert(!server_batch_pending(server));
+        ck_assert_uint_eq(server_counters(server)->batches, 4);
+        close(a);
+        close(b);
+        close(c);
+        server_set_store(server, store);
+}
+END_TEST
+
+START_TEST (test_stop_waits_for_batch_in_flight) {
+        /* Stopping (and a peer gone meanwhile) does not close a connection under its batch: it
+         * is answered, then closed. */
+        Queue q = {};
+        char buf[256];
+        ssize_t n;
+        int a;
+
+        server_set_backend(server, queue_submit, &q);
+        a = client_connect();
+        send_all(a, "HIT f=s\nHIT f=s\n", 16);
+        ck_assert_int_eq(shutdown(a, SHUT_WR), 0);
+        pump();
+        ck_assert_uint_eq(q.n, 1);
+        server_stop(server);
+        pump();
+        expect_recv(a, ""); /* not closed */
+        ck_assert_uint_eq(server_counters(server)->connections_current, 1);
+        queue_complete(&q, 0);
+        n = recv(a, buf, sizeof buf - 1, MSG_DONTWAIT);
+        ck_assert_int_gt(n, 0);
+        buf[n] = 0;
+        ck_assert_str_eq(buf, "OK true 4 60\nOK true 3 60\n");
+        ck_assert_int_eq(recv(a, buf, sizeof buf, MSG_DONTWAIT), 0); /* then closed */
+        ck_assert_uint_eq(server_counters(server)->connections_current, 0);
+        close(a);
+        server_set_store(server, store);
+}
+END_TEST
+
+START_TEST (test_close_deferred_while_in_flight) {
+        /* A peer that leaves while its connection is in a batch in flight: the write of its
+         * earlier replies fails, but the connection (whose input the batch points into) closes
+         * only once the batch completes. */
+        static char input[640 * 16];
+        size_t in_len = 0;
+        Queue q = {};
+        int sv[2];
+
+        server_set_backend(server, queue_submit, &q);
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+        /* a small send buffer: the replies of a few batches fill it while the peer reads nothing */
+        ck_assert_int_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &(int){ 1 }, sizeof(int)), 0);
+        server_accept(sv[0], false, server);
+        for (unsigned i = 0; i < 640; i++)
+                in_len += (size_t) sprintf(input + in_len, "HIT f=q%u\n", i);
+        send_all(sv[1], input, in_len);
+        pump();
+        for (unsigned i = 0; i < 6; i++) {
+                ck_assert_uint_eq(q.n, 1);
+                queue_complete(&q, 0);
+                pump();
+        }
+        ck_assert_uint_eq(q.n, 1); /* the 7th batch in flight, replies unsent behind it */
+        close(sv[1]);
+        pump();
+        ck_assert_uint_eq(server_counters(server)->connections_current, 1);
+        queue_complete(&q, 0);
+        pump();
+        ck_assert_uint_eq(server_counters(server)->connections_current, 0);
+        ck_assert_uint_eq(q.n, 0);
+        server_set_store(server, store);
 }
 END_TEST
 
@@ -461,6 +635,9 @@ int main(void) {
         tcase_add_test(tc, test_canary_without_counter_counted);
         tcase_add_test(tc, test_store_error_counts_nothing_answered_ok);
         tcase_add_test(tc, test_store_completes_later);
+        tcase_add_test(tc, test_batches_in_flight);
+        tcase_add_test(tc, test_stop_waits_for_batch_in_flight);
+        tcase_add_test(tc, test_close_deferred_while_in_flight);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);

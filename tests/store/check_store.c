@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <lmdb.h> /* test-only: to forge incompatible and foreign databases */
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,6 +86,18 @@ static Store *open_store_opts(uint64_t map_size, uint64_t map_size_max, StoreSyn
 
 static Store *open_store(void) {
         return open_store_opts(0, 0, STORE_SYNC_NONE);
+}
+
+/* Test hook of the group commit's sync (the sync thread calls it): holds while sync_hold is
+ * set (bounded: 10 s), fails with -EIO while sync_fail is set, counts its calls. */
+static int sync_hold, sync_fail, sync_calls;
+static int sync_hook(int fd) {
+        for (unsigned i = 0; i < 10000 && __atomic_load_n(&sync_hold, __ATOMIC_ACQUIRE); i++)
+                nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+        __atomic_add_fetch(&sync_calls, 1, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&sync_fail, __ATOMIC_ACQUIRE))
+                return -EIO;
+        return fdatasync(fd) < 0 ? -errno : 0;
 }
 
 static int try_open(char *err, size_t err_size) {
@@ -991,6 +1005,158 @@ START_TEST (test_verify_sigchld_ignored) {
 }
 END_TEST
 
+/* ---- the group commit (sync=always, store_submit()) ---- */
+
+#define GC_MAX 8
+static int gc_order[GC_MAX], gc_error[GC_MAX], gc_calls;
+static void gc_done(void *userdata, int error) {
+        int i = (int) (intptr_t) userdata;
+
+        ck_assert_int_lt(gc_calls, GC_MAX);
+        gc_order[gc_calls++] = i;
+        gc_error[i] = error;
+}
+
+static Store *open_always(void) {
+        StoreOptions o = options(STORE_SYNC_ALWAYS);
+
+        o.journal_sync = sync_hook;
+        sync_hold = sync_fail = sync_calls = gc_calls = 0;
+        return open_with(&o);
+}
+
+/* Waits (poll, bounded: 10 s) and completes until want batches are done. */
+static void gc_wait(Store *s, int want) {
+        for (unsigned i = 0; i < 100 && gc_calls < want; i++) {
+                struct pollfd p = { .fd = store_event_fd(s), .events = POLLIN };
+
+                ck_assert_int_ge(poll(&p, 1, 100), 0);
+                ck_assert_int_ge(store_process(s), 0);
+        }
+        ck_assert_int_eq(gc_calls, want);
+}
+
+static void gc_submit(Store *s, StoreHit *h, const char *actor, int i) {
+        *h = mkhit(RULE_A, actor, strlen(actor), 5, 60);
+        ck_assert_int_eq(store_submit(s, h, 1, T0, gc_done, (void *) (intptr_t) i), 0);
+}
+
+/* A batch is answered only after the sync thread synced it; the batches queued meanwhile
+ * complete in submission order; their outputs are set when store_submit() returns. */
+START_TEST (test_group_commit_waits_for_sync) {
+        Store *s = open_always();
+        StoreHit h[3];
+
+        ck_assert_int_ge(store_event_fd(s), 0);
+        __atomic_store_n(&sync_hold, 1, __ATOMIC_RELEASE);
+        gc_submit(s, &h[0], "gc-a", 0);
+        ck_assert_uint_eq(h[0].credit, 4); /* applied, not answered */
+        gc_submit(s, &h[1], "gc-b", 1);
+        gc_submit(s, &h[2], "gc-a", 2);
+        ck_assert_uint_eq(h[2].credit, 3); /* sees batch 0 */
+        for (unsigned i = 0; i < 20; i++) {
+                ck_assert_int_eq(store_process(s), 0); /* the sync is held: nothing is done */
+                nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+        }
+        ck_assert_int_eq(gc_calls, 0);
+        __atomic_store_n(&sync_hold, 0, __ATOMIC_RELEASE);
+        gc_wait(s, 3);
+        for (int i = 0; i < 3; i++) {
+                ck_assert_int_eq(gc_order[i], i);
+                ck_assert_int_eq(gc_error[i], 0);
+        }
+        ck_assert_int_ge(__atomic_load_n(&sync_calls, __ATOMIC_ACQUIRE), 1);
+        ck_assert_uint_ge(stats(s).syncs, 1);
+        /* only denied hits: nothing journaled, answered at once */
+        h[0] = mkhit(RULE_A, "gc-z", 4, 1, 60);
+        ck_assert_int_eq(store_apply(s, &h[0], 1, T0), 0);
+        gc_submit(s, &h[1], "gc-z", 3);
+        ck_assert_int_eq(gc_calls, 4);
+        ck_assert_int_eq(gc_error[3], 0);
+        ck_assert(!h[1].allowed);
+        store_close(s);
+}
+END_TEST
+
+/* A failed sync completes the batches it covers with its error (the table counted them: an
+ * ERR answer may have been counted), and the next batch tries again. */
+START_TEST (test_group_commit_sync_failure) {
+        Store *s = open_always();
+        StoreHit h[3];
+
+        __atomic_store_n(&sync_fail, 1, __ATOMIC_RELEASE);
+        gc_submit(s, &h[0], "gc-f", 0);
+        gc_submit(s, &h[1], "gc-f", 1);
+        gc_wait(s, 2);
+        ck_assert_int_eq(gc_error[0], -EIO);
+        ck_assert_int_eq(gc_error[1], -EIO);
+        __atomic_store_n(&sync_fail, 0, __ATOMIC_RELEASE);
+        gc_submit(s, &h[2], "gc-f", 2);
+        ck_assert_uint_eq(h[2].credit, 2); /* conservative: the failed ones were counted */
+        gc_wait(s, 3);
+        ck_assert_int_eq(gc_order[2], 2);
+        ck_assert_int_eq(gc_error[2], 0);
+        store_close(s);
+}
+END_TEST
+
+/* store_close() completes every batch submitted, synced, and they survive a reopen. */
+START_TEST (test_group_commit_close_drains) {
+        Store *s = open_always();
+        StoreHit h[GC_MAX];
+        char actor[16];
+
+        for (int i = 0; i < GC_MAX; i++) {
+                snprintf(actor, sizeof actor, "gc-c%d", i % 2);
+                gc_submit(s, &h[i], actor, i);
+        }
+        store_close(s);
+        ck_assert_int_eq(gc_calls, GC_MAX);
+        for (int i = 0; i < GC_MAX; i++) {
+                ck_assert_int_eq(gc_order[i], i);
+                ck_assert_int_eq(gc_error[i], 0);
+        }
+        s = open_store();
+        ck_assert_int_eq(store_event_fd(s), -1);
+        expect_hit(s, RULE_A, "gc-c0", 5, 5, 60, T0, true, 0, 60); /* 4 of 5 were counted */
+        store_close(s);
+}
+END_TEST
+
+/* A rotation of the journal between batches (a checkpoint's, or a full segment) is synced
+ * by the next store_submit(): every batch completes, in order, across many segments. */
+static int rot_next;
+static void rot_done(void *userdata, int error) {
+        ck_assert_int_eq(error, 0);
+        ck_assert_int_eq((int) (intptr_t) userdata, rot_next);
+        rot_next++;
+}
+
+START_TEST (test_group_commit_rotations) {
+        Store *s = open_always();
+        enum { N = 4000, B = 100 }; /* 64 KiB segments: ~1300 records each */
+        static StoreHit h[N];
+        static char actor[N][16];
+
+        for (int i = 0; i < N; i++) {
+                snprintf(actor[i], sizeof actor[i], "gc-r%d", i);
+                h[i] = mkhit(RULE_A, actor[i], strlen(actor[i]), 5, 60);
+        }
+        rot_next = 0;
+        for (int i = 0; i < N / B; i++) {
+                ck_assert_int_eq(store_submit(s, h + i * B, B, T0, rot_done, (void *) (intptr_t) i), 0);
+                if (i == 10)
+                        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+                ck_assert_int_ge(store_process(s), 0);
+        }
+        store_close(s);
+        ck_assert_int_eq(rot_next, N / B);
+        ck_assert_uint_ge(__atomic_load_n(&sync_calls, __ATOMIC_ACQUIRE), 3);
+        ck_assert_uint_eq(stat_counters(s = open_store()), N);
+        store_close(s);
+}
+END_TEST
+
 static Suite *store_suite(void) {
         Suite *su = suite_create("store");
         TCase *tc = tcase_create("core");
@@ -1021,6 +1187,10 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_checkpoint_passes);
         tcase_add_test(tc, test_checkpoint_map_cap_retry);
         tcase_add_test(tc, test_submit_completes);
+        tcase_add_test(tc, test_group_commit_waits_for_sync);
+        tcase_add_test(tc, test_group_commit_sync_failure);
+        tcase_add_test(tc, test_group_commit_close_drains);
+        tcase_add_test(tc, test_group_commit_rotations);
         tcase_add_test(tc, test_open_errors);
         tcase_add_test(tc, test_dir_created);
         suite_add_tcase(su, tc);
