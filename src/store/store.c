@@ -36,8 +36,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "store-error.h"
@@ -78,6 +80,7 @@ typedef struct Job {
         uint64_t last_lsn;            /* of last_seq: what the checkpoint covers */
         uint64_t now_usec;
         size_t pass_records;
+        uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none. Atomic: store_close() may set it */
         /* out */
         int result;
         uint64_t duration_usec;
@@ -114,6 +117,9 @@ struct Store {
         uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
 
         uint64_t swept_total;
+        bool opened;         /* store_open() succeeded: store_close() may checkpoint */
+        uint64_t clock_usec; /* the latest wall clock store_maintain() or store_checkpoint() was
+                              * given (0: none): what store_close()'s checkpoint takes for now */
 };
 
 /* Writes the version-1 counter key of h to out; returns its length (<= STORE_KEY_MAX). The id
@@ -477,6 +483,12 @@ static int checkpoint_failure_reason(Job *j, int r) {
         return r;
 }
 
+static bool job_past_deadline(Job *j) {
+        uint64_t d = __atomic_load_n(&j->deadline_usec, __ATOMIC_RELAXED);
+
+        return d != 0 && clock_usec(CLOCK_MONOTONIC) >= d;
+}
+
 static int job_run(Job *j) {
         uint64_t after = checkpoint_journal_seq(j->checkpoint);
         Pass p = { .hi_max = UINT64_MAX, .limit = j->pass_records };
@@ -510,6 +522,12 @@ static int job_run(Job *j) {
         for (uint64_t k = 0; k < passes; k++) {
                 bool last = k + 1 == passes;
 
+                if (job_past_deadline(j)) {
+                        /* the passes written stay (checkpoint.h: safe), journal_seq does not move */
+                        set_error(j->error, sizeof j->error, "checkpoint stopped at its deadline");
+                        r = -ETIMEDOUT;
+                        break;
+                }
                 if (!have_first) {
                         /* slice k of the id space: [k * 2^64 / passes, (k + 1) * 2^64 / passes) */
                         p.hi_min = (uint64_t) (((unsigned __int128) k << 64) / passes);
@@ -543,6 +561,11 @@ static void *job_thread(void *userdata) {
         Job *j = userdata;
         uint64_t start = clock_usec(CLOCK_MONOTONIC);
 
+        /* Below the event loop: on 2 CPUs the checkpoint would otherwise take half of the
+         * loop's time whenever the clients keep the other busy. Linux's nice is per thread.
+         * Not SCHED_IDLE: a saturated machine must not starve it (the journal would grow
+         * without bound). Best effort. */
+        (void) setpriority(PRIO_PROCESS, (id_t) gettid(), STORE_CHECKPOINT_NICE);
         j->result = job_run(j);
         j->duration_usec = clock_usec(CLOCK_MONOTONIC) - start;
         /* The passes' buffer grew through sizes glibc keeps in this thread's arena after
@@ -597,7 +620,7 @@ static int job_reap(Store *s, bool wait) {
 
 /* Rotates the journal and starts a thread on its sealed segments. Returns 1 if started, 0 if
  * there is nothing to checkpoint, or -errno. */
-static int job_start(Store *s, uint64_t now_usec) {
+static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec) {
         uint64_t first, last, lsn;
         int r;
 
@@ -617,12 +640,29 @@ static int job_start(Store *s, uint64_t now_usec) {
                 .last_lsn = lsn,
                 .now_usec = now_usec,
                 .pass_records = s->opts.checkpoint_pass_records,
+                .deadline_usec = deadline_usec,
         };
         r = -pthread_create(&s->thread, NULL, job_thread, &s->job);
         if (r < 0)
                 return r;
         s->job_running = true;
         return 1;
+}
+
+/* Journal records that start a checkpoint: checkpoint_journal_max's worth if it was given;
+ * by default STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's, or STORE_CHECKPOINT_RECORDS_PER_COUNTER
+ * per live counter if that is more, up to STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT's. A checkpoint
+ * of many random counters rewrites most leaf pages of data.mdb whatever the number of records
+ * it covers, so what it writes per HIT falls as the journal it covers grows with the
+ * counters; the price is the replay after a crash (a clean stop checkpoints everything). */
+static uint64_t checkpoint_threshold(const Store *s) {
+        uint64_t min = STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT / WAL_RECORD_SIZE,
+                 cap = STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT / WAL_RECORD_SIZE, by_counters;
+
+        if (s->opts.checkpoint_journal_max > 0)
+                return (s->opts.checkpoint_journal_max + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
+        by_counters = (uint64_t) table_count(s->table) * STORE_CHECKPOINT_RECORDS_PER_COUNTER;
+        return by_counters < min ? min : by_counters > cap ? cap : by_counters;
 }
 
 /* Journal records not yet covered by a checkpoint. */
@@ -640,14 +680,16 @@ int store_maintain(Store *s, uint64_t now_usec) {
 
         if (!s)
                 return -EINVAL;
+        if (now_usec > s->clock_usec)
+                s->clock_usec = now_usec;
         reaped = job_reap(s, false);
         if (s->job_running)
                 return reaped;
         pending = journal_pending(s);
         if (pending > 0 && now >= s->retry_usec &&
-            (pending * WAL_RECORD_SIZE >= s->opts.checkpoint_journal_max ||
+            (pending >= checkpoint_threshold(s) ||
              now - s->last_checkpoint_usec >= s->opts.checkpoint_interval_usec)) {
-                r = job_start(s, now_usec);
+                r = job_start(s, now_usec, 0);
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
                                   wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
@@ -668,10 +710,12 @@ int store_checkpoint(Store *s, uint64_t now_usec) {
 
         if (!s)
                 return -EINVAL;
+        if (now_usec > s->clock_usec)
+                s->clock_usec = now_usec;
         (void) job_reap(s, true);
         if (journal_pending(s) == 0)
                 return 0;
-        r = job_start(s, now_usec);
+        r = job_start(s, now_usec, 0);
         if (r <= 0)
                 return r;
         (void) job_reap(s, true);
@@ -754,6 +798,8 @@ static int replay_record(const CounterRecord *r, const WalPosition *pos, void *u
 
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
         CheckpointStats cs;
+        WalStats ws;
+        Replay rp;
         Store *s;
         uint64_t now = opts && opts->now_usec ? opts->now_usec : clock_usec(CLOCK_REALTIME);
         int r;
@@ -782,14 +828,14 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 s->opts.map_size_max = s->opts.map_size;
         if (s->opts.sync_interval_usec == 0)
                 s->opts.sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC;
-        if (s->opts.checkpoint_journal_max == 0)
-                s->opts.checkpoint_journal_max = STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT;
         if (s->opts.checkpoint_interval_usec == 0)
                 s->opts.checkpoint_interval_usec = STORE_CHECKPOINT_INTERVAL_DEFAULT_USEC;
         if (s->opts.checkpoint_pass_records == 0)
                 s->opts.checkpoint_pass_records = STORE_CHECKPOINT_PASS_RECORDS_DEFAULT;
         if (s->opts.checkpoint_txn_records == 0)
                 s->opts.checkpoint_txn_records = STORE_CHECKPOINT_TXN_RECORDS_DEFAULT;
+        if (s->opts.close_checkpoint_usec == 0)
+                s->opts.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_DEFAULT_USEC;
 
         r = checkpoint_open(s->opts.path,
                             &(CheckpointOptions){ .map_size = s->opts.map_size,
@@ -827,8 +873,24 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                      &s->wal, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;
-        r = wal_replay(s->wal, s->covered_lsn, replay_record,
-                       &(Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 });
+        rp = (Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 };
+        r = wal_replay(s->wal, s->covered_lsn, replay_record, &rp);
+        if (r >= 0 && !rp.started) {
+                /* Nothing replayed (a clean stop checkpoints the whole journal): the journal's
+                 * next record must still be the one after the checkpoint's. */
+                r = wal_get_stats(s->wal, &ws);
+                if (r >= 0 && ws.next_lsn > s->covered_lsn + 1)
+                        r = -ESPIPE;
+                else if (r >= 0 && ws.next_lsn < s->covered_lsn + 1) {
+                        set_error(errbuf, errbuf_size,
+                                  "%s: the journal ends before data.mdb's checkpoint (record %" PRIu64
+                                  "): data.mdb and the wal-*.divvyd files are from different times; "
+                                  "restore them together, as copied while divvyd was stopped",
+                                  s->opts.path, s->covered_lsn);
+                        r = -EBADMSG;
+                        goto fail;
+                }
+        }
         if (r == -ESPIPE) {
                 set_error(errbuf, errbuf_size,
                           "%s: the journal does not go on where data.mdb's checkpoint stops (record %" PRIu64
@@ -847,6 +909,8 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         if (r < 0)
                 goto fail;
         s->last_checkpoint_usec = clock_usec(CLOCK_MONOTONIC);
+        s->opened = true;
+        s->clock_usec = now;
         *ret = s;
         return 0;
 
@@ -855,10 +919,32 @@ fail:
         return r;
 }
 
+/* The last checkpoint, at a clean stop: everything journaled, so that the next start loads
+ * data.mdb and replays (almost) nothing. Bounded by close_checkpoint_usec from now, a running
+ * checkpoint included; one stopped at its deadline leaves the journal to be replayed, as a
+ * crash would. */
+static void close_checkpoint(Store *s) {
+        uint64_t deadline = clock_usec(CLOCK_MONOTONIC) + s->opts.close_checkpoint_usec;
+
+        if (s->job_running)
+                __atomic_store_n(&s->job.deadline_usec, deadline, __ATOMIC_RELAXED);
+        (void) job_reap(s, true);
+        if (s->opts.close_checkpoint_usec == STORE_CLOSE_CHECKPOINT_OFF || journal_pending(s) == 0 ||
+            clock_usec(CLOCK_MONOTONIC) >= deadline)
+                return;
+        /* Not the clock now but the latest one the store was given: an older one only keeps
+         * expired counters for the next checkpoint (load skips them), a newer one than the hits
+         * were answered at (a caller's own clock, in tests) would drop live ones. */
+        if (job_start(s, s->clock_usec, deadline) > 0)
+                (void) job_reap(s, true);
+}
+
 Store *store_close(Store *s) {
         if (!s)
                 return NULL;
-        if (s->wal)
+        if (s->opened)
+                close_checkpoint(s);
+        else if (s->wal)
                 (void) job_reap(s, true);
         if (s->wal && s->opts.sync != STORE_SYNC_NONE)
                 (void) wal_sync(s->wal);

@@ -53,6 +53,19 @@
               * slots, so a step costs about 25 us of the event loop */
 #define STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT                                                                \
         (256ULL << 20) /* bytes of journal records since the last checkpoint that start one */
+#define STORE_CHECKPOINT_RECORDS_PER_COUNTER                                                                \
+        4 /* by default a checkpoint starts once the journal holds this many records per live               \
+           * counter, if that is more than STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT: at 10 million              \
+           * counters a checkpoint rewrites most of data.mdb's leaf pages however few records it            \
+           * covers, so it must cover many for the bytes written per HIT to stay low */
+#define STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT                                                                \
+        (4ULL << 30) /* bytes: ... but no more journal than this (the replay after a crash) */
+#define STORE_CHECKPOINT_NICE                                                                               \
+        10 /* nice of the checkpoint thread: the event loop first (weight 1024 against 110) */
+#define STORE_CLOSE_CHECKPOINT_DEFAULT_USEC                                                                 \
+        (10ULL * 1000ULL * 1000ULL)           /* 10 s: store_close()'s last checkpoint, within the unit's   \
+                                               * TimeoutStopSec=20s less 5 s for the clients */
+#define STORE_CLOSE_CHECKPOINT_OFF UINT64_MAX /* close_checkpoint_usec: no last checkpoint */
 #define STORE_CHECKPOINT_INTERVAL_DEFAULT_USEC                                                              \
         (300ULL * 1000ULL * 1000ULL) /* 5 min: a journal with any record this old starts a checkpoint */
 #define STORE_CHECKPOINT_RETRY_MIN_USEC                                                                     \
@@ -82,13 +95,15 @@ typedef struct StoreOptions {
         uint64_t map_size_max; /* its growth cap in bytes; 0 = default */
         StoreSync sync;
         uint64_t sync_interval_usec;         /* STORE_SYNC_PERIODIC; 0 = default */
-        uint64_t checkpoint_journal_max;     /* bytes; 0 = default */
+        uint64_t checkpoint_journal_max;     /* bytes; 0 = by the live counters (checkpoint_threshold()) */
         uint64_t checkpoint_interval_usec;   /* 0 = default */
         size_t checkpoint_pass_records;      /* 0 = default */
         size_t checkpoint_txn_records;       /* 0 = default */
         uint64_t journal_segment_size;       /* bytes; 0 = WAL_SEGMENT_SIZE_DEFAULT */
         int (*journal_allocate)(int, off_t); /* test hook, WalOptions.allocate; NULL: the disk */
         uint64_t now_usec; /* wall clock of store_open() (what is expired when loading); 0 = now */
+        uint64_t close_checkpoint_usec; /* store_close()'s last checkpoint may take this long; 0 =
+                                         * default; STORE_CLOSE_CHECKPOINT_OFF: none */
 } StoreOptions;
 
 /* One hit of a batch. The caller fills the inputs; store_apply() the outputs. */
@@ -134,8 +149,11 @@ typedef struct Store Store;
  * writes a sentence for the operator into errbuf (if non-NULL). */
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size);
 
-/* Waits for a running checkpoint (and releases what it covers), syncs the journal unless
- * sync=none, closes. Accepts NULL; returns NULL. */
+/* Checkpoints what the journal holds (a running checkpoint first), for at most
+ * close_checkpoint_usec: a clean stop leaves a checkpoint that covers the whole journal, and
+ * the next store_open() replays nothing. Past the deadline the checkpoint stops between two
+ * passes and the journal stays, to be replayed. Then syncs the journal unless sync=none and
+ * closes. Accepts NULL; returns NULL. */
 Store *store_close(Store *s);
 static inline void store_closep(Store **s) {
         if (*s)
@@ -180,7 +198,8 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
 /* The background checkpoint, from a periodic timer (never blocks on LMDB): reaps a finished
  * checkpoint (on success deletes the journal segments it covers; on failure keeps them and
  * retries after a backoff), starts one when none runs and the journal holds at least
- * checkpoint_journal_max bytes of records since the last, or any record older than
+ * checkpoint_journal_max bytes of records since the last (by default: 256 MiB, or
+ * STORE_CHECKPOINT_RECORDS_PER_COUNTER records per live counter up to 4 GiB), or any record older than
  * checkpoint_interval_usec, and otherwise preallocates the journal's next segment. Returns
  * 1 if a checkpoint finished (successfully or not: see store_get_stats()), 0 if not, or
  * -errno if one could not be started (the journal could not rotate). */
