@@ -91,7 +91,27 @@ struct Wal {
 static uint32_t crc_table[CRC32C_SLICES][256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* SSE 4.2's crc32 instruction computes the same CRC-32C, 8 bytes an instruction: a
+ * checkpoint re-reads its journal once per pass, and with the table the CRC was two thirds of
+ * the checkpoint thread's time (perf, 10 million counters). */
+static bool crc_hw; /* set by crc_table_init() */
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(const uint8_t *p, size_t n) {
+        uint64_t crc = ~0u;
+
+        for (; n >= 8; p += 8, n -= 8)
+                crc = __builtin_ia32_crc32di(crc, get_le64(p));
+        for (; n > 0; p++, n--)
+                crc = __builtin_ia32_crc32qi((uint32_t) crc, *p);
+        return ~(uint32_t) crc;
+}
+#endif
+
 static void crc_table_init(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+        crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
         for (uint32_t i = 0; i < 256; i++) {
                 uint32_t c = i;
 
@@ -111,6 +131,10 @@ static uint32_t crc32c(const void *data, size_t n) {
         const uint8_t *p = data;
         uint32_t crc = ~0u;
 
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (crc_hw)
+                return crc32c_hw(p, n);
+#endif
         for (; n >= 8; p += 8, n -= 8) {
                 uint32_t lo = get_le32(p) ^ crc, hi = get_le32(p + 4);
 
