@@ -620,7 +620,7 @@ static int job_reap(Store *s, bool wait) {
 
 /* Rotates the journal and starts a thread on its sealed segments. Returns 1 if started, 0 if
  * there is nothing to checkpoint, or -errno. */
-static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec) {
+static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t pass_records) {
         uint64_t first, last, lsn;
         int r;
 
@@ -639,7 +639,7 @@ static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec) {
                 .last_seq = last,
                 .last_lsn = lsn,
                 .now_usec = now_usec,
-                .pass_records = s->opts.checkpoint_pass_records,
+                .pass_records = pass_records > 0 ? pass_records : s->opts.checkpoint_pass_records,
                 .deadline_usec = deadline_usec,
         };
         r = -pthread_create(&s->thread, NULL, job_thread, &s->job);
@@ -689,7 +689,7 @@ int store_maintain(Store *s, uint64_t now_usec) {
         if (pending > 0 && now >= s->retry_usec &&
             (pending >= checkpoint_threshold(s) ||
              now - s->last_checkpoint_usec >= s->opts.checkpoint_interval_usec)) {
-                r = job_start(s, now_usec, 0);
+                r = job_start(s, now_usec, 0, 0);
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
                                   wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
@@ -715,7 +715,7 @@ int store_checkpoint(Store *s, uint64_t now_usec) {
         (void) job_reap(s, true);
         if (journal_pending(s) == 0)
                 return 0;
-        r = job_start(s, now_usec, 0);
+        r = job_start(s, now_usec, 0, 0);
         if (r <= 0)
                 return r;
         (void) job_reap(s, true);
@@ -935,7 +935,12 @@ static void close_checkpoint(Store *s) {
         /* Not the clock now but the latest one the store was given: an older one only keeps
          * expired counters for the next checkpoint (load skips them), a newer one than the hits
          * were answered at (a caller's own clock, in tests) would drop live ones. */
-        if (job_start(s, s->clock_usec, deadline) > 0)
+        /* Larger passes than while serving (each pass re-reads the whole journal): the
+         * memory is no longer the table's neighbour's, the time is bounded */
+        if (job_start(s, s->clock_usec, deadline,
+                      s->opts.checkpoint_pass_records > STORE_CLOSE_PASS_RECORDS
+                              ? s->opts.checkpoint_pass_records
+                              : STORE_CLOSE_PASS_RECORDS) > 0)
                 (void) job_reap(s, true);
 }
 

@@ -841,6 +841,40 @@ START_TEST (test_undo_on_journal_full) {
 }
 END_TEST
 
+/* A clean stop checkpoints the whole journal: the next open replays nothing, and the last
+ * state of every counter, journaled many times, is what the checkpoint holds. */
+START_TEST (test_close_checkpoints_journal) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        Store *s;
+        StoreStats st;
+
+        o.checkpoint_pass_records = 100; /* several passes, de-duplicated in each */
+        s = open_with(&o);
+        hit_many(s, "c-", 0, 1000, 3600, T0, 0);
+        hit_many(s, "c-", 0, 1000, 3600, T0, 0);
+        ck_assert_uint_eq(stats(s).commits, 0);
+        store_close(s);
+
+        s = open_with(&o);
+        st = stats(s);
+        ck_assert_uint_eq(st.checkpoint_counters, 1000);
+        ck_assert_uint_eq(st.journal_records, 0); /* nothing to replay */
+        ck_assert_uint_eq(stat_counters(s), 1000);
+        expect_hit(s, RULE_A, "c-7", 3, 5, 3600, T0, true, 2, 3600);
+        store_close(s);
+
+        /* switched off, the journal stays and is replayed */
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF;
+        s = open_with(&o);
+        hit_many(s, "d-", 0, 10, 3600, T0, 0);
+        store_close(s);
+        s = open_with(&o);
+        ck_assert_uint_gt(stats(s).journal_records, 0);
+        expect_hit(s, RULE_A, "d-3", 3, 5, 3600, T0, true, 3, 3600);
+        store_close(s);
+}
+END_TEST
+
 /* A checkpoint in several passes (one id range each) holds everything, and the journal it
  * covers is released. */
 START_TEST (test_checkpoint_passes) {
@@ -1019,6 +1053,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_id_key);
         tcase_add_test(tc, test_undo_on_journal_full);
         tcase_add_test(tc, test_checkpoint_passes);
+        tcase_add_test(tc, test_close_checkpoints_journal);
         tcase_add_test(tc, test_checkpoint_map_cap_retry);
         tcase_add_test(tc, test_submit_completes);
         tcase_add_test(tc, test_open_errors);
