@@ -458,10 +458,28 @@ static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userd
         return 0;
 }
 
-static int job_read(Job *j, Pass *p, uint64_t after_lsn) {
+/* Reads the job's segments whole (checking every record) into p; seg_records (may be NULL)
+ * gets the number of valid records of each. */
+static int job_read(Job *j, Pass *p, uint64_t after_lsn, uint64_t *seg_records) {
         for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
-                int r = wal_segment_read(j->dir, seq, after_lsn, pass_take, p, NULL, j->error,
+                WalSegmentInfo info;
+                int r = wal_segment_read(j->dir, seq, after_lsn, pass_take, p, &info, j->error,
                                          sizeof j->error);
+                if (r < 0)
+                        return r;
+                if (seg_records)
+                        seg_records[seq - j->first_seq] = info.records;
+        }
+        return 0;
+}
+
+/* Reads p's slice of the records job_read() found: the others are skipped unchecked, so that
+ * a pass costs the records of its slice, not every record of the journal again. */
+static int job_read_slice(Job *j, Pass *p, uint64_t after_lsn, const uint64_t *seg_records) {
+        for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
+                int r = wal_segment_read_slice(j->dir, seq, after_lsn, seg_records[seq - j->first_seq],
+                                               p->hi_min, p->hi_max, pass_take, p, j->error,
+                                               sizeof j->error);
                 if (r < 0)
                         return r;
         }
@@ -492,7 +510,7 @@ static bool job_past_deadline(Job *j) {
 static int job_run(Job *j) {
         uint64_t after = checkpoint_journal_seq(j->checkpoint);
         Pass p = { .hi_max = UINT64_MAX, .limit = j->pass_records };
-        uint64_t passes = 1;
+        uint64_t passes = 1, *seg_records = NULL;
         bool have_first;
         int r;
 
@@ -503,7 +521,7 @@ static int job_run(Job *j) {
                 if (r < 0)
                         goto finish;
         }
-        r = job_read(j, &p, after);
+        r = job_read(j, &p, after, NULL);
         have_first = r >= 0;
         if (r == -E2BIG) {
                 /* passes over slices of the id space, sized by the number of records */
@@ -512,7 +530,12 @@ static int job_run(Job *j) {
                             .slots = p.slots,
                             .slot_mask = p.slot_mask,
                             .count_only = true };
-                r = job_read(j, &p, after);
+                seg_records = calloc(j->last_seq - j->first_seq + 1, sizeof *seg_records);
+                if (!seg_records) {
+                        r = -ENOMEM;
+                        goto finish;
+                }
+                r = job_read(j, &p, after, seg_records);
                 if (r < 0)
                         goto finish;
                 passes = p.counted / j->pass_records + 2;
@@ -534,7 +557,7 @@ static int job_run(Job *j) {
                         p.hi_max = last ? UINT64_MAX
                                         : (uint64_t) (((unsigned __int128) (k + 1) << 64) / passes) - 1;
                         pass_reset(&p);
-                        r = job_read(j, &p, after);
+                        r = job_read_slice(j, &p, after, seg_records);
                         if (r < 0)
                                 break;
                 }
@@ -549,6 +572,7 @@ static int job_run(Job *j) {
                 }
         }
 finish:
+        free(seg_records);
         free(p.slots);
         free(p.records);
         if (r < 0)

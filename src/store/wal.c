@@ -268,9 +268,28 @@ static int parse_name(const char *name, uint64_t *ret_seq) {
 /* Reads the open segment fd (name: for messages), which must be segment seq: checks the
  * header, then calls cb for each valid record with lsn > after_lsn, stopping at the first
  * invalid one or after max_records. Fills *info. Returns 0, cb's negative return or -errno. */
+/* A slice of the id space: scan only the records whose id.hi is in [hi_min, hi_max]. */
+typedef struct Slice {
+        uint64_t hi_min, hi_max;
+} Slice;
+
+static int segment_scan_fd_slice(int fd, const char *name, uint64_t seq, uint64_t after_lsn,
+                                 uint64_t max_records, const Slice *slice, WalRecordFunc cb, void *userdata,
+                                 WalSegmentInfo *info, char *errbuf, size_t errbuf_size);
+
 static int segment_scan_fd(int fd, const char *name, uint64_t seq, uint64_t after_lsn, uint64_t max_records,
                            WalRecordFunc cb, void *userdata, WalSegmentInfo *info, char *errbuf,
                            size_t errbuf_size) {
+        return segment_scan_fd_slice(fd, name, seq, after_lsn, max_records, NULL, cb, userdata, info, errbuf,
+                                     errbuf_size);
+}
+
+/* With slice, records outside it are skipped unread (their CRC unchecked): only for records
+ * a scan without slice has already found valid, so a record in the slice that is not is an
+ * error, not the end. */
+static int segment_scan_fd_slice(int fd, const char *name, uint64_t seq, uint64_t after_lsn,
+                                 uint64_t max_records, const Slice *slice, WalRecordFunc cb, void *userdata,
+                                 WalSegmentInfo *info, char *errbuf, size_t errbuf_size) {
         uint64_t first_lsn, capacity, i;
         bool damaged = false;
         struct stat st;
@@ -303,6 +322,24 @@ static int segment_scan_fd(int fd, const char *name, uint64_t seq, uint64_t afte
                 WalPosition pos = { .seq = seq, .lsn = first_lsn + i };
                 CounterRecord rec;
 
+                if (slice) {
+                        uint64_t hi = get_le64(p + 16); /* the id's hi, read before the CRC */
+
+                        if (hi < slice->hi_min || hi > slice->hi_max || pos.lsn <= after_lsn)
+                                continue;
+                        if (!record_decode(p, pos.lsn, &rec)) {
+                                set_error(errbuf, errbuf_size,
+                                          "%s: record %" PRIu64 " was valid and is no longer: the journal "
+                                          "changed while it was read",
+                                          name, pos.lsn);
+                                r = -EBADMSG;
+                                break;
+                        }
+                        r = cb(&rec, &pos, userdata);
+                        if (r < 0)
+                                break;
+                        continue;
+                }
                 if (!record_decode(p, pos.lsn, &rec)) {
                         damaged = !all_zero(p, WAL_RECORD_SIZE);
                         break;
@@ -329,8 +366,28 @@ finish:
         return r;
 }
 
+static int segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t max_records,
+                        const Slice *slice, WalRecordFunc cb, void *userdata, WalSegmentInfo *ret_info,
+                        char *errbuf, size_t errbuf_size);
+
 int wal_segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, WalRecordFunc cb, void *userdata,
                      WalSegmentInfo *ret_info, char *errbuf, size_t errbuf_size) {
+        return segment_read(dir, seq, after_lsn, UINT64_MAX, NULL, cb, userdata, ret_info, errbuf,
+                            errbuf_size);
+}
+
+int wal_segment_read_slice(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t records,
+                           uint64_t hi_min, uint64_t hi_max, WalRecordFunc cb, void *userdata, char *errbuf,
+                           size_t errbuf_size) {
+        if (!cb)
+                return -EINVAL;
+        return segment_read(dir, seq, after_lsn, records, &(Slice){ .hi_min = hi_min, .hi_max = hi_max }, cb,
+                            userdata, NULL, errbuf, errbuf_size);
+}
+
+static int segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t max_records,
+                        const Slice *slice, WalRecordFunc cb, void *userdata, WalSegmentInfo *ret_info,
+                        char *errbuf, size_t errbuf_size) {
         char name[WAL_SEGMENT_NAME_MAX], path[PATH_MAX];
         WalSegmentInfo info;
         int fd, r;
@@ -347,7 +404,8 @@ int wal_segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, WalRecor
                 set_error(errbuf, errbuf_size, "cannot open %s: %s", path, strerror(-r));
                 return r;
         }
-        r = segment_scan_fd(fd, path, seq, after_lsn, UINT64_MAX, cb, userdata, &info, errbuf, errbuf_size);
+        r = segment_scan_fd_slice(fd, path, seq, after_lsn, max_records, slice, cb, userdata, &info, errbuf,
+                                  errbuf_size);
         close(fd);
         if (r >= 0 && ret_info)
                 *ret_info = info;
