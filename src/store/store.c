@@ -675,17 +675,18 @@ static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t
 
 /* Journal records that start a checkpoint: checkpoint_journal_max's worth if it was given;
  * by default STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's, or STORE_CHECKPOINT_RECORDS_PER_COUNTER
- * per live counter if that is more, up to STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT's. A checkpoint
- * of many random counters rewrites most leaf pages of data.mdb whatever the number of records
- * it covers, so what it writes per HIT falls as the journal it covers grows with the
- * counters; the price is the replay after a crash (a clean stop checkpoints everything). */
+ * per counter of data.mdb if that is more, up to STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT's. A
+ * checkpoint of changes spread over many counters rewrites most leaf pages of data.mdb
+ * whatever the number of records it covers, so what it writes per HIT falls as the journal
+ * it covers grows with data.mdb. data.mdb's counters, not the table's: while counters are
+ * new (a pre-fill), checkpoints stay frequent and cheap, and store_close()'s last one small. */
 static uint64_t checkpoint_threshold(const Store *s) {
         uint64_t min = STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT / WAL_RECORD_SIZE,
                  cap = STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT / WAL_RECORD_SIZE, by_counters;
 
         if (s->opts.checkpoint_journal_max > 0)
                 return (s->opts.checkpoint_journal_max + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
-        by_counters = (uint64_t) table_count(s->table) * STORE_CHECKPOINT_RECORDS_PER_COUNTER;
+        by_counters = s->ckpt_stats.counters * STORE_CHECKPOINT_RECORDS_PER_COUNTER;
         return by_counters < min ? min : by_counters > cap ? cap : by_counters;
 }
 

@@ -54,12 +54,13 @@
 #define STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT                                                                \
         (256ULL << 20) /* bytes of journal records since the last checkpoint that start one */
 #define STORE_CHECKPOINT_RECORDS_PER_COUNTER                                                                \
-        0 /* records per live counter that start a checkpoint if more than                                  \
-           * STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's (0: off). Off for now: at 10 million counters 2 or      \
-           * 4 left no checkpoint during a pre-fill, and store_close()'s last one of 10 million new         \
-           * counters did not finish in its 10 s, so the restart replayed everything */
+        2 /* by default a checkpoint starts once the journal holds this many records per counter            \
+           * of data.mdb, if that is more than STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's: at 10 million        \
+           * counters a checkpoint rewrites most leaf pages (about 600 MB) however few records it           \
+           * covers; 2 keeps that near 30 bytes per HIT, and store_close()'s last checkpoint of             \
+           * 20 million records within its 10 s (measured: see README, Performance) */
 #define STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT                                                                \
-        (4ULL << 30) /* bytes: ... but no more journal than this (the replay after a crash) */
+        (2ULL << 30) /* bytes: ... but no more journal than this (the replay after a crash) */
 #define STORE_CHECKPOINT_NICE                                                                               \
         10 /* nice of the checkpoint thread: the event loop first (weight 1024 against 110) */
 #define STORE_CLOSE_CHECKPOINT_DEFAULT_USEC                                                                 \
@@ -202,10 +203,10 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
  * checkpoint (on success deletes the journal segments it covers; on failure keeps them and
  * retries after a backoff), starts one when none runs and the journal holds at least
  * checkpoint_journal_max bytes of records since the last (by default: 256 MiB, or
- * STORE_CHECKPOINT_RECORDS_PER_COUNTER records per live counter up to 4 GiB), or any record older than
- * checkpoint_interval_usec, and otherwise preallocates the journal's next segment. Returns
- * 1 if a checkpoint finished (successfully or not: see store_get_stats()), 0 if not, or
- * -errno if one could not be started (the journal could not rotate). */
+ * STORE_CHECKPOINT_RECORDS_PER_COUNTER records per counter of data.mdb, up to 2 GiB), or any record older
+ * than checkpoint_interval_usec, and otherwise preallocates the journal's next segment. Returns 1 if a
+ * checkpoint finished (successfully or not: see store_get_stats()), 0 if not, or -errno if one could not be
+ * started (the journal could not rotate). */
 int store_maintain(Store *s, uint64_t now_usec);
 
 /* Checkpoints everything journaled so far and waits for it (tests, tools): starts a

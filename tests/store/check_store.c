@@ -895,6 +895,19 @@ START_TEST (test_close_checkpoints_journal) {
         expect_hit(s, RULE_A, "c-7", 3, 5, 3600, T0, true, 2, 3600);
         store_close(s);
 
+        /* past its deadline the last checkpoint stops (or never starts): the journal stays,
+         * and the replay still has every hit */
+        o.close_checkpoint_usec = 1;
+        s = open_with(&o);
+        hit_many(s, "e-", 0, 5000, 3600, T0, 0);
+        store_close(s);
+        o.close_checkpoint_usec = 0;
+        s = open_with(&o);
+        ck_assert_uint_gt(stats(s).journal_records, 0);
+        ck_assert_uint_eq(stat_counters(s), 6000);
+        expect_hit(s, RULE_A, "e-4999", 6, 5, 3600, T0, true, 3, 3600);
+        store_close(s);
+
         /* switched off, the journal stays and is replayed */
         o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF;
         s = open_with(&o);
@@ -903,6 +916,7 @@ START_TEST (test_close_checkpoints_journal) {
         s = open_with(&o);
         ck_assert_uint_gt(stats(s).journal_records, 0);
         expect_hit(s, RULE_A, "d-3", 3, 5, 3600, T0, true, 3, 3600);
+        ck_assert_uint_eq(stat_counters(s), 6010);
         store_close(s);
 }
 END_TEST
