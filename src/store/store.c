@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,6 +84,7 @@ typedef struct Job {
         uint64_t last_lsn;            /* of last_seq: what the checkpoint covers */
         uint64_t now_usec;
         size_t pass_records;
+        uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none. Atomic: store_close() may set it */
         /* out */
         int result;
         uint64_t duration_usec;
@@ -148,6 +150,9 @@ struct Store {
         uint64_t commit_syncs; /* successful syncs of the thread */
         Pending *pending;      /* FIFO ring, in lsn order */
         size_t pending_head, pending_n, pending_cap;
+        bool opened;         /* store_open() succeeded: store_close() may checkpoint */
+        uint64_t clock_usec; /* the latest wall clock store_maintain() or store_checkpoint() was
+                              * given (0: none): what store_close()'s checkpoint takes for now */
 };
 
 /* Writes the version-1 counter key of h to out; returns its length (<= STORE_KEY_MAX). The id
@@ -837,10 +842,28 @@ static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userd
         return 0;
 }
 
-static int job_read(Job *j, Pass *p, uint64_t after_lsn) {
+/* Reads the job's segments whole (checking every record) into p; seg_records (may be NULL)
+ * gets the number of valid records of each. */
+static int job_read(Job *j, Pass *p, uint64_t after_lsn, uint64_t *seg_records) {
         for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
-                int r = wal_segment_read(j->dir, seq, after_lsn, pass_take, p, NULL, j->error,
+                WalSegmentInfo info;
+                int r = wal_segment_read(j->dir, seq, after_lsn, pass_take, p, &info, j->error,
                                          sizeof j->error);
+                if (r < 0)
+                        return r;
+                if (seg_records)
+                        seg_records[seq - j->first_seq] = info.records;
+        }
+        return 0;
+}
+
+/* Reads p's slice of the records job_read() found: the others are skipped unchecked, so that
+ * a pass costs the records of its slice, not every record of the journal again. */
+static int job_read_slice(Job *j, Pass *p, uint64_t after_lsn, const uint64_t *seg_records) {
+        for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
+                int r = wal_segment_read_slice(j->dir, seq, after_lsn, seg_records[seq - j->first_seq],
+                                               p->hi_min, p->hi_max, pass_take, p, j->error,
+                                               sizeof j->error);
                 if (r < 0)
                         return r;
         }
@@ -862,10 +885,16 @@ static int checkpoint_failure_reason(Job *j, int r) {
         return r;
 }
 
+static bool job_past_deadline(Job *j) {
+        uint64_t d = __atomic_load_n(&j->deadline_usec, __ATOMIC_RELAXED);
+
+        return d != 0 && clock_usec(CLOCK_MONOTONIC) >= d;
+}
+
 static int job_run(Job *j) {
         uint64_t after = checkpoint_journal_seq(j->checkpoint);
         Pass p = { .hi_max = UINT64_MAX, .limit = j->pass_records };
-        uint64_t passes = 1;
+        uint64_t passes = 1, *seg_records = NULL;
         bool have_first;
         int r;
 
@@ -876,7 +905,7 @@ static int job_run(Job *j) {
                 if (r < 0)
                         goto finish;
         }
-        r = job_read(j, &p, after);
+        r = job_read(j, &p, after, NULL);
         have_first = r >= 0;
         if (r == -E2BIG) {
                 /* passes over slices of the id space, sized by the number of records */
@@ -885,7 +914,12 @@ static int job_run(Job *j) {
                             .slots = p.slots,
                             .slot_mask = p.slot_mask,
                             .count_only = true };
-                r = job_read(j, &p, after);
+                seg_records = calloc(j->last_seq - j->first_seq + 1, sizeof *seg_records);
+                if (!seg_records) {
+                        r = -ENOMEM;
+                        goto finish;
+                }
+                r = job_read(j, &p, after, seg_records);
                 if (r < 0)
                         goto finish;
                 passes = p.counted / j->pass_records + 2;
@@ -895,13 +929,19 @@ static int job_run(Job *j) {
         for (uint64_t k = 0; k < passes; k++) {
                 bool last = k + 1 == passes;
 
+                if (job_past_deadline(j)) {
+                        /* the passes written stay (checkpoint.h: safe), journal_seq does not move */
+                        set_error(j->error, sizeof j->error, "checkpoint stopped at its deadline");
+                        r = -ETIMEDOUT;
+                        break;
+                }
                 if (!have_first) {
                         /* slice k of the id space: [k * 2^64 / passes, (k + 1) * 2^64 / passes) */
                         p.hi_min = (uint64_t) (((unsigned __int128) k << 64) / passes);
                         p.hi_max = last ? UINT64_MAX
                                         : (uint64_t) (((unsigned __int128) (k + 1) << 64) / passes) - 1;
                         pass_reset(&p);
-                        r = job_read(j, &p, after);
+                        r = job_read_slice(j, &p, after, seg_records);
                         if (r < 0)
                                 break;
                 }
@@ -916,6 +956,7 @@ static int job_run(Job *j) {
                 }
         }
 finish:
+        free(seg_records);
         free(p.slots);
         free(p.records);
         if (r < 0)
@@ -928,6 +969,11 @@ static void *job_thread(void *userdata) {
         Job *j = userdata;
         uint64_t start = clock_usec(CLOCK_MONOTONIC);
 
+        /* Below the event loop: on 2 CPUs the checkpoint would otherwise take half of the
+         * loop's time whenever the clients keep the other busy. Linux's nice is per thread.
+         * Not SCHED_IDLE: a saturated machine must not starve it (the journal would grow
+         * without bound). Best effort. */
+        (void) setpriority(PRIO_PROCESS, (id_t) gettid(), STORE_CHECKPOINT_NICE);
         j->result = job_run(j);
         j->duration_usec = clock_usec(CLOCK_MONOTONIC) - start;
         /* The passes' buffer grew through sizes glibc keeps in this thread's arena after
@@ -982,7 +1028,7 @@ static int job_reap(Store *s, bool wait) {
 
 /* Rotates the journal and starts a thread on its sealed segments. Returns 1 if started, 0 if
  * there is nothing to checkpoint, or -errno. */
-static int job_start(Store *s, uint64_t now_usec) {
+static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t pass_records) {
         uint64_t first, last, lsn;
         int r;
 
@@ -1001,13 +1047,31 @@ static int job_start(Store *s, uint64_t now_usec) {
                 .last_seq = last,
                 .last_lsn = lsn,
                 .now_usec = now_usec,
-                .pass_records = s->opts.checkpoint_pass_records,
+                .pass_records = pass_records > 0 ? pass_records : s->opts.checkpoint_pass_records,
+                .deadline_usec = deadline_usec,
         };
         r = -pthread_create(&s->thread, NULL, job_thread, &s->job);
         if (r < 0)
                 return r;
         s->job_running = true;
         return 1;
+}
+
+/* Journal records that start a checkpoint: checkpoint_journal_max's worth if it was given;
+ * by default STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's, or STORE_CHECKPOINT_RECORDS_PER_COUNTER
+ * per counter of data.mdb if that is more, up to STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT's. A
+ * checkpoint of changes spread over many counters rewrites most leaf pages of data.mdb
+ * whatever the number of records it covers, so what it writes per HIT falls as the journal
+ * it covers grows with data.mdb. data.mdb's counters, not the table's: while counters are
+ * new (a pre-fill), checkpoints stay frequent and cheap, and store_close()'s last one small. */
+static uint64_t checkpoint_threshold(const Store *s) {
+        uint64_t min = STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT / WAL_RECORD_SIZE,
+                 cap = STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT / WAL_RECORD_SIZE, by_counters;
+
+        if (s->opts.checkpoint_journal_max > 0)
+                return (s->opts.checkpoint_journal_max + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
+        by_counters = s->ckpt_stats.counters * STORE_CHECKPOINT_RECORDS_PER_COUNTER;
+        return by_counters < min ? min : by_counters > cap ? cap : by_counters;
 }
 
 /* Journal records not yet covered by a checkpoint. */
@@ -1025,14 +1089,16 @@ int store_maintain(Store *s, uint64_t now_usec) {
 
         if (!s)
                 return -EINVAL;
+        if (now_usec > s->clock_usec)
+                s->clock_usec = now_usec;
         reaped = job_reap(s, false);
         if (s->job_running)
                 return reaped;
         pending = journal_pending(s);
         if (pending > 0 && now >= s->retry_usec &&
-            (pending * WAL_RECORD_SIZE >= s->opts.checkpoint_journal_max ||
+            (pending >= checkpoint_threshold(s) ||
              now - s->last_checkpoint_usec >= s->opts.checkpoint_interval_usec)) {
-                r = job_start(s, now_usec);
+                r = job_start(s, now_usec, 0, 0);
                 commit_refresh(s);
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
@@ -1054,10 +1120,12 @@ int store_checkpoint(Store *s, uint64_t now_usec) {
 
         if (!s)
                 return -EINVAL;
+        if (now_usec > s->clock_usec)
+                s->clock_usec = now_usec;
         (void) job_reap(s, true);
         if (journal_pending(s) == 0)
                 return 0;
-        r = job_start(s, now_usec);
+        r = job_start(s, now_usec, 0, 0);
         commit_refresh(s);
         if (r <= 0)
                 return r;
@@ -1141,6 +1209,8 @@ static int replay_record(const CounterRecord *r, const WalPosition *pos, void *u
 
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
         CheckpointStats cs;
+        WalStats ws;
+        Replay rp;
         Store *s;
         uint64_t now = opts && opts->now_usec ? opts->now_usec : clock_usec(CLOCK_REALTIME);
         int r;
@@ -1170,14 +1240,14 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 s->opts.map_size_max = s->opts.map_size;
         if (s->opts.sync_interval_usec == 0)
                 s->opts.sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC;
-        if (s->opts.checkpoint_journal_max == 0)
-                s->opts.checkpoint_journal_max = STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT;
         if (s->opts.checkpoint_interval_usec == 0)
                 s->opts.checkpoint_interval_usec = STORE_CHECKPOINT_INTERVAL_DEFAULT_USEC;
         if (s->opts.checkpoint_pass_records == 0)
                 s->opts.checkpoint_pass_records = STORE_CHECKPOINT_PASS_RECORDS_DEFAULT;
         if (s->opts.checkpoint_txn_records == 0)
                 s->opts.checkpoint_txn_records = STORE_CHECKPOINT_TXN_RECORDS_DEFAULT;
+        if (s->opts.close_checkpoint_usec == 0)
+                s->opts.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_DEFAULT_USEC;
 
         r = checkpoint_open(s->opts.path,
                             &(CheckpointOptions){ .map_size = s->opts.map_size,
@@ -1215,8 +1285,24 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                      &s->wal, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;
-        r = wal_replay(s->wal, s->covered_lsn, replay_record,
-                       &(Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 });
+        rp = (Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 };
+        r = wal_replay(s->wal, s->covered_lsn, replay_record, &rp);
+        if (r >= 0 && !rp.started) {
+                /* Nothing replayed (a clean stop checkpoints the whole journal): the journal's
+                 * next record must still be the one after the checkpoint's. */
+                r = wal_get_stats(s->wal, &ws);
+                if (r >= 0 && ws.next_lsn > s->covered_lsn + 1)
+                        r = -ESPIPE;
+                else if (r >= 0 && ws.next_lsn < s->covered_lsn + 1) {
+                        set_error(errbuf, errbuf_size,
+                                  "%s: the journal ends before data.mdb's checkpoint (record %" PRIu64
+                                  "): data.mdb and the wal-*.divvyd files are from different times; "
+                                  "restore them together, as copied while divvyd was stopped",
+                                  s->opts.path, s->covered_lsn);
+                        r = -EBADMSG;
+                        goto fail;
+                }
+        }
         if (r == -ESPIPE) {
                 set_error(errbuf, errbuf_size,
                           "%s: the journal does not go on where data.mdb's checkpoint stops (record %" PRIu64
@@ -1243,6 +1329,8 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 }
         }
         s->last_checkpoint_usec = clock_usec(CLOCK_MONOTONIC);
+        s->opened = true;
+        s->clock_usec = now;
         *ret = s;
         return 0;
 
@@ -1251,11 +1339,38 @@ fail:
         return r;
 }
 
+/* The last checkpoint, at a clean stop: everything journaled, so that the next start loads
+ * data.mdb and replays (almost) nothing. Bounded by close_checkpoint_usec from now, a running
+ * checkpoint included; one stopped at its deadline leaves the journal to be replayed, as a
+ * crash would. */
+static void close_checkpoint(Store *s) {
+        uint64_t deadline = clock_usec(CLOCK_MONOTONIC) + s->opts.close_checkpoint_usec;
+
+        if (s->job_running)
+                __atomic_store_n(&s->job.deadline_usec, deadline, __ATOMIC_RELAXED);
+        (void) job_reap(s, true);
+        if (s->opts.close_checkpoint_usec == STORE_CLOSE_CHECKPOINT_OFF || journal_pending(s) == 0 ||
+            clock_usec(CLOCK_MONOTONIC) >= deadline)
+                return;
+        /* Not the clock now but the latest one the store was given: an older one only keeps
+         * expired counters for the next checkpoint (load skips them), a newer one than the hits
+         * were answered at (a caller's own clock, in tests) would drop live ones. */
+        /* Larger passes than while serving (each pass re-reads the whole journal): the
+         * memory is no longer the table's neighbour's, the time is bounded */
+        if (job_start(s, s->clock_usec, deadline,
+                      s->opts.checkpoint_pass_records > STORE_CLOSE_PASS_RECORDS
+                              ? s->opts.checkpoint_pass_records
+                              : STORE_CLOSE_PASS_RECORDS) > 0)
+                (void) job_reap(s, true);
+}
+
 Store *store_close(Store *s) {
         if (!s)
                 return NULL;
         commit_stop(s); /* every batch submitted is completed */
-        if (s->wal)
+        if (s->opened)
+                close_checkpoint(s);
+        else if (s->wal)
                 (void) job_reap(s, true);
         if (s->wal && s->opts.sync != STORE_SYNC_NONE)
                 (void) wal_sync(s->wal);

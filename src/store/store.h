@@ -69,6 +69,23 @@
               * slots, so a step costs about 25 us of the event loop */
 #define STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT                                                                \
         (256ULL << 20) /* bytes of journal records since the last checkpoint that start one */
+#define STORE_CHECKPOINT_RECORDS_PER_COUNTER                                                                \
+        2 /* by default a checkpoint starts once the journal holds this many records per counter            \
+           * of data.mdb, if that is more than STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's: at 10 million        \
+           * counters a checkpoint rewrites most leaf pages (about 600 MB) however few records it           \
+           * covers; 2 keeps that near 30 bytes per HIT, and store_close()'s last checkpoint of             \
+           * 20 million records within its 10 s (measured: see README, Performance) */
+#define STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT                                                                \
+        (2ULL << 30) /* bytes: ... but no more journal than this (the replay after a crash) */
+#define STORE_CHECKPOINT_NICE                                                                               \
+        10 /* nice of the checkpoint thread: the event loop first (weight 1024 against 110) */
+#define STORE_CLOSE_CHECKPOINT_DEFAULT_USEC                                                                 \
+        (10ULL * 1000ULL * 1000ULL) /* 10 s: store_close()'s last checkpoint, within the unit's             \
+                                     * TimeoutStopSec=20s less 5 s for the clients */
+#define STORE_CLOSE_PASS_RECORDS                                                                            \
+        (1U << 22) /* records a pass of store_close()'s checkpoint holds (about 270 MB for a moment,        \
+                    * instead of 8 times as many passes over the journal) */
+#define STORE_CLOSE_CHECKPOINT_OFF UINT64_MAX /* close_checkpoint_usec: no last checkpoint */
 #define STORE_CHECKPOINT_INTERVAL_DEFAULT_USEC                                                              \
         (300ULL * 1000ULL * 1000ULL) /* 5 min: a journal with any record this old starts a checkpoint */
 #define STORE_CHECKPOINT_RETRY_MIN_USEC                                                                     \
@@ -76,10 +93,11 @@
                              */
 #define STORE_CHECKPOINT_RETRY_MAX_USEC (60ULL * 1000ULL * 1000ULL) /* ... up to 1 min */
 #define STORE_CHECKPOINT_PASS_RECORDS_DEFAULT                                                               \
-        (1U << 19) /* journal records a checkpoint pass holds in memory (20 MB, and as much again           \
+        (1U << 18) /* journal records a checkpoint pass holds in memory (10 MB, and as much again           \
                     * to sort them): a larger journal is checkpointed in several passes, each over          \
-                    * one range of ids; measured at 10 million counters, 1 << 20 left RssAnon 7 bytes       \
-                    * per counter higher while a checkpoint ran */
+                    * one range of ids (cheap: a pass skips the others' records unchecked); measured        \
+                    * at 10 million counters just after a pre-fill, with a checkpoint running, RssAnon      \
+                    * 570 MiB against 608 with 1 << 19 (the table alone: 561) */
 #define STORE_CHECKPOINT_TXN_RECORDS_DEFAULT                                                                \
         65536 /* records per LMDB transaction of a checkpoint (checkpoint.h: chunked; about 58              \
                * bytes of data.mdb a counter instead of 140 in one transaction) */
@@ -98,7 +116,7 @@ typedef struct StoreOptions {
         uint64_t map_size_max; /* its growth cap in bytes; 0 = default */
         StoreSync sync;
         uint64_t sync_interval_usec;         /* STORE_SYNC_PERIODIC; 0 = default */
-        uint64_t checkpoint_journal_max;     /* bytes; 0 = default */
+        uint64_t checkpoint_journal_max;     /* bytes; 0 = by the live counters (checkpoint_threshold()) */
         uint64_t checkpoint_interval_usec;   /* 0 = default */
         size_t checkpoint_pass_records;      /* 0 = default */
         size_t checkpoint_txn_records;       /* 0 = default */
@@ -109,6 +127,8 @@ typedef struct StoreOptions {
          * segment from store_submit()); returns 0 or -errno. NULL: fdatasync(). */
         int (*journal_sync)(int fd);
         uint64_t now_usec; /* wall clock of store_open() (what is expired when loading); 0 = now */
+        uint64_t close_checkpoint_usec; /* store_close()'s last checkpoint may take this long; 0 =
+                                         * default; STORE_CLOSE_CHECKPOINT_OFF: none */
 } StoreOptions;
 
 /* What a hit does to its counter (issue #15's verbs; core/algorithm.h has the arithmetic). */
@@ -180,8 +200,11 @@ typedef struct Store Store;
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size);
 
 /* Completes every batch submitted (sync=always: waits for the sync thread's last sync and
- * calls their done callbacks), waits for a running checkpoint (and releases what it covers),
- * syncs the journal unless sync=none, closes. Accepts NULL; returns NULL. */
+ * calls their done callbacks); then checkpoints what the journal holds (a running checkpoint
+ * first), for at most close_checkpoint_usec: a clean stop leaves a checkpoint that covers the
+ * whole journal, and the next store_open() replays nothing. Past the deadline the checkpoint
+ * stops between two passes and the journal stays, to be replayed. Then syncs the journal
+ * unless sync=none and closes. Accepts NULL; returns NULL. */
 Store *store_close(Store *s);
 static inline void store_closep(Store **s) {
         if (*s)
@@ -239,10 +262,11 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
 /* The background checkpoint, from a periodic timer (never blocks on LMDB): reaps a finished
  * checkpoint (on success deletes the journal segments it covers; on failure keeps them and
  * retries after a backoff), starts one when none runs and the journal holds at least
- * checkpoint_journal_max bytes of records since the last, or any record older than
- * checkpoint_interval_usec, and otherwise preallocates the journal's next segment. Returns
- * 1 if a checkpoint finished (successfully or not: see store_get_stats()), 0 if not, or
- * -errno if one could not be started (the journal could not rotate). */
+ * checkpoint_journal_max bytes of records since the last (by default: 256 MiB, or
+ * STORE_CHECKPOINT_RECORDS_PER_COUNTER records per counter of data.mdb, up to 2 GiB), or any record older
+ * than checkpoint_interval_usec, and otherwise preallocates the journal's next segment. Returns 1 if a
+ * checkpoint finished (successfully or not: see store_get_stats()), 0 if not, or -errno if one could not be
+ * started (the journal could not rotate). */
 int store_maintain(Store *s, uint64_t now_usec);
 
 /* Checkpoints everything journaled so far and waits for it (tests, tools): starts a

@@ -213,6 +213,15 @@ const char *wal_error(const Wal *w);
 int wal_segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, WalRecordFunc cb, void *userdata,
                      WalSegmentInfo *ret_info, char *errbuf, size_t errbuf_size);
 
+/* For the passes of a checkpoint over records wal_segment_read() found valid: reads the first
+ * `records` records of segment seq and calls cb for those with lsn > after_lsn whose id.hi is
+ * in [hi_min, hi_max], checking the CRC of those only (the others cost a load of 8 bytes).
+ * Returns 0, cb's negative return, -EBADMSG if a record of the slice is not valid (the
+ * segment changed since), or -errno. */
+int wal_segment_read_slice(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t records,
+                           uint64_t hi_min, uint64_t hi_max, WalRecordFunc cb, void *userdata, char *errbuf,
+                           size_t errbuf_size);
+
 /* The file name of segment seq ("wal-00000000000000a3.divvyd"), for messages and tests. */
 #define WAL_SEGMENT_NAME_MAX 32 /* bytes: "wal-" + 16 + ".divvyd.new" + NUL, rounded up */
 const char *wal_segment_name(uint64_t seq, char buf[static WAL_SEGMENT_NAME_MAX]);

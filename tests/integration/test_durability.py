@@ -610,13 +610,18 @@ class Restart(_Counters, harness.DaemonTestCase):
         self.assertEqual(d.stop(), 0)
         notes = [line for line in d.note_lines() if line.startswith("STATUS=Serving")]
         self.assertTrue(notes and notes[-1].endswith("no checkpoint since start"), notes[-1:])
-        # No checkpoint: the clean stop leaves the journal, and the counters are all in it.
-        self.assertEqual(set(journal) - set(segments(db)), set(), "segments deleted without a checkpoint")
+        # No checkpoint while serving; the clean stop checkpoints the whole journal: every
+        # segment it held is deleted, and the restart replays nothing.
         self.assertGreater(len(journal), 4)
+        self.assertEqual(set(journal) & set(segments(db)), set(), "segments left after the last checkpoint")
 
         d2 = self.start_daemon(config, listen=("unix",), db=db, args=seg + NEVER)
-        self._expect(d2, hits, "restart from the journal alone")
-        self.assertEqual(d2.stop(), 0)
+        self._expect(d2, hits, "restart from the checkpoint written at the stop")
+        # A kill leaves the journal: the restart replays it.
+        self.assertEqual(d2.stop(signal.SIGKILL), -signal.SIGKILL)
+        d2 = self.start_daemon(config, listen=("unix",), db=db, args=seg + NEVER)
+        self._expect(d2, hits, "restart from the journal after a kill")
+        self.assertEqual(d2.stop(signal.SIGKILL), -signal.SIGKILL)
 
         # Checkpoints on: once one ran, the journal it covers is deleted.
         before = segments(db)
@@ -632,8 +637,9 @@ class Restart(_Counters, harness.DaemonTestCase):
         d4 = self.start_daemon(config, listen=("unix",), db=db, args=seg + NEVER)
         self._expect(d4, hits, "restart from the checkpoint")
         self.assertEqual(d4.stop(), 0)
-        report("clean-restart", "%d counters (%d hits) survived a SIGTERM restart from %d journal "
-               "segments alone, and one after a checkpoint left %d segments (%d KiB -> %d KiB)" %
+        report("clean-restart", "%d counters (%d hits) survived a SIGTERM restart after the last "
+               "checkpoint of %d journal segments at the stop, a SIGKILL restart from the journal, and one "
+               "after a checkpoint left %d segments (%d KiB -> %d KiB)" %
                (len(hits), sum(hits.values()), len(journal), len(after), sum(before.values()) >> 10,
                 sum(after.values()) >> 10))
 

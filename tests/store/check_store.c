@@ -855,6 +855,86 @@ START_TEST (test_undo_on_journal_full) {
 }
 END_TEST
 
+/* A checkpoint of more counters than a pass holds (at least 4096: a pass never holds fewer)
+ * reads the journal in slices of the id space: every counter lands in data.mdb once, with
+ * the newest of its three journaled states. */
+START_TEST (test_checkpoint_slices_newest) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        Store *s;
+        StoreStats st;
+
+        o.checkpoint_pass_records = 1000;
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF;
+        s = open_with(&o);
+        for (int k = 0; k < 3; k++)
+                hit_many(s, "sl-", 0, 6000, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        st = stats(s);
+        ck_assert_uint_eq(st.checkpoint_counters, 6000);
+        ck_assert_uint_eq(st.journal_segments, 1); /* the journal released */
+        store_close(s);
+
+        s = open_with(&o);
+        ck_assert_uint_eq(stats(s).journal_records, 0);
+        ck_assert_uint_eq(stat_counters(s), 6000);
+        for (unsigned i = 0; i < 6000; i += 599) {
+                char key[16];
+
+                snprintf(key, sizeof key, "sl-%u", i);
+                expect_hit(s, RULE_A, key, strlen(key), 5, 3600, T0, true, 1, 3600); /* 4th hit of 5 */
+        }
+        store_close(s);
+}
+END_TEST
+
+/* A clean stop checkpoints the whole journal: the next open replays nothing, and the last
+ * state of every counter, journaled many times, is what the checkpoint holds. */
+START_TEST (test_close_checkpoints_journal) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        Store *s;
+        StoreStats st;
+
+        o.checkpoint_pass_records = 100; /* several passes, de-duplicated in each */
+        s = open_with(&o);
+        hit_many(s, "c-", 0, 1000, 3600, T0, 0);
+        hit_many(s, "c-", 0, 1000, 3600, T0, 0);
+        ck_assert_uint_eq(stats(s).commits, 0);
+        store_close(s);
+
+        s = open_with(&o);
+        st = stats(s);
+        ck_assert_uint_eq(st.checkpoint_counters, 1000);
+        ck_assert_uint_eq(st.journal_records, 0); /* nothing to replay */
+        ck_assert_uint_eq(stat_counters(s), 1000);
+        expect_hit(s, RULE_A, "c-7", 3, 5, 3600, T0, true, 2, 3600);
+        store_close(s);
+
+        /* past its deadline the last checkpoint stops (or never starts): the journal stays,
+         * and the replay still has every hit */
+        o.close_checkpoint_usec = 1;
+        s = open_with(&o);
+        hit_many(s, "e-", 0, 5000, 3600, T0, 0);
+        store_close(s);
+        o.close_checkpoint_usec = 0;
+        s = open_with(&o);
+        ck_assert_uint_gt(stats(s).journal_records, 0);
+        ck_assert_uint_eq(stat_counters(s), 6000);
+        expect_hit(s, RULE_A, "e-4999", 6, 5, 3600, T0, true, 3, 3600);
+        store_close(s);
+
+        /* switched off, the journal stays and is replayed */
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF;
+        s = open_with(&o);
+        hit_many(s, "d-", 0, 10, 3600, T0, 0);
+        store_close(s);
+        s = open_with(&o);
+        ck_assert_uint_gt(stats(s).journal_records, 0);
+        expect_hit(s, RULE_A, "d-3", 3, 5, 3600, T0, true, 3, 3600);
+        ck_assert_uint_eq(stat_counters(s), 6010);
+        store_close(s);
+}
+END_TEST
+
 /* A checkpoint in several passes (one id range each) holds everything, and the journal it
  * covers is released. */
 START_TEST (test_checkpoint_passes) {
@@ -1185,6 +1265,8 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_id_key);
         tcase_add_test(tc, test_undo_on_journal_full);
         tcase_add_test(tc, test_checkpoint_passes);
+        tcase_add_test(tc, test_close_checkpoints_journal);
+        tcase_add_test(tc, test_checkpoint_slices_newest);
         tcase_add_test(tc, test_checkpoint_map_cap_retry);
         tcase_add_test(tc, test_submit_completes);
         tcase_add_test(tc, test_group_commit_waits_for_sync);
