@@ -35,9 +35,13 @@
 #define CRC32C_POLY       0x82F63B78u /* Castagnoli, reflected */
 #define CRC32C_SLICES     8           /* slicing-by-8: 8 bytes per step, ~5 steps a record */
 #define WAL_WRITEBACK_CHUNK                                                                                 \
-        (1U << 20) /* bytes: appends start the disk writing every this much (~21800 records) without        \
+        (2U << 20) /* bytes: appends start the disk writing every this much (~43700 records) without        \
                     * waiting, so sealing a segment waits for at most this much, not up to 64 MiB           \
-                    * (bench-wal: tens of ms per rotation without it) */
+                    * (bench-wal: tens of ms per rotation without it). Only whole chunks, aligned to        \
+                    * it, are started: the page cache holds a file in folios of up to 2 MiB, and a          \
+                    * started range that ends inside the folio still being appended to writes that          \
+                    * whole folio again and again (measured: 88-102 bytes written per 48-byte record        \
+                    * with 4 KiB-aligned ranges, 1.00x with 2 MiB-aligned ones) */
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 _Static_assert(WAL_RECORD_SIZE == WAL_RECORD_CRC_AT + 4, "record: the CRC is its last 4 bytes");
@@ -899,20 +903,22 @@ int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata) {
         return 0;
 }
 
-/* Every WAL_WRITEBACK_CHUNK bytes appended, asks the kernel to start writing the full pages
- * to disk, without waiting: advisory (an error shows at the next sync), one system call per
- * ~21800 records. */
+/* Every WAL_WRITEBACK_CHUNK bytes appended, asks the kernel to start writing the whole chunks
+ * appended to disk, without waiting: advisory (an error shows at the next sync), one system
+ * call per ~43700 records. */
 static void writeback_start(Wal *w) {
         size_t from, to;
 
         if (w->count - w->started < WAL_WRITEBACK_CHUNK / WAL_RECORD_SIZE || w->count <= w->synced)
                 return;
         from = (WAL_HEADER_SIZE + (size_t) MAX(w->started, w->synced) * WAL_RECORD_SIZE) &
-               ~(w->page_size - 1);
-        to = (WAL_HEADER_SIZE + (size_t) w->count * WAL_RECORD_SIZE) & ~(w->page_size - 1);
-        if (to > from)
-                (void) sync_file_range(w->fd, (off_t) from, (off_t) (to - from), SYNC_FILE_RANGE_WRITE);
-        w->started = w->count;
+               ~((size_t) WAL_WRITEBACK_CHUNK - 1);
+        to = (WAL_HEADER_SIZE + (size_t) w->count * WAL_RECORD_SIZE) & ~((size_t) WAL_WRITEBACK_CHUNK - 1);
+        if (to <= from)
+                return;
+        (void) sync_file_range(w->fd, (off_t) from, (off_t) (to - from), SYNC_FILE_RANGE_WRITE);
+        /* the records that begin before to (the next range starts at to) */
+        w->started = (to - WAL_HEADER_SIZE + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
 }
 
 int wal_append(Wal *w, const CounterRecord *records, size_t n) {
