@@ -215,6 +215,43 @@ class Verbs(harness.DaemonTestCase):
                 self.assertEqual(decision(reply)[:2], w, (line, reply))
 
 
+class Command(harness.DaemonTestCase):
+    """The divvy command's version 2 subcommands against the real daemon."""
+
+    def divvy(self, d, *args, admin=None):
+        import subprocess
+        addr = "unix:" + admin if admin else "tcp:127.0.0.1:%d" % d.port
+        p = subprocess.run([os.path.join(harness.top_builddir(), "src", "divvy"), "-a", addr] + list(args),
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=harness.IO_TIMEOUT)
+        return p.returncode, p.stdout.strip(), p.stderr.strip()
+
+    def test_take_peek_reset_explain(self):
+        d = self.new_daemon(data_path("verbs.ini"))
+        admin = os.path.join(d.tmpdir, "admin.sock")
+        d.args += ["--listen", "admin:unix:" + admin]
+        d.start()
+        u = uid("cli")
+        rc, out, err = self.divvy(d, "take", "3", "path=/tb", "user=" + u)
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(out.startswith("allowed=true credit=2 limit=5 "), out)
+        rc, out, err = self.divvy(d, "take", "3", "path=/tb", "user=" + u)
+        self.assertEqual(rc, 1, err)
+        self.assertTrue(out.startswith("allowed=false credit=2 "), out)
+        rc, out, err = self.divvy(d, "peek", "9", "path=/tb", "user=" + u)
+        self.assertEqual(rc, 1)
+        self.assertIn("retry=-1", out)
+        rc, out, err = self.divvy(d, "explain", "path=/tb", "user=" + u)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("tb", out)
+        rc, out, err = self.divvy(d, "reset", "path=/tb", "user=" + u)
+        self.assertEqual(rc, 2, out)  # not an admin listener
+        self.assertIn("forbidden", err)
+        rc, out, err = self.divvy(d, "reset", "path=/tb", "user=" + u, admin=admin)
+        self.assertEqual((rc, out), (0, "reset=1"), err)
+        self.assertEqual(self.divvy(d, "hit", "path=/tb", "user=" + u)[:2], (0, "true 4 360"))
+
+
 class ClientTime(harness.DaemonTestCase):
     def test_client_timestamps(self):
         """@time on TAKE/PEEK/CHARGE: off by default, bounded in age, never in the future."""
