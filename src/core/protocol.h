@@ -73,7 +73,7 @@ typedef enum ProtoErrorCode {
         PROTO_ERROR_UNKNOWN,         /* "unknown" */
         PROTO_ERROR_BAD_COUNT,       /* "bad-count": a missing, malformed or out-of-range count */
         PROTO_ERROR_FORBIDDEN,       /* "forbidden": REFUND/RESET off an admin listener (the daemon's) */
-        PROTO_ERROR_BAD_TIME,        /* "bad-time": a malformed client timestamp, or one the daemon refuses */
+        PROTO_ERROR_BAD_TIME, /* "bad-time": a malformed client timestamp, or one the daemon refuses */
         _PROTO_ERROR_MAX,
         _PROTO_ERROR_INVALID = -EINVAL,
 } ProtoErrorCode;

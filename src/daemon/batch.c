@@ -28,7 +28,7 @@ typedef struct BatchSlot {
         uint32_t first_hit;  /* its store hits in Batch.hits (Batch.rule_hit maps each rule to one) */
         uint32_t n_hits;
         ProtoVerb verb;
-        uint64_t count; /* the request's count (1 for HIT) */
+        uint64_t count;   /* the request's count (1 for HIT) */
         uint64_t at_usec; /* the client's timestamp, or 0 */
         ProtoErrorCode error_code;
         const char *error_reason; /* static; NULL: not an error slot */

@@ -518,10 +518,11 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                 ServerBatch *sb = &s->batches[i];
 
                 sb->server = s;
-                r = batch_new(&(BatchSettings){ .output_limit = s->settings.output_limit,
-                                                .debug = settings->debug,
-                                                .client_time_max_age_usec = settings->client_time_max_age_usec },
-                              &sb->batch);
+                r = batch_new(
+                        &(BatchSettings){ .output_limit = s->settings.output_limit,
+                                          .debug = settings->debug,
+                                          .client_time_max_age_usec = settings->client_time_max_age_usec },
+                        &sb->batch);
                 sb->conns = calloc(BATCH_REQUESTS_MAX, sizeof *sb->conns);
                 if (r < 0 || !sb->conns) {
                         server_free(s);

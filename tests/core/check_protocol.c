@@ -771,7 +771,7 @@ static const TimeCase time_cases[] = {
         { "PEEK @1700000000.123456 a=b", -1, UINT64_C(1700000000123456), 1, 1 }, /* PEEK's count: 1 */
         { "PEEK 0 @0", -1, 0, 0, 0 },
         { "PEEK 3 @99999999999", -1, UINT64_C(99999999999000000), 3, 0 },
-        { "TAKE 2 a=@1", -1, UINT64_MAX, 2, 1 },  /* in a value: not a timestamp */
+        { "TAKE 2 a=@1", -1, UINT64_MAX, 2, 1 },           /* in a value: not a timestamp */
         { "TAKE 2 a=b @1", PROTO_ERROR_UNKNOWN, 0, 0, 0 }, /* after the pairs: a bad pair */
         { "TAKE @1 a=b", PROTO_ERROR_BAD_COUNT, 0, 0, 0 }, /* TAKE still needs its count */
         { "REFUND 1 @1", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
