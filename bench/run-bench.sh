@@ -108,6 +108,12 @@ for p in "$divvyd" "$bench" ${before:+"$before"}; do
 done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/divvyd-bench.XXXXXX")
+# The rules for --before: an older divvyd knows no "algorithm" (issue #15): the sections with
+# one are left out (the fixed-window rules, which the comparison uses, are the same).
+awk '/^\[/ { if (sec != "" && !skip) printf "%s", sec; sec = ""; skip = 0 }
+	/^algorithm[ \t]*=/ { skip = 1 }
+	{ sec = sec $0 "\n" }
+	END { if (!skip) printf "%s", sec }' "$rules" >"$tmp/rules-before.ini"
 redis_pid=""
 divvyd_pid=""
 before_pid=""
@@ -195,8 +201,10 @@ launch_divvyd() {
 	divvyd_port=$(free_port)
 	sock_n=$((sock_n + 1))
 	divvyd_sock=$tmp/divvyd-$sock_n.sock
+	r=$rules
+	[ "$1" != "$before" ] || r=$tmp/rules-before.ini
 	"$1" $allow_root --listen="tcp:127.0.0.1:$divvyd_port" --listen="unix:$divvyd_sock" --db="$2" \
-		${3:+--sync="$3"} "$rules" 2>>"$tmp/divvyd.log" &
+		${3:+--sync="$3"} "$r" 2>>"$tmp/divvyd.log" &
 	launched_pid=$!
 }
 
