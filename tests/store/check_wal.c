@@ -17,6 +17,7 @@
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -803,6 +804,42 @@ START_TEST (test_write_appends_zero_ahead) {
 }
 END_TEST
 
+/* write_appends: an append whose pwrite() fails (here EFBIG past RLIMIT_FSIZE, after a short
+ * write of its first records) returns the error, appends nothing, and leaves none of its
+ * records readable: a reopened journal replays only the records appended before it. */
+START_TEST (test_write_appends_failed_write) {
+        const uint64_t limit = 1 << 20, before = (limit - WAL_HEADER_SIZE) / WAL_RECORD_SIZE - 30;
+        CounterRecord b[64];
+        struct rlimit old, lim;
+        void (*old_handler)(int);
+        WalStats st;
+        Wal *w;
+        int r;
+
+        w = open_wal_in(tmpdir, WA_SEG_SIZE, true);
+        append_range(w, 0, before, 64);
+        for (size_t j = 0; j < 64; j++)
+                b[j] = rec(before + j);
+        /* the batch's first 30 records fit under the limit, the rest do not */
+        ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+        old_handler = signal(SIGXFSZ, SIG_IGN);
+        lim = (struct rlimit){ .rlim_cur = limit, .rlim_max = old.rlim_max };
+        ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        r = wal_append(w, b, 64);
+        ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+        signal(SIGXFSZ, old_handler);
+        ck_assert_int_eq(r, -EFBIG);
+        ck_assert_ptr_nonnull(strstr(wal_error(w), "cannot write"));
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.appended, before);
+        ck_assert_uint_eq(st.next_lsn, before + 1);
+        wal_close(w); /* like a crash: nothing else appended after the failure */
+
+        w = open_and_expect(WA_SEG_SIZE, 1, before);
+        wal_close(w);
+}
+END_TEST
+
 #define KILL_RECORDS 5000 /* records the killed child appends: dozens of 10-record segments */
 
 START_TEST (test_kill9) {
@@ -983,6 +1020,7 @@ static Suite *wal_suite(void) {
         tcase_add_test(tc, test_concurrent_checkpoint);
         tcase_add_test(tc, test_write_appends_same_bytes);
         tcase_add_test(tc, test_write_appends_zero_ahead);
+        tcase_add_test(tc, test_write_appends_failed_write);
         suite_add_tcase(s, tc);
         return s;
 }
