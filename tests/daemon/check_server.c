@@ -600,7 +600,7 @@ START_TEST (test_close_deferred_while_in_flight) {
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
         /* a small send buffer: the replies of a few batches fill it while the peer reads nothing */
         ck_assert_int_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &(int){ 1 }, sizeof(int)), 0);
-        server_accept(sv[0], false, server);
+        server_accept(sv[0], false, false, server);
         for (unsigned i = 0; i < 640; i++)
                 in_len += (size_t) sprintf(input + in_len, "HIT f=q%u\n", i);
         send_all(sv[1], input, in_len);
