@@ -1281,7 +1281,8 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         r = wal_open(s->opts.path,
                      &(WalOptions){ .segment_size = s->opts.journal_segment_size,
                                     .first_lsn = s->covered_lsn + 1,
-                                    .allocate = s->opts.journal_allocate },
+                                    .allocate = s->opts.journal_allocate,
+                                    .write_appends = s->opts.sync == STORE_SYNC_ALWAYS },
                      &s->wal, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;

@@ -75,6 +75,15 @@ struct Wal {
         uint64_t started;  /* records whose writeback was started (WAL_WRITEBACK_CHUNK) */
         uint64_t next_lsn;
 
+        /* write_appends (wal.h): records are encoded into staging (staging_cap bytes, grown
+         * once to the largest batch) and pwrite()n; the current segment's blocks below
+         * zeroed_to (bytes) are written (the header's page, records, or zeros) */
+        bool write_appends;
+        uint8_t *staging;
+        size_t staging_cap;
+        uint64_t zeroed_to;
+        uint8_t *zeros; /* WAL_ZERO_CHUNK bytes of zeros */
+
         /* the spare: segment seq + 1, preallocated under its .new name */
         int spare_fd;
         uint8_t *spare_map;
@@ -573,6 +582,7 @@ static int rotate(Wal *w) {
         w->map_len = w->spare_len;
         w->capacity = (w->map_len - WAL_HEADER_SIZE) / WAL_RECORD_SIZE;
         w->count = w->synced = w->started = 0;
+        w->zeroed_to = w->page_size; /* the header's page: written and synced above */
         w->spare_fd = -EBADF;
         w->spare_map = NULL;
         return 0;
@@ -804,8 +814,11 @@ int wal_open(const char *dir, const WalOptions *o, Wal **ret, char *errbuf, size
                 .segment_size = o->segment_size ? o->segment_size : WAL_SEGMENT_SIZE_DEFAULT,
                 .allocate = o->allocate,
                 .page_size = (size_t) sysconf(_SC_PAGESIZE),
+                .write_appends = o->write_appends,
         };
-        if (!w->dir) {
+        if (w->write_appends)
+                w->zeros = calloc(1, WAL_ZERO_CHUNK);
+        if (!w->dir || (w->write_appends && !w->zeros)) {
                 r = -ENOMEM;
                 set_error(errbuf, errbuf_size, "out of memory");
                 goto fail;
@@ -866,6 +879,8 @@ Wal *wal_close(Wal *w) {
         if (w->dir_fd >= 0)
                 close(w->dir_fd);
         free(w->sealed);
+        free(w->staging);
+        free(w->zeros);
         free(w->dir);
         free(w);
         return NULL;
@@ -921,6 +936,74 @@ static void writeback_start(Wal *w) {
         w->started = (to - WAL_HEADER_SIZE + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
 }
 
+/* pwrite()s all n bytes of p at offset off of fd, resuming after a short write. */
+static int write_all(int fd, const uint8_t *p, size_t n, off_t off) {
+        while (n > 0) {
+                ssize_t k = pwrite(fd, p, n, off);
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return -errno;
+                if (k == 0)
+                        return -EIO;
+                p += k;
+                n -= (size_t) k;
+                off += k;
+        }
+        return 0;
+}
+
+/* write_appends: zero-fills the current segment's blocks from zeroed_to up to WAL_ZERO_AHEAD
+ * past the end of the records (never below it), a chunk at a time, and starts writing each to
+ * disk without waiting. Advisory: a block left unwritten only makes a sync slower. */
+static void zero_ahead(Wal *w) {
+        uint64_t end = WAL_HEADER_SIZE + w->count * WAL_RECORD_SIZE;
+        uint64_t target = end + WAL_ZERO_AHEAD;
+
+        if (w->zeroed_to < end) /* a batch larger than the lead: its own bytes wrote its blocks */
+                w->zeroed_to = (end + w->page_size - 1) & ~((uint64_t) w->page_size - 1);
+        if (target > w->map_len)
+                target = w->map_len;
+        while (w->zeroed_to < target) {
+                uint64_t len = w->map_len - w->zeroed_to < WAL_ZERO_CHUNK ? w->map_len - w->zeroed_to
+                                                                          : WAL_ZERO_CHUNK;
+
+                if (write_all(w->fd, w->zeros, (size_t) len, (off_t) w->zeroed_to) < 0)
+                        break;
+                (void) sync_file_range(w->fd, (off_t) w->zeroed_to, (off_t) len, SYNC_FILE_RANGE_WRITE);
+                w->zeroed_to += len;
+        }
+}
+
+/* write_appends: encodes the records into the staging buffer and writes them at the end of
+ * the current segment. On failure, zeros over whatever part was written (so that no record of
+ * a failed append can be replayed) and returns -errno. */
+static int append_write(Wal *w, const CounterRecord *records, size_t n) {
+        size_t len = n * WAL_RECORD_SIZE;
+        off_t off = (off_t) (WAL_HEADER_SIZE + w->count * WAL_RECORD_SIZE);
+        int r;
+
+        if (len > w->staging_cap) {
+                uint8_t *b = realloc(w->staging, len);
+
+                if (!b)
+                        return wal_set_error(w, -ENOMEM, "out of memory");
+                w->staging = b;
+                w->staging_cap = len;
+        }
+        for (size_t i = 0; i < n; i++)
+                record_encode(w->staging + i * WAL_RECORD_SIZE, &records[i], w->next_lsn + i);
+        r = write_all(w->fd, w->staging, len, off);
+        if (r < 0) {
+                memset(w->staging, 0, len);
+                (void) write_all(w->fd, w->staging, len, off); /* best effort */
+                return wal_set_error(w, r, "cannot write to %s/wal-%016" PRIx64 WAL_NAME_SUFFIX ": %s",
+                                     w->dir, w->seq, strerror(-r));
+        }
+        return 0;
+}
+
 int wal_append(Wal *w, const CounterRecord *records, size_t n) {
         uint8_t *p;
         int r;
@@ -940,13 +1023,21 @@ int wal_append(Wal *w, const CounterRecord *records, size_t n) {
                 if (r < 0)
                         return r;
         }
-        p = w->map + WAL_HEADER_SIZE + w->count * WAL_RECORD_SIZE;
-        for (size_t i = 0; i < n; i++, p += WAL_RECORD_SIZE)
-                record_encode(p, &records[i], w->next_lsn + i);
+        if (w->write_appends) {
+                r = append_write(w, records, n);
+                if (r < 0)
+                        return r;
+        } else {
+                p = w->map + WAL_HEADER_SIZE + w->count * WAL_RECORD_SIZE;
+                for (size_t i = 0; i < n; i++, p += WAL_RECORD_SIZE)
+                        record_encode(p, &records[i], w->next_lsn + i);
+        }
         w->count += n;
         w->next_lsn += n;
         w->appended += n;
         writeback_start(w);
+        if (w->write_appends)
+                zero_ahead(w);
         return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <limits.h>
 #include <signal.h>
@@ -12,7 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -605,6 +610,236 @@ START_TEST (test_enospc_tmpfs) {
 }
 END_TEST
 
+/* ---- write_appends (--sync=always): pwrite() instead of the mapping, blocks zero-filled ahead ---- */
+
+#define WA_SEG_SIZE (3ULL << 20) /* bytes: several WAL_ZERO_CHUNKs, so the zero-filling moves along */
+#define WA_BIG                                                                                              \
+        ((WAL_ZERO_AHEAD + WAL_ZERO_CHUNK) / WAL_RECORD_SIZE + 1000) /* records: a batch past the lead */
+
+static Wal *open_wal_in(const char *dir, uint64_t segment_size, bool write_appends) {
+        WalOptions o = { .segment_size = segment_size, .write_appends = write_appends };
+        char err[ERRBUF] = "";
+        Wal *w = NULL;
+        int r;
+
+        r = wal_open(dir, &o, &w, err, sizeof err);
+        ck_assert_msg(r == 0, "wal_open: %d %s", r, err);
+        return w;
+}
+
+/* Appends records 0 .. n - 1 in batches of 1, 2, .. 64, 1, 2, ... records. */
+static void append_varied(Wal *w, uint64_t n) {
+        CounterRecord b[64];
+        size_t k = 1;
+
+        for (uint64_t i = 0; i < n; i += k, k = k % 64 + 1) {
+                if (k > n - i)
+                        k = (size_t) (n - i);
+                for (size_t j = 0; j < k; j++)
+                        b[j] = rec(i + j);
+                ck_assert_msg(wal_append(w, b, k) == 0, "wal_append: %s", wal_error(w));
+        }
+}
+
+static uint8_t *read_whole(const char *path, size_t *ret_size) {
+        struct stat st;
+        uint8_t *p;
+        int fd = open(path, O_RDONLY);
+
+        ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+        ck_assert_int_eq(fstat(fd, &st), 0);
+        p = malloc((size_t) st.st_size + 1);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(pread(fd, p, (size_t) st.st_size, 0), st.st_size);
+        close(fd);
+        *ret_size = (size_t) st.st_size;
+        return p;
+}
+
+/* The same appends, through the mapping in dir a and with write_appends in dir b, give the
+ * same segments byte for byte after the header (whose creation time differs), over several
+ * rotations and zero-filled chunks; the open segment reads back (the readers' mmap sees the
+ * pwrite()s) and a reopened journal replays everything. A zero-fill that reached below the
+ * end of the records would erase some. */
+START_TEST (test_write_appends_same_bytes) {
+        uint64_t n = 150000; /* ~7 MiB of records: 3 segments, the last one open */
+        char a[PATH_MAX], b[PATH_MAX], pa[PATH_MAX + 64], pb[PATH_MAX + 64], name[WAL_SEGMENT_NAME_MAX];
+        uint64_t seq;
+        WalSegmentInfo info;
+        Wal *wa, *wb;
+        Seen seen = {};
+
+        snprintf(a, sizeof a, "%s/a", tmpdir);
+        snprintf(b, sizeof b, "%s/b", tmpdir);
+        ck_assert_int_eq(mkdir(a, 0700), 0);
+        ck_assert_int_eq(mkdir(b, 0700), 0);
+        wa = open_wal_in(a, WA_SEG_SIZE, false);
+        wb = open_wal_in(b, WA_SEG_SIZE, true);
+        append_varied(wa, n);
+        append_varied(wb, n);
+        /* and one batch longer than the zero-filled lead: the filling resumes after it */
+        CounterRecord *big = malloc(WA_BIG * sizeof *big);
+        ck_assert_ptr_nonnull(big);
+        for (size_t i = 0; i < WA_BIG; i++)
+                big[i] = rec(n + i);
+        ck_assert_int_eq(wal_append(wa, big, WA_BIG), 0);
+        ck_assert_int_eq(wal_append(wb, big, WA_BIG), 0);
+        free(big);
+        n += WA_BIG;
+
+        /* the open segment, read as the checkpoint thread reads a segment */
+        wal_current(wb, NULL, &seq, NULL);
+        ck_assert_uint_ge(seq, 3);
+        ck_assert_int_eq(wal_segment_read(b, seq, 0, NULL, NULL, &info, NULL, 0), 0);
+        ck_assert_uint_gt(info.records, 0);
+        ck_assert(!info.damaged_tail);
+        ck_assert_uint_eq(info.first_lsn + info.records, n + 1);
+
+        ck_assert_int_eq(wal_sync(wa), 0);
+        ck_assert_int_eq(wal_sync(wb), 0);
+        wal_close(wa);
+        wal_close(wb);
+        for (uint64_t q = 1; q <= seq; q++) {
+                size_t na, nb;
+                uint8_t *da, *db;
+
+                snprintf(pa, sizeof pa, "%s/%s", a, wal_segment_name(q, name));
+                snprintf(pb, sizeof pb, "%s/%s", b, wal_segment_name(q, name));
+                da = read_whole(pa, &na);
+                db = read_whole(pb, &nb);
+                ck_assert_uint_eq(na, nb);
+                ck_assert_msg(memcmp(da + WAL_HEADER_SIZE, db + WAL_HEADER_SIZE, na - WAL_HEADER_SIZE) == 0,
+                              "segment %" PRIu64 " differs", q);
+                free(da);
+                free(db);
+        }
+
+        wb = open_wal_in(b, WA_SEG_SIZE, true);
+        ck_assert_int_eq(wal_replay(wb, 0, collect, &seen), 0);
+        ck_assert_uint_eq(seen.n, n);
+        for (size_t i = 0; i < seen.n; i++) {
+                CounterRecord e = rec(i);
+
+                ck_assert_msg(rec_eq(&seen.r[i], &e), "record %zu differs", i);
+                ck_assert_uint_eq(seen.pos[i].lsn, i + 1);
+        }
+        seen_done(&seen);
+        wal_close(wb);
+}
+END_TEST
+
+/* How many bytes of [from, to) of fd are in unwritten (preallocated, never written) extents,
+ * or -1 if the file system does not say (no FIEMAP). */
+static int64_t unwritten_bytes(int fd, uint64_t from, uint64_t to) {
+        enum { N = 64 };
+        struct {
+                struct fiemap m;
+                struct fiemap_extent e[N];
+        } f;
+        int64_t total = 0;
+
+        memset(&f, 0, sizeof f);
+        f.m.fm_start = from;
+        f.m.fm_length = to - from;
+        f.m.fm_flags = FIEMAP_FLAG_SYNC;
+        f.m.fm_extent_count = N;
+        if (ioctl(fd, FS_IOC_FIEMAP, &f.m) < 0)
+                return -1;
+        for (unsigned i = 0; i < f.m.fm_mapped_extents; i++) {
+                const struct fiemap_extent *e = &f.e[i];
+                uint64_t s = e->fe_logical > from ? e->fe_logical : from;
+                uint64_t t = e->fe_logical + e->fe_length < to ? e->fe_logical + e->fe_length : to;
+
+                if ((e->fe_flags & FIEMAP_EXTENT_UNWRITTEN) && t > s)
+                        total += (int64_t) (t - s);
+        }
+        return total;
+}
+
+/* With write_appends the blocks from the end of the records to WAL_ZERO_AHEAD past it are
+ * written (what makes a sync cheap), where the mapping leaves them preallocated only. Needs a
+ * file system with unwritten extents (ext4, xfs); says so and passes without one. */
+START_TEST (test_write_appends_zero_ahead) {
+        const uint64_t n = 30000; /* ~1.4 MiB of records */
+        uint64_t end = WAL_HEADER_SIZE + n * WAL_RECORD_SIZE;
+        uint64_t from = (end + 4095) & ~4095ULL, to = end + WAL_ZERO_AHEAD - 4096;
+        char a[PATH_MAX], b[PATH_MAX], p[PATH_MAX + 64], name[WAL_SEGMENT_NAME_MAX];
+        int64_t ua, ub;
+        Wal *wa, *wb;
+        int fd;
+
+        snprintf(a, sizeof a, "%s/a", tmpdir);
+        snprintf(b, sizeof b, "%s/b", tmpdir);
+        ck_assert_int_eq(mkdir(a, 0700), 0);
+        ck_assert_int_eq(mkdir(b, 0700), 0);
+        wa = open_wal_in(a, WA_SEG_SIZE, false);
+        wb = open_wal_in(b, WA_SEG_SIZE, true);
+        append_varied(wa, n);
+        append_varied(wb, n);
+        ck_assert_int_eq(wal_sync(wa), 0);
+        ck_assert_int_eq(wal_sync(wb), 0);
+
+        snprintf(p, sizeof p, "%s/%s", a, wal_segment_name(1, name));
+        fd = open(p, O_RDONLY);
+        ck_assert_int_ge(fd, 0);
+        ua = unwritten_bytes(fd, from, to);
+        close(fd);
+        snprintf(p, sizeof p, "%s/%s", b, wal_segment_name(1, name));
+        fd = open(p, O_RDONLY);
+        ck_assert_int_ge(fd, 0);
+        ub = unwritten_bytes(fd, from, to);
+        /* and beyond the lead, the segment is left as it was made */
+        int64_t beyond = unwritten_bytes(fd, end + WAL_ZERO_AHEAD + WAL_ZERO_CHUNK, WA_SEG_SIZE);
+        close(fd);
+        wal_close(wa);
+        wal_close(wb);
+        if (ua <= 0) {
+                fprintf(stderr, "test_write_appends_zero_ahead: not run: %s has no unwritten extents\n",
+                        tmpdir);
+                return;
+        }
+        ck_assert_int_eq(ua, (int64_t) (to - from));
+        ck_assert_int_eq(ub, 0);
+        ck_assert_int_gt(beyond, 0);
+}
+END_TEST
+
+/* write_appends: an append whose pwrite() fails (here EFBIG past RLIMIT_FSIZE, after a short
+ * write of its first records) returns the error, appends nothing, and leaves none of its
+ * records readable: a reopened journal replays only the records appended before it. */
+START_TEST (test_write_appends_failed_write) {
+        const uint64_t limit = 1 << 20, before = (limit - WAL_HEADER_SIZE) / WAL_RECORD_SIZE - 30;
+        CounterRecord b[64];
+        struct rlimit old, lim;
+        void (*old_handler)(int);
+        WalStats st;
+        Wal *w;
+        int r;
+
+        w = open_wal_in(tmpdir, WA_SEG_SIZE, true);
+        append_range(w, 0, before, 64);
+        for (size_t j = 0; j < 64; j++)
+                b[j] = rec(before + j);
+        /* the batch's first 30 records fit under the limit, the rest do not */
+        ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+        old_handler = signal(SIGXFSZ, SIG_IGN);
+        lim = (struct rlimit){ .rlim_cur = limit, .rlim_max = old.rlim_max };
+        ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        r = wal_append(w, b, 64);
+        ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+        signal(SIGXFSZ, old_handler);
+        ck_assert_int_eq(r, -EFBIG);
+        ck_assert_ptr_nonnull(strstr(wal_error(w), "cannot write"));
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.appended, before);
+        ck_assert_uint_eq(st.next_lsn, before + 1);
+        wal_close(w); /* like a crash: nothing else appended after the failure */
+
+        w = open_and_expect(WA_SEG_SIZE, 1, before);
+        wal_close(w);
+}
+END_TEST
+
 #define KILL_RECORDS 5000 /* records the killed child appends: dozens of 10-record segments */
 
 START_TEST (test_kill9) {
@@ -783,6 +1018,9 @@ static Suite *wal_suite(void) {
         tcase_add_test(tc, test_sync_and_limits);
         tcase_add_test(tc, test_first_lsn_and_leftovers);
         tcase_add_test(tc, test_concurrent_checkpoint);
+        tcase_add_test(tc, test_write_appends_same_bytes);
+        tcase_add_test(tc, test_write_appends_zero_ahead);
+        tcase_add_test(tc, test_write_appends_failed_write);
         suite_add_tcase(s, tc);
         return s;
 }
