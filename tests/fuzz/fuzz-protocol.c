@@ -128,7 +128,8 @@ static void check_request_v2(const char *line, size_t len) {
         if (r < 0) {
                 fuzz_check(req.error_code == PROTO_ERROR_UNKNOWN ||
                            req.error_code == PROTO_ERROR_UNKNOWN_COMMAND ||
-                           req.error_code == PROTO_ERROR_BAD_COUNT);
+                           req.error_code == PROTO_ERROR_BAD_COUNT ||
+                           req.error_code == PROTO_ERROR_BAD_TIME);
                 /* HIT never gets a new error code, and fails exactly as in version 1. */
                 if (r1 < 0 && v1.error_code != PROTO_ERROR_UNKNOWN_COMMAND) {
                         fuzz_check(req.error_code == v1.error_code);
@@ -154,6 +155,10 @@ static void check_request_v2(const char *line, size_t len) {
                 fuzz_check(!req.has_count && req.count == 0);
                 break;
         }
+        /* a client's timestamp only after TAKE, PEEK and CHARGE */
+        fuzz_check(!req.has_at || req.verb == PROTO_VERB_TAKE || req.verb == PROTO_VERB_PEEK ||
+                   req.verb == PROTO_VERB_CHARGE);
+        fuzz_check(req.has_at || req.at_usec == 0);
         if (req.verb != PROTO_VERB_HIT)
                 fuzz_check(r1 < 0 && v1.error_code == PROTO_ERROR_UNKNOWN_COMMAND);
 }
