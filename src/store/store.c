@@ -294,11 +294,11 @@ static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_
         int r;
 
         if (!p) {
-                /* divvy's fixed window: its parameters need nothing prepared that can fail */
+                /* divvy's fixed window: algo_apply() reads only its credit_limit and
+                 * reset_seconds, nothing algo_params_prepare() derives */
                 fixed = (AlgoParams){ .algorithm = ALGORITHM_FIXED_WINDOW,
                                       .credit_limit = h->credit_limit,
                                       .reset_seconds = h->reset_seconds };
-                (void) algo_params_prepare(&fixed, &(const char *){ NULL });
                 p = &fixed;
         }
 
