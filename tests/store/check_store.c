@@ -817,6 +817,44 @@ END_TEST
 
 /* A journal that cannot make its next segment fails the batch, and the table is as before
  * it: an error, never a lie. */
+/* Groups are all or nothing: a denied member undoes the others' changes, in the table and in
+ * the journal (a replay must not bring them back), and a counter a member created is gone. */
+START_TEST (test_group_all_or_nothing) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        StoreHit b[5];
+        Store *s;
+
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF; /* reopen replays the journal */
+        s = open_with(&o);
+        expect_hit(s, RULE_A, "old", 3, 5, 60, T0, true, 4, 60);
+
+        b[0] = mkhit(RULE_A, "old", 3, 5, 60);   /* allowed alone */
+        b[1] = mkhit(RULE_A, "fresh", 5, 5, 60); /* allowed alone, creates a counter */
+        b[2] = mkhit(RULE_B, "deny", 4, 1, 60);  /* TAKE 2 of 1: denied */
+        b[3] = mkhit(RULE_A, "ok-1", 4, 5, 60);  /* a group of allowed hits: applied */
+        b[4] = mkhit(RULE_A, "ok-2", 4, 5, 60);
+        b[0].group = b[1].group = b[2].group = 1;
+        b[2].op = STORE_TAKE;
+        b[2].count = 2;
+        b[3].group = b[4].group = 2;
+        ck_assert_int_eq(store_apply(s, b, 5, T0), 0);
+        /* each reports its own decision as if alone */
+        ck_assert(b[0].allowed && b[0].credit == 3);
+        ck_assert(b[1].allowed && b[1].credit == 4);
+        ck_assert(!b[2].allowed);
+        ck_assert(b[3].allowed && b[4].allowed);
+        ck_assert_uint_eq(stat_counters(s), 3); /* old, ok-1, ok-2: not fresh, not deny */
+        store_close(s);
+
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), 3);
+        expect_hit(s, RULE_A, "old", 3, 5, 60, T0, true, 3, 60); /* group 1 charged nothing */
+        expect_hit(s, RULE_A, "fresh", 5, 5, 60, T0, true, 4, 60);
+        expect_hit(s, RULE_A, "ok-1", 4, 5, 60, T0, true, 3, 60); /* group 2 was applied */
+        store_close(s);
+}
+END_TEST
+
 START_TEST (test_undo_on_journal_full) {
         Store *s = open_store();
         char key[32] = "";
@@ -1264,6 +1302,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_format_v1_counters);
         tcase_add_test(tc, test_id_key);
         tcase_add_test(tc, test_undo_on_journal_full);
+        tcase_add_test(tc, test_group_all_or_nothing);
         tcase_add_test(tc, test_checkpoint_passes);
         tcase_add_test(tc, test_close_checkpoints_journal);
         tcase_add_test(tc, test_checkpoint_slices_newest);
