@@ -278,9 +278,6 @@ static int parse_name(const char *name, uint64_t *ret_seq) {
 
 /* ---- reading a segment (any thread) ---- */
 
-/* Reads the open segment fd (name: for messages), which must be segment seq: checks the
- * header, then calls cb for each valid record with lsn > after_lsn, stopping at the first
- * invalid one or after max_records. Fills *info. Returns 0, cb's negative return or -errno. */
 /* A slice of the id space: scan only the records whose id.hi is in [hi_min, hi_max]. */
 typedef struct Slice {
         uint64_t hi_min, hi_max;
@@ -290,6 +287,9 @@ static int segment_scan_fd_slice(int fd, const char *name, uint64_t seq, uint64_
                                  uint64_t max_records, const Slice *slice, WalRecordFunc cb, void *userdata,
                                  WalSegmentInfo *info, char *errbuf, size_t errbuf_size);
 
+/* Reads the open segment fd (name: for messages), which must be segment seq: checks the
+ * header, then calls cb for each valid record with lsn > after_lsn, stopping at the first
+ * invalid one or after max_records. Fills *info. Returns 0, cb's negative return or -errno. */
 static int segment_scan_fd(int fd, const char *name, uint64_t seq, uint64_t after_lsn, uint64_t max_records,
                            WalRecordFunc cb, void *userdata, WalSegmentInfo *info, char *errbuf,
                            size_t errbuf_size) {
