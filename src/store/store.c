@@ -633,10 +633,9 @@ static int submit_always(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, 
                         done(userdata, r);
                 return 0;
         }
-        s->pending[(s->pending_head + s->pending_n++) % s->pending_cap] =
-                (Pending){ .done = done, .userdata = userdata };
         wal_current(s->wal, &fd, &seq, &last);
-        s->pending[(s->pending_head + s->pending_n - 1) % s->pending_cap].lsn = last;
+        s->pending[(s->pending_head + s->pending_n++) % s->pending_cap] =
+                (Pending){ .done = done, .userdata = userdata, .lsn = last };
 
         pthread_mutex_lock(&s->commit_lock);
         if (seq != s->commit_seq || s->commit_fd < 0)
