@@ -817,6 +817,42 @@ END_TEST
 
 /* A journal that cannot make its next segment fails the batch, and the table is as before
  * it: an error, never a lie. */
+/* A hit is decided by its rule's algorithm (StoreHit.algo), whose tag the journal keeps; a
+ * counter of another algorithm (the rule changed) counts as absent. */
+START_TEST (test_algorithm_dispatch) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        AlgoParams tb = { .algorithm = ALGORITHM_TOKEN_BUCKET, .credit_limit = 5, .reset_seconds = 60 };
+        const char *reason = NULL;
+        StoreHit h;
+        Store *s;
+
+        ck_assert_int_eq(algo_params_prepare(&tb, &reason), 0);
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF; /* reopen replays the journal */
+        s = open_with(&o);
+        expect_hit(s, RULE_A, "x", 1, 5, 60, T0, true, 4, 60); /* algo NULL: a fixed window */
+        expect_hit(s, RULE_A, "x", 1, 5, 60, T0, true, 3, 60);
+
+        /* the same counter id, now a token bucket: the fixed window's state is not read */
+        h = mkhit(RULE_A, "x", 1, 5, 60);
+        h.algo = &tb;
+        ck_assert_int_eq(store_apply(s, &h, 1, T0), 0);
+        ck_assert(h.allowed);
+        ck_assert_uint_eq(h.credit, 4);
+        store_close(s);
+
+        /* replayed as a token bucket: the next take continues it */
+        s = open_with(&o);
+        h = mkhit(RULE_A, "x", 1, 5, 60);
+        h.algo = &tb;
+        ck_assert_int_eq(store_apply(s, &h, 1, T0), 0);
+        ck_assert(h.allowed);
+        ck_assert_uint_eq(h.credit, 3);
+        /* and back to a fixed window: a fresh one */
+        expect_hit(s, RULE_A, "x", 1, 5, 60, T0, true, 4, 60);
+        store_close(s);
+}
+END_TEST
+
 /* Groups are all or nothing: a denied member undoes the others' changes, in the table and in
  * the journal (a replay must not bring them back), and a counter a member created is gone. */
 START_TEST (test_group_all_or_nothing) {
@@ -1303,6 +1339,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_id_key);
         tcase_add_test(tc, test_undo_on_journal_full);
         tcase_add_test(tc, test_group_all_or_nothing);
+        tcase_add_test(tc, test_algorithm_dispatch);
         tcase_add_test(tc, test_checkpoint_passes);
         tcase_add_test(tc, test_close_checkpoints_journal);
         tcase_add_test(tc, test_checkpoint_slices_newest);
