@@ -227,7 +227,7 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 return 0;
         case ARG_CLIENT_TIME_MAX_AGE:
                 if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
-                        return usage_error("--client-time-max-age", arg);
+                        return usage_error("--client-time-max-age (0 .. 31536000, a year)", arg);
                 o->settings.server.client_time_max_age_usec = v * 1000 * 1000;
                 return 0;
         case ARG_OUTPUT_LIMIT:
