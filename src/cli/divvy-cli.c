@@ -100,7 +100,7 @@ static void help(void) {
                "  -q, --quiet             print nothing; only the exit status tells\n"
                "  -w, --wait[=SECONDS]    hit, take: when denied, sleep for the retry-after and\n"
                "                          try again, for at most SECONDS in total (default: no limit)\n"
-               "      --tries=N           with --wait: send at most N requests (default: no limit)\n"
+               "      --tries=N           take --wait: send at most N requests (default: no limit)\n"
                "  -t, --timeout=SECONDS   per request, connect included (default 5)\n"
                "  -h, --help              show this help\n"
                "      --version           show the version\n"

@@ -413,27 +413,28 @@ static bool batch_rule_decision(const Batch *b, size_t rule_at, BatchDecision *r
 
 /* The binding rule among the enforcing rules of slot: when all allow, the one with the
  * smallest credit left; else the denying one with the longest wait (-1, never, is the
- * longest). Ties go to the later rule, so a lone stop rule decides as in divvy. */
+ * longest). Ties go to the later rule (between two -1s, the first), so a lone stop rule
+ * decides as in divvy. One pass:
+ * the best allowing and the best denying rule so far; any denial decides. */
 static void batch_binding(const Batch *b, const BatchSlot *slot, BatchDecision *ret) {
-        bool all_allowed = true, have = false;
-        BatchDecision d;
+        BatchDecision d, allow = { 0 }, deny = { 0 };
+        bool have_allow = false, have_deny = false;
 
-        for (uint32_t i = 0; i < slot->n_rules; i++)
-                if (rule_enforcing(b->rules_matched[slot->first_rule + i]) &&
-                    batch_rule_decision(b, slot->first_rule + i, &d) && !d.allowed)
-                        all_allowed = false;
         for (uint32_t i = 0; i < slot->n_rules; i++) {
                 if (!rule_enforcing(b->rules_matched[slot->first_rule + i]) ||
-                    !batch_rule_decision(b, slot->first_rule + i, &d) || d.allowed != all_allowed)
+                    !batch_rule_decision(b, slot->first_rule + i, &d))
                         continue;
-                if (!have || (all_allowed ? d.credit <= ret->credit
-                                          : (ret->retry >= 0 && (d.retry < 0 || d.retry >= ret->retry)))) {
-                        *ret = d;
-                        have = true;
+                if (d.allowed) {
+                        if (!have_allow || d.credit <= allow.credit) {
+                                allow = d;
+                                have_allow = true;
+                        }
+                } else if (!have_deny || (deny.retry >= 0 && (d.retry < 0 || d.retry >= deny.retry))) {
+                        deny = d;
+                        have_deny = true;
                 }
         }
-        if (!all_allowed)
-                ret->allowed = false;
+        *ret = have_deny ? deny : allow;
 }
 
 static ProtoRuleRef batch_rule_ref(const Rule *r) {

@@ -40,7 +40,7 @@
 
 typedef struct BatchSettings {
         size_t output_limit; /* bytes of unsent replies beyond which a connection is not taken from */
-        bool debug;          /* log every HIT with its deciding rule */
+        bool debug;          /* log every request a rule decides (not HELLO, RESET) with that rule */
         uint64_t client_time_max_age_usec; /* TAKE/PEEK/CHARGE @time: how old it may be; 0 refuses it */
 } BatchSettings;
 

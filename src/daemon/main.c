@@ -64,7 +64,8 @@ static void help(void) {
                "      --output-limit=BYTES Stop reading a client whose unsent replies exceed this\n"
                "                           (default 1M)\n"
                "      --sweep-interval=MS  How often expired counters are swept (default 1000)\n"
-               "      --debug              Log each HIT with its deciding rule (also DEBUG=divvy)\n"
+               "      --debug              Log each request a rule decides (HIT, TAKE, PEEK, CHARGE,\n"
+               "                           REFUND, EXPLAIN) with that rule (also DEBUG=divvy)\n"
                "      --allow-root         Run even as root (refused otherwise: it needs no privilege)\n"
                "      --statsd-host=HOST   Send statsd metrics to HOST (also $STATSD_HOST)\n"
                "      --statsd-port=PORT   ... on PORT (also $STATSD_PORT; both are needed)\n"
@@ -226,7 +227,7 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 return 0;
         case ARG_CLIENT_TIME_MAX_AGE:
                 if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
-                        return usage_error("--client-time-max-age", arg);
+                        return usage_error("--client-time-max-age (0 .. 31536000, a year)", arg);
                 o->settings.server.client_time_max_age_usec = v * 1000 * 1000;
                 return 0;
         case ARG_OUTPUT_LIMIT:

@@ -33,7 +33,6 @@ typedef struct ServerBatch {
         Batch *batch;
         Connection **conns; /* BATCH_REQUESTS_MAX: a connection gives a batch one request at least */
         size_t n_conns;
-        bool busy;      /* taken or in flight */
         bool in_flight; /* pending in a store that completes later */
 } ServerBatch;
 
@@ -44,7 +43,7 @@ struct Server {
         bool batch_follows; /* in server_epoll_handler(): a batch runs next, no need to arm the defer source
                              */
         bool defer_armed;   /* the defer source is enabled (saves sd-event calls that change nothing) */
-        sd_event_source *defer;        /* runs one batch */
+        sd_event_source *defer;        /* runs the batches (server_run_batch()) */
         sd_event_source *housekeeping; /* idle and linger timeouts */
         ServerSettings settings;
         ServerBatch batches[SERVER_BATCHES]; /* every request read is answered by one of them */
@@ -396,7 +395,7 @@ static void server_batch_done(Batch *b, size_t n_answered, void *userdata) {
         for (size_t i = 0; i < sb->n_conns; i++)
                 server_after_batch(s, sb->conns[i], was_in_flight);
         sb->n_conns = 0;
-        sb->busy = sb->in_flight = false;
+        sb->in_flight = false;
 
         /* Leftovers wait for the defer source; without any, it must not fire for nothing. */
         if (!!s->ready_head != s->defer_armed &&
@@ -418,13 +417,12 @@ static void server_run_batch(Server *s) {
                 int r;
 
                 for (size_t i = 0; i < SERVER_BATCHES; i++)
-                        if (!s->batches[i].busy) {
+                        if (!s->batches[i].in_flight) {
                                 sb = &s->batches[i];
                                 break;
                         }
                 if (!sb)
                         return; /* a batch that completes takes the rest */
-                sb->busy = true;
                 sb->n_conns = 0;
                 for (c = s->ready_head; c && batch_has_room(sb->batch); c = s->ready_head) {
                         batch_take(sb->batch, c);

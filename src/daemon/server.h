@@ -41,7 +41,7 @@ typedef struct ServerSettings {
         unsigned max_connections;
         uint64_t idle_timeout_usec;        /* 0: off */
         size_t output_limit;               /* bytes of unsent replies beyond which we stop reading */
-        bool debug;                        /* log every HIT with its deciding rule */
+        bool debug;                        /* log every request a rule decides, with that rule */
         uint64_t client_time_max_age_usec; /* how old a TAKE/PEEK/CHARGE @time may be; 0 refuses it */
 } ServerSettings;
 

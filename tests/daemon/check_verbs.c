@@ -148,6 +148,16 @@ static const Case cases[] = {
                 "TAKE p=cont\n",
                 "ERR bad-count",
         },
+        {
+                "a denial that can never pass (retry -1) binds over a finite wait; between two, the first",
+                false,
+                "TAKE 2 p=cont u=d\n" /* cu 0, cs 1 */
+                "PEEK 3 p=cont u=d\n" /* cu: 3 > its capacity 2 (-1), cs waits: cu binds */
+                "PEEK 5 p=deny\n",    /* z always denies (-1), the default: 5 > 4 (-1): z binds */
+                "OK allowed=true credit=0 limit=2 reset=60 retry=0 rule=cu\n"
+                "OK allowed=false credit=0 limit=2 reset=60 retry=-1 rule=cu\n"
+                "OK allowed=false credit=0 limit=0 reset=0 retry=-1 rule=z\n",
+        },
 };
 
 static char tmpdir[64];
