@@ -488,11 +488,10 @@ ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
 #define RULE_ID_MAGIC   "divvyd-rule-id-v1"
 #define RULE_ID_ALGO_V1 0xa1
 
-/* True if the rule's algorithm parameters are divvy's: then they stay out of its id. */
+/* True if the rule's algorithm parameters are divvy's: then they stay out of its id. A
+ * fixed-window rule has no others (draft_algo() refuses burst, refillSeconds and strict on it). */
 static bool rule_algo_is_default(const Rule *r) {
-        return r->algo.algorithm == ALGORITHM_FIXED_WINDOW &&
-               (r->algo.burst == 0 || r->algo.burst == r->credit_limit) && r->algo.refill_seconds == 0 &&
-               !r->algo.strict;
+        return r->algo.algorithm == ALGORITHM_FIXED_WINDOW;
 }
 
 static uint8_t *put_le(uint8_t *p, uint64_t v, unsigned bytes) {
