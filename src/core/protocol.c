@@ -105,6 +105,7 @@ int proto_next_line(const char *buf, size_t len, size_t line_max, ProtoSlice *re
 #define REASON_NUL            "NUL byte in request"
 #define REASON_CONTROL        "control character in request (only space and tab are allowed)"
 #define REASON_UTF8           "invalid UTF-8 in request"
+_Static_assert(PROTO_COUNT_MAX == 9007199254740991ULL, "REASON_COUNT_BIG names PROTO_COUNT_MAX");
 
 static inline bool is_blank(uint8_t c) {
         return c == ' ' || c == '\t';
