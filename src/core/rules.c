@@ -14,6 +14,12 @@
 
 #define EXCERPT_MAX 64 /* bytes of a user-supplied value quoted in a message */
 
+/* The limits algorithm.h and protocol.h repeat (they cannot include rules.h) must stay the
+ * rules' own: a rule that loads must be one the algorithms and replies handle. */
+_Static_assert(ALGO_CREDIT_MAX == RULE_CREDIT_LIMIT_MAX, "algorithm.h's creditLimit bound");
+_Static_assert(ALGO_RESET_SECONDS_MAX == RULE_RESET_SECONDS_MAX, "algorithm.h's resetSeconds bound");
+_Static_assert(PROTO_LABEL_MAX == RULE_LABEL_MAX, "protocol.h's label length");
+
 /* ---- names ------------------------------------------------------------------ */
 
 static const char *const rule_attr_table[_RULE_ATTR_MAX] = {
