@@ -35,6 +35,11 @@ Algorithm algorithm_from_string(const char *s) {
         return _ALGORITHM_INVALID;
 }
 
+/* a / b rounded up (b > 0). */
+static uint64_t div_up(uint64_t a, uint64_t b) {
+        return a / b + (a % b != 0);
+}
+
 /* Derived parameters (d0, d1), per algorithm:
  * - fixed window: unused (0, 0): it computes exactly as the store did.
  * - sliding window: d0 = resetSeconds in µs.
@@ -78,7 +83,7 @@ int algo_params_prepare(AlgoParams *p, const char **ret_reason) {
                                  "(at most 1000000 credits per second)";
                 else if (p->refill_seconds == 0) {
                         /* T rounded up: the rate never rises. burst * T < 2^53 * 2^52. */
-                        uint64_t t = reset_usec / p->credit_limit + (reset_usec % p->credit_limit != 0);
+                        uint64_t t = div_up(reset_usec, p->credit_limit);
                         u128 tau = (u128) burst * t;
 
                         if (tau > ALGO_FILL_USEC_MAX)
@@ -121,7 +126,7 @@ int algo_params_prepare(AlgoParams *p, const char **ret_reason) {
 }
 
 static uint64_t usec_to_sec_up(uint64_t d) {
-        return d / USEC_PER_SEC + (d % USEC_PER_SEC != 0);
+        return div_up(d, USEC_PER_SEC);
 }
 
 /* A denial's retry in seconds from a wait in µs: >= 1 even if the wait rounds to nothing. */
@@ -150,9 +155,7 @@ static void result_set(AlgoResult *res, bool allowed, uint64_t credit, uint64_t 
 
 static uint64_t fw_seconds_left(uint64_t expiry_usec, uint64_t now_usec) {
         /* caller guarantees now < expiry: the result is >= 1 */
-        uint64_t d = expiry_usec - now_usec;
-
-        return d / USEC_PER_SEC + (d % USEC_PER_SEC != 0);
+        return usec_to_sec_up(expiry_usec - now_usec);
 }
 
 static uint64_t fw_window_end(uint64_t now_usec, uint64_t reset_seconds) {
@@ -460,10 +463,6 @@ typedef struct Bucket {
         uint64_t deficit;  /* credits: burst - credits left; above burst it is debt */
         uint64_t refilled; /* µs: the refill clock, the time of the last refill */
 } Bucket;
-
-static uint64_t div_up(uint64_t a, uint64_t b) {
-        return a / b + (a % b != 0);
-}
 
 static Bucket tb_load(const AlgoState *st, uint64_t now, uint64_t step, uint64_t amount) {
         Bucket b;

@@ -23,8 +23,8 @@
 #define INI_WHAT_MAX 80 /* bytes of a section header quoted in messages */
 
 typedef struct IniSection {
-        char *canon; /* owned: the header's text between '[' and ']', blanks trimmed */
-        size_t canon_len;
+        char *header; /* owned: the header's text between '[' and ']', blanks trimmed */
+        size_t header_len;
         unsigned line;
         unsigned first_line; /* line of an earlier identical section, 0 if none */
 } IniSection;
@@ -64,7 +64,7 @@ static int flush_section(IniParser *p) {
  * validation then judges like a JSON rule (a canary before a stop rule on one operation
  * is the canary's main use; a second stop rule is unreachable). */
 static int remember_section(IniParser *p, const char *text, size_t len, unsigned line) {
-        char *canon;
+        char *header;
 
         /* Every section is a rule, and a file with more than RULES_MAX is refused anyway: stop
          * here, so that 64 MiB of "[a=1]" lines cannot make us keep ten million sections
@@ -75,32 +75,32 @@ static int remember_section(IniParser *p, const char *text, size_t len, unsigned
                 return -EINVAL;
         }
 
-        canon = malloc(len + 1);
-        if (!canon)
+        header = malloc(len + 1);
+        if (!header)
                 return -ENOMEM;
-        memcpy(canon, text, len);
-        canon[len] = '\0';
+        memcpy(header, text, len);
+        header[len] = '\0';
 
         if (p->n_sections % 64 == 0) {
                 IniSection *s = realloc(p->sections, (p->n_sections + 64) * sizeof(IniSection));
                 if (!s) {
-                        free(canon);
+                        free(header);
                         return -ENOMEM;
                 }
                 p->sections = s;
         }
-        p->sections[p->n_sections++] = (IniSection){ .canon = canon, .canon_len = len, .line = line };
+        p->sections[p->n_sections++] = (IniSection){ .header = header, .header_len = len, .line = line };
         return 0;
 }
 
-static int cmp_canon(const void *a, const void *b) {
+static int cmp_header(const void *a, const void *b) {
         const IniSection *x = a, *y = b;
-        size_t n = x->canon_len < y->canon_len ? x->canon_len : y->canon_len;
-        int c = memcmp(x->canon, y->canon, n);
+        size_t n = x->header_len < y->header_len ? x->header_len : y->header_len;
+        int c = memcmp(x->header, y->header, n);
         if (c != 0)
                 return c;
-        if (x->canon_len != y->canon_len)
-                return x->canon_len < y->canon_len ? -1 : 1;
+        if (x->header_len != y->header_len)
+                return x->header_len < y->header_len ? -1 : 1;
         return x->line < y->line ? -1 : x->line > y->line;
 }
 
@@ -115,10 +115,10 @@ static int report_duplicate_sections(IniParser *p) {
 
         if (p->n_sections < 2)
                 return 0;
-        qsort(p->sections, p->n_sections, sizeof(IniSection), cmp_canon);
+        qsort(p->sections, p->n_sections, sizeof(IniSection), cmp_header);
         for (size_t i = 1; i < p->n_sections; i++) {
                 IniSection *prev = &p->sections[i - 1], *s = &p->sections[i];
-                if (prev->canon_len == s->canon_len && memcmp(prev->canon, s->canon, s->canon_len) == 0)
+                if (prev->header_len == s->header_len && memcmp(prev->header, s->header, s->header_len) == 0)
                         s->first_line = prev->first_line ? prev->first_line : prev->line;
         }
         qsort(p->sections, p->n_sections, sizeof(IniSection), cmp_line);
@@ -339,7 +339,7 @@ int config_ini_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
 
 finish:
         for (size_t i = 0; i < p.n_sections; i++)
-                free(p.sections[i].canon);
+                free(p.sections[i].header);
         free(p.sections);
         free(buf);
         if (r < 0)

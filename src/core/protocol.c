@@ -3,10 +3,13 @@
  * The divvy line protocol: framing, request parsing and reply formatting.
  *
  * Everything here is a single forward pass over caller-owned memory: no
- * allocation, no copies of keys or values, no I/O. Grammar (divvy 1.7, and version 2's count):
+ * allocation, no copies of keys or values, no I/O. Grammar (divvy 1.7, and version 2's count
+ * and timestamp):
  *
- *   line   = verb [ blank+ count ] ( blank+ pair )* blank*     (HIT: no count)
+ *   line   = verb [ blank+ count ] [ blank+ "@" time ] ( blank+ pair )* blank*
+ *                                           (HIT: neither count nor time)
  *   count  = "0" | [1-9] [0-9]*
+ *   time   = [0-9]{1,11} [ "." [0-9]{1,6} ]
  *   pair   = string "=" [ string ]          (a key may not be empty)
  *   string = unquoted | quoted
  *   unquoted = 1*( any byte but blank, '"', '=', control )
@@ -102,6 +105,7 @@ int proto_next_line(const char *buf, size_t len, size_t line_max, ProtoSlice *re
 #define REASON_NUL            "NUL byte in request"
 #define REASON_CONTROL        "control character in request (only space and tab are allowed)"
 #define REASON_UTF8           "invalid UTF-8 in request"
+_Static_assert(PROTO_COUNT_MAX == 9007199254740991ULL, "REASON_COUNT_BIG names PROTO_COUNT_MAX");
 
 static inline bool is_blank(uint8_t c) {
         return c == ' ' || c == '\t';

@@ -143,12 +143,12 @@ int proto_parse_line(const char *line, size_t len, size_t max_pairs, ProtoReques
 /* The tokenizer shared by the request parser and the INI loader's section headers:
  * parses "key=value key2="quoted value" ..." (no command word) into pairs.
  * Same rules, limits and errors as proto_parse_line(), duplicates included;
- * ret->command is set to _PROTO_COMMAND_INVALID (there is none). */
+ * ret->verb is set to _PROTO_VERB_INVALID (there is none). */
 int proto_parse_pairs(const char *text, size_t len, size_t max_pairs, ProtoRequest *ret);
 
 /* Returns the pair's value for key (compared bytewise over key_len), or NULL if
  * absent or key_len is 0 (keys are never empty). The one lookup of a key in a
- * request: rules.c matches with it on every HIT. */
+ * request: rules.c matches with it on every request. */
 const ProtoSlice *proto_request_get(const ProtoRequest *req, const char *key, size_t key_len);
 
 /* Formats "OK true|false <credit> <reset>\n" into buf (at least PROTO_REPLY_MAX bytes);

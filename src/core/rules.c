@@ -14,6 +14,12 @@
 
 #define EXCERPT_MAX 64 /* bytes of a user-supplied value quoted in a message */
 
+/* The limits algorithm.h and protocol.h repeat (they cannot include rules.h) must stay the
+ * rules' own: a rule that loads must be one the algorithms and replies handle. */
+_Static_assert(ALGO_CREDIT_MAX == RULE_CREDIT_LIMIT_MAX, "algorithm.h's creditLimit bound");
+_Static_assert(ALGO_RESET_SECONDS_MAX == RULE_RESET_SECONDS_MAX, "algorithm.h's resetSeconds bound");
+_Static_assert(PROTO_LABEL_MAX == RULE_LABEL_MAX, "protocol.h's label length");
+
 /* ---- names ------------------------------------------------------------------ */
 
 static const char *const rule_attr_table[_RULE_ATTR_MAX] = {
@@ -488,11 +494,10 @@ ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
 #define RULE_ID_MAGIC   "divvyd-rule-id-v1"
 #define RULE_ID_ALGO_V1 0xa1
 
-/* True if the rule's algorithm parameters are divvy's: then they stay out of its id. */
+/* True if the rule's algorithm parameters are divvy's: then they stay out of its id. A
+ * fixed-window rule has no others (draft_algo() refuses burst, refillSeconds and strict on it). */
 static bool rule_algo_is_default(const Rule *r) {
-        return r->algo.algorithm == ALGORITHM_FIXED_WINDOW &&
-               (r->algo.burst == 0 || r->algo.burst == r->credit_limit) && r->algo.refill_seconds == 0 &&
-               !r->algo.strict;
+        return r->algo.algorithm == ALGORITHM_FIXED_WINDOW;
 }
 
 static uint8_t *put_le(uint8_t *p, uint64_t v, unsigned bytes) {

@@ -3,7 +3,7 @@
 
 /*
  * rules.c: the configuration model (an ordered list of rules), its validation,
- * and the matcher that maps a parsed HIT request to the rules that apply.
+ * and the matcher that maps a parsed request (HIT or a version 2 verb) to the rules that apply.
  *
  * Pure code, no I/O: the loaders (config-ini.c, config-json.c) hand in RuleDrafts,
  * and every check of a value lives here, once. A finalized RuleSet is immutable;
@@ -31,9 +31,9 @@
 #define RULE_TEXT_MAX  4096 /* bytes: comment, pattern keys/values, actorField */
 #define RULES_CANARY_MAX                                                                                    \
         32 /* canary and continue rules together, per config: both are matched on and                       \
-            * the request goes on, so this bounds the work (and counters touched) per HIT */
+            * the request goes on, so this bounds the work (and counters touched) per request */
 #define RULES_NONFINAL_MAX RULES_CANARY_MAX       /* the same bound, by what it counts */
-#define RULES_MATCH_MAX    (RULES_CANARY_MAX + 1) /* rules one HIT can touch */
+#define RULES_MATCH_MAX    (RULES_CANARY_MAX + 1) /* rules one request can touch */
 #define RULE_ID_SIZE       16                     /* bytes of a rule's counter identity hash */
 
 typedef enum MatchPolicy {
@@ -174,7 +174,7 @@ int ruleset_finalize(RuleSet *rs, Diag *diag);
  * before the first matching stop rule, then that stop rule (always present in a
  * finalized set, which ends with a default). The enforcing ones (rule_enforcing()) are
  * the continue rules and the last. Returns the count (>= 1, <= RULES_MATCH_MAX).
- * No allocation; does not re-parse globs; uses the index so that a HIT does not
+ * No allocation; does not re-parse globs; uses the index so that a request does not
  * walk every rule of a large config. */
 size_t ruleset_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]);
 
