@@ -54,6 +54,9 @@ check "folders include only the folders under them" [ -z "$bad" ]
 lmdb=$(grep -l '#include <lmdb.h>' -r "$src" | grep -v "^$src/store/" || true)
 check "only src/store/ includes <lmdb.h>" [ -z "$lmdb" ]
 [ -z "$lmdb" ] || echo "  $lmdb"
+hiredis=$(grep -l '#include <hiredis/' -r "$src" | grep -v "^$src/store/" || true)
+check "only src/store/ includes <hiredis/...> (the Redis store's client)" [ -z "$hiredis" ]
+[ -z "$hiredis" ] || echo "  $hiredis"
 
 sdevent=$(grep -lE '#include <systemd/|#include <microhttpd.h>|log_(debug|info|notice|warning|error)' -r \
         "$src/shared" "$src/core" "$src/store" "$src/libdivvy" "$src/cli" || true)
