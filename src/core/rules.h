@@ -44,6 +44,18 @@ typedef enum MatchPolicy {
         _MATCH_POLICY_INVALID = -EINVAL,
 } MatchPolicy;
 
+/* What a rule's hits get when the remote store (Redis/Valkey, issue #16) cannot answer in time:
+ * the attribute onBackendError. DEFAULT: the daemon's --on-backend-error. Not part of the
+ * counter's identity. */
+typedef enum RuleOnError {
+        RULE_ON_ERROR_DEFAULT = 0, /* not set: the daemon's global default */
+        RULE_ON_ERROR_ALLOW,       /* "allow": allowed, credit = creditLimit */
+        RULE_ON_ERROR_DENY,        /* "deny": denied until resetSeconds */
+        RULE_ON_ERROR_LOCAL,       /* "local": this host's LMDB store decides (a per-host limit) */
+        _RULE_ON_ERROR_MAX,
+        _RULE_ON_ERROR_INVALID = -EINVAL,
+} RuleOnError;
+
 typedef enum PatternKind {
         PATTERN_ANY,   /* "*": key present, any value */
         PATTERN_EXACT, /* no '*': byte equality */
@@ -84,6 +96,7 @@ typedef struct Rule {
          * values are set. burst is the effective capacity: creditLimit unless a token
          * bucket's config set it. */
         AlgoParams algo;
+        RuleOnError on_backend_error; /* onBackendError; RULE_ON_ERROR_DEFAULT if not set */
         /* Counter identity: a hash of the canonical operation (sorted keys) +
          * creditLimit + resetSeconds + actorField, + the algorithm and its parameters only
          * when not the defaults (exact encoding: rules.c, rule_compute_id). Same value for

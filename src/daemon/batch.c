@@ -153,6 +153,7 @@ static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, StoreOp op
                 .count = count,
                 .group = group,
                 .at_usec = b->slots[b->n_slots - 1].at_usec,
+                .rule = rule,
         };
 }
 

@@ -161,6 +161,9 @@ typedef struct StoreHit {
          * none is applied, and each reports its own decision as if alone. */
         uint32_t group;
         uint64_t at_usec; /* 0: the batch's time; else this hit's (a client's timestamp, issue #15) */
+        /* The rule (NULL in tests of the local store, which reads only the fields above). The
+         * Redis store (issue #16) reads its operation (divvy 1.7's key) and onBackendError. */
+        const Rule *rule;
         /* out */
         int error; /* 0, or -errno if this hit could not be applied */
         bool allowed;
