@@ -59,6 +59,7 @@ struct Batch {
 
         char store_error_reason[PROTO_REPLY_MAX];
         uint64_t store_errors;
+        size_t hit_errors;                /* hits of the batch completed with an error of their own */
         uint64_t store_error_logged_usec; /* CLOCK_MONOTONIC of the last store error logged */
 };
 
@@ -513,6 +514,14 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
                 batch_format_error(b, slot, PROTO_ERROR_UNKNOWN, b->store_error_reason);
                 return true;
         }
+        if (slot->n_hits > 0 && b->hit_errors > 0)
+                for (uint32_t i = 0; i < slot->n_hits; i++)
+                        if (b->hits[slot->first_hit + i].error < 0) {
+                                /* a hit no backend could decide (issue #16: a remote store's
+                                 * REFUND or RESET, or its fallback's local store failing) */
+                                batch_format_error(b, slot, PROTO_ERROR_UNKNOWN, b->store_error_reason);
+                                return true;
+                        }
 
         switch (slot->verb) {
         case PROTO_VERB_HIT:
@@ -594,8 +603,15 @@ static void batch_store_failed(Batch *b, int r) {
 static void batch_complete(Batch *b, int store_error) {
         size_t n_answered = 0, n_ok = 0;
 
+        b->hit_errors = 0;
         if (store_error < 0)
                 batch_store_failed(b, store_error);
+        else
+                for (size_t i = 0; i < b->n_hits; i++)
+                        if (b->hits[i].error < 0) {
+                                if (b->hit_errors++ == 0)
+                                        batch_store_failed(b, b->hits[i].error);
+                        }
         for (size_t i = 0; i < b->n_slots; i++) {
                 bool ok = false;
                 if (batch_format_reply(b, &b->slots[i], store_error, &ok))

@@ -51,6 +51,8 @@ struct Metrics {
         uint64_t store_set; /* metrics_set_store() was called */
         uint64_t statsd_dropped;
         uint64_t serving;
+        MetricsBackend backend; /* each field with STORE/LOAD */
+        uint64_t backend_set;
 
         /* Loop only: statsd timer reservoir. */
         uint64_t samples[METRICS_HIT_SAMPLES_MAX];
@@ -331,6 +333,20 @@ bool metrics_store_gauges(const Metrics *m, MetricsStoreGauges *ret) {
         return true;
 }
 
+void metrics_set_backend(Metrics *m, const MetricsBackend *b) {
+        STORE(m->backend.up, b->up);
+        for (size_t i = 0; i < _METRICS_BACKEND_ERROR_MAX; i++)
+                STORE(m->backend.errors[i], b->errors[i]);
+        for (size_t i = 0; i < _RULE_ON_ERROR_MAX; i++)
+                STORE(m->backend.fallbacks[i], b->fallbacks[i]);
+        STORE(m->backend.rtt_usec_sum, b->rtt_usec_sum);
+        STORE(m->backend.rtt_count, b->rtt_count);
+        STORE(m->backend.reconnects, b->reconnects);
+        STORE(m->backend.script_loads, b->script_loads);
+        STORE(m->backend.redirects, b->redirects);
+        STORE(m->backend_set, 1);
+}
+
 void metrics_add_statsd_dropped(Metrics *m, uint64_t n) {
         ADD(m->statsd_dropped, n);
 }
@@ -444,6 +460,47 @@ static void put_histogram(FILE *f, const char *name, const Histogram *h, const c
         fprintf(f, "%s_count %" PRIu64 "\n", name, cumulative);
 }
 
+static void put_backend(FILE *f, const Metrics *m) {
+        static const char *const error_kinds[_METRICS_BACKEND_ERROR_MAX] = {
+                [METRICS_BACKEND_TIMEOUT] = "timeout",
+                [METRICS_BACKEND_CONNECTION] = "connection",
+                [METRICS_BACKEND_PROTOCOL] = "protocol",
+        };
+        static const char *const policies[_RULE_ON_ERROR_MAX] = {
+                [RULE_ON_ERROR_ALLOW] = "allow",
+                [RULE_ON_ERROR_DENY] = "deny",
+                [RULE_ON_ERROR_LOCAL] = "local",
+        };
+
+        if (!LOAD(m->backend_set))
+                return;
+        put_header(f, "divvyd_backend_up", "gauge", "1 while the remote store (Redis/Valkey) answers.");
+        fprintf(f, "divvyd_backend_up %d\n", LOAD(m->backend.up) ? 1 : 0);
+        put_header(f, "divvyd_backend_errors_total", "counter",
+                   "Hits the remote store could not answer, by kind.");
+        for (size_t i = 0; i < _METRICS_BACKEND_ERROR_MAX; i++)
+                fprintf(f, "divvyd_backend_errors_total{kind=\"%s\"} %" PRIu64 "\n", error_kinds[i],
+                        LOAD(m->backend.errors[i]));
+        put_header(f, "divvyd_backend_fallbacks_total", "counter",
+                   "Hits the remote store could not answer, decided by their rule's onBackendError.");
+        for (size_t i = RULE_ON_ERROR_ALLOW; i < _RULE_ON_ERROR_MAX; i++)
+                fprintf(f, "divvyd_backend_fallbacks_total{policy=\"%s\"} %" PRIu64 "\n", policies[i],
+                        LOAD(m->backend.fallbacks[i]));
+        put_header(f, "divvyd_backend_round_trip_seconds", "summary",
+                   "Round trips to the remote store, one per batch and connection.");
+        fprintf(f, "divvyd_backend_round_trip_seconds_sum %.6f\n",
+                (double) LOAD(m->backend.rtt_usec_sum) / 1e6);
+        fprintf(f, "divvyd_backend_round_trip_seconds_count %" PRIu64 "\n", LOAD(m->backend.rtt_count));
+        put_header(f, "divvyd_backend_reconnects_total", "counter", "Connections made to the remote store.");
+        fprintf(f, "divvyd_backend_reconnects_total %" PRIu64 "\n", LOAD(m->backend.reconnects));
+        put_header(f, "divvyd_backend_script_loads_total", "counter",
+                   "Scripts loaded into the remote store (each connection, and after NOSCRIPT).");
+        fprintf(f, "divvyd_backend_script_loads_total %" PRIu64 "\n", LOAD(m->backend.script_loads));
+        put_header(f, "divvyd_backend_redirects_total", "counter",
+                   "Cluster redirections followed (MOVED, ASK).");
+        fprintf(f, "divvyd_backend_redirects_total %" PRIu64 "\n", LOAD(m->backend.redirects));
+}
+
 int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
         char *buf = NULL;
         size_t len = 0;
@@ -533,6 +590,7 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
         put_header(f, "divvyd_checkpoint_failures_total", "counter",
                    "Checkpoints that failed (the journal is kept and the checkpoint retried).");
         fprintf(f, "divvyd_checkpoint_failures_total %" PRIu64 "\n", LOAD(m->checkpoint_failures));
+        put_backend(f, m);
         put_header(f, "divvyd_batch_size", "histogram", "Requests answered per batch (one journal append).");
         put_histogram(f, "divvyd_batch_size", &m->batch_size, batch_bounds_text, METRICS_BATCH_BUCKETS, 1.0);
         put_header(f, "divvyd_sweeper_deleted_total", "counter", "Expired counters deleted by the sweeper.");

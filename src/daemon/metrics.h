@@ -88,6 +88,23 @@ void metrics_count_reload(Metrics *m, bool ok);
 /* Store gauges and the sweeper's running total, from store_get_stats(). */
 void metrics_set_store(Metrics *m, const StoreStats *st);
 void metrics_add_statsd_dropped(Metrics *m, uint64_t n);
+
+/* The remote store (--store=redis..., issue #16), as remote.c last read it: rendered only once
+ * set. Counters are totals since start. */
+typedef enum MetricsBackendError {
+        METRICS_BACKEND_TIMEOUT,    /* "timeout": no reply within --backend-timeout */
+        METRICS_BACKEND_CONNECTION, /* "connection": down, refused, reset, breaker open */
+        METRICS_BACKEND_PROTOCOL,   /* "protocol": an error reply or a reply not understood */
+        _METRICS_BACKEND_ERROR_MAX,
+} MetricsBackendError;
+typedef struct MetricsBackend {
+        bool up;                                      /* connected and answering */
+        uint64_t errors[_METRICS_BACKEND_ERROR_MAX];  /* hits, by kind */
+        uint64_t fallbacks[_RULE_ON_ERROR_MAX];       /* hits decided by each onBackendError policy */
+        uint64_t rtt_usec_sum, rtt_count;             /* round trips of batches */
+        uint64_t reconnects, script_loads, redirects; /* NOSCRIPT recoveries count as script loads */
+} MetricsBackend;
+void metrics_set_backend(Metrics *m, const MetricsBackend *b);
 /* /healthz answers 200 while serving, 503 otherwise (starting, stopping). */
 void metrics_set_serving(Metrics *m, bool serving);
 

@@ -319,6 +319,31 @@ START_TEST (test_completes_later) {
 }
 END_TEST
 
+START_TEST (test_hit_error_answers_its_request_only) {
+        /* A backend that completes the batch but fails one hit (the Redis store's fallback
+         * when the local store fails too): that request alone is answered ERR; the hit
+         * records the rule it came from. */
+        Deferred d = {};
+
+        batch_set_backend(batch, deferred_submit, &d);
+        input(0, "HIT a=1\n");
+        input(1, "HIT f=z\n");
+        batch_take(batch, conns[0]);
+        batch_take(batch, conns[1]);
+        ck_assert_int_eq(batch_finish(batch, NOW_USEC), 1);
+        ck_assert_uint_eq(d.n, 2);
+        ck_assert_ptr_nonnull(d.hits[0].rule);
+        ck_assert_uint_eq(d.hits[0].rule->credit_limit, 2);
+        ck_assert_uint_eq(d.hits[1].rule->credit_limit, 5);
+        d.hits[0] = (StoreHit){ .error = -ENOSPC };
+        d.hits[1] = (StoreHit){ .allowed = true, .credit = 4, .reset_left = 60 };
+        d.done(d.userdata, 0);
+        ck_assert_str_eq(output(0), "ERR unknown \"store full\"\n");
+        ck_assert_str_eq(output(1), "OK true 4 60\n");
+        ck_assert_uint_eq(batch_store_errors(batch), 1);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("batch");
         TCase *tc = tcase_create("batch");
@@ -331,6 +356,7 @@ int main(void) {
         tcase_add_test(tc, test_output_limit_blocks);
         tcase_add_test(tc, test_store_error_once);
         tcase_add_test(tc, test_completes_later);
+        tcase_add_test(tc, test_hit_error_answers_its_request_only);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);
