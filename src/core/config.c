@@ -183,8 +183,8 @@ static void json_write_cstring(FILE *f, const char *s) {
 
 /* One rule as a JSON object at the given indent, attributes in a fixed order,
  * only those set (matchPolicy only when not the default "stop"; the algorithm and its
- * parameters only when not the defaults, so that a dump of an older config is
- * unchanged). */
+ * parameters, and onBackendError, only when not the defaults, so that a dump of an older
+ * config is unchanged). */
 static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_operation) {
         fprintf(f, "{\n");
         if (with_operation) {
@@ -218,6 +218,10 @@ static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_oper
         if (r->match_policy != MATCH_POLICY_STOP) {
                 fprintf(f, ",\n%s  \"matchPolicy\": ", indent);
                 json_write_cstring(f, match_policy_to_string(r->match_policy));
+        }
+        if (r->on_backend_error != RULE_ON_ERROR_DEFAULT) {
+                fprintf(f, ",\n%s  \"onBackendError\": ", indent);
+                json_write_cstring(f, rule_on_error_to_string(r->on_backend_error));
         }
         if (r->label) {
                 fprintf(f, ",\n%s  \"label\": ", indent);

@@ -118,16 +118,17 @@ typedef struct RuleSet {
 } RuleSet;
 
 typedef enum RuleAttr {
-        RULE_ATTR_CREDIT_LIMIT,   /* "creditLimit" */
-        RULE_ATTR_RESET_SECONDS,  /* "resetSeconds" */
-        RULE_ATTR_ACTOR_FIELD,    /* "actorField" */
-        RULE_ATTR_MATCH_POLICY,   /* "matchPolicy" */
-        RULE_ATTR_LABEL,          /* "label" */
-        RULE_ATTR_COMMENT,        /* "comment" */
-        RULE_ATTR_ALGORITHM,      /* "algorithm" */
-        RULE_ATTR_BURST,          /* "burst" */
-        RULE_ATTR_REFILL_SECONDS, /* "refillSeconds" */
-        RULE_ATTR_STRICT,         /* "strict" */
+        RULE_ATTR_CREDIT_LIMIT,     /* "creditLimit" */
+        RULE_ATTR_RESET_SECONDS,    /* "resetSeconds" */
+        RULE_ATTR_ACTOR_FIELD,      /* "actorField" */
+        RULE_ATTR_MATCH_POLICY,     /* "matchPolicy" */
+        RULE_ATTR_LABEL,            /* "label" */
+        RULE_ATTR_COMMENT,          /* "comment" */
+        RULE_ATTR_ALGORITHM,        /* "algorithm" */
+        RULE_ATTR_BURST,            /* "burst" */
+        RULE_ATTR_REFILL_SECONDS,   /* "refillSeconds" */
+        RULE_ATTR_STRICT,           /* "strict" */
+        RULE_ATTR_ON_BACKEND_ERROR, /* "onBackendError" */
         _RULE_ATTR_MAX,
         _RULE_ATTR_INVALID = -EINVAL,
 } RuleAttr;
@@ -156,9 +157,9 @@ int rule_draft_add_pattern(RuleDraft *d, const char *key, size_t key_len, const 
                            size_t value_len);
 
 /* Sets a rule attribute by its config name (creditLimit, resetSeconds, actorField,
- * matchPolicy, label, comment, algorithm, burst, refillSeconds, strict; exact case). Errors: -ENOENT unknown
- * name (a typo like "creditlimit" must not silently become 0), -EINVAL value NULL, -EEXIST set twice. The
- * string must stay valid until ruleset_add(). */
+ * matchPolicy, label, comment, algorithm, burst, refillSeconds, strict, onBackendError; exact case). Errors:
+ * -ENOENT unknown name (a typo like "creditlimit" must not silently become 0), -EINVAL value NULL, -EEXIST
+ * set twice. The string must stay valid until ruleset_add(). */
 int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned line);
 
 int ruleset_new(const char *source, RuleSet **ret);
@@ -204,6 +205,12 @@ const char *rule_describe(const Rule *r, char *buf, size_t size);
 const char *match_policy_to_string(MatchPolicy p);
 MatchPolicy match_policy_from_string(const char *s);
 
+/* "allow", "deny", "local" (exact case; the attribute onBackendError and the daemon's
+ * --on-backend-error). RULE_ON_ERROR_DEFAULT has no name: to_string() gives NULL for it,
+ * from_string() never returns it (-EINVAL for anything but the three names). */
+const char *rule_on_error_to_string(RuleOnError e);
+RuleOnError rule_on_error_from_string(const char *s);
+
 /* Helpers for the loaders' messages and --debug output. */
 
 #define RULE_DESCRIBE_MAX                                                                                   \
@@ -211,7 +218,7 @@ MatchPolicy match_policy_from_string(const char *s);
              * operations are cut at a character boundary and end in "...]" */
 
 /* "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst,
- * refillSeconds, strict": for messages. */
+ * refillSeconds, strict, onBackendError": for messages. */
 const char *rule_attr_names(void);
 
 /* The accepted attribute name that s differs from only in case ("creditlimit" ->

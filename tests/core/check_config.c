@@ -82,6 +82,7 @@ static void assert_rules_equal(const RuleSet *a, const RuleSet *b) {
                 ck_assert_uint_eq(x->algo.burst, y->algo.burst);
                 ck_assert_uint_eq(x->algo.refill_seconds, y->algo.refill_seconds);
                 ck_assert(x->algo.strict == y->algo.strict);
+                ck_assert_int_eq(x->on_backend_error, y->on_backend_error);
         }
 }
 
@@ -565,7 +566,7 @@ static const struct {
           "rule [a=1] sets algorithm twice (first on line 4)" },
         { false, INI_A1("maxBurst = 3\n"), 0, 4,
           "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst, "
-          "refillSeconds, strict)" },
+          "refillSeconds, strict, onBackendError)" },
         /* Refused by algo_params_prepare(), at the line of the attribute its reason names first. */
         { false, INI_A1("algorithm = token-bucket\nrefillSeconds = 7\n"), 0, 5,
           "t.ini:5: rule [a=1] refillSeconds does not divide resetSeconds into whole credits (creditLimit * "
@@ -614,6 +615,37 @@ static const struct {
           "t.json:3: rule [default] creditLimit per resetSeconds gives an interval under 1 microsecond" },
         { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0,\n\"matchPolicy\": \"continue\"}}",
           0, 2, "rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
+        /* onBackendError (issue #16): every value in both formats, bad ones at their line. */
+        { false, INI_A1("onBackendError = allow\n") },
+        { false, INI_A1("onBackendError = deny  ; comment\n") },
+        { false, INI_A1("onBackendError = 'local'\n") },
+        { false, INI_A1("algorithm = token-bucket\nonBackendError = \"deny\"\n") },
+        { false, INI_A1("\nonBackendError = fail\n"), 0, 5,
+          "t.ini:5: rule [a=1] has an unknown onBackendError \"fail\" (accepted: allow, deny, local)" },
+        { false, INI_A1("onBackendError = Allow\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an unknown onBackendError \"Allow\" (accepted: allow, deny, local)" },
+        { false, INI_A1("onBackendError =\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an unknown onBackendError \"\" (accepted: allow, deny, local)" },
+        { false, INI_A1("onbackenderror = deny\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an unknown attribute \"onbackenderror\" (did you mean "
+          "\"onBackendError\"?)" },
+        { false, INI_A1("onBackendError = deny\nonBackendError = allow\n"), 0, 5,
+          "t.ini:5: rule [a=1] sets onBackendError twice (first on line 4)" },
+        { true, JSON_A1(",\n\"onBackendError\": \"allow\"") },
+        { true, JSON_A1(",\n\"onBackendError\": \"deny\"") },
+        { true, JSON_A1(",\n\"onBackendError\": \"local\"") },
+        { true, JSON_A1(",\n\"onBackendError\": \"LOCAL\""), 0, 4,
+          "t.json:4: rule [a=1] has an unknown onBackendError \"LOCAL\" (accepted: allow, deny, local)" },
+        { true, JSON_A1(",\n\"comment\": \"x\",\n\"onBackendError\": \"default\""), 0, 5,
+          "t.json:5: rule [a=1] has an unknown onBackendError \"default\" (accepted: allow, deny, local)" },
+        { true, JSON_A1(",\n\"onBackendError\": false"), 0, 4,
+          "t.json:4: rule [a=1]: onBackendError: expected a string, got a boolean" },
+        { true, JSON_A1(",\n\"onBackendError\": null"), 0, 4,
+          "t.json:4: rule [a=1]: onBackendError: expected a string, got null" },
+        { true,
+          "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0,\n\"onBackendError\": \"deny\",\n"
+          "\"onBackendError\": \"allow\"}}",
+          0, 3, "t.json:3: rule [default] sets onBackendError twice (first on line 2)" },
         /* JSON accepted a canary before a stop rule on one operation all along. */
         { true,
           "{\"overrides\": [{\"operation\": {\"method\": \"GET\", \"path\": \"/x\"}, \"creditLimit\": 1,"
@@ -807,6 +839,73 @@ START_TEST (test_dump_algorithms) {
 }
 END_TEST
 
+/* onBackendError is dumped when set, reads back the same, and leaves the rule's id alone. */
+START_TEST (test_dump_on_backend_error) {
+        static const char text[] = "[a=1]\ncreditLimit = 10\nresetSeconds = 60\nonBackendError = allow\n"
+                                   "[a=2]\ncreditLimit = 10\nresetSeconds = 60\nonBackendError = deny\n"
+                                   "[a=3]\ncreditLimit = 10\nresetSeconds = 60\n"
+                                   "[default]\ncreditLimit = 0\nresetSeconds = 0\nonBackendError = local\n";
+        static const char plain[] = "[a=1]\ncreditLimit = 10\nresetSeconds = 60\n"
+                                    "[a=2]\ncreditLimit = 10\nresetSeconds = 60\n"
+                                    "[a=3]\ncreditLimit = 10\nresetSeconds = 60\n" DEFAULT_INI;
+        static const char want[] = "{\n"
+                                   "  \"overrides\": [\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"1\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"onBackendError\": \"allow\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"2\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"onBackendError\": \"deny\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"3\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60\n"
+                                   "    }\n"
+                                   "  ],\n"
+                                   "  \"default\": {\n"
+                                   "    \"creditLimit\": 0,\n"
+                                   "    \"resetSeconds\": 0,\n"
+                                   "    \"onBackendError\": \"local\"\n"
+                                   "  }\n"
+                                   "}\n";
+        RuleSet *rs = NULL, *back = NULL, *without = NULL;
+        size_t len;
+        Diag diag;
+
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        ck_assert_int_eq(rs->rules[0].on_backend_error, RULE_ON_ERROR_ALLOW);
+        ck_assert_int_eq(rs->rules[1].on_backend_error, RULE_ON_ERROR_DENY);
+        ck_assert_int_eq(rs->rules[2].on_backend_error, RULE_ON_ERROR_DEFAULT);
+        ck_assert_int_eq(rs->rules[3].on_backend_error, RULE_ON_ERROR_LOCAL);
+        char *json = dump(rs, &len);
+        ck_assert_str_eq(json, want);
+        ck_assert_int_eq(parse_text(true, json, len, &back, &diag), 0);
+        assert_rules_equal(rs, back);
+        /* the same rules without the attribute: the same counter ids */
+        ck_assert_int_eq(parse_text(false, plain, strlen(plain), &without, &diag), 0);
+        for (size_t i = 0; i < rs->n_rules; i++)
+                ck_assert_mem_eq(rs->rules[i].id, without->rules[i].id, RULE_ID_SIZE);
+        free(json);
+        ruleset_free(rs);
+        ruleset_free(back);
+        ruleset_free(without);
+        diag_done(&diag);
+}
+END_TEST
+
 /* An older config: neither its dump nor its summary mention anything new. */
 START_TEST (test_dump_old_unchanged) {
         RuleSet *rs = NULL;
@@ -821,6 +920,7 @@ START_TEST (test_dump_old_unchanged) {
         ck_assert_ptr_null(strstr(json, "refillSeconds"));
         ck_assert_ptr_null(strstr(json, "strict"));
         ck_assert_ptr_null(strstr(json, "continue"));
+        ck_assert_ptr_null(strstr(json, "onBackendError"));
         for (size_t i = 0; i < rs->n_rules; i++)
                 ck_assert_ptr_null(config_rule_details(&rs->rules[i], buf, sizeof buf));
         free(json);
@@ -902,6 +1002,7 @@ int main(void) {
         tcase_add_test(tc, test_dump_escapes);
         tcase_add_test(tc, test_dump_algorithms);
         tcase_add_test(tc, test_dump_old_unchanged);
+        tcase_add_test(tc, test_dump_on_backend_error);
         tcase_add_test(tc, test_rule_details);
         suite_add_tcase(s, tc);
 
