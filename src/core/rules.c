@@ -936,7 +936,10 @@ static int ruleset_grow(RuleSet *rs) {
 
 int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
         char desc[RULE_DESCRIBE_MAX];
-        Rule rule = { .line = d->line, .match_policy = MATCH_POLICY_STOP };
+        Rule rule = { .line = d->line,
+                      .match_policy = MATCH_POLICY_STOP,
+                      .divvy_notes = d->divvy_notes,
+                      .divvy_attrs = d->divvy_attrs };
         bool ok = true;
         int q;
 

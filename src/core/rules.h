@@ -77,6 +77,17 @@ typedef struct RulePattern {
         bool anchored_start, anchored_end; /* no '*' at the start / end */
 } RulePattern;
 
+/* What a loader saw in a rule's text that Node divvy 1.7's reader would read otherwise, for
+ * config_check_divvy() (--check-config --compat=divvy); the loaded rule itself is not
+ * affected. Bits of Rule.divvy_notes. */
+typedef enum RuleDivvyNote {
+        RULE_DIVVY_INI_HEADER = 1u << 0,        /* INI header divvy's reader splits or cuts otherwise */
+        RULE_DIVVY_BOM = 1u << 1,               /* first rule of a file that starts with a byte order mark */
+        RULE_DIVVY_JSON_NO_OPERATION = 1u << 2, /* JSON default rule without "operation" */
+        RULE_DIVVY_JSON_NO_OVERRIDES = 1u << 3, /* JSON default rule of a file without "overrides" */
+        RULE_DIVVY_JSON_OPERATION_NUMBER = 1u << 4, /* an operation value JavaScript writes otherwise */
+} RuleDivvyNote;
+
 typedef struct Rule {
         size_t index;          /* position in the config, 0-based */
         unsigned line;         /* source line, for messages; 0 if unknown */
@@ -97,6 +108,8 @@ typedef struct Rule {
          * bucket's config set it. */
         AlgoParams algo;
         RuleOnError on_backend_error; /* onBackendError; RULE_ON_ERROR_DEFAULT if not set */
+        unsigned divvy_notes;         /* RuleDivvyNote bits the loader set in the draft */
+        unsigned divvy_attrs; /* bit (1 << RuleAttr): attributes whose text divvy 1.7 reads otherwise */
         /* Counter identity: a hash of the canonical operation (sorted keys) +
          * creditLimit + resetSeconds + actorField, + the algorithm and its parameters only
          * when not the defaults (exact encoding: rules.c, rule_compute_id). Same value for
@@ -143,6 +156,7 @@ typedef struct RuleDraft {
         size_t n_patterns;
         const char *attrs[_RULE_ATTR_MAX];   /* NULL if absent; loader-owned */
         unsigned attr_lines[_RULE_ATTR_MAX]; /* line of each attribute; 0: use line */
+        unsigned divvy_notes, divvy_attrs;   /* copied to the Rule: see there */
 } RuleDraft;
 
 const char *rule_attr_to_string(RuleAttr a);
