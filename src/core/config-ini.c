@@ -40,10 +40,152 @@ typedef struct IniParser {
 
         IniSection *sections;
         size_t n_sections;
+
+        bool bom;         /* the file starts with a byte order mark, on a line that is no comment */
+        bool line_padded; /* the current line has blanks before or after its text */
 } IniParser;
 
 static bool is_blank(char c) {
         return c == ' ' || c == '\t';
+}
+
+/* ---- how divvy 1.7 reads the same text (for config_check_divvy()) ----
+ *
+ * divvy reads INI with npm's ini 1.3: a line is a section only if it is exactly
+ * /^\[([^\]]*)\]$/ (nothing before '[' or after ']'); the section name and each value go
+ * through its unsafe(): trimmed, then either unquoted ('...' stripped, then JSON.parse()
+ * tried; "..." JSON.parse()d) or cut at the first ';' or '#' with '\' escaping those and
+ * itself; the values true, false and null become JavaScript's; a '.' in a section name
+ * nests sections. divvy then splits the name at /\s+/ and each pair at '='. The loader
+ * notes where that reading and ours part, and the compat check refuses those rules. */
+
+/* True if s[0..n) is a JSON number (RFC 8259 grammar). */
+static bool is_json_number(const char *s, size_t n) {
+        size_t i = 0;
+        if (i < n && s[i] == '-')
+                i++;
+        if (i < n && s[i] == '0')
+                i++;
+        else if (i < n && s[i] >= '1' && s[i] <= '9')
+                while (i < n && s[i] >= '0' && s[i] <= '9')
+                        i++;
+        else
+                return false;
+        if (i < n && s[i] == '.') {
+                size_t start = ++i;
+                while (i < n && s[i] >= '0' && s[i] <= '9')
+                        i++;
+                if (i == start)
+                        return false;
+        }
+        if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+                i++;
+                if (i < n && (s[i] == '+' || s[i] == '-'))
+                        i++;
+                size_t start = i;
+                while (i < n && s[i] >= '0' && s[i] <= '9')
+                        i++;
+                if (i == start)
+                        return false;
+        }
+        return i == n;
+}
+
+/* A number JavaScript writes back as the same text: 0, or up to 15 digits without a
+ * leading zero (exact in a double). */
+static bool is_js_canonical_integer(const char *s, size_t n) {
+        if (n == 0 || n > 15 || (s[0] == '0' && n > 1))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (s[i] < '0' || s[i] > '9')
+                        return false;
+        return true;
+}
+
+static bool slice_is(const char *s, size_t n, const char *word) {
+        return n == strlen(word) && memcmp(s, word, n) == 0;
+}
+
+/* True if divvy's INI reader reads the raw value text raw[0..raw_n) (what follows '=')
+ * as the string v[0..v_n) that we read: ini's unsafe(), then true/false/null. */
+static bool divvy_reads_value_alike(const char *raw, size_t raw_n, const char *v, size_t v_n) {
+        char buf[RULE_TEXT_MAX + 1];
+        size_t n = 0;
+
+        while (raw_n > 0 && strchr(" \t\r\v\f", raw[0]) && raw[0] != '\0')
+                raw++, raw_n--;
+        while (raw_n > 0 && strchr(" \t\r\v\f", raw[raw_n - 1]) && raw[raw_n - 1] != '\0')
+                raw_n--;
+        if (raw_n >= 1 &&
+            ((raw[0] == '"' && raw[raw_n - 1] == '"') || (raw[0] == '\'' && raw[raw_n - 1] == '\''))) {
+                if (raw_n < 2)
+                        return false;
+                const char *in = raw + 1;
+                size_t in_n = raw_n - 2;
+                if (raw[0] == '"') /* JSON.parse() of the whole: alike without escapes or inner quotes */
+                        return !memchr(in, '\\', in_n) && !memchr(in, '"', in_n) && in_n == v_n &&
+                               memcmp(in, v, v_n) == 0;
+                /* '...': stripped, then JSON.parse() tried on the inside */
+                if (slice_is(in, in_n, "null") || slice_is(in, in_n, "false"))
+                        return false;
+                if (is_json_number(in, in_n) && !is_js_canonical_integer(in, in_n))
+                        return false;
+                if (in_n > 0 && strchr("\"[{ \t", in[0]))
+                        return false; /* a JSON string, array or object (or one after blanks) */
+                return in_n == v_n && memcmp(in, v, v_n) == 0;
+        }
+        /* unquoted: cut at the first unescaped ';' or '#'; '\' escapes '\', ';' and '#' */
+        for (size_t i = 0; i < raw_n && n < sizeof buf - 2; i++) {
+                char c = raw[i];
+                if (c == '\\' && i + 1 < raw_n) {
+                        char e = raw[++i];
+                        if (!strchr("\\;#", e) || e == '\0')
+                                buf[n++] = '\\';
+                        buf[n++] = e;
+                } else if (c == ';' || c == '#')
+                        break;
+                else
+                        buf[n++] = c;
+        }
+        while (n > 0 && strchr(" \t\r\v\f", buf[n - 1]) && buf[n - 1] != '\0')
+                n--;
+        if (slice_is(buf, n, "false") || slice_is(buf, n, "null"))
+                return false; /* JavaScript's false and null: no value at all */
+        return n == v_n && memcmp(buf, v, v_n) == 0;
+}
+
+/* True if s[0..n) holds a character JavaScript's /\s/ matches but our tokenizer does not
+ * split on (control characters, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F,
+ * U+205F, U+3000, U+FEFF). */
+static bool has_js_space(const char *s, size_t n) {
+        const unsigned char *u = (const unsigned char *) s;
+        for (size_t i = 0; i < n; i++) {
+                if (u[i] == '\v' || u[i] == '\f' || u[i] == '\r' || u[i] == '\n')
+                        return true;
+                if (i + 1 < n && u[i] == 0xc2 && u[i + 1] == 0xa0)
+                        return true;
+                if (i + 2 < n &&
+                    ((u[i] == 0xe1 && u[i + 1] == 0x9a && u[i + 2] == 0x80) ||
+                     (u[i] == 0xe2 && u[i + 1] == 0x80 &&
+                      (u[i + 2] <= 0x8a || u[i + 2] == 0xa8 || u[i + 2] == 0xa9 || u[i + 2] == 0xaf)) ||
+                     (u[i] == 0xe2 && u[i + 1] == 0x81 && u[i + 2] == 0x9f) ||
+                     (u[i] == 0xe3 && u[i + 1] == 0x80 && u[i + 2] == 0x80) ||
+                     (u[i] == 0xef && u[i + 1] == 0xbb && u[i + 2] == 0xbf)))
+                        return true;
+        }
+        return false;
+}
+
+/* True if divvy reads the header line "[content]" (content blank-trimmed by us; padded:
+ * the line had blanks around it; after: text after ']') as the same operation: a bare
+ * "[k=v k=v]" line whose values need no quotes and hold nothing ini or divvy cut at. */
+static bool divvy_reads_header_alike(const char *content, size_t n, bool padded, bool after) {
+        if (padded || after || (n >= 2 && content[0] == '\'' && content[n - 1] == '\''))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (strchr("\".;#\\]", content[i]) && content[i] != '\0')
+                        return false;
+        return !has_js_space(content, n);
 }
 
 /* Ends the current section: a valid one becomes a rule. */
@@ -219,6 +361,11 @@ static int parse_header(IniParser *p, char *s, size_t n, unsigned line) {
         if (rest < s + n && *rest != ';' && *rest != '#')
                 return diag_add(p->diag, line, "%s: unexpected text after ']'", p->what);
 
+        if (!divvy_reads_header_alike(content, len, p->line_padded, close + 1 < n))
+                p->draft.divvy_notes |= RULE_DIVVY_INI_HEADER;
+        if (p->bom && p->n_sections == 0)
+                p->draft.divvy_notes |= RULE_DIVVY_BOM;
+
         if (len == 0)
                 return diag_add(p->diag, line, "empty section header []; the catch-all rule is [default]");
 
@@ -277,9 +424,18 @@ static int parse_key_value(IniParser *p, char *s, size_t n, unsigned line) {
                         v_end--;
         }
 
+        /* Read before the value is terminated in place, which may cut the raw text. */
+        bool alike = divvy_reads_value_alike(eq + 1, (size_t) (end - eq - 1), v, (size_t) (v_end - v));
+
         /* Both ends lie within this line (or on its '\n'), so terminating in place is safe. */
         *key_end = '\0';
         *v_end = '\0';
+
+        /* The attributes that decide (comment does not; the others divvy does not know). */
+        RuleAttr a = rule_attr_from_string(s);
+        if (!alike && (a == RULE_ATTR_CREDIT_LIMIT || a == RULE_ATTR_RESET_SECONDS ||
+                       a == RULE_ATTR_ACTOR_FIELD || a == RULE_ATTR_MATCH_POLICY || a == RULE_ATTR_LABEL))
+                p->draft.divvy_attrs |= 1u << a;
 
         r = rule_draft_set_diag(&p->draft, p->section_ok ? NULL : p->what, s, v, line, p->diag);
         /* Other failures are in diag already, which is how the caller knows. */
@@ -291,10 +447,12 @@ static int parse_line(IniParser *p, char *s, size_t n, unsigned line) {
                 n--;
         if (memchr(s, '\0', n))
                 return diag_add(p->diag, line, "NUL byte in line");
-        if (line == 1 && n >= 3 && memcmp(s, "\xef\xbb\xbf", 3) == 0) { /* UTF-8 byte order mark */
+        bool bom = line == 1 && n >= 3 && memcmp(s, "\xef\xbb\xbf", 3) == 0;
+        if (bom) { /* UTF-8 byte order mark */
                 s += 3;
                 n -= 3;
         }
+        p->line_padded = n > 0 && (is_blank(s[0]) || is_blank(s[n - 1]));
         while (n > 0 && is_blank(*s)) {
                 s++;
                 n--;
@@ -302,6 +460,10 @@ static int parse_line(IniParser *p, char *s, size_t n, unsigned line) {
         while (n > 0 && is_blank(s[n - 1]))
                 n--;
 
+        /* divvy reads a byte order mark before a comment as a blank (JavaScript's \s), and
+         * before anything else as part of the line */
+        if (bom && !(n > 0 && (*s == ';' || *s == '#')))
+                p->bom = true;
         if (n == 0 || *s == ';' || *s == '#')
                 return 0;
         if (*s == '[')

@@ -31,6 +31,8 @@ typedef struct JsonParser {
         Diag *diag;
         ItemLine *lines; /* sorted by item address */
         size_t n_lines;
+        unsigned first_notes; /* RuleDivvyNote bits for the first rule parsed (the file's) */
+        bool no_overrides;    /* the document has no "overrides": divvy 1.7 cannot read it */
 } JsonParser;
 
 /* Strings a rule draft points to until ruleset_add(): stringified numbers. */
@@ -220,9 +222,12 @@ static int parse_operation(JsonParser *p, const cJSON *op, const char *what, boo
 
                 if (cJSON_IsString(m))
                         v = m->valuestring;
-                else if (cJSON_IsNumber(m) && j < RULE_PATTERNS_MAX)
+                else if (cJSON_IsNumber(m) && j < RULE_PATTERNS_MAX) {
                         v = format_number(m->valuedouble, strings->patterns[j]);
-                else if (cJSON_IsBool(m))
+                        /* JavaScript writes exponents its own way ("1e-7", 1e20 in full) */
+                        if (strpbrk(v, "eE"))
+                                d->divvy_notes |= RULE_DIVVY_JSON_OPERATION_NUMBER;
+                } else if (cJSON_IsBool(m))
                         v = cJSON_IsTrue(m) ? "true" : "false";
                 else if (cJSON_IsNumber(m))
                         v = "0"; /* too many keys: add_pattern says so below */
@@ -272,6 +277,8 @@ static int parse_rule_operation(JsonParser *p, const cJSON *item, const char *wh
                 if (r < 0)
                         return r;
         }
+        if (!operation && is_default) /* divvy 1.7 fails on a default without one */
+                d->divvy_notes |= RULE_DIVVY_JSON_NO_OPERATION;
         if (!operation && !is_default) {
                 *ok = false;
                 return diag_add(p->diag, d->line,
@@ -309,10 +316,13 @@ static int parse_rule_attributes(JsonParser *p, const cJSON *item, const char *w
                         r = diag_add(p->diag, line,
                                      "%s has an unknown attribute \"%s\" (did you mean \"operation\"?)",
                                      what, m->string);
-                else if (a < 0 || cJSON_IsString(m))
+                else if (a < 0 || cJSON_IsString(m)) {
                         /* unknown names too: rule_draft_set_diag() words that message */
                         v = cJSON_IsString(m) ? m->valuestring : "";
-                else if (cJSON_IsNumber(m) && attr_is_number(a))
+                        /* divvy 1.7 keys its counters by a limit given as a string as written */
+                        if (attr_is_number(a) && v[0] == '0' && v[1] != '\0')
+                                d->divvy_attrs |= 1u << a;
+                } else if (cJSON_IsNumber(m) && attr_is_number(a))
                         v = format_number(m->valuedouble, strings->attrs[a]);
                 else if (cJSON_IsBool(m) && a == RULE_ATTR_STRICT)
                         v = cJSON_IsTrue(m) ? "true" : "false";
@@ -346,6 +356,8 @@ static int parse_rule(JsonParser *p, const cJSON *item, const char *where, bool 
 
         rule_draft_init(&d, line_of(p, item));
         d.is_default = is_default;
+        d.divvy_notes = p->first_notes | (is_default && p->no_overrides ? RULE_DIVVY_JSON_NO_OVERRIDES : 0);
+        p->first_notes = 0;
         snprintf(what, sizeof what, "%s", where);
 
         if (!cJSON_IsObject(item))
@@ -441,6 +453,7 @@ static int parse_document(JsonParser *p, const cJSON *root) {
                 }
         }
 
+        p->no_overrides = !overrides;
         if (!def)
                 return diag_add(p->diag, 0,
                                 "missing \"default\" rule (the one that applies when no override matches)");
@@ -448,7 +461,12 @@ static int parse_document(JsonParser *p, const cJSON *root) {
 }
 
 int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag) {
-        JsonParser p = { .rs = rs, .diag = diag };
+        JsonParser p = {
+                .rs = rs,
+                .diag = diag,
+                /* JSON.parse() refuses a byte order mark, which cJSON skips */
+                .first_notes = len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? RULE_DIVVY_BOM : 0,
+        };
         size_t n_before = diag_count(diag); /* every problem is a message: more means invalid */
         const char *end = NULL;
         unsigned nul_line = 0;

@@ -183,8 +183,8 @@ static void json_write_cstring(FILE *f, const char *s) {
 
 /* One rule as a JSON object at the given indent, attributes in a fixed order,
  * only those set (matchPolicy only when not the default "stop"; the algorithm and its
- * parameters only when not the defaults, so that a dump of an older config is
- * unchanged). */
+ * parameters, and onBackendError, only when not the defaults, so that a dump of an older
+ * config is unchanged). */
 static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_operation) {
         fprintf(f, "{\n");
         if (with_operation) {
@@ -218,6 +218,10 @@ static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_oper
         if (r->match_policy != MATCH_POLICY_STOP) {
                 fprintf(f, ",\n%s  \"matchPolicy\": ", indent);
                 json_write_cstring(f, match_policy_to_string(r->match_policy));
+        }
+        if (r->on_backend_error != RULE_ON_ERROR_DEFAULT) {
+                fprintf(f, ",\n%s  \"onBackendError\": ", indent);
+                json_write_cstring(f, rule_on_error_to_string(r->on_backend_error));
         }
         if (r->label) {
                 fprintf(f, ",\n%s  \"label\": ", indent);
@@ -318,4 +322,193 @@ const char *config_rule_details(const Rule *r, char *buf, size_t size) {
                 append(buf, size, &len, ", always allows (resetSeconds 0)");
         append(buf, size, &len, ", matchPolicy %s", match_policy_to_string(r->match_policy));
         return buf;
+}
+
+/* ---- --check-config --compat=divvy ------------------------------------------------------ */
+
+/* Names every JavaScript object inherits from Object.prototype: divvy 1.7 keeps a request's
+ * pairs in a plain object, so a request without such a key still "has" it. */
+static const char *const js_inherited[] = {
+        "constructor",      "hasOwnProperty",   "isPrototypeOf",    "propertyIsEnumerable",
+        "toLocaleString",   "toString",         "valueOf",          "__defineGetter__",
+        "__defineSetter__", "__lookupGetter__", "__lookupSetter__", "__proto__",
+};
+
+static bool js_is_inherited(const char *key) {
+        for (size_t i = 0; i < sizeof js_inherited / sizeof js_inherited[0]; i++)
+                if (strcmp(key, js_inherited[i]) == 0)
+                        return true;
+        return false;
+}
+
+/* The text divvy 1.7's glob test sees for a request without key: String(operation[key]). */
+static const char *js_absent_text(const char *key, char *buf, size_t size) {
+        if (strcmp(key, "__proto__") == 0)
+                snprintf(buf, size, "[object Object]");
+        else if (js_is_inherited(key))
+                snprintf(buf, size, "function %s() { [native code] }", key);
+        else
+                snprintf(buf, size, "undefined");
+        return buf;
+}
+
+#define SHOW_MAX 64 /* bytes of a key or value quoted in a compat message */
+
+/* A key or value for a message: control bytes and '"' as '?', cut after SHOW_MAX bytes
+ * (at a character boundary) with "...". */
+static const char *show(const char *s, char buf[static SHOW_MAX + 4]) {
+        size_t len = strlen(s), n = len;
+        if (n > SHOW_MAX) {
+                n = SHOW_MAX;
+                while (n > 0 && ((unsigned char) s[n] & 0xc0) == 0x80)
+                        n--;
+        }
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char) s[i];
+                buf[i] = c < 0x20 || c == 0x7f || c == '"' ? '?' : (char) c;
+        }
+        if (n < len)
+                memcpy(buf + n, "...", 3), n += 3;
+        buf[n] = '\0';
+        return buf;
+}
+
+/* Appends one reason to the rule's list, "; " between reasons. */
+static void add_reason(char *buf, size_t size, size_t *len, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static void add_reason(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+        char reason[RULE_DESCRIBE_MAX * 2];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(reason, sizeof reason, fmt, ap);
+        va_end(ap);
+        append(buf, size, len, "%s%s", *len > 0 ? "; " : "", reason);
+}
+
+/* The attributes a rule has, as divvy 1.7 sees them: every attribute rules.c knows must be
+ * decided on here. */
+_Static_assert(_RULE_ATTR_MAX == 11, "a new rule attribute: decide in divvy_rule_reasons() whether divvy "
+                                     "1.7 knows it");
+
+/* Every reason divvy 1.7 would decide rule r otherwise, or could not read it, into buf. */
+static void divvy_rule_reasons(const Rule *r, char *buf, size_t size) {
+        char absent[64], k[SHOW_MAX + 4], v[SHOW_MAX + 4];
+        size_t len = 0;
+
+        buf[0] = '\0';
+        /* Attributes divvy 1.7 does not know (it ignores algorithm, burst, refillSeconds,
+         * strict and onBackendError, and refuses matchPolicy continue). */
+        if (r->algo.algorithm != ALGORITHM_FIXED_WINDOW)
+                add_reason(buf, size, &len, "algorithm %s (divvy 1.7 counts in fixed windows only)",
+                           algorithm_to_string(r->algo.algorithm));
+        if (r->match_policy == MATCH_POLICY_CONTINUE)
+                add_reason(buf, size, &len, "matchPolicy continue (divvy 1.7 knows stop and canary only)");
+        if (r->on_backend_error != RULE_ON_ERROR_DEFAULT)
+                add_reason(buf, size, &len,
+                           "onBackendError %s (divvy 1.7 does not know it: it answers an error while Redis "
+                           "is down)",
+                           rule_on_error_to_string(r->on_backend_error));
+        /* Validation: divvy 1.7 refuses resetSeconds 0 unless creditLimit is 0. */
+        if (r->reset_seconds == 0 && r->credit_limit > 0)
+                add_reason(buf, size, &len,
+                           "resetSeconds 0 with creditLimit %" PRIu64
+                           " (divvy 1.7 refuses a resetSeconds under 1 unless creditLimit is 0)",
+                           r->credit_limit);
+        /* Matching: README, "Differences from divvy", "Rules and matching". */
+        for (size_t i = 0; i < r->n_patterns; i++) {
+                const RulePattern *p = &r->patterns[i];
+                const char *star = memchr(p->value, '*', p->value_len);
+
+                if (strcmp(p->key, "__proto__") == 0) {
+                        add_reason(buf, size, &len,
+                                   "operation key __proto__ (divvy 1.7 drops it: a JavaScript object's "
+                                   "prototype)");
+                        continue;
+                }
+                if (p->kind == PATTERN_ANY)
+                        add_reason(buf, size, &len, "%s=* (divvy 1.7 also matches requests without %s)",
+                                   show(p->key, k), k);
+                else if (p->kind == PATTERN_GLOB && star != p->value + p->value_len - 1)
+                        add_reason(buf, size, &len,
+                                   "%s=%s (divvy 1.7 reads a glob as the prefix before its first * and "
+                                   "the rest as a regular expression, unanchored: only a single * at the "
+                                   "end matches alike)",
+                                   show(p->key, k), show(p->value, v));
+                else if (p->kind == PATTERN_GLOB && (js_absent_text(p->key, absent, sizeof absent),
+                                                     rule_pattern_match(p, absent, strlen(absent))))
+                        add_reason(buf, size, &len,
+                                   "%s=%s (divvy 1.7 also matches requests without %s, whose %s it reads as "
+                                   "\"%s\")",
+                                   show(p->key, k), show(p->value, v), k, k, absent);
+        }
+        if (r->actor_field && js_is_inherited(r->actor_field))
+                add_reason(buf, size, &len,
+                           "actorField %s (divvy 1.7 counts the requests without it under another actor: "
+                           "every JavaScript object has a %s)",
+                           r->actor_field, r->actor_field); /* one of js_inherited[] */
+        /* How divvy 1.7 reads the file's text: what the loader noted. */
+        if (r->divvy_notes & RULE_DIVVY_BOM)
+                add_reason(buf, size, &len,
+                           "the file starts with a byte order mark (divvy 1.7 cannot read this rule "
+                           "after it)");
+        if (r->divvy_notes & RULE_DIVVY_INI_HEADER)
+                add_reason(buf, size, &len,
+                           "its section header (divvy 1.7 reads only a bare [key=value ...] line as "
+                           "this operation: no blanks or comment around it, no quotes, no . ; # \\ ] "
+                           "or other spaces in it)");
+        if (r->divvy_attrs) {
+                char names[256];
+                size_t n = 0;
+                names[0] = '\0';
+                for (int a = 0; a < _RULE_ATTR_MAX; a++)
+                        if (r->divvy_attrs & (1u << a))
+                                append(names, sizeof names, &n, "%s%s", n > 0 ? ", " : "",
+                                       rule_attr_to_string((RuleAttr) a));
+                add_reason(buf, size, &len, "the value of %s as written (divvy 1.7 reads it otherwise)",
+                           names);
+        }
+        if (r->divvy_notes & RULE_DIVVY_JSON_OPERATION_NUMBER)
+                add_reason(buf, size, &len,
+                           "an operation value written as a number with an exponent (divvy 1.7 turns it "
+                           "into other text)");
+        if (r->divvy_notes & RULE_DIVVY_JSON_NO_OPERATION)
+                add_reason(buf, size, &len, "no \"operation\" (divvy 1.7 needs \"operation\": {} here)");
+        if (r->divvy_notes & RULE_DIVVY_JSON_NO_OVERRIDES)
+                add_reason(buf, size, &len,
+                           "no \"overrides\" in the file (divvy 1.7 needs the array, even "
+                           "empty)");
+}
+
+int config_check_divvy(const RuleSet *rs, Diag *diag) {
+        char desc[RULE_DESCRIBE_MAX], reasons[4096];
+        bool ok = true;
+        int q;
+
+        /* divvy 1.7 picks the format by the extension, in lower case only. */
+        if (rs->source && config_format_from_path(rs->source) >= 0) {
+                const char *dot = strrchr(rs->source, '.');
+                if (strcmp(dot, ".ini") != 0 && strcmp(dot, ".json") != 0) {
+                        ok = false;
+                        q = diag ? diag_add(diag, 0,
+                                            "divvy 1.7 reads only files whose names end in .ini or .json, "
+                                            "in lower case")
+                                 : 0;
+                        if (q < 0)
+                                return q;
+                }
+        }
+        for (size_t i = 0; i < rs->n_rules; i++) {
+                const Rule *r = &rs->rules[i];
+                divvy_rule_reasons(r, reasons, sizeof reasons);
+                if (reasons[0] == '\0')
+                        continue;
+                ok = false;
+                q = diag ? diag_add(diag, r->line, "rule %s is not divvy-compatible: %s",
+                                    rule_describe(r, desc, sizeof desc), reasons)
+                         : 0;
+                if (q < 0)
+                        return q;
+        }
+        return ok ? 0 : -EINVAL;
 }

@@ -51,5 +51,15 @@ const char *config_summary(const RuleSet *rs, char *buf, size_t size);
  * matchPolicy continue". */
 const char *config_rule_details(const Rule *r, char *buf, size_t size);
 
+/* --check-config --compat=divvy: may Node divvy 1.7 serve the same counters with this config
+ * (the Redis store's divvy keys, behind one load balancer with divvyd)? Refuses every rule
+ * divvy 1.7 would decide otherwise or could not read, one message per rule into diag
+ * (which may be NULL), at the rule's line: 'FILE:LINE: rule [ip=*] is not divvy-compatible:
+ * <reason>; <reason>'; and, at line 0, a file name divvy 1.7 would not read. rs is as
+ * config_load() returned it: the format comes from rs->source's extension, and what the
+ * loaders saw in the text is in each rule's divvy_notes and divvy_attrs. Pure: no I/O.
+ * Returns 0, -EINVAL if anything was refused, or -ENOMEM. */
+int config_check_divvy(const RuleSet *rs, Diag *diag);
+
 /* config_load() with another size limit (tests use a small one). */
 int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag);

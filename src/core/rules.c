@@ -33,6 +33,14 @@ static const char *const rule_attr_table[_RULE_ATTR_MAX] = {
         [RULE_ATTR_BURST] = "burst",
         [RULE_ATTR_REFILL_SECONDS] = "refillSeconds",
         [RULE_ATTR_STRICT] = "strict",
+        [RULE_ATTR_ON_BACKEND_ERROR] = "onBackendError",
+};
+
+/* RULE_ON_ERROR_DEFAULT has no name: it is the absence of the attribute. */
+static const char *const rule_on_error_table[_RULE_ON_ERROR_MAX] = {
+        [RULE_ON_ERROR_ALLOW] = "allow",
+        [RULE_ON_ERROR_DENY] = "deny",
+        [RULE_ON_ERROR_LOCAL] = "local",
 };
 
 static const char *const match_policy_table[_MATCH_POLICY_MAX] = {
@@ -46,7 +54,7 @@ static int string_table_lookup(const char *const *table, int n, const char *s, b
         if (!s)
                 return -EINVAL;
         for (int i = 0; i < n; i++)
-                if ((ignore_case ? strcasecmp(s, table[i]) : strcmp(s, table[i])) == 0)
+                if (table[i] && (ignore_case ? strcasecmp(s, table[i]) : strcmp(s, table[i])) == 0)
                         return i;
         return -EINVAL;
 }
@@ -61,7 +69,7 @@ RuleAttr rule_attr_from_string(const char *s) {
 
 const char *rule_attr_names(void) {
         return "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst, "
-               "refillSeconds, strict";
+               "refillSeconds, strict, onBackendError";
 }
 
 const char *rule_attr_suggest(const char *s) {
@@ -75,6 +83,14 @@ const char *match_policy_to_string(MatchPolicy p) {
 
 MatchPolicy match_policy_from_string(const char *s) {
         return (MatchPolicy) string_table_lookup(match_policy_table, _MATCH_POLICY_MAX, s, false);
+}
+
+const char *rule_on_error_to_string(RuleOnError e) {
+        return e >= 0 && e < _RULE_ON_ERROR_MAX ? rule_on_error_table[e] : NULL;
+}
+
+RuleOnError rule_on_error_from_string(const char *s) {
+        return (RuleOnError) string_table_lookup(rule_on_error_table, _RULE_ON_ERROR_MAX, s, false);
 }
 
 /* ---- small helpers ------------------------------------------------------------ */
@@ -488,9 +504,10 @@ ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
  *
  * Every variable-length field is length-prefixed, so no two different rules
  * encode alike (the v1 encoding ends where it ends, so the tail cannot make one rule
- * look like another). Position, label, comment and matchPolicy are not included:
- * reordering, relabelling, recommenting or promoting a canary (to stop or
- * continue) keeps counting in the same counters across a reload. */
+ * look like another). Position, label, comment, matchPolicy and onBackendError are not
+ * included: reordering, relabelling, recommenting, promoting a canary (to stop or
+ * continue) or changing what the rule answers while the remote store is down keeps
+ * counting in the same counters across a reload. */
 #define RULE_ID_MAGIC   "divvyd-rule-id-v1"
 #define RULE_ID_ALGO_V1 0xa1
 
@@ -885,6 +902,26 @@ static int draft_label(const RuleDraft *d, const char *desc, Diag *diag, Rule *r
         return draft_text(d, RULE_ATTR_LABEL, true, desc, diag, &rule->label, NULL);
 }
 
+/* onBackendError: optional, the daemon's --on-backend-error when absent. Not part of the
+ * rule's id: what a rule answers while the remote store is down says nothing about its
+ * counter. Returns 1, 0 if reported, -ENOMEM. */
+static int draft_on_backend_error(const RuleDraft *d, const char *desc, Diag *diag, RuleOnError *ret) {
+        char ex[EXCERPT_MAX + 4];
+        const char *s = d->attrs[RULE_ATTR_ON_BACKEND_ERROR];
+        RuleOnError e = RULE_ON_ERROR_DEFAULT;
+
+        if (s) {
+                e = rule_on_error_from_string(s);
+                if (e < 0)
+                        return report(diag, attr_line(d, RULE_ATTR_ON_BACKEND_ERROR), desc,
+                                      "has an unknown onBackendError \"%s\" (accepted: allow, deny, local)",
+                                      excerpt(s, ex))
+                                       ?: 0;
+        }
+        *ret = e;
+        return 1;
+}
+
 static int ruleset_grow(RuleSet *rs) {
         if (rs->n_rules < rs->n_allocated)
                 return 0;
@@ -899,7 +936,10 @@ static int ruleset_grow(RuleSet *rs) {
 
 int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
         char desc[RULE_DESCRIBE_MAX];
-        Rule rule = { .line = d->line, .match_policy = MATCH_POLICY_STOP };
+        Rule rule = { .line = d->line,
+                      .match_policy = MATCH_POLICY_STOP,
+                      .divvy_notes = d->divvy_notes,
+                      .divvy_attrs = d->divvy_attrs };
         bool ok = true;
         int q;
 
@@ -940,6 +980,7 @@ int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
         CHECK(draft_actor_field(d, desc, diag, &rule));
         CHECK(draft_match_policy(d, desc, diag, &rule.match_policy));
         CHECK(draft_label(d, desc, diag, &rule));
+        CHECK(draft_on_backend_error(d, desc, diag, &rule.on_backend_error));
         CHECK(draft_text(d, RULE_ATTR_COMMENT, true, desc, diag, &rule.comment, NULL));
 #undef CHECK
 

@@ -77,6 +77,17 @@ typedef struct RulePattern {
         bool anchored_start, anchored_end; /* no '*' at the start / end */
 } RulePattern;
 
+/* What a loader saw in a rule's text that Node divvy 1.7's reader would read otherwise, for
+ * config_check_divvy() (--check-config --compat=divvy); the loaded rule itself is not
+ * affected. Bits of Rule.divvy_notes. */
+typedef enum RuleDivvyNote {
+        RULE_DIVVY_INI_HEADER = 1u << 0,        /* INI header divvy's reader splits or cuts otherwise */
+        RULE_DIVVY_BOM = 1u << 1,               /* first rule of a file that starts with a byte order mark */
+        RULE_DIVVY_JSON_NO_OPERATION = 1u << 2, /* JSON default rule without "operation" */
+        RULE_DIVVY_JSON_NO_OVERRIDES = 1u << 3, /* JSON default rule of a file without "overrides" */
+        RULE_DIVVY_JSON_OPERATION_NUMBER = 1u << 4, /* an operation value JavaScript writes otherwise */
+} RuleDivvyNote;
+
 typedef struct Rule {
         size_t index;          /* position in the config, 0-based */
         unsigned line;         /* source line, for messages; 0 if unknown */
@@ -97,6 +108,8 @@ typedef struct Rule {
          * bucket's config set it. */
         AlgoParams algo;
         RuleOnError on_backend_error; /* onBackendError; RULE_ON_ERROR_DEFAULT if not set */
+        unsigned divvy_notes;         /* RuleDivvyNote bits the loader set in the draft */
+        unsigned divvy_attrs; /* bit (1 << RuleAttr): attributes whose text divvy 1.7 reads otherwise */
         /* Counter identity: a hash of the canonical operation (sorted keys) +
          * creditLimit + resetSeconds + actorField, + the algorithm and its parameters only
          * when not the defaults (exact encoding: rules.c, rule_compute_id). Same value for
@@ -118,16 +131,17 @@ typedef struct RuleSet {
 } RuleSet;
 
 typedef enum RuleAttr {
-        RULE_ATTR_CREDIT_LIMIT,   /* "creditLimit" */
-        RULE_ATTR_RESET_SECONDS,  /* "resetSeconds" */
-        RULE_ATTR_ACTOR_FIELD,    /* "actorField" */
-        RULE_ATTR_MATCH_POLICY,   /* "matchPolicy" */
-        RULE_ATTR_LABEL,          /* "label" */
-        RULE_ATTR_COMMENT,        /* "comment" */
-        RULE_ATTR_ALGORITHM,      /* "algorithm" */
-        RULE_ATTR_BURST,          /* "burst" */
-        RULE_ATTR_REFILL_SECONDS, /* "refillSeconds" */
-        RULE_ATTR_STRICT,         /* "strict" */
+        RULE_ATTR_CREDIT_LIMIT,     /* "creditLimit" */
+        RULE_ATTR_RESET_SECONDS,    /* "resetSeconds" */
+        RULE_ATTR_ACTOR_FIELD,      /* "actorField" */
+        RULE_ATTR_MATCH_POLICY,     /* "matchPolicy" */
+        RULE_ATTR_LABEL,            /* "label" */
+        RULE_ATTR_COMMENT,          /* "comment" */
+        RULE_ATTR_ALGORITHM,        /* "algorithm" */
+        RULE_ATTR_BURST,            /* "burst" */
+        RULE_ATTR_REFILL_SECONDS,   /* "refillSeconds" */
+        RULE_ATTR_STRICT,           /* "strict" */
+        RULE_ATTR_ON_BACKEND_ERROR, /* "onBackendError" */
         _RULE_ATTR_MAX,
         _RULE_ATTR_INVALID = -EINVAL,
 } RuleAttr;
@@ -142,6 +156,7 @@ typedef struct RuleDraft {
         size_t n_patterns;
         const char *attrs[_RULE_ATTR_MAX];   /* NULL if absent; loader-owned */
         unsigned attr_lines[_RULE_ATTR_MAX]; /* line of each attribute; 0: use line */
+        unsigned divvy_notes, divvy_attrs;   /* copied to the Rule: see there */
 } RuleDraft;
 
 const char *rule_attr_to_string(RuleAttr a);
@@ -156,9 +171,9 @@ int rule_draft_add_pattern(RuleDraft *d, const char *key, size_t key_len, const 
                            size_t value_len);
 
 /* Sets a rule attribute by its config name (creditLimit, resetSeconds, actorField,
- * matchPolicy, label, comment, algorithm, burst, refillSeconds, strict; exact case). Errors: -ENOENT unknown
- * name (a typo like "creditlimit" must not silently become 0), -EINVAL value NULL, -EEXIST set twice. The
- * string must stay valid until ruleset_add(). */
+ * matchPolicy, label, comment, algorithm, burst, refillSeconds, strict, onBackendError; exact case). Errors:
+ * -ENOENT unknown name (a typo like "creditlimit" must not silently become 0), -EINVAL value NULL, -EEXIST
+ * set twice. The string must stay valid until ruleset_add(). */
 int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned line);
 
 int ruleset_new(const char *source, RuleSet **ret);
@@ -204,6 +219,12 @@ const char *rule_describe(const Rule *r, char *buf, size_t size);
 const char *match_policy_to_string(MatchPolicy p);
 MatchPolicy match_policy_from_string(const char *s);
 
+/* "allow", "deny", "local" (exact case; the attribute onBackendError and the daemon's
+ * --on-backend-error). RULE_ON_ERROR_DEFAULT has no name: to_string() gives NULL for it,
+ * from_string() never returns it (-EINVAL for anything but the three names). */
+const char *rule_on_error_to_string(RuleOnError e);
+RuleOnError rule_on_error_from_string(const char *s);
+
 /* Helpers for the loaders' messages and --debug output. */
 
 #define RULE_DESCRIBE_MAX                                                                                   \
@@ -211,7 +232,7 @@ MatchPolicy match_policy_from_string(const char *s);
              * operations are cut at a character boundary and end in "...]" */
 
 /* "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst,
- * refillSeconds, strict": for messages. */
+ * refillSeconds, strict, onBackendError": for messages. */
 const char *rule_attr_names(void);
 
 /* The accepted attribute name that s differs from only in case ("creditlimit" ->

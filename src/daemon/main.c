@@ -77,6 +77,8 @@ static void help(void) {
                "      --http-address=ADDR  ... on this numeric address (default 127.0.0.1)\n"
                "      --metrics-path=PATH  ... at PATH (also $PROMETHEUS_METRICS_PATH; default /metrics)\n"
                "  -n, --check-config       Validate CONFIG, print a one-line summary, exit\n"
+               "      --compat=divvy       ... and refuse the rules Node divvy 1.7 would decide\n"
+               "                           otherwise or not read (before sharing its Redis)\n"
                "      --dump-config        Print CONFIG's rules as normalized JSON, exit\n"
                "  -h, --help               Show this help and exit\n"
                "      --version            Show the version and exit\n",
@@ -98,6 +100,7 @@ typedef struct Options {
         size_t n_listen;
         const char *statsd_port, *http_port; /* checked, converted with the environment's */
         bool statsd_tcp, allow_root;
+        bool compat_divvy; /* --compat=divvy: --check-config also runs config_check_divvy() */
 } Options;
 
 /* Loads path and prints every error to stderr. Returns 0 or a negative errno. */
@@ -185,6 +188,7 @@ enum {
         ARG_HTTP_ADDRESS,
         ARG_METRICS_PATH,
         ARG_ALLOW_ROOT,
+        ARG_COMPAT,
 };
 
 /* The store's and the server's options. Returns 0, 1 if c is none of them, or the exit
@@ -340,6 +344,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "http-address", required_argument, NULL, ARG_HTTP_ADDRESS },
                 { "metrics-path", required_argument, NULL, ARG_METRICS_PATH },
                 { "allow-root", no_argument, NULL, ARG_ALLOW_ROOT },
+                { "compat", required_argument, NULL, ARG_COMPAT },
                 {},
         };
         char *end;
@@ -395,6 +400,11 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 case ARG_ALLOW_ROOT:
                         o->allow_root = true;
                         break;
+                case ARG_COMPAT:
+                        if (strcmp(optarg, "divvy") != 0)
+                                return usage_error("--compat (the one accepted value is 'divvy')", optarg);
+                        o->compat_divvy = true;
+                        break;
                 case '?':
                         fprintf(stderr, "Try 'divvyd --help'.\n");
                         return 2;
@@ -410,12 +420,34 @@ static int parse_args(int argc, char *argv[], Options *o) {
                                 return r;
                 }
 
+        if (o->compat_divvy && o->action != ACTION_CHECK_CONFIG) {
+                fprintf(stderr, "divvyd: --compat is an option of --check-config. Try 'divvyd --help'.\n");
+                return 2;
+        }
         if (optind != argc - 1) {
                 fprintf(stderr, "divvyd: expected exactly one CONFIG file argument. Try 'divvyd --help'.\n");
                 return 2;
         }
         o->settings.config_path = argv[optind];
         return -1;
+}
+
+/* --compat=divvy: prints on stderr every rule Node divvy 1.7 would decide otherwise or not
+ * read. Returns 0 or a negative errno. */
+static int check_divvy(const char *path, const RuleSet *rules) {
+        Diag diag;
+        int r;
+
+        diag_init(&diag, path);
+        r = config_check_divvy(rules, &diag);
+        if (r < 0) {
+                if (diag_count(&diag) > 0)
+                        diag_print(&diag, stderr);
+                else
+                        fprintf(stderr, "%s: %s\n", path, strerror(-r));
+        }
+        diag_done(&diag);
+        return r;
 }
 
 /* --check-config and --dump-config. Returns the exit status. */
@@ -426,7 +458,9 @@ static int run_config_action(const Options *o) {
 
         if (load_rules(path, &rules) < 0)
                 return EXIT_FAILURE;
-        if (o->action == ACTION_CHECK_CONFIG) {
+        if (o->action == ACTION_CHECK_CONFIG && o->compat_divvy && check_divvy(path, rules) < 0)
+                ret = EXIT_FAILURE;
+        else if (o->action == ACTION_CHECK_CONFIG) {
                 char summary[256], details[RULE_DESCRIBE_MAX + 192];
                 printf("%s: OK, %s\n", path, config_summary(rules, summary, sizeof summary));
                 /* Then a line for each rule using an algorithm or policy divvy did not have. */

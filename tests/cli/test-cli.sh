@@ -89,6 +89,29 @@ if run 1 "--check-config on a missing file" --check-config "$tmp/missing.ini"; t
 	fi
 fi
 
+# --check-config --compat=divvy (issue #16): a config divvy 1.7 decides alike passes; one
+# it would not is refused, a message per rule on stderr, exit 1.
+for f in divvy-compat.ini divvy-compat.json; do
+	if run 0 "--compat=divvy $f" --check-config --compat=divvy "$data/$f" &&
+		has_line "$tmp/out" "$data/$f: OK, 6 rules (1 canary, 2 with actor, 1 labelled)"; then
+		pass "--check-config --compat=divvy $f"
+	fi
+done
+if run 1 "--compat=divvy on a config divvy decides otherwise" -n --compat=divvy "$examples/canary-config.ini"; then
+	if has_line "$tmp/err" "$examples/canary-config.ini:12: rule [ip=* method=GET path=/pantry/cookies/*] is not divvy-compatible: ip=* (divvy 1.7 also matches requests without ip)" &&
+		[ "$(wc -l <"$tmp/err")" -eq 2 ] && [ ! -s "$tmp/out" ]; then
+		pass "--compat=divvy refuses canary-config.ini, a message per rule"
+	else
+		fail "--compat=divvy on canary-config.ini: unexpected output"
+	fi
+fi
+if run 2 "--compat=node exits 2" --check-config --compat=node "$data/divvy-compat.ini"; then
+	pass "--compat=node exits 2"
+fi
+if run 2 "--compat without --check-config exits 2" --compat=divvy "$data/divvy-compat.ini"; then
+	pass "--compat without --check-config exits 2"
+fi
+
 # --dump-config: JSON that loads again and dumps to the same bytes.
 for f in example-config.ini canary-config.ini; do
 	base=${f%.ini}

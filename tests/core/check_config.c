@@ -82,6 +82,7 @@ static void assert_rules_equal(const RuleSet *a, const RuleSet *b) {
                 ck_assert_uint_eq(x->algo.burst, y->algo.burst);
                 ck_assert_uint_eq(x->algo.refill_seconds, y->algo.refill_seconds);
                 ck_assert(x->algo.strict == y->algo.strict);
+                ck_assert_int_eq(x->on_backend_error, y->on_backend_error);
         }
 }
 
@@ -125,6 +126,8 @@ static const struct {
         { "tests/data/quoting.ini", "4 rules (1 canary, 1 with actor, 1 labelled)" },
         { "tests/data/quoting.json", "4 rules (1 canary, 1 with actor, 1 labelled)" },
         { "tests/data/non-string-operation.json", "2 rules (0 canary, 0 with actor, 0 labelled)" },
+        { "tests/data/divvy-compat.ini", "6 rules (1 canary, 2 with actor, 1 labelled)" },
+        { "tests/data/divvy-compat.json", "6 rules (1 canary, 2 with actor, 1 labelled)" },
         { "examples/algorithms-config.ini",
           "7 rules (1 canary, 6 with actor, 6 labelled, 1 continue, 1 sliding-window, 4 token-bucket)" },
         { "examples/algorithms-config.json",
@@ -565,7 +568,7 @@ static const struct {
           "rule [a=1] sets algorithm twice (first on line 4)" },
         { false, INI_A1("maxBurst = 3\n"), 0, 4,
           "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst, "
-          "refillSeconds, strict)" },
+          "refillSeconds, strict, onBackendError)" },
         /* Refused by algo_params_prepare(), at the line of the attribute its reason names first. */
         { false, INI_A1("algorithm = token-bucket\nrefillSeconds = 7\n"), 0, 5,
           "t.ini:5: rule [a=1] refillSeconds does not divide resetSeconds into whole credits (creditLimit * "
@@ -614,6 +617,37 @@ static const struct {
           "t.json:3: rule [default] creditLimit per resetSeconds gives an interval under 1 microsecond" },
         { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0,\n\"matchPolicy\": \"continue\"}}",
           0, 2, "rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
+        /* onBackendError (issue #16): every value in both formats, bad ones at their line. */
+        { false, INI_A1("onBackendError = allow\n") },
+        { false, INI_A1("onBackendError = deny  ; comment\n") },
+        { false, INI_A1("onBackendError = 'local'\n") },
+        { false, INI_A1("algorithm = token-bucket\nonBackendError = \"deny\"\n") },
+        { false, INI_A1("\nonBackendError = fail\n"), 0, 5,
+          "t.ini:5: rule [a=1] has an unknown onBackendError \"fail\" (accepted: allow, deny, local)" },
+        { false, INI_A1("onBackendError = Allow\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an unknown onBackendError \"Allow\" (accepted: allow, deny, local)" },
+        { false, INI_A1("onBackendError =\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an unknown onBackendError \"\" (accepted: allow, deny, local)" },
+        { false, INI_A1("onbackenderror = deny\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an unknown attribute \"onbackenderror\" (did you mean "
+          "\"onBackendError\"?)" },
+        { false, INI_A1("onBackendError = deny\nonBackendError = allow\n"), 0, 5,
+          "t.ini:5: rule [a=1] sets onBackendError twice (first on line 4)" },
+        { true, JSON_A1(",\n\"onBackendError\": \"allow\"") },
+        { true, JSON_A1(",\n\"onBackendError\": \"deny\"") },
+        { true, JSON_A1(",\n\"onBackendError\": \"local\"") },
+        { true, JSON_A1(",\n\"onBackendError\": \"LOCAL\""), 0, 4,
+          "t.json:4: rule [a=1] has an unknown onBackendError \"LOCAL\" (accepted: allow, deny, local)" },
+        { true, JSON_A1(",\n\"comment\": \"x\",\n\"onBackendError\": \"default\""), 0, 5,
+          "t.json:5: rule [a=1] has an unknown onBackendError \"default\" (accepted: allow, deny, local)" },
+        { true, JSON_A1(",\n\"onBackendError\": false"), 0, 4,
+          "t.json:4: rule [a=1]: onBackendError: expected a string, got a boolean" },
+        { true, JSON_A1(",\n\"onBackendError\": null"), 0, 4,
+          "t.json:4: rule [a=1]: onBackendError: expected a string, got null" },
+        { true,
+          "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0,\n\"onBackendError\": \"deny\",\n"
+          "\"onBackendError\": \"allow\"}}",
+          0, 3, "t.json:3: rule [default] sets onBackendError twice (first on line 2)" },
         /* JSON accepted a canary before a stop rule on one operation all along. */
         { true,
           "{\"overrides\": [{\"operation\": {\"method\": \"GET\", \"path\": \"/x\"}, \"creditLimit\": 1,"
@@ -807,6 +841,353 @@ START_TEST (test_dump_algorithms) {
 }
 END_TEST
 
+/* ---- --check-config --compat=divvy ---- */
+
+#define DIVVY_MAX 4 /* messages a case expects */
+#define NOT_DIVVY "is not divvy-compatible: "
+
+/* Each case: a text that loads, and every message config_check_divvy() gives for it,
+ * exactly (none: accepted). Each claim about divvy 1.7 was tried against divvy 1.7's
+ * config.js with npm ini 1.3. */
+static const struct {
+        const char *name;
+        const char *file; /* "t.ini" or "t.json": the format, and rs->source */
+        const char *text;
+        const char *msgs[DIVVY_MAX];
+} divvy_cases[] = {
+        /* accepted: what divvy 1.7 reads and decides alike */
+        { "plain rules",
+          "t.ini",
+          "[method=GET path=/a]\ncreditLimit = 10\nresetSeconds = 60\nlabel = a\ncomment = x#y\n"
+          "[method=GET path=/b/*]\ncreditLimit = 1\nresetSeconds = 1\nactorField = ip\nmatchPolicy = canary "
+          " # c\n"
+          "[path=/c]\ncreditLimit = 0\nresetSeconds = 60\nalgorithm = fixed-window\n" DEFAULT_INI,
+          {} },
+        { "quotes divvy strips alike",
+          "t.ini",
+          INI_A1("actorField = 'ip'\nmatchPolicy = \"canary\"\nlabel = '123'\ncomment = 'a # b' # c\n"),
+          {} },
+        { "JSON as divvy writes it",
+          "t.json",
+          "{\"overrides\": [{\"operation\": {\"a\": \"1\", \"n\": 2, \"b\": true}, \"creditLimit\": 10, "
+          "\"resetSeconds\": \"60\", \"actorField\": \"ip\", \"matchPolicy\": \"stop\"}],\n"
+          "\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0}}",
+          {} },
+        /* attributes divvy 1.7 does not know */
+        { "sliding window",
+          "t.ini",
+          INI_A1("algorithm = sliding-window\n"),
+          { "t.ini:1: rule [a=1] " NOT_DIVVY
+            "algorithm sliding-window (divvy 1.7 counts in fixed windows only)" } },
+        { "token bucket and its parameters",
+          "t.json",
+          "{\"overrides\": [\n{\"operation\": {\"a\": \"1\"}, \"creditLimit\": 10, \"resetSeconds\": 60,\n"
+          "\"algorithm\": \"gcra\", \"burst\": 20, \"refillSeconds\": 6, \"strict\": true}],\n"
+          "\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0}}",
+          { "t.json:2: rule [a=1] " NOT_DIVVY
+            "algorithm token-bucket (divvy 1.7 counts in fixed windows only)" } },
+        { "matchPolicy continue",
+          "t.ini",
+          INI_A1("matchPolicy = continue\n"),
+          { "t.ini:1: rule [a=1] " NOT_DIVVY
+            "matchPolicy continue (divvy 1.7 knows stop and canary only)" } },
+        { "onBackendError",
+          "t.json",
+          "{\"overrides\": [],\n\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0, "
+          "\"onBackendError\": \"deny\"}}",
+          { "t.json:2: rule [default] " NOT_DIVVY
+            "onBackendError deny (divvy 1.7 does not know it: it answers an "
+            "error while Redis is down)" } },
+        /* validation */
+        { "resetSeconds 0 with a limit",
+          "t.ini",
+          "[a=1]\ncreditLimit = 5\nresetSeconds = 0\n" DEFAULT_INI,
+          { "t.ini:1: rule [a=1] " NOT_DIVVY
+            "resetSeconds 0 with creditLimit 5 (divvy 1.7 refuses a resetSeconds "
+            "under 1 unless creditLimit is 0)" } },
+        /* matching */
+        { "key=*",
+          "t.ini",
+          "[ip=* method=GET]\ncreditLimit = 5\nresetSeconds = 1\nactorField = ip\n" DEFAULT_INI,
+          { "t.ini:1: rule [ip=* method=GET] " NOT_DIVVY
+            "ip=* (divvy 1.7 also matches requests without ip)" } },
+        { "glob with a * inside",
+          "t.ini",
+          "[path=/a/*/c]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [path=/a/*/c] " NOT_DIVVY
+            "path=/a/*/c (divvy 1.7 reads a glob as the prefix before its "
+            "first * and the rest as a regular expression, unanchored: only a single * at the end matches "
+            "alike)" } },
+        { "glob with a leading *",
+          "t.json",
+          "{\"overrides\": [{\"operation\": {\"path\": \"*.png\"}, \"creditLimit\": 5, \"resetSeconds\": "
+          "1}],\n"
+          "\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0}}",
+          { "t.json:1: rule [path=*.png] " NOT_DIVVY
+            "path=*.png (divvy 1.7 reads a glob as the prefix before its "
+            "first * and the rest as a regular expression, unanchored: only a single * at the end matches "
+            "alike)" } },
+        { "two trailing stars",
+          "t.ini",
+          "[path=/a/**]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [path=/a/**] " NOT_DIVVY
+            "path=/a/** (divvy 1.7 reads a glob as the prefix before its "
+            "first * and the rest as a regular expression, unanchored: only a single * at the end matches "
+            "alike)" } },
+        { "a prefix of undefined",
+          "t.ini",
+          "[a=und*]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [a=und*] " NOT_DIVVY
+            "a=und* (divvy 1.7 also matches requests without a, whose a it reads "
+            "as \"undefined\")" } },
+        { "an inherited name",
+          "t.ini",
+          "[toString=f*]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [toString=f*] " NOT_DIVVY "toString=f* (divvy 1.7 also matches requests without "
+            "toString, whose toString it reads as \"function toString() { [native code] }\")" } },
+        { "__proto__ in the operation",
+          "t.ini",
+          "[__proto__=x b=1]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [__proto__=x b=1] " NOT_DIVVY
+            "operation key __proto__ (divvy 1.7 drops it: a JavaScript "
+            "object's prototype)" } },
+        { "an inherited actorField",
+          "t.ini",
+          INI_A1("actorField = constructor\n"),
+          { "t.ini:1: rule [a=1] " NOT_DIVVY
+            "actorField constructor (divvy 1.7 counts the requests without it under "
+            "another actor: every JavaScript object has a constructor)" } },
+        /* how divvy 1.7's INI reader reads the text */
+        { "blanks before a header",
+          "t.ini",
+          "  [a=1]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [a=1] " NOT_DIVVY
+            "its section header (divvy 1.7 reads only a bare [key=value ...] line as "
+            "this operation: no blanks or comment around it, no quotes, no . ; # \\ ] or other spaces in "
+            "it)" } },
+        { "comment after a header",
+          "t.ini",
+          "[a=1] # c\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [a=1] " NOT_DIVVY "its section header" } },
+        { "quoted header value",
+          "t.ini",
+          "[path=\"/a b\"]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [path=\"/a b\"] " NOT_DIVVY "its section header" } },
+        { "dot in a header",
+          "t.ini",
+          "[path=/a.json]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [path=/a.json] " NOT_DIVVY "its section header" } },
+        { "no-break space in a header",
+          "t.ini",
+          "[a=x\xc2\xa0y]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [a=x\xc2\xa0y] " NOT_DIVVY "its section header" } },
+        { "quoted value then a comment",
+          "t.ini",
+          "[a=1]\ncreditLimit = '5' # c\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [a=1] " NOT_DIVVY
+            "the value of creditLimit as written (divvy 1.7 reads it otherwise)" } },
+        { "null and escapes",
+          "t.ini",
+          INI_A1("actorField = a\\;b\nlabel = null\n"),
+          { "t.ini:1: rule [a=1] " NOT_DIVVY "the value of actorField, label as written (divvy 1.7 reads it "
+            "otherwise)" } },
+        { "a # without a blank",
+          "t.ini",
+          INI_A1("actorField = ip#4\n"),
+          { "t.ini:1: rule [a=1] " NOT_DIVVY
+            "the value of actorField as written (divvy 1.7 reads it otherwise)" } },
+        { "byte order mark",
+          "t.ini",
+          "\xef\xbb\xbf[a=1]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.ini:1: rule [a=1] " NOT_DIVVY
+            "the file starts with a byte order mark (divvy 1.7 cannot read this rule "
+            "after it)" } },
+        { "byte order mark before a comment",
+          "t.ini",
+          "\xef\xbb\xbf# c\n[a=1]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          {} },
+        /* and its JSON */
+        { "JSON byte order mark",
+          "t.json",
+          "\xef\xbb\xbf{\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0}, "
+          "\"overrides\": []}",
+          { "t.json:1: rule [default] " NOT_DIVVY
+            "the file starts with a byte order mark (divvy 1.7 cannot read this "
+            "rule after it)" } },
+        { "JSON default without operation, no overrides",
+          "t.json",
+          "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}",
+          { "t.json:1: rule [default] " NOT_DIVVY
+            "no \"operation\" (divvy 1.7 needs \"operation\": {} here); no "
+            "\"overrides\" in the file (divvy 1.7 needs the array, even empty)" } },
+        { "JSON limit as a string divvy writes alike",
+          "t.json",
+          "{\"overrides\": [{\"operation\": {\"a\": 1.5}, \"creditLimit\": \"10\", \"resetSeconds\": 1}],\n"
+          "\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0}}",
+          {} },
+        { "JSON exponent in an operation",
+          "t.json",
+          "{\"overrides\": [{\"operation\": {\"a\": 1e-7}, \"creditLimit\": \"010\", \"resetSeconds\": "
+          "1}],\n"
+          "\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0}}",
+          { "t.json:1: rule [a=1e-07] " NOT_DIVVY "the value of creditLimit as written (divvy 1.7 reads it "
+            "otherwise); an operation value written as a number with an exponent (divvy 1.7 turns it into "
+            "other "
+            "text)" } },
+        /* several reasons: one message per rule, each rule its own */
+        { "one message per rule",
+          "t.ini",
+          "[ip=*]\ncreditLimit = 5\nresetSeconds = 0\nmatchPolicy = continue\nonBackendError = allow\n"
+          "[b=1]\ncreditLimit = 5\nresetSeconds = 60\nalgorithm = token-bucket\n" DEFAULT_INI,
+          { "t.ini:1: rule [ip=*] " NOT_DIVVY "matchPolicy continue (divvy 1.7 knows stop and canary only); "
+            "onBackendError allow (divvy 1.7 does not know it: it answers an error while Redis is down); "
+            "resetSeconds 0 with creditLimit 5 (divvy 1.7 refuses a resetSeconds under 1 unless creditLimit "
+            "is "
+            "0); ip=* (divvy 1.7 also matches requests without ip)",
+            "t.ini:6: rule [b=1] " NOT_DIVVY
+            "algorithm token-bucket (divvy 1.7 counts in fixed windows only)" } },
+        /* the file's name */
+        { "upper-case extension",
+          "t.INI",
+          "[a=1]\ncreditLimit = 5\nresetSeconds = 1\n" DEFAULT_INI,
+          { "t.INI: divvy 1.7 reads only files whose names end in .ini or .json, in lower case" } },
+};
+
+START_TEST (test_divvy_compat) {
+        const char *text = divvy_cases[_i].text;
+        bool json = strstr(divvy_cases[_i].file, ".json") != NULL;
+        RuleSet *rs = NULL;
+        size_t n = 0;
+        Diag diag;
+
+        diag_init(&diag, divvy_cases[_i].file);
+        if (parse_text(json, text, strlen(text), &rs, &diag) < 0) {
+                diag_dump(&diag);
+                ck_abort_msg("case \"%s\" does not load", divvy_cases[_i].name);
+        }
+        int r = config_check_divvy(rs, &diag);
+        while (n < DIVVY_MAX && divvy_cases[_i].msgs[n])
+                n++;
+        if (r != (n > 0 ? -EINVAL : 0) || diag.n_messages != n)
+                diag_dump(&diag);
+        ck_assert_int_eq(r, n > 0 ? -EINVAL : 0);
+        ck_assert_uint_eq(diag.n_messages, n);
+        for (size_t i = 0; i < n; i++) {
+                /* exact, or a prefix for cases that repeat an exact message's reason */
+                const char *want = divvy_cases[_i].msgs[i];
+                if (strncmp(diag.messages[i], want, strlen(want)) != 0 || strlen(want) < 60)
+                        ck_assert_str_eq(diag.messages[i], want);
+        }
+        ck_assert_int_eq(config_check_divvy(rs, NULL), r); /* no diag: the same verdict */
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+/* The bundled examples and the fixtures: which divvy 1.7 decides alike, and the lines of the rules it
+ * would not. */
+static const struct {
+        const char *path;
+        unsigned lines[8]; /* lines of the refused rules, 0-terminated */
+} divvy_files[] = {
+        { "tests/data/divvy-compat.ini", { 0 } },
+        { "tests/data/divvy-compat.json", { 0 } },
+        /* ip=* / userId=*: divvy 1.7 also matches requests without the key */
+        { "examples/example-config.ini", { 13, 20, 26, 0 } },
+        { "examples/canary-config.ini", { 12, 18, 0 } },
+        { "examples/algorithms-config.ini", { 8, 19, 28, 37, 47, 56, 0 } },
+        /* and divvyd's JSON examples leave the default's operation out */
+        { "examples/example-config.json", { 13, 25, 36, 48, 0 } },
+        { "examples/canary-config.json", { 14, 25, 37, 0 } },
+        { "examples/algorithms-config.json", { 3, 12, 21, 30, 39, 49, 57, 0 } },
+};
+
+START_TEST (test_divvy_compat_files) {
+        RuleSet *rs = NULL;
+        size_t n = 0;
+        Diag diag;
+
+        ck_assert_int_eq(load(divvy_files[_i].path, &rs, &diag), 0);
+        while (divvy_files[_i].lines[n])
+                n++;
+        ck_assert_int_eq(config_check_divvy(rs, &diag), n > 0 ? -EINVAL : 0);
+        if (diag.n_messages != n)
+                diag_dump(&diag);
+        ck_assert_uint_eq(diag.n_messages, n);
+        for (size_t i = 0; i < n; i++)
+                assert_diag_has(&diag, divvy_files[_i].lines[i], NOT_DIVVY);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+/* onBackendError is dumped when set, reads back the same, and leaves the rule's id alone. */
+START_TEST (test_dump_on_backend_error) {
+        static const char text[] = "[a=1]\ncreditLimit = 10\nresetSeconds = 60\nonBackendError = allow\n"
+                                   "[a=2]\ncreditLimit = 10\nresetSeconds = 60\nonBackendError = deny\n"
+                                   "[a=3]\ncreditLimit = 10\nresetSeconds = 60\n"
+                                   "[default]\ncreditLimit = 0\nresetSeconds = 0\nonBackendError = local\n";
+        static const char plain[] = "[a=1]\ncreditLimit = 10\nresetSeconds = 60\n"
+                                    "[a=2]\ncreditLimit = 10\nresetSeconds = 60\n"
+                                    "[a=3]\ncreditLimit = 10\nresetSeconds = 60\n" DEFAULT_INI;
+        static const char want[] = "{\n"
+                                   "  \"overrides\": [\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"1\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"onBackendError\": \"allow\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"2\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"onBackendError\": \"deny\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"a\": \"3\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60\n"
+                                   "    }\n"
+                                   "  ],\n"
+                                   "  \"default\": {\n"
+                                   "    \"creditLimit\": 0,\n"
+                                   "    \"resetSeconds\": 0,\n"
+                                   "    \"onBackendError\": \"local\"\n"
+                                   "  }\n"
+                                   "}\n";
+        RuleSet *rs = NULL, *back = NULL, *without = NULL;
+        size_t len;
+        Diag diag;
+
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        ck_assert_int_eq(rs->rules[0].on_backend_error, RULE_ON_ERROR_ALLOW);
+        ck_assert_int_eq(rs->rules[1].on_backend_error, RULE_ON_ERROR_DENY);
+        ck_assert_int_eq(rs->rules[2].on_backend_error, RULE_ON_ERROR_DEFAULT);
+        ck_assert_int_eq(rs->rules[3].on_backend_error, RULE_ON_ERROR_LOCAL);
+        char *json = dump(rs, &len);
+        ck_assert_str_eq(json, want);
+        ck_assert_int_eq(parse_text(true, json, len, &back, &diag), 0);
+        assert_rules_equal(rs, back);
+        /* the same rules without the attribute: the same counter ids */
+        ck_assert_int_eq(parse_text(false, plain, strlen(plain), &without, &diag), 0);
+        for (size_t i = 0; i < rs->n_rules; i++)
+                ck_assert_mem_eq(rs->rules[i].id, without->rules[i].id, RULE_ID_SIZE);
+        free(json);
+        ruleset_free(rs);
+        ruleset_free(back);
+        ruleset_free(without);
+        diag_done(&diag);
+}
+END_TEST
+
 /* An older config: neither its dump nor its summary mention anything new. */
 START_TEST (test_dump_old_unchanged) {
         RuleSet *rs = NULL;
@@ -821,6 +1202,7 @@ START_TEST (test_dump_old_unchanged) {
         ck_assert_ptr_null(strstr(json, "refillSeconds"));
         ck_assert_ptr_null(strstr(json, "strict"));
         ck_assert_ptr_null(strstr(json, "continue"));
+        ck_assert_ptr_null(strstr(json, "onBackendError"));
         for (size_t i = 0; i < rs->n_rules; i++)
                 ck_assert_ptr_null(config_rule_details(&rs->rules[i], buf, sizeof buf));
         free(json);
@@ -902,6 +1284,9 @@ int main(void) {
         tcase_add_test(tc, test_dump_escapes);
         tcase_add_test(tc, test_dump_algorithms);
         tcase_add_test(tc, test_dump_old_unchanged);
+        tcase_add_test(tc, test_dump_on_backend_error);
+        tcase_add_loop_test(tc, test_divvy_compat, 0, sizeof divvy_cases / sizeof divvy_cases[0]);
+        tcase_add_loop_test(tc, test_divvy_compat_files, 0, sizeof divvy_files / sizeof divvy_files[0]);
         tcase_add_test(tc, test_rule_details);
         suite_add_tcase(s, tc);
 

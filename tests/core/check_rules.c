@@ -152,8 +152,10 @@ START_TEST (test_names) {
         ck_assert_ptr_null(rule_attr_suggest("credit"));
         ck_assert_str_eq(rule_attr_names(),
                          "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, "
-                         "algorithm, burst, refillSeconds, strict");
+                         "algorithm, burst, refillSeconds, strict, onBackendError");
         ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_ALGORITHM), "algorithm");
+        ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_ON_BACKEND_ERROR), "onBackendError");
+        ck_assert_str_eq(rule_attr_suggest("onbackenderror"), "onBackendError");
         ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_BURST), "burst");
         ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_REFILL_SECONDS), "refillSeconds");
         ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_STRICT), "strict");
@@ -171,6 +173,25 @@ START_TEST (test_names) {
         ck_assert_int_eq(match_policy_from_string("Stop"), -EINVAL);
         ck_assert_int_eq(match_policy_from_string(""), -EINVAL);
         ck_assert_int_eq(match_policy_from_string(NULL), -EINVAL);
+
+        /* onBackendError's values (issue #16), exact case; the default has no name. */
+        ck_assert_str_eq(rule_on_error_to_string(RULE_ON_ERROR_ALLOW), "allow");
+        ck_assert_str_eq(rule_on_error_to_string(RULE_ON_ERROR_DENY), "deny");
+        ck_assert_str_eq(rule_on_error_to_string(RULE_ON_ERROR_LOCAL), "local");
+        ck_assert_ptr_null(rule_on_error_to_string(RULE_ON_ERROR_DEFAULT));
+        ck_assert_ptr_null(rule_on_error_to_string(_RULE_ON_ERROR_MAX));
+        ck_assert_ptr_null(rule_on_error_to_string(_RULE_ON_ERROR_INVALID));
+        ck_assert_int_eq(rule_on_error_from_string("allow"), RULE_ON_ERROR_ALLOW);
+        ck_assert_int_eq(rule_on_error_from_string("deny"), RULE_ON_ERROR_DENY);
+        ck_assert_int_eq(rule_on_error_from_string("local"), RULE_ON_ERROR_LOCAL);
+        for (int e = RULE_ON_ERROR_ALLOW; e < _RULE_ON_ERROR_MAX; e++)
+                ck_assert_int_eq(rule_on_error_from_string(rule_on_error_to_string((RuleOnError) e)), e);
+        ck_assert_int_eq(rule_on_error_from_string("Allow"), -EINVAL);
+        ck_assert_int_eq(rule_on_error_from_string("LOCAL"), -EINVAL);
+        ck_assert_int_eq(rule_on_error_from_string("default"), -EINVAL);
+        ck_assert_int_eq(rule_on_error_from_string(""), -EINVAL);
+        ck_assert_int_eq(rule_on_error_from_string("allow "), -EINVAL);
+        ck_assert_int_eq(rule_on_error_from_string(NULL), -EINVAL);
 }
 END_TEST
 
@@ -224,7 +245,8 @@ START_TEST (test_draft) {
                          "\"creditLimit\"?)");
         ck_assert_str_eq(diag.messages[1], "r.ini:9: rule [method=GET] has an unknown attribute \"limit\" "
                                            "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, "
-                                           "label, comment, algorithm, burst, refillSeconds, strict)");
+                                           "label, comment, algorithm, burst, refillSeconds, strict, "
+                                           "onBackendError)");
         ck_assert_str_eq(diag.messages[2],
                          "r.ini:10: rule [method=GET] sets creditLimit twice (first on line 4)");
         diag_done(&diag);
@@ -663,6 +685,44 @@ static const struct {
           { "default ; creditLimit=5 resetSeconds=1 algorithm=gcra strict=1" },
           -EINVAL,
           "test:14: rule [default] has an invalid strict \"1\"" },
+        /* onBackendError (issue #16): every value, on any algorithm and policy; bad values at
+         * their line. */
+        { "onBackendError allow",
+          { "a=1 ; creditLimit=1 resetSeconds=1 onBackendError=allow",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "onBackendError deny on a canary",
+          { "a=1 ; creditLimit=1 resetSeconds=1 matchPolicy=canary onBackendError=deny",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "onBackendError local on a token bucket default",
+          { "default ; creditLimit=5 resetSeconds=1 algorithm=token-bucket onBackendError=local" },
+          0,
+          NULL },
+        { "onBackendError unknown",
+          { "a=1 ; creditLimit=1 resetSeconds=1 onBackendError=fail",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] has an unknown onBackendError \"fail\" (accepted: allow, deny, local)" },
+        { "onBackendError is case-sensitive",
+          { "default ; creditLimit=0 resetSeconds=0 comment=x onBackendError=Deny" },
+          -EINVAL,
+          "test:14: rule [default] has an unknown onBackendError \"Deny\" (accepted: allow, deny, local)" },
+        { "onBackendError empty",
+          { "default ; creditLimit=0 resetSeconds=0 onBackendError=" },
+          -EINVAL,
+          "test:13: rule [default] has an unknown onBackendError \"\" (accepted: allow, deny, local)" },
+        { "onBackendError default is not a value",
+          { "default ; onBackendError=default creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:11: rule [default] has an unknown onBackendError \"default\" (accepted: allow, deny, "
+          "local)" },
+        { "onBackendError twice",
+          { "default ; onBackendError=allow creditLimit=0 resetSeconds=0 onBackendError=deny" },
+          -EEXIST,
+          "test:14: rule [default] sets onBackendError twice (first on line 11)" },
 };
 
 START_TEST (test_validation) {
@@ -683,6 +743,23 @@ START_TEST (test_validation) {
                 ck_assert_ptr_null(rs->index);
         ruleset_free(rs);
         diag_done(&diag);
+}
+END_TEST
+
+/* onBackendError lands in the rule; absent, it is the daemon's default. */
+START_TEST (test_on_backend_error) {
+        RuleSet *rs;
+        ck_assert_int_eq(build(KV("a=1 ; creditLimit=1 resetSeconds=1 onBackendError=allow",
+                                  "a=2 ; creditLimit=1 resetSeconds=1 onBackendError=deny",
+                                  "a=3 ; creditLimit=1 resetSeconds=1 onBackendError=local",
+                                  "default ; creditLimit=0 resetSeconds=0"),
+                               true, &rs, NULL),
+                         0);
+        ck_assert_int_eq(rs->rules[0].on_backend_error, RULE_ON_ERROR_ALLOW);
+        ck_assert_int_eq(rs->rules[1].on_backend_error, RULE_ON_ERROR_DENY);
+        ck_assert_int_eq(rs->rules[2].on_backend_error, RULE_ON_ERROR_LOCAL);
+        ck_assert_int_eq(rs->rules[3].on_backend_error, RULE_ON_ERROR_DEFAULT);
+        ruleset_free(rs);
 }
 END_TEST
 
@@ -1399,6 +1476,16 @@ static const struct {
           "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket burst=6 actorField=ua", false },
         { "default ; creditLimit=0 resetSeconds=0",
           "default ; creditLimit=0 resetSeconds=0 algorithm=token-bucket", false },
+        /* Issue #16: onBackendError is what a rule answers while the remote store is down, not
+         * what its counter means. */
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=60 onBackendError=allow",
+          true },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=60 onBackendError=deny",
+          true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=gcra",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=gcra onBackendError=local", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 onBackendError=allow",
+          "a=1 ; creditLimit=5 resetSeconds=60 onBackendError=deny", true },
 };
 
 START_TEST (test_identity) {
@@ -1765,6 +1852,7 @@ static Suite *rules_suite(void) {
         tcase_add_test(tc, test_number_limits);
         tcase_add_loop_test(tc, test_validation, 0, sizeof validation_cases / sizeof validation_cases[0]);
         tcase_add_test(tc, test_validation_text);
+        tcase_add_test(tc, test_on_backend_error);
         tcase_add_test(tc, test_canary_limit);
         tcase_add_loop_test(tc, test_nonfinal_limit, 0, 2);
         tcase_add_loop_test(tc, test_policy_match, 0, sizeof policy_cases / sizeof policy_cases[0]);
