@@ -247,12 +247,13 @@ class RedisServer(_Process, _Group):
     <dir>/redis.sock (unix=True); no persistence (--save '' --appendonly no).
 
     password: requirepass (the default user's); acl_user: (name, password) of one more user
-    with every right; replicaof: (host, port) of a primary; config: more "directive value"
-    lines. The port is kept across stop()/kill()/start(), so restart() comes back where it was.
+    with every right; replicaof: (host, port) of a primary; cluster: cluster-enabled, with a
+    cluster bus on a free port of its own (port + 10000 may be taken or past 65535) and
+    cluster-node-timeout cluster_node_timeout_ms; config: more "directive value" lines. The port is kept across stop()/kill()/start(), so restart() comes back where it was.
     As a context manager it starts the server and stops it (by pid) on exit."""
 
     def __init__(self, tmpdir=None, name="redis", tcp=True, unix=False, password=None, acl_user=None,
-                 replicaof=None, config=(), port=None):
+                 replicaof=None, config=(), port=None, cluster=False, cluster_node_timeout_ms=2000):
         _Group.__init__(self, tmpdir)
         _Process.__init__(self, self.tmpdir, name)
         self.procs = [self]
@@ -264,6 +265,13 @@ class RedisServer(_Process, _Group):
         self.acl_user = acl_user
         self.replicaof = replicaof
         self.config = list(config)
+        if cluster:
+            self.config = [
+                "cluster-enabled yes",
+                "cluster-config-file nodes.conf",
+                "cluster-node-timeout %d" % cluster_node_timeout_ms,
+                "cluster-port %d" % harness.free_tcp_port(),
+            ] + self.config
         self.host = "127.0.0.1"
 
     def write_config(self):
@@ -592,13 +600,8 @@ class Cluster(_Group):
         self.password = password
         self.nodes = []
         for i in range(n):
-            bus = harness.free_tcp_port()
-            self.nodes.append(RedisServer(self.tmpdir, "node%d" % i, password=password, config=[
-                "cluster-enabled yes",
-                "cluster-config-file nodes.conf",
-                "cluster-node-timeout %d" % node_timeout_ms,
-                "cluster-port %d" % bus,
-            ]))
+            self.nodes.append(RedisServer(self.tmpdir, "node%d" % i, password=password, cluster=True,
+                                          cluster_node_timeout_ms=node_timeout_ms))
         self.procs = list(self.nodes)
         self._ids = {}
 

@@ -63,7 +63,7 @@ class TestRedisServer(unittest.TestCase):
 
     def test_key_slot_matches_server(self):
         """redisfix.key_slot() (the rule of src/store/redis-cluster.c) = CLUSTER KEYSLOT."""
-        with redisfix.RedisServer(config=["cluster-enabled yes", "cluster-config-file nodes.conf"]) as r:
+        with redisfix.RedisServer(cluster=True) as r:
             c = r.client()
             keys = ["foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "",
                     "divvyd:{alice}:0123", b"\xff\x00{x"]
@@ -146,6 +146,18 @@ class TestCluster(unittest.TestCase):
             # And back, without a pause.
             self.assertEqual(cl.migrate_slot(slot, src), 25)
             self.assertIs(cl.owner(slot), src)
+
+    def test_cluster_with_password(self):
+        """requirepass on every node: redis-cli and MIGRATE authenticate."""
+        with redisfix.Cluster(password="s3cret") as cl:
+            slot = redisfix.key_slot("x")
+            src = cl.owner(slot)
+            src.client().set("x", "1")
+            with self.assertRaisesRegex(redis.RedisError, "(?i)authentication required"):
+                src.client(password="").get("x")
+            dst = next(n for n in cl.nodes if n is not src)
+            self.assertEqual(cl.migrate_slot(slot, dst), 1)
+            self.assertEqual(dst.client().get("x"), b"1")
 
     @staticmethod
     def _get_asking(node, key):
