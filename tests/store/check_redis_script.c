@@ -362,6 +362,34 @@ static void model_batch(const AlgoParams *p, AlgoState *st, const int *key, Stor
         }
 }
 
+static bool same_result(const AlgoParams *p, const AlgoState *st, uint64_t n, uint64_t a, uint64_t b) {
+        AlgoState sa = *st, sb = *st;
+        AlgoResult ra, rb;
+
+        algo_apply(p, ALGO_PEEK, n, a, &sa, &ra);
+        algo_apply(p, ALGO_PEEK, n, b, &sb, &rb);
+        return ra.allowed == rb.allowed && ra.credit == rb.credit && ra.reset == rb.reset &&
+               ra.retry == rb.retry;
+}
+
+/* A time t > now (or t - 1) where a PEEK of n on st answers otherwise than at t - 1: found by
+ * bisection on [now, now + 2 * span]; now if the answer never changes there. */
+static uint64_t edge(const AlgoParams *p, const AlgoState *st, uint64_t now, uint64_t span, uint64_t n) {
+        uint64_t lo = now, hi = now + 2 * span;
+
+        if (hi > REDIS_SCRIPT_NOW_MAX - SEC || same_result(p, st, n, lo, hi))
+                return now;
+        while (hi - lo > 1) {
+                uint64_t mid = lo + (hi - lo) / 2;
+
+                if (same_result(p, st, n, lo, mid))
+                        lo = mid;
+                else
+                        hi = mid;
+        }
+        return hi - below(2);
+}
+
 static uint64_t pick_count(uint64_t cap) {
         switch (below(10)) {
         case 0:
@@ -444,6 +472,8 @@ START_TEST (test_exact_random) {
                         now = st[b % KEYS_MODEL].w0 - 1 + below(3);
                 else
                         now += dt;
+                if (x >= 80 && x < 90) /* a second's edge of some result: where us rounding shows */
+                        now = edge(&p, st + b % KEYS_MODEL, now, span, pick_count(p.burst));
                 if (now > REDIS_SCRIPT_NOW_MAX - SEC)
                         now = start + below(span < REDIS_SCRIPT_NOW_MAX - SEC - start
                                                     ? span
@@ -509,6 +539,95 @@ START_TEST (test_exact_random) {
         ck_assert_uint_gt(allowed, ops / 20);
         ck_assert_uint_gt(denied, ops / 50);
         ck_assert_uint_gt(writes, BATCHES / 10);
+        redisFree(c);
+}
+END_TEST
+
+/* The script's mul_div() (its limbs) against 128-bit C: its functions run by EVAL with a
+ * different ending (the text up to "---- the batch" defines them and touches no key). */
+START_TEST (test_mul_div) {
+        static const char tail[] = "local out = {}\n"
+                                   "for i = 1, #ARGV, 4 do\n"
+                                   "  out[#out + 1] = mul_div(tonumber(ARGV[i]), tonumber(ARGV[i + 1]),\n"
+                                   "    tonumber(ARGV[i + 2]), ARGV[i + 3] == '1')\n"
+                                   "end\n"
+                                   "return out\n";
+        const char *end = strstr(redis_script_text, "\n---- the batch");
+        size_t head = (size_t) (end - redis_script_text) + 1;
+        char *text = malloc(head + sizeof tail);
+        enum { CASES = 500 };
+        const char *argv[3 + 4 * CASES];
+        size_t argvlen[3 + 4 * CASES];
+        char nums[4 * CASES][24];
+        uint64_t want[CASES];
+        redisContext *c = conn();
+
+        ck_assert_ptr_nonnull(end);
+        ck_assert_ptr_nonnull(text);
+        memcpy(text, redis_script_text, head);
+        memcpy(text + head, tail, sizeof tail);
+        rng_state = SEED;
+        for (int round = 0; round < 40; round++) {
+                redisReply *r;
+
+                argv[0] = "EVAL";
+                argv[1] = text;
+                argv[2] = "0";
+                for (int i = 0; i < CASES; i++) {
+                        uint64_t a, b, cc, q, k;
+                        bool up = below(2);
+                        unsigned __int128 x;
+
+                        switch (below(4)) {
+                        case 0: /* the estimate: prev * left / r, left <= r */
+                                a = below(UINT64_C(1) << 32);
+                                cc = 1 + below(UINT64_C(1) << 52);
+                                b = below(cc + 1);
+                                break;
+                        case 1: /* exact quotients: a * (q * k) / (a * k) */
+                                a = 1 + below(UINT64_C(1) << 32);
+                                k = 1 + below((UINT64_C(1) << 52) / a);
+                                cc = a * k;
+                                q = below((UINT64_C(1) << 52) / k);
+                                b = q * k;
+                                break;
+                        case 2: /* one off an exact quotient */
+                                a = 1 + below(UINT64_C(1) << 32);
+                                k = 2 + below((UINT64_C(1) << 52) / a);
+                                cc = a * k;
+                                q = below((UINT64_C(1) << 52) / k);
+                                b = q * k + (below(2) ? 1 : k - 1);
+                                if (b > cc)
+                                        b = cc;
+                                break;
+                        default: /* m * r / cur, m < cur */
+                                cc = 1 + below(UINT64_C(1) << 32);
+                                a = below(cc);
+                                b = 1 + below(UINT64_C(1) << 52);
+                                break;
+                        }
+                        x = (unsigned __int128) a * b;
+                        want[i] = (uint64_t) (x / cc + (up && x % cc != 0));
+                        snprintf(nums[4 * i], 24, "%" PRIu64, a);
+                        snprintf(nums[4 * i + 1], 24, "%" PRIu64, b);
+                        snprintf(nums[4 * i + 2], 24, "%" PRIu64, cc);
+                        snprintf(nums[4 * i + 3], 24, "%d", up);
+                }
+                for (int i = 0; i < 4 * CASES; i++)
+                        argv[3 + i] = nums[i];
+                for (int i = 0; i < 3 + 4 * CASES; i++)
+                        argvlen[i] = strlen(argv[i]);
+                r = redisCommandArgv(c, 3 + 4 * CASES, argv, argvlen);
+                ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY && r->elements == CASES, "EVAL: %s",
+                              r && r->str ? r->str : "?");
+                for (int i = 0; i < CASES; i++)
+                        expect(r->element[i]->type == REDIS_REPLY_INTEGER &&
+                                       (uint64_t) r->element[i]->integer == want[i],
+                               "mul_div(%s, %s, %s, %s) = %lld, want %" PRIu64, nums[4 * i], nums[4 * i + 1],
+                               nums[4 * i + 2], nums[4 * i + 3], r->element[i]->integer, want[i]);
+                freeReplyObject(r);
+        }
+        free(text);
         redisFree(c);
 }
 END_TEST
@@ -813,6 +932,22 @@ START_TEST (test_debt_cap) {
         ck_assert(!call.hits[0].allowed && call.hits[0].credit == 0 && res.credit == 0);
         ck_assert_uint_eq(call.hits[0].reset_left, (REDIS_SCRIPT_W0_MAX - now + SEC - 1) / SEC);
         ck_assert_uint_eq(res.reset, (ALGO_W0_MAX - now + SEC - 1) / SEC);
+
+        /* discrete refills: the deficit is capped to whole refills before 2^53 - 1 */
+        for (int i = 0; i < 2; i++) {
+                AlgoParams d = prepared(ALGORITHM_TOKEN_BUCKET, 10, 60, 0, 6, false); /* 1 per 6 s */
+                uint64_t steps = (REDIS_SCRIPT_W0_MAX - now) / (6 * SEC);
+
+                call = (Call){ .n = 1,
+                               .hits = { hit_of(&d, STORE_CHARGE, i ? UINT64_MAX : UINT64_C(1) << 52, 0) },
+                               .keys = { "d:tb" } };
+                freeReplyObject(redisCommand(c, "DEL d:tb"));
+                run_ok(c, &call, now);
+                parse_state(get(c, "d:tb", v, sizeof v), ALGORITHM_TOKEN_BUCKET, &got);
+                ck_assert_uint_eq(got.w0, now + steps * 6 * SEC);
+                ck_assert_uint_eq(got.w1, steps);
+                ck_assert(!call.hits[0].allowed && call.hits[0].credit == 0);
+        }
         redisFree(c);
 }
 END_TEST
@@ -881,6 +1016,7 @@ static Suite *redis_script_suite(void) {
 
         tcase_add_test(tc, test_args_and_decode);
         tcase_add_test(tc, test_keys);
+        tcase_add_test(tc, test_mul_div);
         tcase_add_test(tc, test_compat_hit_is_pipe_lua);
         tcase_add_test(tc, test_compat_ops);
         tcase_add_test(tc, test_groups);
