@@ -26,6 +26,7 @@ struct RedisConn {
         int db;
 
         int fd;
+        uint64_t gen; /* bumped by every close: a loop over one socket stops when it changes */
         RedisConnState state;
         uint32_t watched; /* events last passed to io->watch() */
         RedisAddr addr;
@@ -152,6 +153,7 @@ static void conn_close(RedisConn *c, int error, const char *what) {
         c->watched = 0;
         (void) close(fd);
         c->fd = -1;
+        c->gen++;
         c->state = REDIS_CONN_CLOSED;
         c->out_off = c->out_len = 0;
         if (c->reader) {
@@ -415,7 +417,10 @@ fail:
 }
 
 static void conn_dispatch(RedisConn *c) {
-        while (c->fd >= 0) {
+        uint64_t gen = c->gen;
+
+        /* a callback may close the connection, and even connect it again */
+        while (c->fd >= 0 && c->gen == gen) {
                 void *reply = NULL;
                 Pending p;
 
@@ -450,6 +455,7 @@ static void conn_dispatch(RedisConn *c) {
 
 int redis_conn_on_io(RedisConn *c, uint32_t revents) {
         char buf[REDIS_CONN_READ_CHUNK];
+        uint64_t gen = c->gen;
 
         if (c->fd < 0)
                 return 0;
@@ -470,7 +476,7 @@ int redis_conn_on_io(RedisConn *c, uint32_t revents) {
                 c->state = REDIS_CONN_CONNECTED;
                 if (c->on_event)
                         c->on_event(c->userdata, 0);
-                if (c->fd < 0)
+                if (c->gen != gen)
                         return -ECANCELED;
         }
         if (revents & EPOLLOUT) {
@@ -478,10 +484,12 @@ int redis_conn_on_io(RedisConn *c, uint32_t revents) {
 
                 if (r < 0)
                         return r;
+                if (c->gen != gen)
+                        return -ECANCELED;
         }
         if (!(revents & (EPOLLIN | EPOLLERR | EPOLLHUP)))
                 return 0;
-        for (unsigned i = 0; i < REDIS_CONN_READS_MAX && c->fd >= 0; i++) {
+        for (unsigned i = 0; i < REDIS_CONN_READS_MAX && c->gen == gen; i++) {
                 ssize_t k = recv(c->fd, buf, sizeof(buf), 0);
 
                 if (k < 0) {
@@ -506,7 +514,7 @@ int redis_conn_on_io(RedisConn *c, uint32_t revents) {
                 if ((size_t) k < sizeof(buf))
                         break;
         }
-        return c->fd >= 0 ? 0 : -ECONNRESET;
+        return c->gen == gen ? 0 : -ECONNRESET;
 }
 
 redisReply *redis_conn_steal_reply(RedisConn *c) {

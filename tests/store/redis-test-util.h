@@ -79,9 +79,11 @@ static inline redisContext *test_redis_client(const TestRedis *t) {
         return c;
 }
 
+static bool test_redis_cluster; /* the next start is a cluster node (no slots yet) */
+
 /* Starts (or restarts, same port and socket) the server; waits until it answers PING (5 s at most). */
 static inline void test_redis_start(TestRedis *t) {
-        char port[16];
+        char port[16], nodes[160];
         const char *argv[32];
         int n = 0;
 
@@ -91,6 +93,9 @@ static inline void test_redis_start(TestRedis *t) {
                         abort();
                 snprintf(t->sock, sizeof(t->sock), "%s/redis.sock", t->dir);
                 t->port = test_free_port();
+                /* a cluster node also listens on port + 10000 (its bus) */
+                for (int i = 0; i < 100 && test_redis_cluster && t->port > 55000; i++)
+                        t->port = test_free_port();
         }
         snprintf(port, sizeof(port), "%d", t->port);
         argv[n++] = REDIS_SERVER_BIN;
@@ -113,6 +118,13 @@ static inline void test_redis_start(TestRedis *t) {
         if (t->password[0]) {
                 argv[n++] = "--requirepass";
                 argv[n++] = t->password;
+        }
+        if (test_redis_cluster) {
+                snprintf(nodes, sizeof(nodes), "%s/nodes.conf", t->dir);
+                argv[n++] = "--cluster-enabled";
+                argv[n++] = "yes";
+                argv[n++] = "--cluster-config-file";
+                argv[n++] = nodes;
         }
         argv[n] = NULL;
         t->pid = fork();
@@ -158,6 +170,8 @@ static inline void test_redis_stop(TestRedis *t) {
 
         test_redis_kill(t);
         snprintf(path, sizeof(path), "%s/dump.rdb", t->dir);
+        (void) unlink(path);
+        snprintf(path, sizeof(path), "%s/nodes.conf", t->dir);
         (void) unlink(path);
         (void) rmdir(t->dir);
 }
