@@ -564,6 +564,69 @@ START_TEST (test_cluster_one_node) {
 }
 END_TEST
 
+/* Sentinel: the primary is looked up, ROLE checked, and hits go there. */
+START_TEST (test_sentinel) {
+        TestRule r;
+        RedisStore *s;
+        RedisStoreStats st;
+        char url[128], conf[160];
+        int sport = test_free_port();
+        pid_t pid;
+        FILE *f;
+        bool ok = false;
+
+        if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
+                return; /* not installed: nothing to test */
+        test_redis_start(&srv);
+        snprintf(conf, sizeof(conf), "%s/sentinel.conf", srv.dir);
+        f = fopen(conf, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", sport,
+                srv.dir, srv.port);
+        fclose(f);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                int null = open("/dev/null", O_WRONLY);
+
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (null >= 0)
+                        (void) dup2(null, STDOUT_FILENO);
+                execlp("redis-sentinel", "redis-sentinel", conf, (char *) NULL);
+                _exit(127);
+        }
+        for (int i = 0; i < 500 && !ok; i++) {
+                redisContext *c = redisConnect("127.0.0.1", sport);
+                redisReply *rep =
+                        c && !c->err ? redisCommand(c, "SENTINEL get-master-addr-by-name mymaster") : NULL;
+
+                ok = rep && rep->type == REDIS_REPLY_ARRAY;
+                if (rep)
+                        freeReplyObject(rep);
+                if (c)
+                        redisFree(c);
+                if (!ok)
+                        usleep(10000);
+        }
+        ck_assert(ok);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
+        snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/mymaster", sport);
+        s = open_store(url, NULL);
+        ck_assert(until_ok(s, &r, 20));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_int_eq(st.mode, REDIS_MODE_SENTINEL);
+        ck_assert_uint_ge(st.discoveries, 1);
+        ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
+        snprintf(conf, sizeof(conf), "127.0.0.1:%d", srv.port);
+        ck_assert_str_eq(st.address, conf);
+        redis_store_close(s);
+        (void) kill(pid, SIGKILL);
+        (void) waitpid(pid, NULL, 0);
+        snprintf(conf, sizeof(conf), "%s/sentinel.conf", srv.dir);
+        (void) unlink(conf);
+}
+END_TEST
+
 START_TEST (test_urls) {
         static const struct {
                 const char *url;
@@ -649,6 +712,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_close_pending);
         tcase_add_test(tc, test_open_while_down);
         tcase_add_test(tc, test_cluster_one_node);
+        tcase_add_test(tc, test_sentinel);
         suite_add_tcase(s, tc);
         return s;
 }
