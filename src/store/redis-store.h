@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * redis-store.c: the Redis/Valkey backend of the counters (issue #16), a StoreSubmitFunc
+ * backend (store.h) that completes later, from the daemon's event loop.
+ *
+ * URLs (redis_url_parse()):
+ *   redis://[[user:]password@]host:port[/db]      one server (a primary); host may be [v6]
+ *   redis+unix:///path/to/redis.sock[?db=N]       one server on a Unix socket
+ *   redis+sentinel://h1:p1[,h2:p2...]/mastername[?db=N]
+ *                                                 the primary named mastername, asked of the
+ *                                                 sentinels in order (user/password, as in
+ *                                                 redis://, are the primary's; the sentinels
+ *                                                 are asked without AUTH)
+ *   redis+cluster://h1:p1[,h2:p2...]              a Redis Cluster: the nodes given are seeds
+ * The port may be left out (6379; sentinels 26379). Host names in the URL are resolved ONCE,
+ * by redis_store_open() (getaddrinfo() blocks: open runs before the loop); addresses learnt
+ * later (a SENTINEL reply, CLUSTER SLOTS, MOVED/ASK) must be numeric, as Redis sends them
+ * unless told to announce host names (then those nodes fail with a sentence saying so).
+ * RedisStoreOptions.password overrides the URL's (so it need not be on a command line).
+ *
+ * What a batch becomes (redis_store_submit()): its hits are cut into CALLS, one EVALSHA of the
+ * one script (redis-script.h) each: a call is a run of group-0 (canary, or lone) hits followed
+ * by at most one run of hits sharing a non-zero group — exactly what the daemon's batch makes
+ * of one request (canaries first, then the request's all-or-nothing group) — and at most
+ * REDIS_STORE_CALL_HITS_MAX hits. The script applies a call's hits in order with store.c's
+ * semantics (a non-zero group is all or nothing), so every hit is decided as the local store
+ * decides it. In cluster mode a call whose keys fall in several hash slots is further split
+ * into runs of consecutive hits of one slot, one call per run: atomicity (a group's all or
+ * nothing) then holds per slot only. Keys: divvy 1.7's compat key for fixed-window rules
+ * (hit->algo NULL or ALGO_FIXED_WINDOW) except in cluster mode, divvyd's own key with the
+ * {actor} hash tag otherwise (redis-script.h builds both). Every call of a batch is queued
+ * first, then each connection is flushed once: ONE write per connection per batch.
+ *
+ * Completion: done(userdata, 0) once every call of the batch has its reply, or at the batch's
+ * deadline (submission + timeout), whichever comes first; batches complete in submission
+ * order (a batch that finished waits for the ones before it, which finish by their deadline).
+ * done is called with 0 even when hits failed: each failed hit has hit->error < 0, and all
+ * hits of one call fail together (so a group stays whole), for the daemon's onBackendError:
+ *   -ETIMEDOUT      no reply by the deadline (the late reply is read and dropped)
+ *   -ECONNREFUSED   no connection (down, waiting for the next reconnect) or the breaker is open
+ *   -ECONNRESET, -EPIPE, ...  the connection failed with the call pending (its errno)
+ *   -EACCES         AUTH refused; -EINVAL: SELECT refused (the connection is closed and retried)
+ *   -EPROTO         a reply the script does not make, or a protocol error on the connection
+ *   -EROFS          READONLY: the server is a replica (Sentinel: the primary is looked up again)
+ *   -EAGAIN         CLUSTERDOWN, or TRYAGAIN more than REDIS_STORE_TRYAGAIN_MAX times
+ *   -ELOOP          more than REDIS_STORE_REDIRECTS_MAX MOVED/ASK for one call
+ *   -EIO            any other error reply (the script failed: OOM, a busy script, ...)
+ *   -ECANCELED      redis_store_close() with the batch pending
+ * A NOSCRIPT reply is not an error: the call is resent as EVAL with the script's text (which
+ * caches it on the server) and its reply is the call's.
+ *
+ * Connections: a new connection sends AUTH/SELECT if configured, then SCRIPT LOAD (and, to a
+ * Sentinel's primary, ROLE, which must say "master"), pipelined before the first call. A
+ * connection that fails, or does not connect within the connect timeout, is retried after a
+ * jittered exponential backoff (backoff_min .. backoff_max, doubled per failure, reset by a
+ * reply); in between, calls to it fail at once with -ECONNREFUSED. A connection whose calls
+ * time out breaker_threshold batches in a row is closed and reconnected (Sentinel: the primary
+ * is looked up again). Circuit breaker: after breaker_threshold consecutive failed batches
+ * (a hit failed for a connection error or a timeout) the breaker OPENS: every batch fails at
+ * once with -ECONNREFUSED for a backoff interval (jittered, doubling up to backoff_max); then
+ * one batch is let through (half-open, the others still refused until it completes): if none
+ * of its hits fail it closes the breaker, otherwise it opens again.
+ * Sentinel: the sentinels are asked in turn (SENTINEL get-master-addr-by-name), the one that
+ * answered first next time; the primary is looked up again when its connection fails, on a
+ * READONLY reply, on a timeout streak, and when ROLE does not say master.
+ * Cluster: CLUSTER SLOTS from a seed (then from any connected node) gives the slot map; one
+ * connection per primary, opened when a call needs it; MOVED updates the map, resends the call
+ * there and refreshes the whole map; ASK sends ASKING + the call to the node named, once;
+ * TRYAGAIN resends after REDIS_STORE_TRYAGAIN_DELAY_USEC (at most REDIS_STORE_TRYAGAIN_MAX
+ * times); CLUSTERDOWN fails the call (-EAGAIN) and refreshes the map.
+ *
+ * Event loop: the store never blocks and never touches sd-event. It asks the daemon to watch
+ * its sockets and to arm one timer (RedisIo, redis-conn.h); the daemon calls
+ * redis_store_on_io() and redis_store_on_timer(). Library-like: never logs; state, counters and
+ * the last error sentence are in redis_store_get_stats(), for STATUS, metrics and the log.
+ * One thread. No allocation per batch once the pools have grown to the load (hiredis allocates
+ * the parsed replies).
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/redis-conn.h"
+#include "store/store.h"
+
+#define REDIS_STORE_TIMEOUT_DEFAULT_USEC (50ULL * 1000ULL) /* 50 ms: a batch's deadline after submission */
+#define REDIS_STORE_CONNECT_TIMEOUT_DEFAULT_USEC                                                            \
+        (1000ULL * 1000ULL) /* 1 s: a connect (and its first reply) this slow is a failure */
+#define REDIS_STORE_BACKOFF_MIN_DEFAULT_USEC (100ULL * 1000ULL) /* 100 ms: first reconnect */
+#define REDIS_STORE_BACKOFF_MAX_DEFAULT_USEC                                                                \
+        (5ULL * 1000ULL * 1000ULL) /* 5 s: reconnects, doubling, up to */
+#define REDIS_STORE_BREAKER_THRESHOLD_DEFAULT                                                               \
+        5 /* consecutive failed batches that open the breaker (issue #16's design) */
+#define REDIS_STORE_CALL_HITS_MAX                                                                           \
+        64 /* hits of one script call: a request has at most RULES_MATCH_MAX-ish hits; lone hits of         \
+            * several requests share a call up to this */
+#define REDIS_STORE_REDIRECTS_MAX       5 /* MOVED/ASK followed for one call (a resharding moves a slot once) */
+#define REDIS_STORE_TRYAGAIN_MAX        3 /* TRYAGAIN retries of one call (its deadline bounds them too) */
+#define REDIS_STORE_TRYAGAIN_DELAY_USEC (5ULL * 1000ULL) /* 5 ms: a slot migration's keys move quickly */
+#define REDIS_URL_HOSTS_MAX             16               /* hosts of a sentinel or cluster URL */
+#define REDIS_URL_HOST_MAX              255              /* bytes of one host */
+#define REDIS_URL_SECRET_MAX            512              /* bytes of a user or a password */
+#define REDIS_URL_NAME_MAX              128              /* bytes of a sentinel master name */
+#define REDIS_DEFAULT_PORT              6379
+#define REDIS_SENTINEL_DEFAULT_PORT     26379
+
+typedef enum RedisMode {
+        REDIS_MODE_SINGLE,   /* redis:// or redis+unix:// */
+        REDIS_MODE_SENTINEL, /* redis+sentinel:// */
+        REDIS_MODE_CLUSTER,  /* redis+cluster:// */
+        _REDIS_MODE_MAX,
+        _REDIS_MODE_INVALID = -EINVAL,
+} RedisMode;
+
+typedef struct RedisUrlHost {
+        char host[REDIS_URL_HOST_MAX + 1]; /* without [] for IPv6 */
+        int port;
+} RedisUrlHost;
+
+/* A parsed --store URL. */
+typedef struct RedisUrl {
+        RedisMode mode;
+        char user[REDIS_URL_SECRET_MAX + 1];     /* "" : none */
+        char password[REDIS_URL_SECRET_MAX + 1]; /* "" : none (percent-decoded, as user) */
+        int db;                                  /* 0..(INT_MAX); not in cluster mode */
+        char unix_path[108];                     /* redis+unix: the socket; else "" */
+        RedisUrlHost hosts[REDIS_URL_HOSTS_MAX]; /* the server, the sentinels or the seeds */
+        size_t n_hosts;
+        char master[REDIS_URL_NAME_MAX + 1]; /* sentinel: the master's name */
+} RedisUrl;
+
+/* Parses url into ret. Returns 0, or -EINVAL with a sentence in errbuf (if non-NULL) naming what
+ * is wrong: the scheme, a host, a port, the db, a missing master name, too many hosts. */
+int redis_url_parse(const char *url, RedisUrl *ret, char *errbuf, size_t size);
+/* Whether s starts with a scheme redis_url_parse() knows ("redis://", "redis+unix://", ...). */
+bool redis_url_is_redis(const char *s);
+
+typedef struct RedisStoreOptions {
+        const char *url;               /* see above; required */
+        const char *user;              /* non-NULL: overrides the URL's user */
+        const char *password;          /* non-NULL: overrides the URL's password (a file's or the
+                                        * environment's, read by the daemon) */
+        uint64_t timeout_usec;         /* a batch's deadline; 0: REDIS_STORE_TIMEOUT_DEFAULT_USEC */
+        uint64_t connect_timeout_usec; /* 0: REDIS_STORE_CONNECT_TIMEOUT_DEFAULT_USEC */
+        uint64_t backoff_min_usec;     /* 0: REDIS_STORE_BACKOFF_MIN_DEFAULT_USEC */
+        uint64_t backoff_max_usec;     /* 0: REDIS_STORE_BACKOFF_MAX_DEFAULT_USEC */
+        unsigned breaker_threshold;    /* 0: REDIS_STORE_BREAKER_THRESHOLD_DEFAULT */
+} RedisStoreOptions;
+
+typedef enum RedisStoreState {
+        REDIS_STORE_CONNECTING,   /* no usable connection yet: connecting, or asking the sentinels
+                                   * / the cluster where to go; batches wait (up to their deadline) */
+        REDIS_STORE_CONNECTED,    /* the primary (every node we needed, in cluster mode) answers */
+        REDIS_STORE_DOWN,         /* the connection failed; waiting for the next reconnect */
+        REDIS_STORE_BREAKER_OPEN, /* the breaker is open (or half-open, its probe in flight) */
+        _REDIS_STORE_STATE_MAX,
+        _REDIS_STORE_STATE_INVALID = -EINVAL,
+} RedisStoreState;
+
+const char *redis_store_state_to_string(RedisStoreState s); /* "connecting", "connected", "down",
+                                                             * "breaker-open" */
+
+typedef struct RedisStoreStats {
+        RedisStoreState state;
+        RedisMode mode;
+        char address[REDIS_ADDR_NAME_MAX]; /* the primary (single, sentinel) or the last node a call
+                                            * was sent to (cluster); "" if none yet */
+        uint64_t batches;                  /* submitted */
+        uint64_t calls;                    /* script calls sent (resends not counted) */
+        uint64_t hits;                     /* hits submitted */
+        uint64_t hits_failed;              /* hits completed with an error */
+        uint64_t errors_timeout;           /* calls failed -ETIMEDOUT */
+        uint64_t errors_connection;        /* calls failed by a connection error */
+        uint64_t errors_refused;           /* calls failed -ECONNREFUSED at once (down, breaker) */
+        uint64_t errors_protocol;          /* calls failed -EPROTO */
+        uint64_t errors_server;    /* calls failed by an error reply (-EIO, -EROFS, -EAGAIN, -ELOOP) */
+        uint64_t noscript_reloads; /* NOSCRIPT replies recovered by EVAL */
+        uint64_t redirects_moved;  /* MOVED followed */
+        uint64_t redirects_ask;    /* ASK followed */
+        uint64_t tryagain;         /* TRYAGAIN retried */
+        uint64_t reconnects;       /* connection attempts after the first of each server */
+        uint64_t discoveries;      /* SENTINEL lookups and CLUSTER SLOTS refreshes done */
+        uint64_t breaker_opens;    /* times the breaker opened */
+        uint64_t rtt_sum_usec, rtt_count, rtt_max_usec; /* calls sent -> reply, successful calls */
+        uint64_t batches_pending;                       /* submitted, not yet completed */
+        char last_error[512]; /* the sentence of the last failure ("" : none yet) */
+} RedisStoreStats;
+
+typedef struct RedisStore RedisStore;
+
+/* Parses o->url, resolves its host names (blocking: before the event loop runs), and starts
+ * connecting (non-blocking: io->watch and io->timer are called). io must outlive the store.
+ * Returns 0, or -errno with a sentence in errbuf: -EINVAL (URL or options), -EADDRNOTAVAIL (a
+ * host does not resolve), -ENOMEM. A server that is down is NOT an error here: the store starts
+ * DOWN (or CONNECTING) and retries. */
+int redis_store_open(const RedisStoreOptions *o, const RedisIo *io, RedisStore **ret, char *errbuf,
+                     size_t size);
+
+/* Fails every pending batch's unanswered hits with -ECANCELED, completing them (done, in order),
+ * closes the sockets (io->watch(fd, 0) for each), frees. Accepts NULL; returns NULL. Must not be
+ * called from a done callback. */
+RedisStore *redis_store_close(RedisStore *s);
+
+/* The StoreSubmitFunc (store.h): backend is the RedisStore. Takes the batch (hits[0..n) and what
+ * they point to stay untouched until done), queues its calls and writes them (one write per
+ * connection), and returns 0; done(userdata, 0) is called later from redis_store_on_io() or
+ * redis_store_on_timer() (or from this call, if nothing is in flight before it and every call
+ * failed at once: breaker open, no connection; or n == 0). now_usec (the wall clock) is not
+ * used: the script reads the server's TIME, one clock for the fleet, unless a hit carries its
+ * own at_usec. Returns -ENOMEM if the batch could not be taken (done is then not called). */
+int redis_store_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done,
+                       void *userdata);
+
+/* fd (one the store asked io->watch() for) is ready with revents (EPOLLIN/OUT/ERR/HUP). Returns 0
+ * (errors are the hits', and in the stats), or -ENOENT if fd is not the store's. */
+int redis_store_on_io(RedisStore *s, int fd, uint32_t revents);
+
+/* The timer the store armed has passed (now_mono_usec: CLOCK_MONOTONIC). Times out batches,
+ * starts reconnects, sends TRYAGAIN retries, moves the breaker on; re-arms the timer. Returns 0. */
+int redis_store_on_timer(RedisStore *s, uint64_t now_mono_usec);
+
+int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret);

@@ -1,0 +1,723 @@
+/* SPDX-License-Identifier: MIT */
+/* The Redis store (redis-store.c) against a redis-server of the test's own, driven by a poll()
+ * loop: results, keys, a fleet, NOSCRIPT, a dead or hung server, the breaker, AUTH, Unix
+ * sockets, a one-node cluster; and the URL table. */
+#include <check.h>
+#include <errno.h>
+#include <string.h>
+
+#include "check-run.h"
+#include "core/algorithm.h"
+#include "core/rules.h"
+#include "redis-test-util.h"
+#include "store/redis-script.h"
+#include "store/redis-store.h"
+
+#define WAIT_USEC (5ULL * USEC_PER_SEC) /* a bound on each wait, never reached when things work */
+
+static TestRedis srv;
+static TestLoop loop;
+static RedisIo io;
+
+static int store_on_io(void *target, int fd, uint32_t revents) {
+        return redis_store_on_io(target, fd, revents);
+}
+
+static int store_on_timer(void *target, uint64_t now) {
+        return redis_store_on_timer(target, now);
+}
+
+static void setup(void) {
+        memset(&srv, 0, sizeof(srv));
+        memset(&loop, 0, sizeof(loop));
+        io = test_loop_io(&loop);
+        loop.on_io = store_on_io;
+        loop.on_timer = store_on_timer;
+}
+
+static void teardown(void) {
+        test_redis_stop(&srv);
+}
+
+/* ---- rules and hits ---- */
+
+typedef struct TestRule {
+        Rule rule;
+        RulePattern patterns[2];
+} TestRule;
+
+static void test_rule(TestRule *t, uint64_t limit, uint64_t reset, Algorithm algo, uint8_t id) {
+        const char *reason = NULL;
+
+        memset(t, 0, sizeof(*t));
+        t->patterns[0] = (RulePattern){
+                .key = (char *) "method", .key_len = 6, .value = (char *) "GET", .value_len = 3
+        };
+        t->patterns[1] = (RulePattern){
+                .key = (char *) "path", .key_len = 4, .value = (char *) "/x", .value_len = 2
+        };
+        t->rule.patterns = t->patterns;
+        t->rule.n_patterns = 2;
+        t->rule.credit_limit = limit;
+        t->rule.reset_seconds = reset;
+        t->rule.algo = (AlgoParams){ .algorithm = algo, .credit_limit = limit, .reset_seconds = reset };
+        ck_assert_int_eq(algo_params_prepare(&t->rule.algo, &reason), 0);
+        memset(t->rule.id, id, RULE_ID_SIZE);
+}
+
+static StoreHit hit_of(const TestRule *t, const char *actor, uint32_t group) {
+        return (StoreHit){
+                .rule_id = t->rule.id,
+                .actor = actor,
+                .actor_len = actor ? strlen(actor) : 0,
+                .credit_limit = t->rule.credit_limit,
+                .reset_seconds = t->rule.reset_seconds,
+                .algo = &t->rule.algo,
+                .op = STORE_HIT,
+                .group = group,
+                .rule = &t->rule,
+        };
+}
+
+typedef struct Done {
+        int calls;
+        int order[16];
+        bool done;
+} Done;
+
+static Done *done_log;
+static void on_done(void *userdata, int error) {
+        Done *d = done_log;
+
+        ck_assert_int_eq(error, 0);
+        ck_assert_int_lt(d->calls, 16);
+        d->order[d->calls++] = (int) (intptr_t) userdata;
+        d->done = true;
+}
+
+/* Submits hits[0..n) and runs the loop until done (bounded). */
+static void run_batch(RedisStore *s, StoreHit *hits, size_t n) {
+        Done d = { 0 };
+
+        done_log = &d;
+        ck_assert_int_eq(redis_store_submit(s, hits, n, 0, on_done, (void *) (intptr_t) 1), 0);
+        ck_assert(test_loop_until(&loop, &d.done, WAIT_USEC));
+        ck_assert_int_eq(d.calls, 1);
+}
+
+static RedisStore *open_store(const char *url, const RedisStoreOptions *extra) {
+        RedisStoreOptions o = extra ? *extra : (RedisStoreOptions){ 0 };
+        RedisStore *s = NULL;
+        char err[512] = "";
+
+        o.url = url;
+        if (!o.timeout_usec)
+                o.timeout_usec = 500 * USEC_PER_MSEC; /* this shared machine: slow is not what we test */
+        ck_assert_msg(redis_store_open(&o, &io, &s, err, sizeof(err)) == 0, "open %s: %s", url, err);
+        loop.target = s;
+        return s;
+}
+
+static char *tcp_url(char *buf, size_t size) {
+        snprintf(buf, size, "redis://127.0.0.1:%d", srv.port);
+        return buf;
+}
+
+#define COMPAT_KEY "divvy:method=GET path=/x:alice:3:60"
+
+/* One pipelined batch of five HITs on a fixed-window rule: divvy's answers and key. */
+START_TEST (test_compat_hits) {
+        TestRule r;
+        StoreHit hits[5];
+        RedisStore *s;
+        RedisStoreStats st;
+        redisReply *rep;
+        char url[64];
+
+        test_redis_start(&srv);
+        test_rule(&r, 3, 60, ALGORITHM_FIXED_WINDOW, 0x11);
+        for (int i = 0; i < 5; i++)
+                hits[i] = hit_of(&r, "alice", 0);
+        s = open_store(tcp_url(url, sizeof(url)), NULL);
+        run_batch(s, hits, 5);
+        for (int i = 0; i < 5; i++) {
+                ck_assert_int_eq(hits[i].error, 0);
+                ck_assert_int_eq(hits[i].allowed, i < 3);
+                ck_assert_uint_eq(hits[i].credit, i < 3 ? 2 - (uint64_t) i : 0);
+        }
+        rep = test_redis_command(&srv, "GET %s", COMPAT_KEY);
+        ck_assert_int_eq(rep->type, REDIS_REPLY_STRING);
+        ck_assert_str_eq(rep->str, "0");
+        freeReplyObject(rep);
+        rep = test_redis_command(&srv, "TTL %s", COMPAT_KEY);
+        ck_assert_int_gt(rep->integer, 0);
+        ck_assert_int_le(rep->integer, 60);
+        freeReplyObject(rep);
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
+        ck_assert_str_eq(redis_store_state_to_string(st.state), "connected");
+        ck_assert_uint_eq(st.batches, 1);
+        ck_assert_uint_eq(st.calls, 1); /* five lone hits: one script call */
+        ck_assert_uint_eq(st.hits_failed, 0);
+        ck_assert_uint_eq(st.rtt_count, 1);
+        ck_assert_str_eq(st.address, url + strlen("redis://"));
+        redis_store_close(s);
+}
+END_TEST
+
+/* A sliding-window rule uses divvyd's own key, with the actor's hash tag. */
+START_TEST (test_own_key) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        redisReply *rep;
+        char url[64];
+
+        test_redis_start(&srv);
+        test_rule(&r, 10, 60, ALGORITHM_SLIDING_WINDOW, 0xab);
+        h = hit_of(&r, "bob", 0);
+        s = open_store(tcp_url(url, sizeof(url)), NULL);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, 0);
+        ck_assert(h.allowed);
+        ck_assert_uint_eq(h.credit, 9);
+        rep = test_redis_command(&srv, "EXISTS divvyd:{bob}:abababababababababababababababab");
+        ck_assert_int_eq(rep->integer, 1);
+        freeReplyObject(rep);
+        redis_store_close(s);
+}
+END_TEST
+
+/* Two stores on one Redis share the counter; batches complete in submission order. */
+START_TEST (test_fleet_and_order) {
+        TestRule r;
+        StoreHit a[2], b[2], c[1];
+        RedisStore *s1, *s2;
+        RedisIo io2;
+        TestLoop loop2 = { 0 };
+        Done d = { 0 };
+        char url[64];
+
+        test_redis_start(&srv);
+        test_rule(&r, 3, 60, ALGORITHM_FIXED_WINDOW, 0x11);
+        s1 = open_store(tcp_url(url, sizeof(url)), NULL);
+        a[0] = a[1] = hit_of(&r, "alice", 0);
+        run_batch(s1, a, 2);
+        /* the second store has its own loop */
+        io2 = test_loop_io(&loop2);
+        loop2.on_io = store_on_io;
+        loop2.on_timer = store_on_timer;
+        {
+                RedisStoreOptions o = { .url = url, .timeout_usec = 500 * USEC_PER_MSEC };
+                char err[256];
+
+                ck_assert_int_eq(redis_store_open(&o, &io2, &s2, err, sizeof(err)), 0);
+                loop2.target = s2;
+        }
+        b[0] = b[1] = hit_of(&r, "alice", 0);
+        done_log = &d;
+        ck_assert_int_eq(redis_store_submit(s2, b, 2, 0, on_done, (void *) (intptr_t) 7), 0);
+        ck_assert(test_loop_until(&loop2, &d.done, WAIT_USEC));
+        ck_assert(b[0].allowed);
+        ck_assert_uint_eq(b[0].credit, 0);
+        ck_assert(!b[1].allowed); /* the fleet's third and fourth hit */
+
+        /* order: two batches on s1, completed 1 then 2 */
+        memset(&d, 0, sizeof(d));
+        a[0] = hit_of(&r, "carol", 0);
+        a[1] = hit_of(&r, "carol", 0);
+        c[0] = hit_of(&r, "carol", 0);
+        ck_assert_int_eq(redis_store_submit(s1, a, 2, 0, on_done, (void *) (intptr_t) 1), 0);
+        ck_assert_int_eq(redis_store_submit(s1, c, 1, 0, on_done, (void *) (intptr_t) 2), 0);
+        for (int i = 0; i < 1000 && d.calls < 2; i++)
+                test_loop_once(&loop, 10000);
+        ck_assert_int_eq(d.calls, 2);
+        ck_assert_int_eq(d.order[0], 1);
+        ck_assert_int_eq(d.order[1], 2);
+        ck_assert_uint_eq(c[0].credit, 0);
+        redis_store_close(s1);
+        redis_store_close(s2);
+}
+END_TEST
+
+/* SCRIPT FLUSH: the next call gets NOSCRIPT, is resent as EVAL, and no hit sees an error. */
+START_TEST (test_noscript) {
+        TestRule r;
+        StoreHit h[3];
+        RedisStore *s;
+        RedisStoreStats st;
+        redisReply *rep;
+        char url[64];
+
+        test_redis_start(&srv);
+        test_rule(&r, 3, 60, ALGORITHM_FIXED_WINDOW, 0x11);
+        s = open_store(tcp_url(url, sizeof(url)), NULL);
+        h[0] = hit_of(&r, "alice", 0);
+        run_batch(s, h, 1);
+        rep = test_redis_command(&srv, "SCRIPT FLUSH");
+        freeReplyObject(rep);
+        h[0] = h[1] = h[2] = hit_of(&r, "alice", 0);
+        run_batch(s, h, 3);
+        for (int i = 0; i < 3; i++)
+                ck_assert_int_eq(h[i].error, 0);
+        ck_assert(h[1].allowed);
+        ck_assert(!h[2].allowed);
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.noscript_reloads, 1);
+        ck_assert_uint_eq(st.hits_failed, 0);
+        rep = test_redis_command(&srv, "SCRIPT EXISTS %s", redis_script_sha1);
+        ck_assert_int_eq(rep->element[0]->integer, 1); /* EVAL cached it */
+        freeReplyObject(rep);
+        redis_store_close(s);
+}
+END_TEST
+
+/* Submits until a batch has no failed hit (or the bound): the store recovers by itself. */
+static bool until_ok(RedisStore *s, TestRule *r, int max_tries) {
+        for (int i = 0; i < max_tries; i++) {
+                StoreHit h = hit_of(r, "dave", 0);
+
+                run_batch(s, &h, 1);
+                if (h.error == 0)
+                        return true;
+                for (int k = 0; k < 5; k++)
+                        test_loop_once(&loop, 10000);
+        }
+        return false;
+}
+
+/* The server is killed: hits fail (the batch completes); restarted: the same store recovers. */
+START_TEST (test_server_killed_and_back) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        RedisStoreStats st;
+        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 100 * USEC_PER_MSEC,
+                                .breaker_threshold = 1000 };
+        char url[64];
+
+        test_redis_start(&srv);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
+        s = open_store(tcp_url(url, sizeof(url)), &o);
+        ck_assert(until_ok(s, &r, 1));
+        test_redis_kill(&srv);
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_lt(h.error, 0);
+        ck_assert_int_ne(h.error, -ETIMEDOUT); /* a dead server is seen at once, not at the deadline */
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.hits_failed, 1);
+        ck_assert_str_ne(st.last_error, "");
+        test_redis_start(&srv);
+        ck_assert(until_ok(s, &r, 200));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_ge(st.reconnects, 1);
+        ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
+        redis_store_close(s);
+}
+END_TEST
+
+/* A hung server (SIGSTOP): the batch completes at its deadline with -ETIMEDOUT; once it runs
+ * again the late reply is dropped and the next batch is answered. */
+START_TEST (test_hung_server_timeout) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        RedisStoreStats st;
+        RedisStoreOptions o = { .timeout_usec = 100 * USEC_PER_MSEC, .breaker_threshold = 1000 };
+        char url[64];
+
+        test_redis_start(&srv);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
+        s = open_store(tcp_url(url, sizeof(url)), &o);
+        ck_assert(until_ok(s, &r, 1));
+        ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, -ETIMEDOUT);
+        ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, 0);
+        ck_assert_uint_eq(h.credit, 100 - 3); /* the timed-out hit counted on the server */
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.errors_timeout, 1);
+        redis_store_close(s);
+}
+END_TEST
+
+/* After N failed batches the breaker opens (batches refused at once), then one probe closes it. */
+START_TEST (test_breaker) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        RedisStoreStats st;
+        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 50 * USEC_PER_MSEC,
+                                .breaker_threshold = 3 };
+        char url[64];
+        uint64_t calls;
+
+        test_redis_start(&srv);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
+        s = open_store(tcp_url(url, sizeof(url)), &o);
+        ck_assert(until_ok(s, &r, 1));
+        test_redis_kill(&srv);
+        for (int i = 0; i < 3; i++) {
+                h = hit_of(&r, "dave", 0);
+                run_batch(s, &h, 1);
+                ck_assert_int_lt(h.error, 0);
+        }
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.breaker_opens, 1);
+        ck_assert_int_eq(st.state, REDIS_STORE_BREAKER_OPEN);
+        ck_assert_ptr_nonnull(strstr(st.last_error, "breaker"));
+        calls = st.calls;
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, -ECONNREFUSED);
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_ge(st.errors_refused, 1);
+        ck_assert_uint_eq(st.calls, calls); /* refused by the breaker: nothing was sent */
+        test_redis_start(&srv);
+        ck_assert(until_ok(s, &r, 300));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
+        redis_store_close(s);
+}
+END_TEST
+
+/* AUTH: the URL's password, the option's override, and a wrong one (-EACCES). */
+START_TEST (test_auth) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        RedisStoreOptions o = { .password = "p@ss word", .breaker_threshold = 1000 };
+        char url[128];
+
+        snprintf(srv.password, sizeof(srv.password), "p@ss word");
+        test_redis_start(&srv);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
+        snprintf(url, sizeof(url), "redis://:p%%40ss%%20word@127.0.0.1:%d", srv.port);
+        s = open_store(url, NULL);
+        ck_assert(until_ok(s, &r, 1));
+        redis_store_close(s);
+        snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", srv.port);
+        s = open_store(url, &o);
+        ck_assert(until_ok(s, &r, 1));
+        redis_store_close(s);
+        o.password = NULL;
+        s = open_store(url, &o);
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, -EACCES);
+        redis_store_close(s);
+}
+END_TEST
+
+/* redis+unix:// with ?db=N. */
+START_TEST (test_unix_db) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        redisContext *c;
+        redisReply *rep;
+        char url[200];
+
+        test_redis_start(&srv);
+        test_rule(&r, 3, 60, ALGORITHM_FIXED_WINDOW, 0x11);
+        snprintf(url, sizeof(url), "redis+unix://%s?db=2", srv.sock);
+        s = open_store(url, NULL);
+        h = hit_of(&r, "alice", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, 0);
+        c = test_redis_client(&srv);
+        freeReplyObject(redisCommand(c, "SELECT 2"));
+        rep = redisCommand(c, "GET %s", COMPAT_KEY);
+        ck_assert_int_eq(rep->type, REDIS_REPLY_STRING);
+        ck_assert_str_eq(rep->str, "2");
+        freeReplyObject(rep);
+        redisFree(c);
+        redis_store_close(s);
+}
+END_TEST
+
+/* A group of two where the second is denied: neither is written (one script call). */
+START_TEST (test_group_all_or_nothing) {
+        TestRule r1, r2;
+        StoreHit h[3];
+        RedisStore *s;
+        RedisStoreStats st;
+        char url[64];
+
+        test_redis_start(&srv);
+        test_rule(&r1, 5, 60, ALGORITHM_SLIDING_WINDOW, 0x01);
+        test_rule(&r2, 1, 60, ALGORITHM_SLIDING_WINDOW, 0x02);
+        s = open_store(tcp_url(url, sizeof(url)), NULL);
+        h[0] = hit_of(&r2, "erin", 0); /* uses r2's only credit */
+        run_batch(s, h, 1);
+        h[0] = hit_of(&r1, "erin", 0); /* a canary */
+        h[1] = hit_of(&r1, "erin", 9);
+        h[2] = hit_of(&r2, "erin", 9);
+        run_batch(s, h, 3);
+        ck_assert(h[0].allowed);
+        ck_assert_uint_eq(h[0].credit, 4);
+        ck_assert(h[1].allowed); /* decided as if alone ... */
+        ck_assert(!h[2].allowed);
+        h[0] = hit_of(&r1, "erin", 0);
+        run_batch(s, h, 1);
+        ck_assert_uint_eq(h[0].credit, 3); /* ... but not applied: only the canary counted */
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.calls, 3);
+        redis_store_close(s);
+}
+END_TEST
+
+/* Closing with a batch in flight completes it with -ECANCELED. */
+START_TEST (test_close_pending) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        Done d = { 0 };
+        char url[64];
+
+        test_redis_start(&srv);
+        test_rule(&r, 3, 60, ALGORITHM_FIXED_WINDOW, 0x11);
+        s = open_store(tcp_url(url, sizeof(url)), NULL);
+        h = hit_of(&r, "alice", 0);
+        done_log = &d;
+        ck_assert_int_eq(redis_store_submit(s, &h, 1, 0, on_done, NULL), 0);
+        redis_store_close(s);
+        ck_assert_int_eq(d.calls, 1);
+        ck_assert_int_eq(h.error, -ECANCELED);
+        ck_assert_uint_eq(loop.n, 0);
+        ck_assert_uint_eq(loop.timer, 0);
+}
+END_TEST
+
+/* A server that is down at open is not an error: hits fail until it is up. */
+START_TEST (test_open_while_down) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 50 * USEC_PER_MSEC,
+                                .breaker_threshold = 1000 };
+        char url[64];
+
+        srv.port = test_free_port();
+        snprintf(srv.dir, sizeof(srv.dir), "/tmp/divvyd-redis-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(srv.dir));
+        snprintf(srv.sock, sizeof(srv.sock), "%s/redis.sock", srv.dir);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
+        s = open_store(tcp_url(url, sizeof(url)), &o);
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_lt(h.error, 0);
+        test_redis_start(&srv);
+        ck_assert(until_ok(s, &r, 200));
+        redis_store_close(s);
+}
+END_TEST
+
+/* A one-node Redis Cluster: CLUSTER SLOTS, routing by slot, own keys even for fixed windows. */
+START_TEST (test_cluster_one_node) {
+        TestRule r;
+        StoreHit h[2];
+        RedisStore *s;
+        RedisStoreStats st;
+        redisReply *rep;
+        char url[64];
+        bool ok = false;
+
+        test_redis_cluster = true;
+        test_redis_start(&srv);
+        rep = test_redis_command(&srv, "CLUSTER ADDSLOTSRANGE 0 16383");
+        ck_assert_int_eq(rep->type, REDIS_REPLY_STATUS);
+        freeReplyObject(rep);
+        for (int i = 0; i < 500 && !ok; i++) {
+                rep = test_redis_command(&srv, "CLUSTER INFO");
+                ok = rep && strstr(rep->str, "cluster_state:ok");
+                freeReplyObject(rep);
+                if (!ok)
+                        usleep(10000);
+        }
+        ck_assert(ok);
+        test_rule(&r, 3, 60, ALGORITHM_FIXED_WINDOW, 0x11);
+        snprintf(url, sizeof(url), "redis+cluster://127.0.0.1:%d", srv.port);
+        s = open_store(url, NULL);
+        h[0] = hit_of(&r, "alice", 0);
+        h[1] = hit_of(&r, "zed", 0); /* another slot: another call */
+        run_batch(s, h, 2);
+        ck_assert_int_eq(h[0].error, 0);
+        ck_assert_int_eq(h[1].error, 0);
+        ck_assert_uint_eq(h[0].credit, 2);
+        rep = test_redis_command(&srv, "EXISTS divvyd:{alice}:11111111111111111111111111111111");
+        ck_assert_int_eq(rep->integer, 1);
+        freeReplyObject(rep);
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.calls, 2);
+        ck_assert_uint_ge(st.discoveries, 1);
+        ck_assert_int_eq(st.mode, REDIS_MODE_CLUSTER);
+        redis_store_close(s);
+}
+END_TEST
+
+/* Sentinel: the primary is looked up, ROLE checked, and hits go there. */
+START_TEST (test_sentinel) {
+        TestRule r;
+        RedisStore *s;
+        RedisStoreStats st;
+        char url[128], conf[160];
+        int sport = test_free_port();
+        pid_t pid;
+        FILE *f;
+        bool ok = false;
+
+        if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
+                return; /* not installed: nothing to test */
+        test_redis_start(&srv);
+        snprintf(conf, sizeof(conf), "%s/sentinel.conf", srv.dir);
+        f = fopen(conf, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", sport,
+                srv.dir, srv.port);
+        fclose(f);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                int null = open("/dev/null", O_WRONLY);
+
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (null >= 0)
+                        (void) dup2(null, STDOUT_FILENO);
+                execlp("redis-sentinel", "redis-sentinel", conf, (char *) NULL);
+                _exit(127);
+        }
+        for (int i = 0; i < 500 && !ok; i++) {
+                redisContext *c = redisConnect("127.0.0.1", sport);
+                redisReply *rep =
+                        c && !c->err ? redisCommand(c, "SENTINEL get-master-addr-by-name mymaster") : NULL;
+
+                ok = rep && rep->type == REDIS_REPLY_ARRAY;
+                if (rep)
+                        freeReplyObject(rep);
+                if (c)
+                        redisFree(c);
+                if (!ok)
+                        usleep(10000);
+        }
+        ck_assert(ok);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
+        snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/mymaster", sport);
+        s = open_store(url, NULL);
+        ck_assert(until_ok(s, &r, 20));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_int_eq(st.mode, REDIS_MODE_SENTINEL);
+        ck_assert_uint_ge(st.discoveries, 1);
+        ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
+        snprintf(conf, sizeof(conf), "127.0.0.1:%d", srv.port);
+        ck_assert_str_eq(st.address, conf);
+        redis_store_close(s);
+        (void) kill(pid, SIGKILL);
+        (void) waitpid(pid, NULL, 0);
+        snprintf(conf, sizeof(conf), "%s/sentinel.conf", srv.dir);
+        (void) unlink(conf);
+}
+END_TEST
+
+START_TEST (test_urls) {
+        static const struct {
+                const char *url;
+                int mode; /* -1: bad */
+                const char *host_or_msg;
+                int port, db;
+        } cases[] = {
+                { "redis://127.0.0.1:6380", REDIS_MODE_SINGLE, "127.0.0.1", 6380, 0 },
+                { "redis://localhost", REDIS_MODE_SINGLE, "localhost", 6379, 0 },
+                { "redis://h:1/5", REDIS_MODE_SINGLE, "h", 1, 5 },
+                { "redis://u:p%3Aw@[::1]:7000/2", REDIS_MODE_SINGLE, "::1", 7000, 2 },
+                { "redis+unix:///run/r.sock?db=3", REDIS_MODE_SINGLE, "", 0, 3 },
+                { "redis+sentinel://a:1,b/mymaster?db=1", REDIS_MODE_SENTINEL, "a", 1, 1 },
+                { "redis+cluster://a:1,b:2,c:3", REDIS_MODE_CLUSTER, "a", 1, 0 },
+                { "http://x", -1, "unknown scheme", 0, 0 },
+                { "redis://", -1, "empty host", 0, 0 },
+                { "redis://h:0", -1, "bad port", 0, 0 },
+                { "redis://h:65536", -1, "bad port", 0, 0 },
+                { "redis://h:x", -1, "bad port", 0, 0 },
+                { "redis://h/x", -1, "bad db", 0, 0 },
+                { "redis://a,b", -1, "one host", 0, 0 },
+                { "redis://h?db=1", -1, "unknown query", 0, 0 },
+                { "redis://[::1", -1, "no ']'", 0, 0 },
+                { "redis://:p%zz@h", -1, "percent-encoding", 0, 0 },
+                { "redis+unix://relative", -1, "absolute path", 0, 0 },
+                { "redis+sentinel://a:1", -1, "master's name is missing", 0, 0 },
+                { "redis+cluster://a:1/3", -1, "no database", 0, 0 },
+                { "redis+cluster://a:1?db=2", -1, "unknown query", 0, 0 },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                RedisUrl u;
+                char err[256] = "";
+                int r = redis_url_parse(cases[i].url, &u, err, sizeof(err));
+
+                if (cases[i].mode < 0) {
+                        ck_assert_msg(r == -EINVAL, "%s: accepted", cases[i].url);
+                        ck_assert_msg(strstr(err, cases[i].host_or_msg), "%s: '%s'", cases[i].url, err);
+                        continue;
+                }
+                ck_assert_msg(r == 0, "%s: %s", cases[i].url, err);
+                ck_assert_int_eq(u.mode, cases[i].mode);
+                ck_assert_int_eq(u.db, cases[i].db);
+                if (cases[i].host_or_msg[0]) {
+                        ck_assert_str_eq(u.hosts[0].host, cases[i].host_or_msg);
+                        ck_assert_int_eq(u.hosts[0].port, cases[i].port);
+                }
+        }
+        {
+                RedisUrl u;
+
+                ck_assert_int_eq(redis_url_parse("redis://u:p%3Aw@[::1]:7000/2", &u, NULL, 0), 0);
+                ck_assert_str_eq(u.user, "u");
+                ck_assert_str_eq(u.password, "p:w");
+                ck_assert_int_eq(redis_url_parse("redis+sentinel://a:1,b/mymaster", &u, NULL, 0), 0);
+                ck_assert_uint_eq(u.n_hosts, 2);
+                ck_assert_int_eq(u.hosts[1].port, REDIS_SENTINEL_DEFAULT_PORT);
+                ck_assert_str_eq(u.master, "mymaster");
+                ck_assert_int_eq(redis_url_parse("redis+unix:///run/r.sock", &u, NULL, 0), 0);
+                ck_assert_str_eq(u.unix_path, "/run/r.sock");
+                ck_assert(redis_url_is_redis("redis+cluster://x"));
+                ck_assert(!redis_url_is_redis("/var/lib/divvyd"));
+        }
+}
+END_TEST
+
+static Suite *store_suite(void) {
+        Suite *s = suite_create("redis-store");
+        TCase *tc = tcase_create("redis-store");
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_urls);
+        tcase_add_test(tc, test_compat_hits);
+        tcase_add_test(tc, test_own_key);
+        tcase_add_test(tc, test_fleet_and_order);
+        tcase_add_test(tc, test_noscript);
+        tcase_add_test(tc, test_server_killed_and_back);
+        tcase_add_test(tc, test_hung_server_timeout);
+        tcase_add_test(tc, test_breaker);
+        tcase_add_test(tc, test_auth);
+        tcase_add_test(tc, test_unix_db);
+        tcase_add_test(tc, test_group_all_or_nothing);
+        tcase_add_test(tc, test_close_pending);
+        tcase_add_test(tc, test_open_while_down);
+        tcase_add_test(tc, test_cluster_one_node);
+        tcase_add_test(tc, test_sentinel);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        redis_test_require_server();
+        return check_run_suite(store_suite());
+}
