@@ -10,7 +10,7 @@
 
 /* redis-script-lua.inc, made from redis-script.lua by Makefile-store.am: REDIS_SCRIPT_TEXT
  * (the file as one string literal) and REDIS_SCRIPT_SHA1 */
-#include "src/store/redis-script-lua.inc"
+#include "store/redis-script-lua.inc"
 
 const char redis_script_text[] = REDIS_SCRIPT_TEXT;
 const char redis_script_sha1[] = REDIS_SCRIPT_SHA1;
