@@ -9,11 +9,12 @@
  * one transaction per checkpoint (TXN-RECORDS 0; else CheckpointOptions.txn_records_max).
  * Writes a first full checkpoint of every counter (random ids), then incremental checkpoints
  * of random changed counters (a tenth of them deletions, as resets and expiries would be).
- * Reports for each its time; the bytes written per record, both what LMDB handed to write(2)
- * (/proc/self/io wchar: pages times 4096) and what the kernel counted as sent to storage
- * (write_bytes: on the 6.18 kernel measured, rewriting pages of data.mdb counted more than
- * was written, growing round after round, as if whole large page-cache folios were counted);
- * and the bytes of data.mdb per counter. Then the time of checkpoint_load() of every counter,
+ * Reports for each its time; the bytes written per record: what LMDB handed to write(2)
+ * (/proc/self/io wchar: pages times 4096), what the kernel counted (write_bytes: on Linux
+ * 6.x a write that dirties any part of a clean page-cache folio adds the whole folio, up to
+ * 2 MiB, though ext4 writes only the dirty blocks), and, with BENCH_DISK=DEV (e.g. loop0,
+ * TMPDIR on a file system of its own), what the disk wrote (/sys/block/DEV/stat); and the
+ * bytes of data.mdb per counter. Then the time of checkpoint_load() of every counter,
  * after a reopen and again (warm). The database lives in a temporary directory under
  * $TMPDIR (default /var/tmp), removed afterwards.
  *
@@ -82,8 +83,31 @@ static uint64_t write_bytes(void) {
         return io_field("write_bytes:");
 }
 
+/* Bytes the block device $BENCH_DISK (e.g. "loop0": a file system of its own, so that no
+ * other process's writes are counted) has written so far: /sys/block/DEV/stat's sectors
+ * written (7th field, 512-byte units whatever the device's sector size). 0 if unset. */
+static uint64_t disk_bytes(void) {
+        const char *dev = getenv("BENCH_DISK");
+        unsigned long long f[7] = { 0 };
+        char p[256];
+        FILE *fp;
+
+        if (!dev || !*dev)
+                return 0;
+        snprintf(p, sizeof p, "/sys/block/%s/stat", dev);
+        fp = fopen(p, "re");
+        if (!fp)
+                return 0;
+        if (fscanf(fp, "%llu %llu %llu %llu %llu %llu %llu", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5],
+                   &f[6]) != 7)
+                f[6] = 0;
+        fclose(fp);
+        return (uint64_t) f[6] * 512;
+}
+
 static int report(Checkpoint *c, const char *what, CounterRecord *rs, size_t n, uint64_t seq) {
-        uint64_t wb = write_bytes(), wc = io_field("wchar:"), t = clock_nsec(CLOCK_MONOTONIC);
+        uint64_t wb = write_bytes(), wc = io_field("wchar:"), db = disk_bytes(),
+                 t = clock_nsec(CLOCK_MONOTONIC);
         CheckpointStats st;
         int r;
 
@@ -91,15 +115,16 @@ static int report(Checkpoint *c, const char *what, CounterRecord *rs, size_t n, 
         t = clock_nsec(CLOCK_MONOTONIC) - t;
         wb = write_bytes() - wb;
         wc = io_field("wchar:") - wc;
+        db = disk_bytes() - db;
         if (r < 0 || checkpoint_get_stats(c, &st) < 0) {
                 fprintf(stderr, "checkpoint_write: %s\n", strerror(-r));
                 return r < 0 ? r : -EIO;
         }
         printf("%-22s %9zu records %7.3f s  written/record: %7.1f bytes by LMDB, %7.1f by the kernel's "
-               "count  "
+               "count, %7.1f by the disk  "
                "%10" PRIu64 " counters  %5.1f bytes data.mdb/counter  map %" PRIu64 " MiB\n",
                what, n, (double) t / 1e9, n ? (double) wc / (double) n : 0.0,
-               n ? (double) wb / (double) n : 0.0, st.counters,
+               n ? (double) wb / (double) n : 0.0, n ? (double) db / (double) n : 0.0, st.counters,
                st.counters ? (double) st.file_size / (double) st.counters : 0.0, st.map_size >> 20);
         return 0;
 }

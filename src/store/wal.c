@@ -504,6 +504,12 @@ int wal_prepare(Wal *w) {
                 (void) unlinkat(w->dir_fd, name, 0);
                 return wal_set_error(w, r, "cannot map %s/%s: %s", w->dir, name, strerror(-r));
         }
+        /* No fault-around or read-ahead: the page cache then holds the segment in 4 KiB folios,
+         * not in large ones. A store through the mapping marks its whole folio dirty, so with
+         * 2 MiB folios each periodic sync wrote the folio being appended to whole, again at the
+         * next sync: measured 1.48 x the bytes appended with a sync every 2.7 MB (--sync=periodic
+         * at ~570,000 HITs/s), 1.01 x with this. Advisory. */
+        (void) madvise(m, (size_t) w->segment_size, MADV_RANDOM);
         w->spare_fd = fd;
         w->spare_map = m;
         w->spare_len = (size_t) w->segment_size;
