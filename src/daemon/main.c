@@ -67,6 +67,18 @@ static void help(void) {
                "      --debug              Log each request a rule decides (HIT, TAKE, PEEK, CHARGE,\n"
                "                           REFUND, EXPLAIN) with that rule (also DEBUG=divvy)\n"
                "      --allow-root         Run even as root (refused otherwise: it needs no privilege)\n"
+               "      --store=URL          Where counters live: local (default: --db, LMDB), or a\n"
+               "                           Redis/Valkey shared by a fleet: "
+               "redis://[USER:PASS@]HOST:PORT[/DB],\n"
+               "                           redis+unix:///PATH[?db=N], redis+sentinel://H:P,H:P/PRIMARY,\n"
+               "                           redis+cluster://H:P,H:P (see divvyd(8), \"Running a fleet\")\n"
+               "      --store-password-file=FILE\n"
+               "                           The Redis password, first line of FILE (also\n"
+               "                           $DIVVYD_STORE_PASSWORD)\n"
+               "      --backend-timeout=MS A batch's deadline on Redis (default 50)\n"
+               "      --on-backend-error=P What a hit gets when Redis does not answer in time, unless\n"
+               "                           its rule's onBackendError says: allow, deny or local (this\n"
+               "                           host's LMDB store decides; the default)\n"
                "      --statsd-host=HOST   Send statsd metrics to HOST (also $STATSD_HOST)\n"
                "      --statsd-port=PORT   ... on PORT (also $STATSD_PORT; both are needed)\n"
                "      --statsd-prefix=P    Prefix of every statsd name, a '.' is added unless P is\n"
@@ -99,6 +111,7 @@ typedef struct Options {
         ListenAddress addresses[LISTEN_MAX];
         size_t n_listen;
         const char *statsd_port, *http_port; /* checked, converted with the environment's */
+        char password[512];                  /* --store-password-file's first line */
         bool statsd_tcp, allow_root;
         bool compat_divvy; /* --compat=divvy: --check-config also runs config_check_divvy() */
 } Options;
@@ -156,6 +169,30 @@ static int parse_size(const char *s, uint64_t *ret) {
         return 0;
 }
 
+/* The first line of path (without its newline) into buf: a password kept out of the unit's
+ * command line. Prints the problem. */
+static int read_password_file(const char *path, char *buf, size_t size) {
+        FILE *f = fopen(path, "re");
+        size_t len;
+
+        if (!f) {
+                fprintf(stderr, "divvyd: cannot read --store-password-file '%s': %s\n", path,
+                        strerror(errno));
+                return -errno;
+        }
+        if (!fgets(buf, (int) size, f))
+                buf[0] = '\0';
+        fclose(f);
+        len = strcspn(buf, "\r\n");
+        if (len == size - 1) {
+                fprintf(stderr, "divvyd: --store-password-file '%s': first line too long (max %zu bytes)\n",
+                        path, size - 2);
+                return -E2BIG;
+        }
+        buf[len] = '\0';
+        return 0;
+}
+
 static int usage_error(const char *option, const char *value) {
         fprintf(stderr, "divvyd: invalid value for %s: '%s'. Try 'divvyd --help'.\n", option, value);
         return 2;
@@ -189,6 +226,10 @@ enum {
         ARG_METRICS_PATH,
         ARG_ALLOW_ROOT,
         ARG_COMPAT,
+        ARG_STORE,
+        ARG_STORE_PASSWORD_FILE,
+        ARG_BACKEND_TIMEOUT,
+        ARG_ON_BACKEND_ERROR,
 };
 
 /* The store's and the server's options. Returns 0, 1 if c is none of them, or the exit
@@ -259,6 +300,33 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                         return usage_error("--journal-segment-size (64K .. 1G)", arg);
                 o->settings.store.journal_segment_size = v;
                 return 0;
+        case ARG_STORE:
+                if (strcmp(arg, "local") == 0)
+                        o->settings.remote.url = NULL;
+                else if (strncmp(arg, "redis", 5) != 0)
+                        return usage_error("--store (local, redis://, redis+unix://, redis+sentinel:// or "
+                                           "redis+cluster://)",
+                                           arg);
+                else
+                        o->settings.remote.url = arg;
+                return 0;
+        case ARG_STORE_PASSWORD_FILE:
+                if (read_password_file(arg, o->password, sizeof o->password) < 0)
+                        return 2;
+                o->settings.remote.password = o->password;
+                return 0;
+        case ARG_BACKEND_TIMEOUT:
+                if (parse_uint64(arg, 1, 60 * 1000, &v) < 0)
+                        return usage_error("--backend-timeout (1 .. 60000 ms)", arg);
+                o->settings.remote.timeout_usec = v * 1000;
+                return 0;
+        case ARG_ON_BACKEND_ERROR: {
+                RuleOnError p = rule_on_error_from_string(arg);
+                if (p <= RULE_ON_ERROR_DEFAULT)
+                        return usage_error("--on-backend-error (allow, deny or local)", arg);
+                o->settings.remote.on_error = p;
+                return 0;
+        }
         default:
                 return 1;
         }
@@ -345,6 +413,10 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "metrics-path", required_argument, NULL, ARG_METRICS_PATH },
                 { "allow-root", no_argument, NULL, ARG_ALLOW_ROOT },
                 { "compat", required_argument, NULL, ARG_COMPAT },
+                { "store", required_argument, NULL, ARG_STORE },
+                { "store-password-file", required_argument, NULL, ARG_STORE_PASSWORD_FILE },
+                { "backend-timeout", required_argument, NULL, ARG_BACKEND_TIMEOUT },
+                { "on-backend-error", required_argument, NULL, ARG_ON_BACKEND_ERROR },
                 {},
         };
         char *end;
@@ -565,6 +637,12 @@ static int settings_from_env(Options *o) {
                 } else
                         settings->store.path = DB_DEFAULT;
         }
+
+        if (settings->remote.url && !settings->remote.password && (e = getenv("DIVVYD_STORE_PASSWORD")) &&
+            e[0] != '\0')
+                settings->remote.password = e;
+        if (settings->remote.on_error == RULE_ON_ERROR_DEFAULT)
+                settings->remote.on_error = RULE_ON_ERROR_LOCAL;
 
         if (o->n_listen == 0) {
                 char addr[64];

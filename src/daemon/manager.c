@@ -30,6 +30,7 @@ struct Manager {
 
         RuleSet *rules;
         Store *store;
+        Remote *remote; /* --store=redis...: NULL for the local store alone */
         Listener **listeners;
         size_t n_listeners;
         Server *server;
@@ -91,7 +92,7 @@ static void manager_notify_status(Manager *m) {
                                   k->connections_current);
         else {
                 StoreStats st = {};
-                char ckpt[640];
+                char ckpt[640], remote[300] = "";
 
                 (void) store_get_stats(m->store, &st);
                 if (st.checkpoint_failing)
@@ -105,9 +106,10 @@ static void manager_notify_status(Manager *m) {
                 (void) sd_notifyf(false,
                                   "STATUS=Serving %zu rules on %zu listeners, %" PRIu64
                                   " connections, %.0f hits/s, %" PRIu64 " counters, journal %" PRIu64
-                                  " MiB, %s",
+                                  " MiB, %s%s%s",
                                   m->rules->n_rules, m->n_listeners, k->connections_current, rate,
-                                  st.counters, st.journal_bytes >> 20, ckpt);
+                                  st.counters, st.journal_bytes >> 20, ckpt, m->remote ? ", " : "",
+                                  m->remote ? remote_status(m->remote, remote, sizeof remote) : "");
         }
 }
 
@@ -287,6 +289,8 @@ static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *use
 static int manager_status_handler(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
 
+        if (m->remote)
+                remote_publish(m->remote);
         manager_notify_status(m);
         return sd_event_source_set_time_relative(s, MANAGER_STATUS_INTERVAL_USEC);
 }
@@ -501,6 +505,13 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         }
         server_set_rules(m->server, m->rules);
         server_set_store(m->server, m->store);
+        if (settings->remote.url) {
+                r = remote_new(m->event, &settings->remote, m->store, m->metrics, &m->remote);
+                if (r < 0)
+                        goto fail;
+                server_set_backend(m->server, remote_submit_func(), remote_backend(m->remote));
+                remote_publish(m->remote);
+        }
         if (store_event_fd(m->store) >= 0) {
                 r = sd_event_add_io(m->event, &m->store_source, store_event_fd(m->store), EPOLLIN,
                                     manager_store_handler, m);
@@ -558,6 +569,9 @@ Manager *manager_free(Manager *m) {
         for (size_t i = 0; i < m->n_listeners; i++)
                 listener_free(m->listeners[i]);
         free(m->listeners);
+        /* Before the local store: what is in flight on Redis is failed into the fallback,
+         * which may hand it to the local store. */
+        m->remote = remote_free(m->remote);
         sd_event_source_disable_unref(m->store_source);
         if (m->store) {
                 /* Before the server: batches still in flight (the stop timeout) are completed

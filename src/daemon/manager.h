@@ -17,6 +17,7 @@
 
 #include "http.h"
 #include "listener.h"
+#include "remote.h"
 #include "server.h"
 #include "statsd.h"
 #include "store/store.h"
@@ -43,6 +44,7 @@ typedef struct ManagerSettings {
         uint64_t sweep_interval_usec;
         StatsdSettings statsd; /* statsd.host NULL: no statsd */
         HttpSettings http;     /* http.metrics_path NULL: no HTTP endpoint */
+        RemoteSettings remote; /* remote.url NULL: the local store alone */
 } ManagerSettings;
 
 typedef struct Manager Manager;

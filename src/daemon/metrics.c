@@ -342,7 +342,7 @@ void metrics_set_backend(Metrics *m, const MetricsBackend *b) {
         STORE(m->backend.rtt_usec_sum, b->rtt_usec_sum);
         STORE(m->backend.rtt_count, b->rtt_count);
         STORE(m->backend.reconnects, b->reconnects);
-        STORE(m->backend.script_loads, b->script_loads);
+        STORE(m->backend.noscript_reloads, b->noscript_reloads);
         STORE(m->backend.redirects, b->redirects);
         STORE(m->backend_set, 1);
 }
@@ -477,7 +477,7 @@ static void put_backend(FILE *f, const Metrics *m) {
         put_header(f, "divvyd_backend_up", "gauge", "1 while the remote store (Redis/Valkey) answers.");
         fprintf(f, "divvyd_backend_up %d\n", LOAD(m->backend.up) ? 1 : 0);
         put_header(f, "divvyd_backend_errors_total", "counter",
-                   "Hits the remote store could not answer, by kind.");
+                   "Script calls the remote store did not answer, by kind.");
         for (size_t i = 0; i < _METRICS_BACKEND_ERROR_MAX; i++)
                 fprintf(f, "divvyd_backend_errors_total{kind=\"%s\"} %" PRIu64 "\n", error_kinds[i],
                         LOAD(m->backend.errors[i]));
@@ -487,15 +487,16 @@ static void put_backend(FILE *f, const Metrics *m) {
                 fprintf(f, "divvyd_backend_fallbacks_total{policy=\"%s\"} %" PRIu64 "\n", policies[i],
                         LOAD(m->backend.fallbacks[i]));
         put_header(f, "divvyd_backend_round_trip_seconds", "summary",
-                   "Round trips to the remote store, one per batch and connection.");
+                   "Round trips of script calls to the remote store.");
         fprintf(f, "divvyd_backend_round_trip_seconds_sum %.6f\n",
                 (double) LOAD(m->backend.rtt_usec_sum) / 1e6);
         fprintf(f, "divvyd_backend_round_trip_seconds_count %" PRIu64 "\n", LOAD(m->backend.rtt_count));
-        put_header(f, "divvyd_backend_reconnects_total", "counter", "Connections made to the remote store.");
+        put_header(f, "divvyd_backend_reconnects_total", "counter",
+                   "Connection attempts to the remote store after the first of each server.");
         fprintf(f, "divvyd_backend_reconnects_total %" PRIu64 "\n", LOAD(m->backend.reconnects));
-        put_header(f, "divvyd_backend_script_loads_total", "counter",
-                   "Scripts loaded into the remote store (each connection, and after NOSCRIPT).");
-        fprintf(f, "divvyd_backend_script_loads_total %" PRIu64 "\n", LOAD(m->backend.script_loads));
+        put_header(f, "divvyd_backend_noscript_reloads_total", "counter",
+                   "NOSCRIPT replies (a SCRIPT FLUSH, a restart, a failover) recovered by EVAL.");
+        fprintf(f, "divvyd_backend_noscript_reloads_total %" PRIu64 "\n", LOAD(m->backend.noscript_reloads));
         put_header(f, "divvyd_backend_redirects_total", "counter",
                    "Cluster redirections followed (MOVED, ASK).");
         fprintf(f, "divvyd_backend_redirects_total %" PRIu64 "\n", LOAD(m->backend.redirects));

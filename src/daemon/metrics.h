@@ -98,11 +98,11 @@ typedef enum MetricsBackendError {
         _METRICS_BACKEND_ERROR_MAX,
 } MetricsBackendError;
 typedef struct MetricsBackend {
-        bool up;                                      /* connected and answering */
-        uint64_t errors[_METRICS_BACKEND_ERROR_MAX];  /* hits, by kind */
-        uint64_t fallbacks[_RULE_ON_ERROR_MAX];       /* hits decided by each onBackendError policy */
-        uint64_t rtt_usec_sum, rtt_count;             /* round trips of batches */
-        uint64_t reconnects, script_loads, redirects; /* NOSCRIPT recoveries count as script loads */
+        bool up;                                     /* connected and answering */
+        uint64_t errors[_METRICS_BACKEND_ERROR_MAX]; /* script calls, by kind */
+        uint64_t fallbacks[_RULE_ON_ERROR_MAX];      /* hits decided by each onBackendError policy */
+        uint64_t rtt_usec_sum, rtt_count;            /* round trips of script calls */
+        uint64_t reconnects, noscript_reloads, redirects;
 } MetricsBackend;
 void metrics_set_backend(Metrics *m, const MetricsBackend *b);
 /* /healthz answers 200 while serving, 503 otherwise (starting, stopping). */

@@ -112,6 +112,28 @@ if run 2 "--compat without --check-config exits 2" --compat=divvy "$data/divvy-c
 	pass "--compat without --check-config exits 2"
 fi
 
+# The Redis store's options (issue #16): usage errors exit 2 naming the option; a URL the
+# store refuses stops the start with its reason, exit 1.
+for bad in "--store=memcached://x" "--on-backend-error=maybe" "--backend-timeout=0" \
+	"--store-password-file=$tmp/missing"; do
+	if run 2 "$bad exits 2" --allow-root "$bad" "$examples/example-config.ini"; then
+		opt=${bad%%=*}
+		if grep -q -- "$opt" "$tmp/err"; then
+			pass "$bad exits 2 naming $opt"
+		else
+			fail "$bad: the message does not name $opt"
+		fi
+	fi
+done
+if run 1 "--store with a bad port" --allow-root --db "$tmp/db" --listen "unix:$tmp/s" \
+	--store=redis://127.0.0.1:99999 "$examples/example-config.ini"; then
+	if grep -q "redis://127.0.0.1:99999" "$tmp/err" && grep -qi "port" "$tmp/err"; then
+		pass "--store with a bad port: refused at start, with the reason"
+	else
+		fail "--store with a bad port: no reason given"
+	fi
+fi
+
 # --dump-config: JSON that loads again and dumps to the same bytes.
 for f in example-config.ini canary-config.ini; do
 	base=${f%.ini}

@@ -365,6 +365,51 @@ START_TEST (test_gauges_and_counters) {
 }
 END_TEST
 
+START_TEST (test_backend) {
+        /* The Redis store's block: absent until set, then every series with its labels. */
+        Metrics *m = NULL;
+        char *t;
+
+        ck_assert_int_eq(metrics_new(&m), 0);
+        t = render(m);
+        ck_assert_ptr_null(strstr(t, "divvyd_backend_"));
+        free(t);
+        MetricsBackend b = { .up = true,
+                             .errors = { [METRICS_BACKEND_TIMEOUT] = 3,
+                                         [METRICS_BACKEND_CONNECTION] = 5,
+                                         [METRICS_BACKEND_PROTOCOL] = 1 },
+                             .fallbacks = { [RULE_ON_ERROR_ALLOW] = 2,
+                                            [RULE_ON_ERROR_DENY] = 4,
+                                            [RULE_ON_ERROR_LOCAL] = 6 },
+                             .rtt_usec_sum = 1500,
+                             .rtt_count = 3,
+                             .reconnects = 7,
+                             .noscript_reloads = 8,
+                             .redirects = 9 };
+        metrics_set_backend(m, &b);
+        t = render(m);
+        ck_assert_line(t, "divvyd_backend_up 1");
+        ck_assert_line(t, "divvyd_backend_errors_total{kind=\"timeout\"} 3");
+        ck_assert_line(t, "divvyd_backend_errors_total{kind=\"connection\"} 5");
+        ck_assert_line(t, "divvyd_backend_errors_total{kind=\"protocol\"} 1");
+        ck_assert_line(t, "divvyd_backend_fallbacks_total{policy=\"allow\"} 2");
+        ck_assert_line(t, "divvyd_backend_fallbacks_total{policy=\"deny\"} 4");
+        ck_assert_line(t, "divvyd_backend_fallbacks_total{policy=\"local\"} 6");
+        ck_assert_line(t, "divvyd_backend_round_trip_seconds_sum 0.001500");
+        ck_assert_line(t, "divvyd_backend_round_trip_seconds_count 3");
+        ck_assert_line(t, "divvyd_backend_reconnects_total 7");
+        ck_assert_line(t, "divvyd_backend_noscript_reloads_total 8");
+        ck_assert_line(t, "divvyd_backend_redirects_total 9");
+        free(t);
+        b.up = false;
+        metrics_set_backend(m, &b);
+        t = render(m);
+        ck_assert_line(t, "divvyd_backend_up 0");
+        free(t);
+        metrics_free(m);
+}
+END_TEST
+
 START_TEST (test_hit_samples) {
         Metrics *m = NULL;
         uint64_t out[METRICS_HIT_SAMPLES_MAX], hits = 99;
@@ -415,6 +460,7 @@ static Suite *metrics_suite(void) {
         tcase_add_test(tc, test_many_labels);
         tcase_add_test(tc, test_histograms);
         tcase_add_test(tc, test_gauges_and_counters);
+        tcase_add_test(tc, test_backend);
         tcase_add_test(tc, test_hit_samples);
         suite_add_tcase(s, tc);
         return s;
