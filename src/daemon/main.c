@@ -116,21 +116,25 @@ typedef struct Options {
         bool compat_divvy; /* --compat=divvy: --check-config also runs config_check_divvy() */
 } Options;
 
-/* Loads path and prints every error to stderr. Returns 0 or a negative errno. */
-static int load_rules(const char *path, RuleSet **ret) {
-        Diag diag;
-        int r;
-
-        diag_init(&diag, path);
-        r = config_load(path, ret, &diag);
+/* Prints diag's messages of a failed r on stderr (or r's errno text for path if it has none),
+ * then frees diag. Returns r. */
+static int diag_finish(Diag *diag, const char *path, int r) {
         if (r < 0) {
-                if (diag_count(&diag) > 0)
-                        diag_print(&diag, stderr);
+                if (diag_count(diag) > 0)
+                        diag_print(diag, stderr);
                 else
                         fprintf(stderr, "%s: %s\n", path, strerror(-r));
         }
-        diag_done(&diag);
+        diag_done(diag);
         return r;
+}
+
+/* Loads path and prints every error to stderr. Returns 0 or a negative errno. */
+static int load_rules(const char *path, RuleSet **ret) {
+        Diag diag;
+
+        diag_init(&diag, path);
+        return diag_finish(&diag, path, config_load(path, ret, &diag));
 }
 
 /* Bytes with an optional K, M or G suffix (powers of 1024); the digits are parse_uint64()'s. */
@@ -508,18 +512,9 @@ static int parse_args(int argc, char *argv[], Options *o) {
  * read. Returns 0 or a negative errno. */
 static int check_divvy(const char *path, const RuleSet *rules) {
         Diag diag;
-        int r;
 
         diag_init(&diag, path);
-        r = config_check_divvy(rules, &diag);
-        if (r < 0) {
-                if (diag_count(&diag) > 0)
-                        diag_print(&diag, stderr);
-                else
-                        fprintf(stderr, "%s: %s\n", path, strerror(-r));
-        }
-        diag_done(&diag);
-        return r;
+        return diag_finish(&diag, path, config_check_divvy(rules, &diag));
 }
 
 /* --check-config and --dump-config. Returns the exit status. */

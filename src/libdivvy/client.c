@@ -16,6 +16,7 @@
 
 #include "shared/clock.h"
 #include "shared/limits.h"
+#include "shared/macro.h"
 #include "shared/utf8.h"
 
 /* The installed header repeats the protocol's limits (it cannot include shared/): tie them. */
@@ -1053,16 +1054,6 @@ static bool field_text(const char *line, size_t len, const char *key, char *buf,
         return true;
 }
 
-static int hex_digit(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /* The actor field: "-" (no actorField) or a quoted, escaped text (see divvyd's protocol.h). */
 static bool field_actor(const char *line, size_t len, divvy_explanation *e) {
         const char *p, *end;
@@ -1087,8 +1078,9 @@ static bool field_actor(const char *line, size_t len, divvy_explanation *e) {
                         return false;
                 if (*p == 't')
                         e->actor[n++] = '\t';
-                else if (*p == 'x' && end - p > 2 && hex_digit(p[1]) >= 0 && hex_digit(p[2]) >= 0) {
-                        e->actor[n++] = (char) (hex_digit(p[1]) * 16 + hex_digit(p[2]));
+                else if (*p == 'x' && end - p > 2 && hex_digit_value(p[1]) >= 0 &&
+                         hex_digit_value(p[2]) >= 0) {
+                        e->actor[n++] = (char) (hex_digit_value(p[1]) * 16 + hex_digit_value(p[2]));
                         p += 2;
                 } else if (*p == '.' && end - p == 3 && p[1] == '.' && p[2] == '.') {
                         e->actor_cut = true;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "shared/clock.h"
+#include "shared/macro.h"
 #include "store/redis-cluster.h"
 #include "store/redis-script.h"
 
@@ -142,16 +143,6 @@ bool redis_url_is_redis(const char *s) {
         return false;
 }
 
-static int hexval(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /* Copies s[0..len) percent-decoded into out (size bytes); -EINVAL on a bad escape or too long. */
 static int url_decode(const char *s, size_t len, char *out, size_t size) {
         size_t k = 0;
@@ -164,8 +155,8 @@ static int url_decode(const char *s, size_t len, char *out, size_t size) {
 
                         if (i + 2 >= len)
                                 return -EINVAL;
-                        h = hexval(s[i + 1]);
-                        l = hexval(s[i + 2]);
+                        h = hex_digit_value(s[i + 1]);
+                        l = hex_digit_value(s[i + 2]);
                         if (h < 0 || l < 0)
                                 return -EINVAL;
                         c = (char) (h * 16 + l);
