@@ -41,6 +41,7 @@ struct RedisConn {
         Pending *ring; /* the FIFO: ring[(head + i) % cap], i < n; the oldest is seq head_seq */
         size_t head, n, cap;
         uint64_t head_seq;
+        uint64_t replies; /* read since the connection was made, abandoned ones too */
 };
 
 int redis_addr_from_host(RedisAddr *ret, const char *host, int port, bool numeric_only, char *errbuf,
@@ -169,6 +170,7 @@ static void conn_close(RedisConn *c, int error, const char *what) {
                 c->head = (c->head + 1) % c->cap;
                 c->n--;
                 c->head_seq++;
+                c->replies++;
                 if (p.cb)
                         p.cb(p.userdata, NULL, error);
         }
@@ -534,6 +536,10 @@ int redis_conn_fd(const RedisConn *c) {
 
 size_t redis_conn_pending(const RedisConn *c) {
         return c->n;
+}
+
+uint64_t redis_conn_replies(const RedisConn *c) {
+        return c->replies;
 }
 
 const char *redis_conn_address(const RedisConn *c) {

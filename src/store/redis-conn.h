@@ -143,7 +143,9 @@ void redis_conn_disconnect(RedisConn *c, int error);
 redisReply *redis_conn_steal_reply(RedisConn *c);
 
 RedisConnState redis_conn_state(const RedisConn *c);
-int redis_conn_fd(const RedisConn *c);                 /* -1 when CLOSED */
-size_t redis_conn_pending(const RedisConn *c);         /* commands awaiting a reply (abandoned too) */
+int redis_conn_fd(const RedisConn *c);         /* -1 when CLOSED */
+size_t redis_conn_pending(const RedisConn *c); /* commands awaiting a reply (abandoned too) */
+/* Replies read so far (abandoned ones too): that it moved shows a slow server is alive. */
+uint64_t redis_conn_replies(const RedisConn *c);
 const char *redis_conn_address(const RedisConn *c);    /* the last redis_conn_connect()'s, or "" */
 const char *redis_conn_last_error(const RedisConn *c); /* the sentence of the last close, or "" */

@@ -47,6 +47,7 @@ struct Batch {
         size_t n;
         StoreDoneFunc done;
         void *userdata;
+        uint64_t submitted; /* µs, CLOCK_MONOTONIC */
         uint64_t deadline;
         Call *calls;
         size_t calls_left;
@@ -69,7 +70,13 @@ struct Node {
         uint64_t connect_deadline; /* connecting, no reply yet: give up then (0: none) */
         uint64_t retry_at;         /* closed after a failure: no connect before */
         uint64_t backoff;
+        /* Batches in a row with a call timed out on this node, each submitted after the last
+         * counted one had timed out (batches in flight together during one stall count once),
+         * with no reply in between (a late reply shows a slow server, not a dead one): at
+         * breaker_threshold the connection is closed and made again. */
         unsigned timeout_streak;
+        uint64_t streak_replies;               /* redis_conn_replies() when the streak last grew */
+        uint64_t streak_at;                    /* µs: when it last grew */
         char error[REDIS_ADDR_NAME_MAX + 256]; /* why it cannot be used (no address) */
 };
 
@@ -116,6 +123,7 @@ struct RedisStore {
 
         Breaker breaker;
         unsigned fail_streak;
+        uint64_t fail_at; /* µs: when the streak last grew */
         uint64_t breaker_until;
         uint64_t breaker_backoff;
         uint64_t rng;
@@ -1181,7 +1189,13 @@ static void breaker_account(RedisStore *s, const Batch *b, uint64_t now) {
                 }
                 return;
         }
+        /* Batches that were in flight together when one failure struck (a stall, a dropped
+         * connection) are one failure: only a batch submitted after the last counted one had
+         * failed is new evidence, so a hiccup shorter than the timeout never opens it. */
+        if (s->fail_streak > 0 && b->submitted < s->fail_at && !b->probe)
+                return;
         s->fail_streak++;
+        s->fail_at = now;
         if ((s->breaker == BREAKER_CLOSED && s->fail_streak >= s->o.breaker_threshold) || b->probe) {
                 s->breaker = BREAKER_OPEN;
                 s->breaker_until = now + jitter(s, s->breaker_backoff);
@@ -1231,8 +1245,18 @@ static void expire_batches(RedisStore *s, uint64_t now) {
                                 unpark(c);
                         if (n) {
                                 (void) redis_conn_abandon(n->conn, c->conn_seq);
-                                if (++n->timeout_streak >= s->o.breaker_threshold) {
-                                        set_error(s, "%s: %u calls in a row timed out: reconnecting",
+                                if (n->timeout_streak > 0 &&
+                                    redis_conn_replies(n->conn) != n->streak_replies)
+                                        n->timeout_streak = 0; /* it answered since: slow, alive */
+                                if (n->timeout_streak == 0 || b->submitted >= n->streak_at) {
+                                        n->streak_at = now;
+                                        n->streak_replies = redis_conn_replies(n->conn);
+                                        n->timeout_streak++;
+                                }
+                                if (n->timeout_streak >= s->o.breaker_threshold) {
+                                        set_error(s,
+                                                  "%s: %u batches in a row timed out without a reply: "
+                                                  "reconnecting",
                                                   n->addr.name, n->timeout_streak);
                                         n->timeout_streak = 0;
                                         call_finish(c, -ETIMEDOUT);
@@ -1357,9 +1381,12 @@ int redis_store_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_wal
                 s->free_batches = b->next;
         else if (!(b = malloc(sizeof(*b))))
                 return -ENOMEM;
-        *b = (Batch){
-                .hits = hits, .n = n, .done = done, .userdata = userdata, .deadline = now + s->o.timeout_usec
-        };
+        *b = (Batch){ .hits = hits,
+                      .n = n,
+                      .done = done,
+                      .userdata = userdata,
+                      .submitted = now,
+                      .deadline = now + s->o.timeout_usec };
         s->st.batches++;
         s->st.hits += n;
 

@@ -347,6 +347,59 @@ START_TEST (test_hung_server_timeout) {
 }
 END_TEST
 
+/* Several batches in flight timing out together (one stall of a batch's time) are not a dead
+ * server: the connection is kept; batches timing out one after another for threshold x the
+ * timeout, with no reply in between, are: it is closed and made again. */
+START_TEST (test_stall_is_not_death) {
+        TestRule r;
+        StoreHit h[3];
+        RedisStore *s;
+        RedisStoreStats st;
+        RedisStoreOptions o = { .timeout_usec = 50 * USEC_PER_MSEC, .breaker_threshold = 3 };
+        char url[64];
+        Done d = { 0 };
+
+        test_redis_start(&srv);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x23);
+        s = open_store(tcp_url(url, sizeof(url)), &o);
+        ck_assert(until_ok(s, &r, 1));
+        ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+        done_log = &d;
+        for (int i = 0; i < 3; i++) {
+                h[i] = hit_of(&r, "erin", 0);
+                ck_assert_int_eq(redis_store_submit(s, h + i, 1, 0, on_done, (void *) (intptr_t) (i + 1)),
+                                 0);
+        }
+        for (int k = 0; k < 200 && d.calls < 3; k++)
+                test_loop_once(&loop, 10000);
+        ck_assert_int_eq(d.calls, 3);
+        for (int i = 0; i < 3; i++)
+                ck_assert_int_eq(h[i].error, -ETIMEDOUT);
+        ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+        h[0] = hit_of(&r, "erin", 0);
+        run_batch(s, h, 1);
+        ck_assert_int_eq(h[0].error, 0);
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.reconnects, 0);
+        ck_assert_uint_eq(st.errors_connection, 0);
+
+        /* a real stall: three batches one after another, 150 ms without a reply */
+        ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+        for (int i = 0; i < 3; i++) {
+                h[0] = hit_of(&r, "erin", 0);
+                run_batch(s, h, 1);
+                ck_assert_int_eq(h[0].error, -ETIMEDOUT);
+        }
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_ptr_nonnull(strstr(st.last_error, "reconnecting"));
+        ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+        ck_assert(until_ok(s, &r, 50));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_ge(st.reconnects, 1);
+        redis_store_close(s);
+}
+END_TEST
+
 /* After N failed batches the breaker opens (batches refused at once), then one probe closes it. */
 START_TEST (test_breaker) {
         TestRule r;
@@ -705,6 +758,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_noscript);
         tcase_add_test(tc, test_server_killed_and_back);
         tcase_add_test(tc, test_hung_server_timeout);
+        tcase_add_test(tc, test_stall_is_not_death);
         tcase_add_test(tc, test_breaker);
         tcase_add_test(tc, test_auth);
         tcase_add_test(tc, test_unix_db);
