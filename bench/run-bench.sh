@@ -982,7 +982,7 @@ if [ "$redis_store" = yes ]; then
 		h0=$(redis_counted "$redis_port")
 		measure redis-store 16 16 -k "$actors" "tcp:127.0.0.1:$d1_port"
 		r1=$(cpu_secs "$redis_pid") a1=$(cpu_secs "$d1_pid")
-		echo "    CPU per HIT: redis $(us_per "$r0" "$r1" "$(last 7)") us (busy $(busy "$r0" "$r1" "$t0")," \
+		echo "    CPU per HIT: redis $(us_per "$r0" "$r1" "$(last 7)") us (busy $(busy "$r0" "$r1" "$t0"))," \
 			"divvyd $(us_per "$a0" "$a1" "$(last 7)") us (busy $(busy "$a0" "$a1" "$t0"))"
 		note_calls redis-store "$c0" "$f0" "$d1_http" "$redis_port"
 		same_run redis-store
