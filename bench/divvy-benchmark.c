@@ -45,8 +45,9 @@
 #define PIPELINE_MAX    4096  /* requests per batch: bounds the output buffer */
 #define THREADS_MAX     256
 #define TEMPLATE_MAX    1024                 /* bytes: longest rendered request or key */
-#define REQUEST_MAX     (TEMPLATE_MAX + 256) /* bytes: one request with its RESP framing */
-#define REDIS_WORDS_MAX 16                   /* words of a whole Redis command: bounds its framing */
+#define REQUEST_MAX     (TEMPLATE_MAX + 512) /* bytes: one request with its RESP framing */
+#define REDIS_WORDS_MAX 32                   /* words of a whole Redis command: bounds its framing */
+#define REDIS_ARRAY_MAX 64                   /* elements of an array reply (a script's) */
 #define IN_SIZE         (64u * 1024u)        /* bytes: input buffer per connection, many replies a read */
 #define REPLY_LINE_MAX  512                  /* bytes: a reply line longer than this is malformed */
 #define STALL_NSEC                                                                                          \
@@ -86,6 +87,7 @@ typedef struct Options {
         bool sequential;      /* actors in order, each connection its stride */
         bool redis;           /* INCR in RESP instead of divvy HITs */
         bool redis_command;   /* --redis with a template of several words: the whole command */
+        char redis_sep;       /* what separates its words: ' ', or a tab if the template has one */
         bool ipv4;            /* {actor} as a dotted quad instead of a number */
         bool quiet;           /* only the machine-readable line */
         const char *template;
@@ -115,6 +117,7 @@ typedef struct Conn {
         unsigned pending;    /* replies outstanding for the current batch */
         bool batch_measured; /* the current batch was sent while measuring */
         uint64_t batch_ns;   /* when the current batch was written */
+        unsigned array_left; /* --redis: integers still to come of an array reply being read */
         char *out;
         size_t out_len, out_pos;
         char in[IN_SIZE];
@@ -243,19 +246,19 @@ static size_t render(char *p, uint64_t actor) {
 }
 
 /* Appends line (k < TEMPLATE_MAX bytes, at most REDIS_WORDS_MAX words separated by single
- * spaces: parse_argv() checks) to p as a RESP array of bulk strings; returns its length,
+ * opt.redis_sep: main() checks) to p as a RESP array of bulk strings; returns its length,
  * framing included (< REQUEST_MAX). */
 static size_t put_resp_command(char *p, const char *line, size_t k) {
         size_t n = 0, words = 1;
 
         for (size_t i = 0; i < k; i++)
-                words += line[i] == ' ';
+                words += line[i] == opt.redis_sep;
         p[n++] = '*';
         n += put_u64(p + n, words);
         memcpy(p + n, "\r\n", 2);
         n += 2;
         for (size_t i = 0; i < k;) {
-                const char *sp = memchr(line + i, ' ', k - i);
+                const char *sp = memchr(line + i, opt.redis_sep, k - i);
                 size_t w = sp ? (size_t) (sp - (line + i)) : k - i;
 
                 p[n++] = '$';
@@ -311,6 +314,7 @@ static void conn_close(Worker *w, Conn *c) {
         close(c->fd);
         c->open = false;
         c->pending = 0;
+        c->array_left = 0;
 }
 
 static void conn_fail(Worker *w, Conn *c, const char *what, int error) {
@@ -446,9 +450,33 @@ static bool handle_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t)
                 report_reply(w, c, "reply without a request", l, n);
                 return false;
         }
-        count_reply(w, c, t);
         if (opt.redis) {
-                if (n >= 2 && l[n - 1] == '\r' && l[0] == ':' && is_uint(l + 1, n - 2, true)) {
+                bool integer = n >= 2 && l[n - 1] == '\r' && l[0] == ':' && is_uint(l + 1, n - 2, true);
+
+                /* an array of integers (EVALSHA of a script returning one) is one reply */
+                if (c->array_left > 0) {
+                        if (!integer) {
+                                w->stats.malformed++;
+                                report_reply(w, c, "array element not an integer", l, n);
+                                return false;
+                        }
+                        if (--c->array_left > 0)
+                                return true;
+                        count_reply(w, c, t);
+                        w->stats.ok_true++;
+                        return true;
+                }
+                if (n >= 3 && l[n - 1] == '\r' && l[0] == '*' && is_uint(l + 1, n - 2, false) &&
+                    strtoul(l + 1, NULL, 10) <= REDIS_ARRAY_MAX) {
+                        c->array_left = (unsigned) strtoul(l + 1, NULL, 10);
+                        if (c->array_left > 0)
+                                return true;
+                        count_reply(w, c, t); /* an empty array */
+                        w->stats.ok_true++;
+                        return true;
+                }
+                count_reply(w, c, t);
+                if (integer) {
                         w->stats.ok_true++;
                         return true;
                 }
@@ -465,6 +493,7 @@ static bool handle_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t)
                 report_reply(w, c, "malformed reply", l, n);
                 return false;
         }
+        count_reply(w, c, t);
         switch (parse_ok(l, n)) {
         case 1:
                 w->stats.ok_true++;
@@ -686,7 +715,9 @@ static void help(void) {
                "  -r, --request=TEMPLATE request line; " PLACEHOLDER " becomes the actor number\n"
                "                         (default '" DEFAULT_TEMPLATE "';\n"
                "                         with --redis, the key: '" DEFAULT_REDIS_TEMPLATE "', or a whole\n"
-               "                         command of several words, e.g. 'SETEX key{actor} 60 1')\n"
+               "                         command of several words, e.g. 'SETEX key{actor} 60 1';\n"
+               "                         separated by tabs if it has one, so a word may\n"
+               "                         hold spaces: EVALSHA of a script with such keys)\n"
                "      --ipv4             " PLACEHOLDER " as a dotted quad derived from the actor number\n"
                "                         (distinct for each, spread like clients' addresses)\n"
                "      --redis            baseline: INCR <key> in the Redis protocol\n"
@@ -695,8 +726,8 @@ static void help(void) {
                "      --seed=N           random seed (default 1)\n"
                "  -q, --quiet            print only the RESULT line\n"
                "  -h, --help\n\n"
-               "Exit status: 0 if every reply was OK true/OK false (redis: an integer, or +OK for a\n"
-               "whole command), 1 on any ERR,\n"
+               "Exit status: 0 if every reply was OK true/OK false (redis: an integer, an array of\n"
+               "integers, or +OK for a whole command), 1 on any ERR,\n"
                "malformed reply or lost connection, 2 on a usage error.\n");
 }
 
@@ -884,18 +915,21 @@ static int parse_argv(int argc, char **argv) {
                         TEMPLATE_MAX - 1);
                 return -EINVAL;
         }
-        /* with --redis, a template of several words is the whole command (e.g. SETEX key ttl 1) */
-        opt.redis_command = opt.redis && strchr(opt.template, ' ');
+        /* with --redis, a template of several words is the whole command (e.g. SETEX key ttl 1);
+         * its words are separated by tabs if it has one (then a word may hold spaces) */
+        opt.redis_sep = strchr(opt.template, '\t') ? '\t' : ' ';
+        opt.redis_command = opt.redis && strchr(opt.template, opt.redis_sep);
         if (opt.redis_command) {
+                const char twice[] = { opt.redis_sep, opt.redis_sep, '\0' };
                 size_t words = 1;
 
                 for (const char *q = opt.template; *q; q++)
-                        words += *q == ' ';
-                if (opt.template[0] == ' ' || strstr(opt.template, "  ") ||
-                    opt.template[strlen(opt.template) - 1] == ' ' || words > REDIS_WORDS_MAX) {
+                        words += *q == opt.redis_sep;
+                if (opt.template[0] == opt.redis_sep || strstr(opt.template, twice) ||
+                    opt.template[strlen(opt.template) - 1] == opt.redis_sep || words > REDIS_WORDS_MAX) {
                         fprintf(stderr,
                                 "divvy-benchmark: a Redis command is 2..%d words separated by "
-                                "single spaces\n",
+                                "single spaces (or single tabs)\n",
                                 REDIS_WORDS_MAX);
                         return -EINVAL;
                 }

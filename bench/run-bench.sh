@@ -8,6 +8,7 @@
 #   bench/run-bench.sh [--runs N] [--duration SEC] [--sync MODE] [--no-sync-compare] [--no-algorithms]
 #                      [--before PATH] [--10m] [--only-10m] [--big-actors N] [--50m]
 #                      [--big N] [--only-big] [--io-seconds SEC] [--warm] [--loop-fs]
+#                      [--redis-store] [--only-redis-store] [--script PATH]
 #                      [--divvyd PATH] [--benchmark PATH] [--rules FILE] [--keep]
 #
 # The matrix (default; skipped by --only-10m and --only-big): (connections,pipeline) =
@@ -42,7 +43,20 @@
 # to write_bytes when a write dirties any part of a clean one, and ext4 then writes only the
 # dirty 4 KiB blocks (README, Performance: "bytes written per HIT").
 #
-# Needs redis-server (Debian: apt-get install redis-server) and python3. Everything it starts
+# --redis-store (issue #16; --only-redis-store: nothing else) measures divvyd with its counters
+# in Redis (--store=redis://), HIT at 16,16 over TCP on 10,000 actors, against the same
+# redis-server running the store's own Lua script (src/store/redis-script.lua, or --script
+# PATH) directly: EVALSHA with the keys and ARGV a HIT produces, captured from the server's
+# MONITOR while divvyd sends one, sent by divvy-benchmark --redis at 16,16. Then two divvyd
+# on that Redis, the load split between them (8,16 each, at once; req/s summed, p99 the
+# larger), and one divvyd on a Redis Cluster of three primaries (--store=redis+cluster://,
+# created with redis-cli --cluster create; --backend-timeout=1000), each beside the script's figure of the same run.
+# The EVALSHA calls Redis counted are compared with the HITs answered (divvyd packs up to 64
+# lone hits in a call; a HIT answered by the local fallback makes none), and the CPU seconds of redis and divvyd are read from
+# /proc/PID/stat: CPU time per HIT for each.
+#
+# Needs redis-server (Debian: apt-get install redis-server) and python3; --redis-store also
+# redis-cli (redis-tools). Everything it starts
 # listens on 127.0.0.1 or in its temporary directory, on free ports, and is stopped by pid at
 # exit; every load run is bounded in requests or time, and by timeout(1).
 set -eu
@@ -70,6 +84,8 @@ loop_fs=no
 loop_dev=""
 loop_mnt=""
 actors=10000
+redis_store=no
+script=$here/../src/store/redis-script.lua
 
 # The ratios the README recorded before issue #14 (TCP ÷ redis at 10,000 actors, commit
 # b3aff2d): "no lower than before" when --before is not given.
@@ -101,6 +117,9 @@ while [ $# -gt 0 ]; do
 	--benchmark) bench=$2; shift ;;
 	--rules) rules=$2; shift ;;
 	--keep) keep=yes ;;
+	--redis-store) redis_store=yes ;;
+	--only-redis-store) redis_store=yes; with_matrix=no ;;
+	--script) script=$2; shift ;;
 	-h | --help)
 		sed -n '3,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0 ;;
@@ -109,7 +128,8 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ "$with_10m" = no ] || big_sizes="$big_actors $big_sizes"
-[ "$with_matrix" = yes ] || [ -n "$big_sizes" ] || { echo "run-bench.sh: --only-big needs --10m, --50m or --big N" >&2; exit 2; }
+[ "$with_matrix" = yes ] || [ -n "$big_sizes" ] || [ "$redis_store" = yes ] ||
+	{ echo "run-bench.sh: --only-big needs --10m, --50m or --big N" >&2; exit 2; }
 
 if ! command -v redis-server >/dev/null 2>&1; then
 	echo "run-bench.sh: redis-server is needed for the baseline: apt-get install redis-server" >&2
@@ -118,6 +138,11 @@ fi
 for p in "$divvyd" "$bench" ${before:+"$before"}; do
 	[ -x "$p" ] || { echo "run-bench.sh: $p is not built (make src/divvyd bench/divvy-benchmark)" >&2; exit 1; }
 done
+if [ "$redis_store" = yes ]; then
+	command -v redis-cli >/dev/null 2>&1 ||
+		{ echo "run-bench.sh: --redis-store needs redis-cli: apt-get install redis-tools" >&2; exit 1; }
+	[ -r "$script" ] || { echo "run-bench.sh: no script $script (--script PATH)" >&2; exit 1; }
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/divvyd-bench.XXXXXX")
 # The rules for --before: an older divvyd knows no "algorithm" (issue #15): the sections with
@@ -129,6 +154,8 @@ awk '/^\[/ { if (sec != "" && !skip) printf "%s", sec; sec = ""; skip = 0 }
 redis_pid=""
 divvyd_pid=""
 before_pid=""
+store_pids="" # --redis-store's divvyd instances
+cluster_pids=""
 # alive PID: the process exists and is not a zombie waiting for us
 alive() {
 	[ -d "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
@@ -156,8 +183,14 @@ stop() {
 }
 cleanup() {
 	stop "$divvyd_pid"
+	for p in $store_pids; do
+		stop "$p"
+	done
 	stop "$before_pid"
 	stop "$redis_pid"
+	for p in $cluster_pids; do
+		stop "$p"
+	done
 	if [ -n "$loop_mnt" ]; then
 		umount "$loop_mnt" 2>/dev/null || true
 		loop_mnt=""
@@ -209,9 +242,9 @@ start_redis() {
 	wait_for redis "$redis_pid" --redis "unix:$redis_sock"
 }
 
-# launch_divvyd BINARY DBDIR [SYNC]: starts a divvyd on a fresh TCP port and a fresh Unix
-# socket, without waiting; sets launched_pid, divvyd_port, divvyd_sock. No --sync when SYNC
-# is empty: the daemon's default.
+# launch_divvyd BINARY DBDIR [SYNC [STORE [HTTP_PORT [OPTION]]]]: starts a divvyd on a fresh TCP port
+# and a fresh Unix socket, without waiting; sets launched_pid, divvyd_port, divvyd_sock. No
+# --sync when SYNC is empty: the daemon's default; --store=STORE, --http-port=HTTP_PORT and OPTION if given.
 sock_n=0
 launch_divvyd() {
 	divvyd_port=$(free_port)
@@ -220,11 +253,11 @@ launch_divvyd() {
 	r=$rules
 	[ "$1" != "$before" ] || r=$tmp/rules-before.ini
 	"$1" $allow_root --listen="tcp:127.0.0.1:$divvyd_port" --listen="unix:$divvyd_sock" --db="$2" \
-		${3:+--sync="$3"} "$r" 2>>"$tmp/divvyd.log" &
+		${3:+--sync="$3"} ${4:+--store="$4"} ${5:+--http-port="$5"} ${6:+"$6"} "$r" 2>>"$tmp/divvyd.log" &
 	launched_pid=$!
 }
 
-# start_divvyd DBDIR [SYNC]: launch_divvyd, then waits until it answers; sets divvyd_pid
+# start_divvyd DBDIR [SYNC [STORE]]: launch_divvyd, then waits until it answers; sets divvyd_pid
 start_divvyd() {
 	launch_divvyd "$divvyd" "$@"
 	divvyd_pid=$launched_pid
@@ -655,6 +688,359 @@ big_point() {
 	fi
 	row "$k: start-up to first answer (s, $cache)" "$startup" "<=" 3 "counters kept: $kept"
 }
+
+# The Redis store (issue #16, --redis-store): see the header.
+cat >"$tmp/capture.py" <<'EOF'
+# capture.py REDIS_PORT DIVVYD_PORT MARKER TIMEOUT: watches redis-server's MONITOR while
+# sending "HIT method=GET path=/bench ip=MARKER" to divvyd (again until it shows), and prints
+# the EVALSHA divvyd sent for it, its words joined by tabs, MARKER replaced by {actor}: a
+# divvy-benchmark --redis template. Exit 1 if none is seen within TIMEOUT seconds.
+import re, socket, sys, time
+rport, dport, marker, limit = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+end = time.time() + limit
+mon = socket.create_connection(("127.0.0.1", rport), timeout=limit)
+buf = b""
+
+
+def line(deadline):
+    global buf
+    while b"\r\n" not in buf:
+        mon.settimeout(max(0.01, deadline - time.time()))
+        d = mon.recv(65536)
+        if not d:
+            sys.exit("capture.py: MONITOR connection closed")
+        buf += d
+    ln, buf = buf.split(b"\r\n", 1)
+    return ln.decode("latin-1")
+
+
+def unescape(s):  # sdscatrepr's escapes
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s):
+            n = s[i + 1]
+            if n == "x":
+                out.append(chr(int(s[i + 2:i + 4], 16)))
+                i += 4
+                continue
+            out.append({"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}.get(n, n))
+            i += 2
+            continue
+        out.append(s[i])
+        i += 1
+    return "".join(out)
+
+
+mon.sendall(b"MONITOR\r\n")
+if line(end) != "+OK":
+    sys.exit("capture.py: MONITOR refused")
+word = re.compile(r'"((?:[^"\\]|\\.)*)"')
+while time.time() < end:
+    d = socket.create_connection(("127.0.0.1", dport), timeout=max(0.1, end - time.time()))
+    d.sendall(("HIT method=GET path=/bench ip=%s\n" % marker).encode())
+    reply = b""
+    while not reply.endswith(b"\n"):
+        r = d.recv(4096)
+        if not r:
+            break
+        reply += r
+    d.close()
+    until = min(end, time.time() + 0.5)
+    while time.time() < until:
+        try:
+            ln = line(until)
+        except socket.timeout:
+            break
+        if "] " not in ln:
+            continue
+        words = [unescape(w) for w in word.findall(ln.split("] ", 1)[1])]
+        if not words or words[0].upper() != "EVALSHA" or not any(marker in w for w in words):
+            continue
+        if any("\t" in w for w in words):
+            sys.exit("capture.py: a word of the EVALSHA holds a tab")
+        print("\t".join(w.replace(marker, "{actor}") for w in words))
+        sys.exit(0)
+sys.exit("capture.py: no EVALSHA for %s within %.0f s (divvyd not connected to redis?)" % (marker, limit))
+EOF
+
+# evalsha_calls PORT...: the EVALSHA and EVAL calls these redis-servers have run so far, summed
+evalsha_calls() {
+	for p in "$@"; do
+		redis-cli -p "$p" INFO commandstats | tr -d '\r' |
+			sed -n 's/^cmdstat_eval\(sha\)\{0,1\}:calls=\([0-9]*\),.*/\2/p'
+	done | awk '{ s += $1 } END { printf "%.0f\n", s }'
+}
+
+# redis_counted PORT: the credits taken from every divvy 1.7 key (divvy:...:LIMIT:RESET, value
+# the credits left) on the redis-server at PORT: what the HITs that reached it have counted
+redis_counted() {
+	redis-cli -p "$1" EVAL "local s = 0
+		for _, k in ipairs(redis.call('KEYS', 'divvy:*')) do
+			s = s + tonumber(k:match(':(%d+):%d+\$')) - tonumber(redis.call('GET', k))
+		end
+		return tostring(s)" 0
+}
+
+# fallbacks HTTP_PORT...: the hits the divvyd instances serving metrics on HTTP_PORT... have
+# answered by their onBackendError policy (divvyd_backend_fallbacks_total, every policy)
+fallbacks() {
+	for p in "$@"; do
+		python3 -c 'import sys, urllib.request
+print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=10).read().decode())' "$p"
+	done | awk '/^divvyd_backend_fallbacks_total/ { s += $NF } END { printf "%.0f\n", s }'
+}
+
+# cpu_secs PID: the user + system CPU seconds it has used so far (/proc/PID/stat)
+cpu_secs() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f\n", ($12 + $13) / hz }' "/proc/$1/stat"
+}
+
+# us_per A0 A1 N: (A1 - A0) seconds over N, in us, one decimal
+us_per() {
+	awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { if (n == 0) print "-"; else printf "%.1f\n", (b - a) * 1e6 / n }'
+}
+
+# busy A0 A1 T0: the share of one CPU used from A0 to A1 CPU seconds since time T0, in %
+busy() {
+	awk -v a="$1" -v b="$2" -v t="$3" -v n="$(now)" 'BEGIN { printf "%.0f%%\n", (b - a) * 100 / (n - t) }'
+}
+
+# last COLUMN: COLUMN of the last line of $tmp/results
+last() {
+	tail -n 1 "$tmp/results" | awk -v col="$1" '{ print $col }'
+}
+
+# wait_store ADDR PORT...: HITs to the divvyd at ADDR until the redis-servers at PORT... count
+# EVALSHA calls for them (the store is up), 10 s at most
+wait_store() {
+	ws_addr=$1
+	shift
+	i=0
+	while :; do
+		c0=$(evalsha_calls "$@")
+		bounded 5 "$bench" -q -n 16 -c 1 "$ws_addr" >/dev/null 2>&1 || true
+		[ "$(evalsha_calls "$@")" -le "$c0" ] || return 0
+		i=$((i + 1))
+		if [ $i -ge 100 ]; then
+			echo "run-bench.sh: divvyd ($ws_addr) makes no EVALSHA calls on redis $*; its log:" >&2
+			cat "$tmp/divvyd.log" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
+# start_cluster: three redis-servers with cluster-enabled (free ports, a free cluster-bus port
+# each, no persistence), made a cluster of three primaries by redis-cli --cluster create;
+# waits (30 s at most) until each says cluster_state:ok. Sets cluster_pids, cluster_ports.
+start_cluster() {
+	cluster_ports=""
+	for i in 1 2 3; do
+		cport=$(free_port)
+		mkdir -p "$tmp/cluster-$i"
+		redis-server --port "$cport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/cluster-$i" \
+			--daemonize no --logfile "$tmp/cluster-$i/redis.log" --cluster-enabled yes \
+			--cluster-config-file nodes.conf --cluster-port "$(free_port)" --cluster-node-timeout 5000 &
+		cluster_pids="$cluster_pids $!"
+		cluster_ports="$cluster_ports $cport"
+	done
+	for cport in $cluster_ports; do
+		i=0
+		until [ "$(bounded 5 redis-cli -p "$cport" PING 2>/dev/null)" = PONG ]; do
+			i=$((i + 1))
+			[ $i -lt 100 ] || { echo "run-bench.sh: cluster node on port $cport did not start" >&2; exit 1; }
+			sleep 0.1
+		done
+	done
+	# shellcheck disable=SC2046 # one argument per node
+	bounded 60 redis-cli --cluster create $(for cport in $cluster_ports; do echo "127.0.0.1:$cport"; done) \
+		--cluster-replicas 0 --cluster-yes </dev/null >"$tmp/cluster-create.log" 2>&1 || {
+		echo "run-bench.sh: redis-cli --cluster create failed:" >&2
+		cat "$tmp/cluster-create.log" >&2
+		exit 1
+	}
+	i=0
+	for cport in $cluster_ports; do
+		until bounded 5 redis-cli -p "$cport" CLUSTER INFO 2>/dev/null | grep -q '^cluster_state:ok'; do
+			i=$((i + 1))
+			[ $i -lt 300 ] || { echo "run-bench.sh: the cluster is not ok after 30 s" >&2; exit 1; }
+			sleep 0.1
+		done
+	done
+	cluster_url=redis+cluster://$(for cport in $cluster_ports; do printf '127.0.0.1:%s,' "$cport"; done | sed 's/,$//')
+}
+
+# measure_pair NAME C P ADDR1 ADDR2 ARGS...: C/2 connections to each address at once, one
+# divvy-benchmark each (other seeds: other actors); appends "NAME C P rps p50 p99 replies" with
+# req/s and replies summed, p50 and p99 the larger of the two
+measure_pair() {
+	name=$1 c=$2 pl=$3 a1=$4 a2=$5
+	shift 5
+	limit=$(awk -v d="$duration" -v w="$warmup" 'BEGIN { print d + w + 30 }')
+	bounded "$limit" "$bench" -q -c $((c / 2)) -P "$pl" -d "$duration" -w "$warmup" --seed 1 "$@" "$a1" \
+		>"$tmp/pair-1.out" 2>"$tmp/pair-1.err" &
+	mp1=$!
+	bounded "$limit" "$bench" -q -c $((c - c / 2)) -P "$pl" -d "$duration" -w "$warmup" --seed 2 "$@" "$a2" \
+		>"$tmp/pair-2.out" 2>"$tmp/pair-2.err" &
+	mp2=$!
+	st=0
+	wait "$mp1" || st=$?
+	wait "$mp2" || st=$?
+	pl1=$(grep '^RESULT ' "$tmp/pair-1.out" || true)
+	pl2=$(grep '^RESULT ' "$tmp/pair-2.out" || true)
+	if [ "$st" -ne 0 ] || [ -z "$pl1" ] || [ -z "$pl2" ]; then
+		echo "run-bench.sh: divvy-benchmark failed ($name, $c,$pl):" >&2
+		cat "$tmp/pair-1.err" "$tmp/pair-2.err" >&2
+		exit 1
+	fi
+	rps=$(awk -v a="$(field rps "$pl1")" -v b="$(field rps "$pl2")" 'BEGIN { printf "%.0f\n", a + b }')
+	p50=$(awk -v a="$(field p50_us "$pl1")" -v b="$(field p50_us "$pl2")" 'BEGIN { print (a > b ? a : b) }')
+	p99=$(awk -v a="$(field p99_us "$pl1")" -v b="$(field p99_us "$pl2")" 'BEGIN { print (a > b ? a : b) }')
+	echo "$name $c $pl $rps $p50 $p99" \
+		"$(($(field ok_true "$pl1") + $(field ok_false "$pl1") + $(field ok_true "$pl2") + $(field ok_false "$pl2")))" \
+		>>"$tmp/results"
+	printf '  %-18s c=%-3s P=%-3s %10s req/s  p50 %7s us  p99 %7s us  (%s + %s req/s)\n' "$name" "$c" "$pl" \
+		"$rps" "$p50" "$p99" "$(field rps "$pl1")" "$(field rps "$pl2")"
+}
+
+# note_calls NAME CALLS0 FALLBACKS0 HTTP_PORTS PORT...: how many EVALSHA calls the last run
+# made per HIT answered (1/64 when divvyd packs 64 lone hits in a call, redis-store.h; 1 in a
+# cluster: a call's keys share a slot) and how many of its HITs the divvyd instances at
+# HTTP_PORTS (one word, ports separated by commas) answered by their fallback policy instead
+# of Redis; appended to $tmp/calls
+note_calls() {
+	nc_name=$1 nc_c0=$2 nc_f0=$3 nc_http=$4
+	shift 4
+	nc=$(awk -v a="$nc_c0" -v b="$(evalsha_calls "$@")" -v n="$(last 7)" 'BEGIN { printf "%.3f\n", n ? (b - a) / n : 0 }')
+	# shellcheck disable=SC2046 # the ports, one word each
+	nf=$(($(fallbacks $(echo "$nc_http" | tr , ' ')) - nc_f0))
+	echo "$nc_name $nc $nf" >>"$tmp/calls"
+	echo "    EVALSHA calls per HIT answered: $nc; HITs answered by the fallback policy: $nf"
+}
+
+# same_run NAME: the last run's req/s and p99 ÷ the script's of the same run (s_rps, s_p99),
+# appended to $tmp/ratios
+same_run() {
+	sr=$(ratio "$(last 4)" "$s_rps") srp=$(ratio "$(last 6)" "$s_p99")
+	echo "$1 $sr $srp $(last 4) $(last 6)" >>"$tmp/ratios"
+	echo "    ÷ the script in this run: req/s $sr, p99 $srp"
+}
+
+# counted H0: (redis_counted now - H0) per reply of the last run: 1.000 when every HIT was
+# decided by Redis, less when some were answered by the local fallback
+counted() {
+	awk -v a="$1" -v b="$(redis_counted "$redis_port")" -v n="$(last 7)" 'BEGIN { printf "%.3f\n", n ? (b - a) / n : 0 }'
+}
+
+if [ "$redis_store" = yes ]; then
+	echo
+	echo "== The Redis store (issue #16): HIT, 16,16 over TCP, $actors actors =="
+	: >"$tmp/calls"
+	: >"$tmp/ratios"
+	# A batch's deadline of 1 s, not the default 50 ms: on a loaded machine some batches of
+	# 16,16 take longer (most in a cluster, where each lone HIT is a call of its own), and
+	# HITs answered by the local fallback would be counted as the store's; 5 calls of one
+	# node timing out in a row reconnect it and fail its pending calls, so one late batch
+	# sends thousands of HITs to the fallback. The fallbacks are counted and shown anyway.
+	store_timeout=--backend-timeout=1000
+	start_redis
+	d1_http=$(free_port)
+	launch_divvyd "$divvyd" "$tmp/db-redis-1" "$sync" "redis://127.0.0.1:$redis_port" "$d1_http" "$store_timeout"
+	d1_pid=$launched_pid d1_port=$divvyd_port store_pids=$launched_pid
+	wait_for divvyd "$d1_pid" "tcp:127.0.0.1:$d1_port"
+	d2_http=$(free_port)
+	launch_divvyd "$divvyd" "$tmp/db-redis-2" "$sync" "redis://127.0.0.1:$redis_port" "$d2_http" "$store_timeout"
+	d2_pid=$launched_pid d2_port=$divvyd_port store_pids="$store_pids $launched_pid"
+	wait_for divvyd "$d2_pid" "tcp:127.0.0.1:$d2_port"
+	wait_store "tcp:127.0.0.1:$d1_port" "$redis_port"
+	wait_store "tcp:127.0.0.1:$d2_port" "$redis_port"
+	tpl=$(python3 "$tmp/capture.py" "$redis_port" "$d1_port" rbprobe 10) || exit 1
+	sha=$(redis-cli -p "$redis_port" -x SCRIPT LOAD <"$script")
+	echo "  the script: $script, SHA1 $sha"
+	echo "  a HIT's call, captured (tabs shown as |): $(echo "$tpl" | tr '\t' '|')"
+	[ "$sha" = "$(echo "$tpl" | cut -f2)" ] ||
+		echo "  WARNING: divvyd calls script $(echo "$tpl" | cut -f2), not $script's: the baseline runs divvyd's"
+	start_cluster
+	echo "  cluster: $cluster_url"
+	d3_http=$(free_port)
+	launch_divvyd "$divvyd" "$tmp/db-redis-cluster" "$sync" "$cluster_url" "$d3_http" "$store_timeout"
+	d3_pid=$launched_pid d3_port=$divvyd_port store_pids="$store_pids $launched_pid"
+	wait_for divvyd "$d3_pid" "tcp:127.0.0.1:$d3_port"
+	# shellcheck disable=SC2086 # the ports, one word each
+	wait_store "tcp:127.0.0.1:$d3_port" $cluster_ports
+	run=1
+	while [ $run -le "$runs" ]; do
+		echo "run $run of $runs:"
+		r0=$(cpu_secs "$redis_pid") t0=$(now)
+		measure script 16 16 -k "$actors" --redis -r "$tpl" "tcp:127.0.0.1:$redis_port"
+		s_rps=$(last 4) s_p99=$(last 6)
+		echo "script-of $s_rps $s_p99" >>"$tmp/ratios"
+		r1=$(cpu_secs "$redis_pid")
+		echo "    CPU per HIT: redis $(us_per "$r0" "$r1" "$(last 7)") us (busy $(busy "$r0" "$r1" "$t0"))"
+		r0=$(cpu_secs "$redis_pid") a0=$(cpu_secs "$d1_pid") c0=$(evalsha_calls "$redis_port") t0=$(now)
+		f0=$(fallbacks "$d1_http")
+		h0=$(redis_counted "$redis_port")
+		measure redis-store 16 16 -k "$actors" "tcp:127.0.0.1:$d1_port"
+		r1=$(cpu_secs "$redis_pid") a1=$(cpu_secs "$d1_pid")
+		echo "    CPU per HIT: redis $(us_per "$r0" "$r1" "$(last 7)") us (busy $(busy "$r0" "$r1" "$t0"))," \
+			"divvyd $(us_per "$a0" "$a1" "$(last 7)") us (busy $(busy "$a0" "$a1" "$t0"))"
+		note_calls redis-store "$c0" "$f0" "$d1_http" "$redis_port"
+		same_run redis-store
+		echo "    counted in redis per HIT answered: $(counted "$h0")"
+		r0=$(cpu_secs "$redis_pid") c0=$(evalsha_calls "$redis_port") t0=$(now)
+		h0=$(redis_counted "$redis_port") f0=$(fallbacks "$d1_http" "$d2_http")
+		measure_pair fleet 16 16 "tcp:127.0.0.1:$d1_port" "tcp:127.0.0.1:$d2_port" -k "$actors"
+		echo "    redis busy $(busy "$r0" "$(cpu_secs "$redis_pid")" "$t0")"
+		note_calls fleet "$c0" "$f0" "$d1_http,$d2_http" "$redis_port"
+		same_run fleet
+		echo "    counted in redis per HIT answered: $(counted "$h0")"
+		# shellcheck disable=SC2086
+		c0=$(evalsha_calls $cluster_ports) f0=$(fallbacks "$d3_http") a0=$(cpu_secs "$d3_pid") t0=$(now)
+		measure cluster 16 16 -k "$actors" "tcp:127.0.0.1:$d3_port"
+		a1=$(cpu_secs "$d3_pid")
+		echo "    CPU per HIT: divvyd $(us_per "$a0" "$a1" "$(last 7)") us (busy $(busy "$a0" "$a1" "$t0"))"
+		# shellcheck disable=SC2086
+		note_calls cluster "$c0" "$f0" "$d3_http" $cluster_ports
+		same_run cluster
+		run=$((run + 1))
+	done
+	for p in $store_pids; do
+		stop "$p"
+	done
+	store_pids=""
+	stop "$redis_pid"
+	redis_pid=""
+	for p in $cluster_pids; do
+		stop "$p"
+	done
+	cluster_pids=""
+
+	# calls NAME: the EVALSHA calls per HIT of NAME's runs, and their HITs answered by a fallback
+	calls() {
+		awk -v n="$1" '$1 == n { c = c sep $2; f += $3; sep = ", " }
+			END { printf "EVALSHA calls per HIT %s; %d HITs by the fallback policy\n", c, f }' "$tmp/calls"
+	}
+	# runs NAME COLUMN: NAME's per-run values of COLUMN in $tmp/ratios (2 ratio, 3 p99 ratio,
+	# 4 req/s, 5 p99 us), in run order, separated by " / "
+	runs_of() {
+		awk -v n="$1" -v col="$2" '$1 == n { v = v sep $col; sep = " / " } END { print v }' "$tmp/ratios"
+	}
+	# mid NAME: the median of NAME's same-run ratios
+	mid() {
+		awk -v n="$1" '$1 == n { print $2 }' "$tmp/ratios" | sort -g | awk '{ v[NR] = $1 }
+			END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+			else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+	}
+	k=$(short "$actors")
+	for m in redis-store:"divvyd on Redis":">= 0.9" fleet:"two divvyd on one Redis (sum)":"- -" \
+		cluster:"divvyd on a 3-primary Cluster":"- -"; do
+		n=${m%%:*} rest=${m#*:}
+		what=${rest%%:*} target=${rest#*:}
+		# shellcheck disable=SC2086 # target: "OP LIMIT", two words
+		row "$k, 16×16: $what ÷ the script on redis, same run" "$(mid "$n")" $target \
+			"runs: $(runs_of "$n" 2) (req/s $(runs_of "$n" 4) ÷ $(runs_of script-of 2)); p99 $(runs_of "$n" 5) us ÷ $(runs_of script-of 3) us = $(runs_of "$n" 3); $(calls "$n")"
+	done
+fi
 
 for n in $big_sizes; do
 	big_point "$n"

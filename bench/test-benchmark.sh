@@ -122,5 +122,39 @@ expect "RESP requests to divvyd fail the run (exit 1)" 1 -- \
 "$bench" -n 5 --redis -r 'SETEX  k{actor} 60 1' "unix:$sock" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 2 ] && pass "Redis command with empty words: exit 2" || fail "Redis command with empty words: exit 2"
 
+# --redis with a tab-separated command (a word holding spaces) and array replies, against a
+# stand-in for redis-server (python3): it answers *3 of integers to each well-formed
+# "EVALSHA sha 1 <key with spaces> 7", an error reply to anything else.
+cat >"$tmp/fake-redis.py" <<'EOF'
+import socket, sys
+path, count = sys.argv[1], int(sys.argv[2])
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(path)
+srv.listen(1)
+srv.settimeout(10)
+conn, _ = srv.accept()
+conn.settimeout(10)
+f = conn.makefile("rb")
+for _ in range(count):
+    n = int(f.readline()[1:])
+    words = []
+    for _ in range(n):
+        size = int(f.readline()[1:])
+        words.append(f.read(size + 2)[:-2].decode())
+    ok = words[:3] == ["EVALSHA", "sha", "1"] and words[3:4] == ["k a b:%s" % words[3][6:]] and words[4:] == ["7"]
+    conn.sendall(b"*3\r\n:1\r\n:-1\r\n:86400\r\n" if ok else b"-ERR words %r\r\n" % words)
+EOF
+python3 "$tmp/fake-redis.py" "$tmp/fake-redis.sock" 12 2>"$tmp/fake.err" &
+fake=$!
+i=0
+while [ ! -S "$tmp/fake-redis.sock" ] && [ $i -lt 100 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+expect "--redis: tab-separated words, array replies" 0 \
+	requests=12 ok_true=12 err=0 malformed=0 -- \
+	-q -n 12 -c 1 -P 4 --redis -r "$(printf 'EVALSHA\tsha\t1\tk a b:{actor}\t7')" "unix:$tmp/fake-redis.sock"
+wait "$fake" || cat "$tmp/fake.err" >&2
+
 kill -0 "$pid" 2>/dev/null && pass "divvyd still running" || fail "divvyd still running"
 finish
