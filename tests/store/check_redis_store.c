@@ -33,6 +33,7 @@ static void setup(void) {
         io = test_loop_io(&loop);
         loop.on_io = store_on_io;
         loop.on_timer = store_on_timer;
+        test_redis_cluster = false; /* CK_FORK=no: test_cluster_one_node's must not leak into the next */
 }
 
 static void teardown(void) {
