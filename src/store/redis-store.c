@@ -381,12 +381,16 @@ static uint64_t jitter(RedisStore *s, uint64_t d) {
 }
 
 static void set_error(RedisStore *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The arguments may point into last_error itself ("... (last: %s)", s->st.last_error): format
+ * into a copy first, vsnprintf()'s source and destination must not overlap. */
 static void set_error(RedisStore *s, const char *fmt, ...) {
+        char buf[sizeof(s->st.last_error)];
         va_list ap;
 
         va_start(ap, fmt);
-        vsnprintf(s->st.last_error, sizeof(s->st.last_error), fmt, ap);
+        vsnprintf(buf, sizeof(buf), fmt, ap);
         va_end(ap);
+        memcpy(s->st.last_error, buf, sizeof(buf));
 }
 
 static bool is_connection_error(int e) {
