@@ -41,7 +41,7 @@ struct RedisConn {
         Pending *ring; /* the FIFO: ring[(head + i) % cap], i < n; the oldest is seq head_seq */
         size_t head, n, cap;
         uint64_t head_seq;
-        uint64_t replies; /* read since the connection was made, abandoned ones too */
+        uint64_t replies; /* read, abandoned ones too (not the commands a close failed) */
 };
 
 int redis_addr_from_host(RedisAddr *ret, const char *host, int port, bool numeric_only, char *errbuf,
@@ -170,7 +170,6 @@ static void conn_close(RedisConn *c, int error, const char *what) {
                 c->head = (c->head + 1) % c->cap;
                 c->n--;
                 c->head_seq++;
-                c->replies++;
                 if (p.cb)
                         p.cb(p.userdata, NULL, error);
         }
@@ -444,6 +443,7 @@ static void conn_dispatch(RedisConn *c) {
                 c->head = (c->head + 1) % c->cap;
                 c->n--;
                 c->head_seq++;
+                c->replies++;
                 if (p.cb) {
                         c->delivering = reply;
                         p.cb(p.userdata, reply, 0);

@@ -192,6 +192,7 @@ START_TEST (test_abandon) {
         ck_assert_int_eq(s.n, 2);
         ck_assert_int_eq(s.v[0], 1);
         ck_assert_int_eq(s.v[1], 3); /* the abandoned one ran on the server, its reply dropped */
+        ck_assert_uint_eq(redis_conn_replies(c), 3); /* read: the dropped one counts (a live server) */
         ck_assert_uint_eq(redis_conn_pending(c), 0);
         ck_assert_int_eq(redis_conn_abandon(c, seq[0]), -ENOENT);
         redis_conn_free(c);
@@ -305,6 +306,8 @@ START_TEST (test_server_killed_and_reconnect) {
                 ck_assert_int_eq(s2.type[i], -1);
         }
         ck_assert_int_eq(ev.closed, 1);
+        ck_assert_uint_eq(redis_conn_replies(c),
+                          1); /* the PING's; commands failed by the close are not replies */
         ck_assert_int_eq(redis_conn_state(c), REDIS_CONN_CLOSED);
         ck_assert_uint_eq(loop.n, 0);
 
