@@ -461,10 +461,16 @@ local cache, orig, touched = {}, {}, {}
 local function load(key, compat)
   if cache[key] ~= nil then return cache[key] end
   local e
-  local v = redis.call('GET', key)
+  local v = redis.call('GET', key) -- a key of another type: WRONGTYPE, before any write
   if compat then
     if v then
-      e = { exists = true, v = tonumber(v) or 0, ttl = redis.call('TTL', key), created = false }
+      -- DECRBY/INCRBY at the end would fail on anything but an integer, AFTER the writes of
+      -- the keys before it (a script is not rolled back): refuse it now, nothing written.
+      -- At most 15 digits: exact in a double.
+      if not string.match(v, '^%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then
+        error({ err = 'ERR divvyd script: ' .. key .. ' does not hold an integer counter' })
+      end
+      e = { exists = true, v = tonumber(v), ttl = redis.call('TTL', key), created = false }
     else
       e = { exists = false }
     end

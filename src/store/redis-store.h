@@ -46,7 +46,9 @@
  *   -EROFS          READONLY: the server is a replica (Sentinel: the primary is looked up again)
  *   -EAGAIN         CLUSTERDOWN, or TRYAGAIN more than REDIS_STORE_TRYAGAIN_MAX times
  *   -ELOOP          more than REDIS_STORE_REDIRECTS_MAX MOVED/ASK for one call
- *   -EIO            any other error reply (the script failed: OOM, a busy script, ...)
+ *   -EIO            any other error reply (the script failed: OOM, a busy script, a key that
+ *                   holds no counter: WRONGTYPE, a compat key's value not an integer; nothing
+ *                   of the call is written then)
  *   -ECANCELED      redis_store_close() with the batch pending
  * A NOSCRIPT reply is not an error: the call is resent as EVAL with the script's text (which
  * caches it on the server) and its reply is the call's.

@@ -778,6 +778,44 @@ START_TEST (test_compat_ops) {
 }
 END_TEST
 
+/* A key that is not a counter: a hash (WRONGTYPE) or a compat key holding no integer ("abc",
+ * "2.5", a number too long to be exact) is an error reply, and the call writes NOTHING: not
+ * even the keys of the hits before it (a script is not rolled back). */
+START_TEST (test_not_a_counter) {
+        static const char *const values[] = { "abc", "2.5", "1234567890123456", "" };
+        redisContext *c = conn();
+        const char *a = "divvy:op=nac::5:100", *b = "divvy:op=nac2::5:100";
+        char err[256], v[64];
+
+        for (size_t i = 0; i <= sizeof values / sizeof values[0]; i++) {
+                Call call = { .n = 2 };
+
+                freeReplyObject(redisCommand(c, "DEL %s %s", a, b));
+                if (i < sizeof values / sizeof values[0])
+                        freeReplyObject(redisCommand(c, "SET %s %s EX 100", b, values[i]));
+                else
+                        freeReplyObject(redisCommand(c, "HSET %s f 1", b));
+                for (size_t k = 0; k < 2; k++) {
+                        call.hits[k] = (StoreHit){ .credit_limit = 5, .reset_seconds = 100, .count = 1 };
+                        call.compat[k] = true;
+                }
+                call.hits[0].op = STORE_TAKE;   /* would SETEX a */
+                call.hits[1].op = STORE_REFUND; /* would INCRBY b */
+                snprintf(call.keys[0], KEY_MAX, "%s", a);
+                snprintf(call.keys[1], KEY_MAX, "%s", b);
+                err[0] = '\0';
+                ck_assert_int_eq(run(c, &call, 0, err, sizeof err), -EIO);
+                ck_assert_msg(strstr(err, i < sizeof values / sizeof values[0]
+                                                  ? "not hold an integer counter"
+                                                  : "WRONGTYPE"),
+                              "%zu: %s", i, err);
+                ck_assert_msg(!get(c, a, v, sizeof v), "%zu: %s written: %s", i, a, v);
+        }
+        freeReplyObject(redisCommand(c, "DEL %s %s", a, b));
+        redisFree(c);
+}
+END_TEST
+
 /* ---- groups, and two hits on one key ---- */
 
 static char *state(redisContext *c, const char *key, char *buf) {
@@ -1019,6 +1057,7 @@ static Suite *redis_script_suite(void) {
         tcase_add_test(tc, test_mul_div);
         tcase_add_test(tc, test_compat_hit_is_pipe_lua);
         tcase_add_test(tc, test_compat_ops);
+        tcase_add_test(tc, test_not_a_counter);
         tcase_add_test(tc, test_groups);
         tcase_add_test(tc, test_mixed_and_server_time);
         tcase_add_test(tc, test_debt_cap);
