@@ -50,7 +50,8 @@ static int remote_timer_handler(sd_event_source *s, uint64_t usec, void *userdat
         Remote *r = userdata;
 
         (void) s;
-        (void) redis_store_on_timer(r->redis, usec);
+        (void) usec; /* when it was due; the store wants now (a late loop turn is late) */
+        (void) redis_store_on_timer(r->redis, clock_usec(CLOCK_MONOTONIC));
         remote_publish(r);
         return 0;
 }
