@@ -296,7 +296,7 @@ static bool resp_name_ok(ProtoSlice name) {
 /* Decides what a RESP connection command (PING, HELLO, CLIENT, ...) of slot will answer, from
  * its arguments; the reply itself is formatted in order, when the batch completes. Returns
  * the room its reply needs. */
-static size_t batch_take_resp_command(BatchSlot *slot, const RespRequest *req) {
+static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const RespRequest *req) {
         const ProtoSlice *argv = req->argv;
         size_t argc = req->argc;
         int64_t v;
@@ -397,6 +397,14 @@ static size_t batch_take_resp_command(BatchSlot *slot, const RespRequest *req) {
                 if (v != 0)
                         RESP_ERROR("DB index is out of range (divvyd has database 0 only)");
                 return BATCH_RESP_ERROR_ROOM;
+        case RESP_CMD_CL_THROTTLE:
+        case RESP_CMD_RL_REDUCE:
+        case RESP_CMD_RL_GET:
+        case RESP_CMD_RL_PREDUCE:
+        case RESP_CMD_RL_PGET:
+                if (!b->settings.allow_client_limits)
+                        RESP_ERROR("CL.THROTTLE and RL.* are off: start divvyd with --allow-client-limits");
+                RESP_ERROR("CL.THROTTLE and RL.* are not available in this build");
         case RESP_CMD_AUTH:
                 RESP_ERROR("AUTH <password> called without any password configured for the default user");
         default:
@@ -479,7 +487,7 @@ static void batch_take_resp(Batch *b, Connection *c) {
                         .resp_cmd = (uint8_t) cmd,
                 };
                 if (r > 0 && room == 0)
-                        room = batch_take_resp_command(slot, req);
+                        room = batch_take_resp_command(b, slot, req);
 
                 if (!connection_reserve(c, reserved + room)) {
                         if (taken > 0)
