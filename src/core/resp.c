@@ -453,6 +453,18 @@ size_t resp_format_error(char *buf, const char *prefix, const char *reason) {
         return (size_t) (p - buf);
 }
 
+size_t resp_format_error_text(char *buf, const char *text) {
+        char *p = buf;
+
+        *p++ = '-';
+        for (size_t n = 0; text[n] && n < RESP_ERROR_REASON_MAX; n++) {
+                uint8_t c = (uint8_t) text[n];
+                *p++ = c < ' ' || c == 0x7F ? '?' : (char) c;
+        }
+        p = append_mem(p, CRLF, 2);
+        return (size_t) (p - buf);
+}
+
 size_t resp_format_proto_error(char *buf, ProtoErrorCode code, const char *reason) {
         char *p = buf;
         const char *name = proto_error_code_to_string(code) ?: "unknown";

@@ -121,6 +121,9 @@ size_t resp_format_simple(char *buf, const char *s);
 #define RESP_ERROR_REASON_MAX 400
 #define RESP_ERROR_MAX        (RESP_ERROR_REASON_MAX + 32)
 size_t resp_format_error(char *buf, const char *prefix, const char *reason);
+/* "-<text>\r\n": an error whose text carries its own prefix ("ERR ...", "Cell error: ..."); as
+ * resp_format_error() otherwise. At most RESP_ERROR_MAX bytes. */
+size_t resp_format_error_text(char *buf, const char *text);
 /* "-ERR <code> <reason>\r\n": a divvy error, its code as the line protocol names it. */
 size_t resp_format_proto_error(char *buf, ProtoErrorCode code, const char *reason);
 /* "-ERR unknown command '<name>'\r\n", name cut at RESP_NAME_SHOWN bytes, control bytes and

@@ -13,6 +13,7 @@
 
 #include "build-config.h"
 
+#include "core/client-limits.h"
 #include "shared/clock.h"
 
 /* Matched rules per batch (a request is taken only while RULES_MATCH_MAX more fit). */
@@ -50,6 +51,7 @@ typedef enum BatchRespReply {
         BATCH_RESP_UNKNOWN,     /* "-ERR unknown command '<arg>'" */
         BATCH_RESP_ARITY,       /* "-ERR wrong number of arguments for '<command>' command" */
         BATCH_RESP_NOPROTO,     /* HELLO 3 */
+        BATCH_RESP_TEXT_ERROR,  /* "-<error_reason>": CL.THROTTLE's and RL.*'s own words */
 } BatchRespReply;
 
 typedef enum BatchRespSub {
@@ -86,6 +88,7 @@ struct Batch {
         size_t n_rules_matched;
         ProtoRequest request;     /* scratch: matching is done before the next line is parsed */
         RespRequest resp_request; /* scratch: a RESP EXPLAIN's request, parsed again */
+        ClientLimit *limits;      /* BATCH_REQUESTS_MAX, one per slot; only with allow_client_limits */
 
         uint64_t start_usec; /* CLOCK_MONOTONIC when the first request was taken; 0 without metrics */
         bool started;
@@ -106,7 +109,10 @@ int batch_new(const BatchSettings *settings, Batch **ret) {
         b->hits = calloc(BATCH_HITS_MAX, sizeof *b->hits);
         b->rules_matched = calloc(BATCH_RULES_MAX, sizeof *b->rules_matched);
         b->rule_hit = calloc(BATCH_RULES_MAX, sizeof *b->rule_hit);
-        if (!b->slots || !b->hits || !b->rules_matched || !b->rule_hit) {
+        if (settings->allow_client_limits)
+                b->limits = calloc(BATCH_REQUESTS_MAX, sizeof *b->limits);
+        if (!b->slots || !b->hits || !b->rules_matched || !b->rule_hit ||
+            (settings->allow_client_limits && !b->limits)) {
                 batch_free(b);
                 return -ENOMEM;
         }
@@ -121,6 +127,7 @@ Batch *batch_free(Batch *b) {
         free(b->hits);
         free(b->rules_matched);
         free(b->rule_hit);
+        free(b->limits);
         free(b);
         return NULL;
 }
@@ -402,9 +409,7 @@ static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const Res
         case RESP_CMD_RL_GET:
         case RESP_CMD_RL_PREDUCE:
         case RESP_CMD_RL_PGET:
-                if (!b->settings.allow_client_limits)
-                        RESP_ERROR("CL.THROTTLE and RL.* are off: start divvyd with --allow-client-limits");
-                RESP_ERROR("CL.THROTTLE and RL.* are not available in this build");
+                RESP_ERROR("CL.THROTTLE and RL.* are off: start divvyd with --allow-client-limits");
         case RESP_CMD_AUTH:
                 RESP_ERROR("AUTH <password> called without any password configured for the default user");
         default:
@@ -428,6 +433,54 @@ static size_t batch_resp_reply_max(ProtoVerb verb) {
                 return RESP_REPLY_DECISION_MAX > BATCH_RESP_ERROR_ROOM ? RESP_REPLY_DECISION_MAX
                                                                        : BATCH_RESP_ERROR_ROOM;
         }
+}
+
+static bool resp_is_client_limit(RespCommand cmd) {
+        return cmd >= RESP_CMD_CL_THROTTLE && cmd <= RESP_CMD_RL_PGET;
+}
+
+/* CL.THROTTLE or RL.* in slot (the batch's last), with --allow-client-limits: one store hit on
+ * the counter the client's parameters name, a token bucket of those parameters. */
+static void batch_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest *req) {
+        static const StoreOp store_op[_ALGO_OP_MAX] = {
+                [ALGO_TAKE] = STORE_TAKE,
+                [ALGO_PEEK] = STORE_PEEK,
+                [ALGO_CHARGE] = STORE_CHARGE,
+                [ALGO_REFUND] = STORE_REFUND,
+        };
+        ClientLimit *cl = &b->limits[b->n_slots - 1];
+        const char *err = NULL, *why;
+        int r;
+
+        if (slot->resp_cmd == RESP_CMD_CL_THROTTLE)
+                r = client_limit_parse_throttle((int) req->argc - 1, req->argv + 1, cl, &err);
+        else
+                r = client_limit_parse_reduce(resp_command_to_string(slot->resp_cmd), (int) req->argc - 1,
+                                              req->argv + 1, cl, &err);
+        if (r < 0) {
+                slot->resp_reply = BATCH_RESP_TEXT_ERROR;
+                slot->error_reason = err ?: "ERR invalid arguments";
+                return;
+        }
+        if (cl->at_usec != 0 && (why = batch_check_time(b, cl->at_usec))) {
+                slot->resp_reply = BATCH_RESP_PROTO_ERROR;
+                slot_set_error(slot, PROTO_ERROR_BAD_TIME, why);
+                return;
+        }
+        slot->at_usec = cl->at_usec;
+        slot->count = cl->count;
+        b->hits[b->n_hits++] = (StoreHit){
+                .rule_id = cl->id,
+                .actor = cl->key.ptr ? cl->key.ptr : "",
+                .actor_len = cl->key.len,
+                .credit_limit = cl->algo.credit_limit,
+                .reset_seconds = cl->algo.reset_seconds,
+                .algo = &cl->algo,
+                .op = store_op[cl->op < _ALGO_OP_MAX ? cl->op : ALGO_PEEK],
+                .count = cl->count,
+                .at_usec = cl->at_usec,
+        };
+        slot->n_hits = 1;
 }
 
 /* batch_take() for a RESP connection: the same slots, rules and hits as lines, from RESP
@@ -487,7 +540,9 @@ static void batch_take_resp(Batch *b, Connection *c) {
                         .resp_cmd = (uint8_t) cmd,
                 };
                 if (r > 0 && room == 0)
-                        room = batch_take_resp_command(b, slot, req);
+                        room = resp_is_client_limit(cmd) && b->limits
+                                       ? BATCH_RESP_ERROR_ROOM + CLIENT_LIMIT_ERROR_MAX
+                                       : batch_take_resp_command(b, slot, req);
 
                 if (!connection_reserve(c, reserved + room)) {
                         if (taken > 0)
@@ -513,6 +568,10 @@ static void batch_take_resp(Batch *b, Connection *c) {
                         c->closing = true; /* +OK, then closed: what follows is not read */
                         connection_consume_input(c, c->in_len - c->in_pos);
                         break;
+                }
+                if (resp_is_client_limit(cmd) && b->limits) {
+                        batch_take_client_limit(b, slot, req);
+                        continue;
                 }
                 if (resp_command_verb(cmd) < 0)
                         continue; /* a connection command: its reply is decided */
@@ -1002,6 +1061,10 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
                 batch_count_error(b, PROTO_ERROR_UNKNOWN);
                 goto answered;
         }
+        case BATCH_RESP_TEXT_ERROR:
+                len = resp_format_error_text(p, slot->error_reason);
+                batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                goto answered;
         case BATCH_RESP_NOPROTO:
                 len = resp_format_error(p, "NOPROTO", "sorry, this protocol version is not supported");
                 batch_count_error(b, PROTO_ERROR_UNKNOWN);
@@ -1010,7 +1073,7 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
                 break;
         }
 
-        if (resp_command_verb(slot->resp_cmd) < 0) {
+        if (resp_command_verb(slot->resp_cmd) < 0 && !resp_is_client_limit(slot->resp_cmd)) {
                 len = batch_format_resp_command(slot, p);
                 if (slot->resp_cmd == RESP_CMD_QUIT)
                         c->err_sent = true; /* +OK is the last reply */
@@ -1030,6 +1093,26 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
                                 batch_count_error(b, PROTO_ERROR_UNKNOWN);
                                 goto answered;
                         }
+
+        if (resp_is_client_limit(slot->resp_cmd)) {
+                const StoreHit *h = &b->hits[slot->first_hit];
+                const ClientLimit *cl = &b->limits[slot - b->slots];
+                AlgoResult res = { .allowed = h->allowed,
+                                   .credit = h->credit,
+                                   .limit = h->limit,
+                                   .reset = h->reset_left,
+                                   .retry = h->retry };
+                if (slot->resp_cmd == RESP_CMD_CL_THROTTLE) {
+                        int64_t v[CLIENT_LIMIT_THROTTLE_REPLY_LEN];
+                        size_t n = client_limit_format_throttle(cl, &res, v);
+                        len = resp_format_array(p, n);
+                        for (size_t i = 0; i < n; i++)
+                                len += resp_format_integer(p + len, v[i]);
+                } else
+                        len = resp_format_integer(p, client_limit_reduce_reply(cl, &res));
+                *ret_ok = true;
+                goto answered;
+        }
 
         switch (slot->verb) {
         case PROTO_VERB_HIT:

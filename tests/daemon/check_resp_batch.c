@@ -376,6 +376,48 @@ START_TEST (test_pipelined_batches) {
 }
 END_TEST
 
+START_TEST (test_client_limits) {
+        /* --allow-client-limits: a batch of its own, on the same store. redis-cell's worked example
+         * (README: "CL.THROTTLE user123 15 30 60" on a fresh key), then Smyte's RL.*: the tokens
+         * before the take, nothing taken when there are not enough, RL.PREDUCE's milliseconds
+         * naming the same bucket as RL.REDUCE's seconds. */
+        batch = batch_free(batch);
+        ck_assert_int_eq(
+                batch_new(&(BatchSettings){ .output_limit = 4096, .allow_client_limits = true }, &batch), 0);
+        batch_set_rules(batch, rules);
+        batch_set_store(batch, store);
+        batch_set_done(batch, on_done, NULL);
+
+        input(0, req("CL.THROTTLE|user123|15|30|60"));
+        input(0, req("cl.throttle|user123|15|30|60"));
+        input(0, req("CL.THROTTLE|user123|15|30|60|0"));
+        input(0, req("CL.THROTTLE|user123|15|30|61")); /* other parameters: another counter */
+        input(0, req("CL.THROTTLE|user123|15|0|60"));
+        input(0, req("CL.THROTTLE|user123|15"));
+        input(0, req("RL.REDUCE|k|3|60"));
+        input(0, req("RL.REDUCE|k|3|60|TAKE|2"));
+        input(0, req("RL.REDUCE|k|3|60|TAKE|2"));
+        input(0, req("RL.GET|k|3|60"));
+        input(0, req("RL.PGET|k|3|60000"));
+        input(0, req("RL.REDUCE|k|3|60|AT|1700000000")); /* --client-time-max-age 0 */
+        input(0, req("HIT|a|1"));                        /* the rules still decide the rest */
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 13);
+        ck_assert_str_eq(
+                output(0),
+                "*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:2\r\n"
+                "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
+                "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
+                "*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:3\r\n"
+                "-Cell error: Zero rates are not supported\r\n"
+                "-Cell error: Usage: cl.throttle <key> <max_burst> <count per period> <period> "
+                "[<quantity>]\r\n"
+                ":3\r\n:2\r\n:0\r\n:0\r\n:0\r\n"
+                "-ERR bad-time client timestamps are off (--client-time-max-age)\r\n" HIT3(1, 1, 60));
+        ck_assert(!conns[0]->closing);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("resp_batch");
         TCase *tc = tcase_create("resp");
@@ -391,6 +433,7 @@ int main(void) {
                             sizeof framing_cases / sizeof framing_cases[0]);
         tcase_add_test(tc, test_resp_off);
         tcase_add_test(tc, test_pipelined_batches);
+        tcase_add_test(tc, test_client_limits);
         suite_add_tcase(s, tc);
         return check_run_suite(s);
 }
