@@ -5,6 +5,8 @@
  *
  *   request = "*" n CRLF ( "$" len CRLF <len bytes> CRLF ){n}     n = -1 | 0 .. max_args
  *   n, len  = [0-9]{1,18}  ("-1" for n only: a null array, like "*0" answered nothing)
+ *
+ * Between requests, CR and LF bytes (an empty inline line to Redis) are skipped.
  */
 
 #include "resp.h"
@@ -94,6 +96,15 @@ int resp_parse(const char *buf, size_t len, size_t max_args, size_t max_bytes, R
                 max_args = RESP_ARGS_MAX;
         if (len == 0)
                 return 0;
+        if (buf[0] == '\r' || buf[0] == '\n') {
+                /* An empty line between requests, as Redis ignores it (redis-cli --pipe sends
+                 * "\r\n" before its closing ECHO): consumed as a request of no arguments. */
+                pos = 1;
+                while (pos < len && pos < RESP_HEADER_MAX && (buf[pos] == '\r' || buf[pos] == '\n'))
+                        pos++;
+                ret->consumed = pos;
+                return 1;
+        }
         if (buf[0] != '*')
                 return parse_fail(ret, -EBADMSG, REASON_FIRST);
         r = read_header(start, end, &n, &hlen);

@@ -36,7 +36,8 @@
 /* A parsed request: argv slices point into the input buffer. */
 typedef struct RespRequest {
         size_t consumed; /* bytes of the request in the input */
-        size_t argc;     /* 0: an empty array ("*0" or "*-1"), which is answered nothing */
+        size_t argc;     /* 0: an empty array ("*0" or "*-1") or empty lines ("\r\n", which Redis
+                          * skips between requests): answered nothing */
         ProtoSlice argv[RESP_ARGS_MAX];
         const char *error; /* after a failure: a static sentence */
 } RespRequest;

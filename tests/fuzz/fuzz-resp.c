@@ -117,7 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         fuzz_check(req.error != NULL && req.argc == 0);
                         break;
                 }
-                fuzz_check(r == 1 && req.consumed > 0 && req.consumed <= max_bytes);
+                fuzz_check(r == 1 && req.consumed > 0 && req.consumed <= max_bytes + RESP_HEADER_MAX);
                 fuzz_check(req.argc <= max_args);
                 check_request(&req, buf + pos, size - pos);
                 pos += req.consumed;
