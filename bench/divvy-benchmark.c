@@ -119,6 +119,8 @@ typedef struct Conn {
         size_t out_len, out_pos;
         char in[IN_SIZE];
         size_t in_len;
+        unsigned array_left; /* --redis: elements of an array reply still to read (divvyd's RESP) */
+        bool in_bulk;        /* --redis: the next line is a bulk string's data */
 } Conn;
 
 typedef struct Worker {
@@ -445,6 +447,30 @@ static bool handle_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t)
                 w->stats.malformed++;
                 report_reply(w, c, "reply without a request", l, n);
                 return false;
+        }
+        if (opt.redis && (c->array_left > 0 || (n >= 3 && l[0] == '*'))) {
+                /* An array reply (divvyd's RESP HIT, CL.THROTTLE, ...): one reply, counted at its
+                 * last element; a bulk element takes two lines. */
+                if (c->array_left == 0) {
+                        if (!is_uint(l + 1, n - 2, false) || l[n - 1] != '\r') {
+                                w->stats.malformed++;
+                                report_reply(w, c, "malformed array header", l, n);
+                                return false;
+                        }
+                        c->array_left = (unsigned) strtoul(l + 1, NULL, 10);
+                        if (c->array_left > 0)
+                                return true;
+                } else if (c->in_bulk)
+                        c->in_bulk = false;
+                else if (l[0] == '$' && l[1] != '-') {
+                        c->in_bulk = true;
+                        return true;
+                }
+                if (c->array_left > 0 && --c->array_left > 0)
+                        return true;
+                count_reply(w, c, t);
+                w->stats.ok_true++;
+                return true;
         }
         count_reply(w, c, t);
         if (opt.redis) {
