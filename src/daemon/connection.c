@@ -139,8 +139,11 @@ char *connection_reserve(Connection *c, size_t n) {
 void connection_compact_input(Connection *c) {
         if (c->in_pos == 0)
                 return;
-        /* The framing is relative to in_pos: it stays valid. */
+        /* The framing is relative to in_pos: it stays valid; but a framed RESP request's argv
+         * points into the buffer, so it is framed again. */
         memmove(c->in, c->in + c->in_pos, c->in_len - c->in_pos);
+        if (c->proto == CONNECTION_PROTO_RESP)
+                c->framed = false;
         c->in_len -= c->in_pos;
         c->in_pos = 0;
 }

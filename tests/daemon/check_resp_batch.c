@@ -376,6 +376,40 @@ START_TEST (test_pipelined_batches) {
 }
 END_TEST
 
+START_TEST (test_reply_room_then_compact) {
+        /* A connection whose output buffer holds one decision: the batch frames the second
+         * request, finds no room for its reply and leaves it for the next batch; the server
+         * compacts the input in between, which moves the framed request. */
+        Connection *small;
+        int sv[2];
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+        ck_assert_int_eq(connection_new(sv[0], false, RESP_REPLY_DECISION_MAX + 8, &small), 0);
+        small->resp_allowed = true;
+        const char *reqs[] = { req("TAKE|1|f|r1"), req("TAKE|1|f|r22"), req("TAKE|1|f|r333") };
+        for (unsigned i = 0; i < 3; i++)
+                ck_assert_int_eq(send(sv[1], reqs[i], strlen(reqs[i]), 0), (ssize_t) strlen(reqs[i]));
+        ck_assert_int_gt(connection_read(small), 0);
+        for (unsigned i = 0; i < 3; i++) {
+                char want[64];
+                batch_take(batch, small);
+                ck_assert_uint_eq(finish(), 1);
+                snprintf(want, sizeof want, "*6\r\n:1\r\n:4\r\n:5\r\n:60\r\n:0\r\n$2\r\n#2\r\n");
+                ck_assert_uint_eq(connection_unsent(small), strlen(want));
+                ck_assert_mem_eq(small->out + small->out_pos, want, strlen(want));
+                small->out_pos = small->out_len = 0;
+                connection_compact_input(small);
+        }
+        /* each request went to its own actor's counter: r1, r22, r333 */
+        input(0, req("PEEK|0|f|r22"));
+        batch_take(batch, conns[0]);
+        finish();
+        ck_assert_str_eq(output(0), "*6\r\n:1\r\n:4\r\n:5\r\n:60\r\n:0\r\n$2\r\n#2\r\n");
+        connection_free(small);
+        close(sv[1]);
+}
+END_TEST
+
 START_TEST (test_client_limits) {
         /* --allow-client-limits: a batch of its own, on the same store. redis-cell's worked example
          * (README: "CL.THROTTLE user123 15 30 60" on a fresh key), then Smyte's RL.*: the tokens
@@ -434,6 +468,7 @@ int main(void) {
         tcase_add_test(tc, test_resp_off);
         tcase_add_test(tc, test_pipelined_batches);
         tcase_add_test(tc, test_client_limits);
+        tcase_add_test(tc, test_reply_room_then_compact);
         suite_add_tcase(s, tc);
         return check_run_suite(s);
 }
