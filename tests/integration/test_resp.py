@@ -12,6 +12,7 @@ Run one test:  tests/integration/test_resp.py Resp.test_redis_cli
 
 import itertools
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -228,6 +229,16 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
             # The other connection did not notice.
             good.send(resp("HIT", "path", "/fw", "user", u))
             self.assertEqual(good.sock.recv(64), b"*3\r\n:1\r\n:8\r\n:3600\r\n")
+
+    def test_garbage_after_star(self):
+        # Random bytes after a first '*': one RESP error line each, then closed.
+        rng = random.Random(17)
+        for i in range(16):
+            payload = b"*" + bytes(rng.getrandbits(8) for _ in range(16 * 1024))
+            got = self.raw(payload, kind="unix" if i % 2 else "tcp")
+            self.assertTrue(got.startswith(b"-ERR Protocol error: ") and got.endswith(b"\r\n"), got[:80])
+            self.assertEqual(got.count(b"\r\n"), 1, got[:200])
+        self.assertEqual(self.cli("PING"), "PONG\n")
 
     def test_line_and_resp_on_one_listener(self):
         # A divvy client and a Redis client, interleaved on one listener, each on its own
