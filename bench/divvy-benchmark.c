@@ -117,11 +117,12 @@ typedef struct Conn {
         unsigned pending;    /* replies outstanding for the current batch */
         bool batch_measured; /* the current batch was sent while measuring */
         uint64_t batch_ns;   /* when the current batch was written */
-        unsigned array_left; /* --redis: integers still to come of an array reply being read */
         char *out;
         size_t out_len, out_pos;
         char in[IN_SIZE];
         size_t in_len;
+        unsigned array_left; /* --redis: elements of an array reply still to read (divvyd's RESP) */
+        bool in_bulk;        /* --redis: the next line is a bulk string's data */
 } Conn;
 
 typedef struct Worker {
@@ -315,6 +316,7 @@ static void conn_close(Worker *w, Conn *c) {
         c->open = false;
         c->pending = 0;
         c->array_left = 0;
+        c->in_bulk = false;
 }
 
 static void conn_fail(Worker *w, Conn *c, const char *what, int error) {
@@ -450,31 +452,34 @@ static bool handle_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t)
                 report_reply(w, c, "reply without a request", l, n);
                 return false;
         }
-        if (opt.redis) {
-                bool integer = n >= 2 && l[n - 1] == '\r' && l[0] == ':' && is_uint(l + 1, n - 2, true);
-
-                /* an array of integers (EVALSHA of a script returning one) is one reply */
-                if (c->array_left > 0) {
-                        if (!integer) {
+        if (opt.redis && (c->array_left > 0 || (n >= 3 && l[0] == '*'))) {
+                /* An array reply (divvyd's RESP HIT, CL.THROTTLE, ...): one reply, counted at its
+                 * last element; a bulk element takes two lines. */
+                if (c->array_left == 0) {
+                        if (!is_uint(l + 1, n - 2, false) || l[n - 1] != '\r' ||
+                            strtoul(l + 1, NULL, 10) > REDIS_ARRAY_MAX) {
                                 w->stats.malformed++;
-                                report_reply(w, c, "array element not an integer", l, n);
+                                report_reply(w, c, "malformed array header", l, n);
                                 return false;
                         }
-                        if (--c->array_left > 0)
-                                return true;
-                        count_reply(w, c, t);
-                        w->stats.ok_true++;
-                        return true;
-                }
-                if (n >= 3 && l[n - 1] == '\r' && l[0] == '*' && is_uint(l + 1, n - 2, false) &&
-                    strtoul(l + 1, NULL, 10) <= REDIS_ARRAY_MAX) {
                         c->array_left = (unsigned) strtoul(l + 1, NULL, 10);
                         if (c->array_left > 0)
                                 return true;
-                        count_reply(w, c, t); /* an empty array */
-                        w->stats.ok_true++;
+                } else if (c->in_bulk)
+                        c->in_bulk = false;
+                else if (l[0] == '$' && l[1] != '-') {
+                        c->in_bulk = true;
                         return true;
                 }
+                if (c->array_left > 0 && --c->array_left > 0)
+                        return true;
+                count_reply(w, c, t);
+                w->stats.ok_true++;
+                return true;
+        }
+        if (opt.redis) {
+                bool integer = n >= 2 && l[n - 1] == '\r' && l[0] == ':' && is_uint(l + 1, n - 2, true);
+
                 count_reply(w, c, t);
                 if (integer) {
                         w->stats.ok_true++;

@@ -13,6 +13,7 @@
 
 #include "build-config.h"
 
+#include "core/client-limits.h"
 #include "shared/clock.h"
 
 /* Matched rules per batch (a request is taken only while RULES_MATCH_MAX more fit). */
@@ -32,7 +33,41 @@ typedef struct BatchSlot {
         uint64_t at_usec; /* the client's timestamp, or 0 */
         ProtoErrorCode error_code;
         const char *error_reason; /* static; NULL: not an error slot */
+        /* RESP connections (issue #17): */
+        uint8_t resp_cmd;   /* RespCommand */
+        uint8_t resp_reply; /* BatchRespReply */
+        uint8_t resp_sub;   /* BatchRespSub: CLIENT's and COMMAND's subcommand */
+        ProtoSlice arg;     /* what the reply needs: PING's or ECHO's message, a name to set, an
+                             * unknown command's name (in the input, which the batch holds) */
+        uint64_t n;         /* COMMAND INFO: the names asked about */
 } BatchSlot;
+
+/* How a RESP slot is answered. */
+typedef enum BatchRespReply {
+        BATCH_RESP_NORMAL,      /* by its command */
+        BATCH_RESP_FATAL,       /* "-ERR <error_reason>", then closed: the framing is broken */
+        BATCH_RESP_ERROR,       /* "-ERR <error_reason>" */
+        BATCH_RESP_PROTO_ERROR, /* "-ERR <code> <error_reason>": a divvy error, as on a line */
+        BATCH_RESP_UNKNOWN,     /* "-ERR unknown command '<arg>'" */
+        BATCH_RESP_ARITY,       /* "-ERR wrong number of arguments for '<command>' command" */
+        BATCH_RESP_NOPROTO,     /* HELLO 3 */
+        BATCH_RESP_TEXT_ERROR,  /* "-<error_reason>": CL.THROTTLE's and RL.*'s own words */
+} BatchRespReply;
+
+typedef enum BatchRespSub {
+        BATCH_SUB_NONE,
+        BATCH_SUB_SETNAME,
+        BATCH_SUB_GETNAME,
+        BATCH_SUB_OK, /* CLIENT SETINFO: +OK */
+        BATCH_SUB_ID,
+        BATCH_SUB_EMPTY, /* COMMAND, COMMAND DOCS: an empty array */
+        BATCH_SUB_COUNT,
+        BATCH_SUB_INFO,
+} BatchRespSub;
+
+/* Room for any RESP error reply of a batch: the reasons are static sentences and the store's
+ * (shorter than PROTO_REPLY_MAX), an unknown command's name is cut at RESP_NAME_SHOWN. */
+#define BATCH_RESP_ERROR_ROOM (PROTO_REPLY_MAX + 64)
 
 struct Batch {
         BatchSettings settings;
@@ -51,7 +86,9 @@ struct Batch {
         const Rule **rules_matched; /* BATCH_RULES_MAX */
         int32_t *rule_hit;          /* BATCH_RULES_MAX: the hit of each matched rule, or -1 */
         size_t n_rules_matched;
-        ProtoRequest request; /* scratch: matching is done before the next line is parsed */
+        ProtoRequest request;     /* scratch: matching is done before the next line is parsed */
+        RespRequest resp_request; /* scratch: a RESP EXPLAIN's request, parsed again */
+        ClientLimit *limits;      /* BATCH_REQUESTS_MAX, one per slot; only with allow_client_limits */
 
         uint64_t start_usec; /* CLOCK_MONOTONIC when the first request was taken; 0 without metrics */
         bool started;
@@ -72,7 +109,10 @@ int batch_new(const BatchSettings *settings, Batch **ret) {
         b->hits = calloc(BATCH_HITS_MAX, sizeof *b->hits);
         b->rules_matched = calloc(BATCH_RULES_MAX, sizeof *b->rules_matched);
         b->rule_hit = calloc(BATCH_RULES_MAX, sizeof *b->rule_hit);
-        if (!b->slots || !b->hits || !b->rules_matched || !b->rule_hit) {
+        if (settings->allow_client_limits)
+                b->limits = calloc(BATCH_REQUESTS_MAX, sizeof *b->limits);
+        if (!b->slots || !b->hits || !b->rules_matched || !b->rule_hit ||
+            (settings->allow_client_limits && !b->limits)) {
                 batch_free(b);
                 return -ENOMEM;
         }
@@ -87,6 +127,7 @@ Batch *batch_free(Batch *b) {
         free(b->hits);
         free(b->rules_matched);
         free(b->rule_hit);
+        free(b->limits);
         free(b);
         return NULL;
 }
@@ -249,6 +290,318 @@ static size_t batch_reply_max(ProtoVerb verb) {
         }
 }
 
+/* True if name may be a client's name (Redis: no spaces, newlines or special characters). */
+static bool resp_name_ok(ProtoSlice name) {
+        if (name.len > CONNECTION_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < name.len; i++)
+                if ((uint8_t) name.ptr[i] <= ' ' || (uint8_t) name.ptr[i] >= 0x7F)
+                        return false;
+        return true;
+}
+
+/* Decides what a RESP connection command (PING, HELLO, CLIENT, ...) of slot will answer, from
+ * its arguments; the reply itself is formatted in order, when the batch completes. Returns
+ * the room its reply needs. */
+static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const RespRequest *req) {
+        const ProtoSlice *argv = req->argv;
+        size_t argc = req->argc;
+        int64_t v;
+
+#define RESP_ERROR(why)                                                                                     \
+        do {                                                                                                \
+                slot->resp_reply = BATCH_RESP_ERROR;                                                        \
+                slot->error_reason = (why);                                                                 \
+                return BATCH_RESP_ERROR_ROOM;                                                               \
+        } while (0)
+#define RESP_ARITY()                                                                                        \
+        do {                                                                                                \
+                slot->resp_reply = BATCH_RESP_ARITY;                                                        \
+                return BATCH_RESP_ERROR_ROOM;                                                               \
+        } while (0)
+
+        switch (slot->resp_cmd) {
+        case RESP_CMD_PING:
+                if (argc > 2)
+                        RESP_ARITY();
+                if (argc == 2)
+                        slot->arg = argv[1];
+                return BATCH_RESP_ERROR_ROOM + slot->arg.len;
+        case RESP_CMD_ECHO:
+                if (argc != 2)
+                        RESP_ARITY();
+                slot->arg = argv[1];
+                return BATCH_RESP_ERROR_ROOM + slot->arg.len;
+        case RESP_CMD_QUIT:
+                return BATCH_RESP_ERROR_ROOM;
+        case RESP_CMD_HELLO:
+                if (argc >= 2) {
+                        if (resp_parse_int(argv[1], &v) < 0)
+                                RESP_ERROR("Protocol version is not an integer or out of range");
+                        if (v != 2) {
+                                slot->resp_reply = BATCH_RESP_NOPROTO;
+                                return BATCH_RESP_ERROR_ROOM;
+                        }
+                }
+                for (size_t i = 2; i < argc; i++) {
+                        if (resp_slice_eq(argv[i], "SETNAME") && i + 1 < argc) {
+                                if (!resp_name_ok(argv[i + 1]))
+                                        RESP_ERROR("Client names cannot contain spaces, newlines or special "
+                                                   "characters, nor be longer than 128 bytes");
+                                slot->resp_sub = BATCH_SUB_SETNAME;
+                                slot->arg = argv[++i];
+                        } else if (resp_slice_eq(argv[i], "AUTH"))
+                                RESP_ERROR("AUTH is not supported: divvyd has no passwords (use an admin "
+                                           "listener or a Unix socket's mode)");
+                        else
+                                RESP_ERROR("Syntax error in HELLO option");
+                }
+                return BATCH_RESP_ERROR_ROOM + 256;
+        case RESP_CMD_CLIENT:
+                if (argc < 2)
+                        RESP_ARITY();
+                if (resp_slice_eq(argv[1], "SETNAME")) {
+                        if (argc != 3)
+                                RESP_ARITY();
+                        if (!resp_name_ok(argv[2]))
+                                RESP_ERROR("Client names cannot contain spaces, newlines or special "
+                                           "characters, "
+                                           "nor be longer than 128 bytes");
+                        slot->resp_sub = BATCH_SUB_SETNAME;
+                        slot->arg = argv[2];
+                } else if (resp_slice_eq(argv[1], "GETNAME")) {
+                        if (argc != 2)
+                                RESP_ARITY();
+                        slot->resp_sub = BATCH_SUB_GETNAME;
+                } else if (resp_slice_eq(argv[1], "SETINFO")) {
+                        if (argc != 4)
+                                RESP_ARITY();
+                        slot->resp_sub = BATCH_SUB_OK;
+                } else if (resp_slice_eq(argv[1], "ID")) {
+                        if (argc != 2)
+                                RESP_ARITY();
+                        slot->resp_sub = BATCH_SUB_ID;
+                } else
+                        RESP_ERROR(
+                                "unknown CLIENT subcommand (divvyd knows SETNAME, GETNAME, SETINFO and ID)");
+                return BATCH_RESP_ERROR_ROOM + CONNECTION_NAME_MAX;
+        case RESP_CMD_COMMAND:
+                if (argc == 1 || resp_slice_eq(argv[1], "DOCS"))
+                        slot->resp_sub = BATCH_SUB_EMPTY;
+                else if (resp_slice_eq(argv[1], "COUNT") && argc == 2)
+                        slot->resp_sub = BATCH_SUB_COUNT;
+                else if (resp_slice_eq(argv[1], "INFO")) {
+                        slot->resp_sub = BATCH_SUB_INFO;
+                        slot->n = argc - 2;
+                } else
+                        RESP_ERROR("unknown COMMAND subcommand (divvyd knows DOCS, COUNT and INFO)");
+                return BATCH_RESP_ERROR_ROOM + 5 * argc;
+        case RESP_CMD_SELECT:
+                if (argc != 2)
+                        RESP_ARITY();
+                if (resp_parse_int(argv[1], &v) < 0)
+                        RESP_ERROR("value is not an integer or out of range");
+                if (v != 0)
+                        RESP_ERROR("DB index is out of range (divvyd has database 0 only)");
+                return BATCH_RESP_ERROR_ROOM;
+        case RESP_CMD_CL_THROTTLE:
+        case RESP_CMD_RL_REDUCE:
+        case RESP_CMD_RL_GET:
+        case RESP_CMD_RL_PREDUCE:
+        case RESP_CMD_RL_PGET:
+                RESP_ERROR("CL.THROTTLE and RL.* are off: start divvyd with --allow-client-limits");
+        case RESP_CMD_AUTH:
+                RESP_ERROR("AUTH <password> called without any password configured for the default user");
+        default:
+                slot->resp_reply = BATCH_RESP_UNKNOWN;
+                slot->arg = argv[0];
+                return BATCH_RESP_ERROR_ROOM;
+        }
+#undef RESP_ERROR
+#undef RESP_ARITY
+}
+
+/* The room a reply to one of divvyd's own commands needs on RESP (an error included). */
+static size_t batch_resp_reply_max(ProtoVerb verb) {
+        switch (verb) {
+        case PROTO_VERB_EXPLAIN:
+                return PROTO_REPLY_EXPLAIN_MAX + RESP_BULK_OVERHEAD;
+        case PROTO_VERB_HIT:
+        case PROTO_VERB_RESET:
+                return BATCH_RESP_ERROR_ROOM;
+        default:
+                return RESP_REPLY_DECISION_MAX > BATCH_RESP_ERROR_ROOM ? RESP_REPLY_DECISION_MAX
+                                                                       : BATCH_RESP_ERROR_ROOM;
+        }
+}
+
+static bool resp_is_client_limit(RespCommand cmd) {
+        return cmd >= RESP_CMD_CL_THROTTLE && cmd <= RESP_CMD_RL_PGET;
+}
+
+/* CL.THROTTLE or RL.* in slot (the batch's last), with --allow-client-limits: one store hit on
+ * the counter the client's parameters name, a token bucket of those parameters. */
+static void batch_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest *req) {
+        static const StoreOp store_op[_ALGO_OP_MAX] = {
+                [ALGO_TAKE] = STORE_TAKE,
+                [ALGO_PEEK] = STORE_PEEK,
+                [ALGO_CHARGE] = STORE_CHARGE,
+                [ALGO_REFUND] = STORE_REFUND,
+        };
+        ClientLimit *cl = &b->limits[b->n_slots - 1];
+        const char *err = NULL, *why;
+        int r;
+
+        if (slot->resp_cmd == RESP_CMD_CL_THROTTLE)
+                r = client_limit_parse_throttle((int) req->argc - 1, req->argv + 1, cl, &err);
+        else
+                r = client_limit_parse_reduce(resp_command_to_string(slot->resp_cmd), (int) req->argc - 1,
+                                              req->argv + 1, cl, &err);
+        if (r < 0) {
+                slot->resp_reply = BATCH_RESP_TEXT_ERROR;
+                slot->error_reason = err ?: "ERR invalid arguments";
+                return;
+        }
+        if (cl->at_usec != 0 && (why = batch_check_time(b, cl->at_usec))) {
+                slot->resp_reply = BATCH_RESP_PROTO_ERROR;
+                slot_set_error(slot, PROTO_ERROR_BAD_TIME, why);
+                return;
+        }
+        slot->at_usec = cl->at_usec;
+        slot->count = cl->count;
+        b->hits[b->n_hits++] = (StoreHit){
+                .rule_id = cl->id,
+                .actor = cl->key.ptr ? cl->key.ptr : "",
+                .actor_len = cl->key.len,
+                .credit_limit = cl->algo.credit_limit,
+                .reset_seconds = cl->algo.reset_seconds,
+                .algo = &cl->algo,
+                .op = store_op[cl->op < _ALGO_OP_MAX ? cl->op : ALGO_PEEK],
+                .count = cl->count,
+                .at_usec = cl->at_usec,
+        };
+        slot->n_hits = 1;
+}
+
+/* batch_take() for a RESP connection: the same slots, rules and hits as lines, from RESP
+ * requests. A command's error is answered and the connection goes on; broken framing is
+ * answered once and closes it, like a line protocol error. */
+static void batch_take_resp(Batch *b, Connection *c) {
+        unsigned taken = 0;
+        size_t reserved = 0, room;
+        ConnectionResp *cr = c->resp;
+
+        while (taken < BATCH_LINES_PER_CONNECTION && batch_room(b)) {
+                const RespRequest *req = cr ? &cr->req : NULL;
+                RespCommand cmd = RESP_CMD_UNKNOWN;
+                ProtoVerb verb = _PROTO_VERB_INVALID;
+                BatchSlot *slot;
+                size_t consumed;
+                int r;
+
+                if (connection_unsent(c) >= b->settings.output_limit) {
+                        c->blocked = true;
+                        break;
+                }
+                r = connection_next_resp(c);
+                if (r == 0) {
+                        if (c->eof && c->in_pos < c->in_len)
+                                /* a request cut short by the peer's EOF: nothing to answer */
+                                connection_consume_input(c, c->in_len - c->in_pos);
+                        break;
+                }
+                if (r > 0 && req->argc == 0) {
+                        /* "*0" or "*-1": Redis answers nothing, and so do we */
+                        connection_consume_input(c, c->frame_consumed);
+                        taken++;
+                        continue;
+                }
+
+                if (r < 0) {
+                        room = BATCH_RESP_ERROR_ROOM;
+                        consumed = c->in_len - c->in_pos;
+                } else {
+                        cmd = resp_command_from_name(req->argv[0]);
+                        verb = resp_command_verb(cmd);
+                        consumed = c->frame_consumed;
+                        room = 0;
+                        if (verb >= 0) {
+                                room = batch_resp_reply_max(verb);
+                                if (resp_to_request(verb, req->argv, req->argc, &b->request) < 0)
+                                        verb = _PROTO_VERB_INVALID; /* answered with b->request's error */
+                        }
+                }
+                slot = &b->slots[b->n_slots];
+                *slot = (BatchSlot){
+                        .conn = c,
+                        .line = { c->in + c->in_pos, consumed },
+                        .first_rule = (uint32_t) b->n_rules_matched,
+                        .first_hit = (uint32_t) b->n_hits,
+                        .resp_cmd = (uint8_t) cmd,
+                };
+                if (r > 0 && room == 0)
+                        room = resp_is_client_limit(cmd) && b->limits
+                                       ? BATCH_RESP_ERROR_ROOM + CLIENT_LIMIT_ERROR_MAX
+                                       : batch_take_resp_command(b, slot, req);
+
+                if (!connection_reserve(c, reserved + room)) {
+                        if (taken > 0)
+                                break; /* answer what we have; the rest waits for the next batch */
+                        log_warning("Connection %" PRIu64 ": out of memory for replies, closing", c->id);
+                        c->closing = true;
+                        connection_consume_input(c, c->in_len - c->in_pos);
+                        break;
+                }
+                reserved += room;
+                connection_consume_input(c, consumed);
+                taken++;
+                b->n_slots++;
+
+                if (r < 0) {
+                        slot->n_rules = 0;
+                        slot->resp_reply = BATCH_RESP_FATAL;
+                        slot->error_reason = r == -ENOMEM ? "out of memory" : req->error;
+                        c->closing = true;
+                        break;
+                }
+                if (cmd == RESP_CMD_QUIT) {
+                        c->closing = true; /* +OK, then closed: what follows is not read */
+                        connection_consume_input(c, c->in_len - c->in_pos);
+                        break;
+                }
+                if (resp_is_client_limit(cmd) && b->limits) {
+                        batch_take_client_limit(b, slot, req);
+                        continue;
+                }
+                if (resp_command_verb(cmd) < 0)
+                        continue; /* a connection command: its reply is decided */
+                if (verb < 0) {
+                        slot->resp_reply = BATCH_RESP_PROTO_ERROR;
+                        slot_set_error(slot, b->request.error_code, b->request.error_reason);
+                        continue;
+                }
+                slot->verb = verb;
+                slot->count = verb == PROTO_VERB_HIT ? 1 : b->request.count;
+                if (b->request.has_at) {
+                        const char *why = batch_check_time(b, b->request.at_usec);
+                        if (why) {
+                                slot->resp_reply = BATCH_RESP_PROTO_ERROR;
+                                slot_set_error(slot, PROTO_ERROR_BAD_TIME, why);
+                                continue;
+                        }
+                        slot->at_usec = b->request.at_usec;
+                }
+                if ((verb == PROTO_VERB_REFUND || verb == PROTO_VERB_RESET) && !c->admin) {
+                        slot->resp_reply = BATCH_RESP_PROTO_ERROR;
+                        slot_set_error(slot, PROTO_ERROR_FORBIDDEN,
+                                       verb == PROTO_VERB_RESET ? "RESET needs an admin listener"
+                                                                : "REFUND needs an admin listener");
+                        continue;
+                }
+                batch_match(b, slot);
+        }
+}
+
 void batch_take(Batch *b, Connection *c) {
         unsigned taken = 0;
         size_t reserved = 0, room;
@@ -257,6 +610,15 @@ void batch_take(Batch *b, Connection *c) {
                 /* For the metrics: a HIT's duration is its batch's (parse, match, store, format). */
                 b->start_usec = b->metrics ? clock_usec(CLOCK_MONOTONIC) : 0;
                 b->started = true;
+        }
+        if (c->proto != CONNECTION_PROTO_LINE) {
+                /* decided by the first byte: framing decides */
+                if (!c->framed)
+                        connection_frame(c);
+                if (c->proto == CONNECTION_PROTO_RESP) {
+                        batch_take_resp(b, c);
+                        return;
+                }
         }
 
         while (taken < BATCH_LINES_PER_CONNECTION && batch_room(b)) {
@@ -459,8 +821,16 @@ static size_t batch_format_explain(Batch *b, const BatchSlot *slot, char *p) {
         /* The actor is the request's: its pairs were parsed from the slot's line, which the
          * batch still holds, so parse it again (EXPLAIN is rare and never on the HIT path). */
         ProtoSlice actor = { NULL, 0 };
-        if (stop->actor_field &&
-            proto_parse_request(slot->line.ptr, slot->line.len, PROTO_PAIRS_MAX, &b->request) >= 0) {
+        int r = -EBADMSG;
+        if (stop->actor_field && slot->conn->proto == CONNECTION_PROTO_RESP) {
+                /* a RESP slot's line is its request's bytes */
+                if (resp_parse(slot->line.ptr, slot->line.len, RESP_ARGS_MAX, RESP_REQUEST_MAX,
+                               &b->resp_request) > 0)
+                        r = resp_to_request(PROTO_VERB_EXPLAIN, b->resp_request.argv, b->resp_request.argc,
+                                            &b->request);
+        } else if (stop->actor_field)
+                r = proto_parse_request(slot->line.ptr, slot->line.len, PROTO_PAIRS_MAX, &b->request);
+        if (r >= 0) {
                 actor = rule_actor(stop, &b->request);
                 if (!actor.ptr)
                         actor = (ProtoSlice){ "", 0 };
@@ -578,6 +948,242 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
         return true;
 }
 
+static char *resp_put_bulk(char *p, const char *s) {
+        return p + resp_format_bulk(p, s, strlen(s));
+}
+
+/* HELLO's reply: Redis's map, as a flat array in RESP2. */
+static size_t batch_format_resp_hello(const Connection *c, char *buf) {
+        char *p = buf;
+
+        p += resp_format_array(p, 14);
+        p = resp_put_bulk(p, "server");
+        p = resp_put_bulk(p, "divvyd");
+        p = resp_put_bulk(p, "version");
+        p += resp_format_bulk(p, PACKAGE_VERSION, strnlen(PACKAGE_VERSION, PROTO_VERSION_MAX));
+        p = resp_put_bulk(p, "proto");
+        p += resp_format_integer(p, 2);
+        p = resp_put_bulk(p, "id");
+        p += resp_format_integer(p, (int64_t) c->id);
+        p = resp_put_bulk(p, "mode");
+        p = resp_put_bulk(p, "standalone");
+        p = resp_put_bulk(p, "role");
+        p = resp_put_bulk(p, "master");
+        p = resp_put_bulk(p, "modules");
+        p += resp_format_array(p, 0);
+        return (size_t) (p - buf);
+}
+
+static void batch_resp_set_name(Connection *c, ProtoSlice name) {
+        memcpy(c->resp->name, name.ptr, name.len);
+        c->resp->name_len = name.len;
+        c->resp->has_name = name.len > 0; /* Redis: an empty name clears it */
+}
+
+/* The reply to a RESP connection command (PING, HELLO, ...), decided when it was taken. */
+static size_t batch_format_resp_command(const BatchSlot *slot, char *p) {
+        Connection *c = slot->conn;
+
+        switch (slot->resp_cmd) {
+        case RESP_CMD_PING:
+                if (slot->arg.ptr)
+                        return resp_format_bulk(p, slot->arg.ptr, slot->arg.len);
+                return resp_format_simple(p, "PONG");
+        case RESP_CMD_ECHO:
+                return resp_format_bulk(p, slot->arg.ptr, slot->arg.len);
+        case RESP_CMD_HELLO:
+                if (slot->resp_sub == BATCH_SUB_SETNAME)
+                        batch_resp_set_name(c, slot->arg);
+                return batch_format_resp_hello(c, p);
+        case RESP_CMD_CLIENT:
+                switch (slot->resp_sub) {
+                case BATCH_SUB_SETNAME:
+                        batch_resp_set_name(c, slot->arg);
+                        break;
+                case BATCH_SUB_GETNAME:
+                        if (!c->resp->has_name)
+                                return resp_format_null(p);
+                        return resp_format_bulk(p, c->resp->name, c->resp->name_len);
+                case BATCH_SUB_ID:
+                        return resp_format_integer(p, (int64_t) c->id);
+                default:
+                        break;
+                }
+                return resp_format_simple(p, "OK");
+        case RESP_CMD_COMMAND:
+                if (slot->resp_sub == BATCH_SUB_COUNT)
+                        return resp_format_integer(p, _RESP_CMD_MAX - 1);
+                if (slot->resp_sub == BATCH_SUB_INFO) {
+                        size_t len = resp_format_array(p, slot->n);
+                        for (uint64_t i = 0; i < slot->n; i++)
+                                len += resp_format_null(p + len);
+                        return len;
+                }
+                return resp_format_array(p, 0);
+        default: /* QUIT, SELECT 0 */
+                return resp_format_simple(p, "OK");
+        }
+}
+
+/* batch_format_reply() for a RESP slot: the same decisions and counts, in RESP. */
+static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, bool *ret_ok) {
+        Connection *c = slot->conn;
+        char *p = c->out + c->out_len;
+        BatchDecision d;
+        size_t len;
+
+        if (c->err_sent)
+                return false; /* after a framing error or QUIT: nothing more is answered */
+
+        switch (slot->resp_reply) {
+        case BATCH_RESP_FATAL:
+                len = resp_format_error(p, "ERR", slot->error_reason);
+                c->closing = c->err_sent = true;
+                batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                goto answered;
+        case BATCH_RESP_ERROR:
+                len = resp_format_error(p, "ERR", slot->error_reason);
+                batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                goto answered;
+        case BATCH_RESP_PROTO_ERROR:
+                len = resp_format_proto_error(p, slot->error_code, slot->error_reason);
+                batch_count_error(b, slot->error_code);
+                goto answered;
+        case BATCH_RESP_UNKNOWN:
+                len = resp_format_unknown_command(p, slot->arg);
+                batch_count_error(b, PROTO_ERROR_UNKNOWN_COMMAND);
+                goto answered;
+        case BATCH_RESP_ARITY: {
+                char why[96];
+                const char *name = resp_command_to_string(slot->resp_cmd) ?: "?";
+                snprintf(why, sizeof why, "wrong number of arguments for '%s' command", name);
+                len = resp_format_error(p, "ERR", why);
+                batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                goto answered;
+        }
+        case BATCH_RESP_TEXT_ERROR:
+                len = resp_format_error_text(p, slot->error_reason);
+                batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                goto answered;
+        case BATCH_RESP_NOPROTO:
+                len = resp_format_error(p, "NOPROTO", "sorry, this protocol version is not supported");
+                batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                goto answered;
+        default:
+                break;
+        }
+
+        if (resp_command_verb(slot->resp_cmd) < 0 && !resp_is_client_limit(slot->resp_cmd)) {
+                len = batch_format_resp_command(slot, p);
+                if (slot->resp_cmd == RESP_CMD_QUIT)
+                        c->err_sent = true; /* +OK is the last reply */
+                *ret_ok = true;
+                goto answered;
+        }
+
+        if (slot->n_hits > 0 && store_error < 0) {
+                len = resp_format_proto_error(p, PROTO_ERROR_UNKNOWN, b->store_error_reason);
+                batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                goto answered;
+        }
+        if (slot->n_hits > 0 && b->hit_errors > 0)
+                for (uint32_t i = 0; i < slot->n_hits; i++)
+                        if (b->hits[slot->first_hit + i].error < 0) {
+                                len = resp_format_proto_error(p, PROTO_ERROR_UNKNOWN, b->store_error_reason);
+                                batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                                goto answered;
+                        }
+
+        if (resp_is_client_limit(slot->resp_cmd)) {
+                const StoreHit *h = &b->hits[slot->first_hit];
+                const ClientLimit *cl = &b->limits[slot - b->slots];
+                AlgoResult res = { .allowed = h->allowed,
+                                   .credit = h->credit,
+                                   .limit = h->limit,
+                                   .reset = h->reset_left,
+                                   .retry = h->retry };
+                if (slot->resp_cmd == RESP_CMD_CL_THROTTLE) {
+                        int64_t v[CLIENT_LIMIT_THROTTLE_REPLY_LEN];
+                        size_t n = client_limit_format_throttle(cl, &res, v);
+                        len = resp_format_array(p, n);
+                        for (size_t i = 0; i < n; i++)
+                                len += resp_format_integer(p + len, v[i]);
+                } else
+                        len = resp_format_integer(p, client_limit_reduce_reply(cl, &res));
+                *ret_ok = true;
+                goto answered;
+        }
+
+        switch (slot->verb) {
+        case PROTO_VERB_HIT:
+                batch_count_canaries(b, slot);
+                batch_binding(b, slot, &d);
+                if (rule_trivial_decision(d.rule) == RULE_TRIVIAL_DENY)
+                        len = resp_format_hit(p, false, 0, -1);
+                else
+                        len = resp_format_hit(p, d.allowed, d.credit, (int64_t) d.reset);
+                batch_count_hit(b, d.rule, d.allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
+                break;
+        case PROTO_VERB_EXPLAIN: {
+                /* The line protocol's fields, without "OK " and "\n", as one bulk string. */
+                const char *text = p + RESP_BULK_OVERHEAD;
+                size_t n = batch_format_explain(b, slot, p + RESP_BULK_OVERHEAD);
+                char head[RESP_BULK_OVERHEAD];
+                size_t h;
+
+                if (n >= 4 && memcmp(text, "OK ", 3) == 0) {
+                        text += 3;
+                        n -= 4;
+                }
+                h = (size_t) snprintf(head, sizeof head, "$%zu\r\n", n);
+                memmove(p + h, text, n); /* h < RESP_BULK_OVERHEAD: the text moves towards p */
+                memcpy(p, head, h);
+                memcpy(p + h + n, "\r\n", 2);
+                len = h + n + 2;
+                d = (BatchDecision){ .allowed = true,
+                                     .rule = b->rules_matched[slot->first_rule + slot->n_rules - 1] };
+                break;
+        }
+        case PROTO_VERB_RESET: {
+                uint64_t n = 0;
+                for (uint32_t i = 0; i < slot->n_hits; i++)
+                        n += b->hits[slot->first_hit + i].credit;
+                len = resp_format_integer(p, n > INT64_MAX ? INT64_MAX : (int64_t) n);
+                d = (BatchDecision){ .allowed = true, .credit = n };
+                break;
+        }
+        default: /* TAKE, PEEK, CHARGE, REFUND */
+                if (slot->verb == PROTO_VERB_TAKE)
+                        batch_count_canaries(b, slot);
+                batch_binding(b, slot, &d);
+                len = resp_format_decision(p, &(ProtoDecision){
+                                                      .allowed = d.allowed,
+                                                      .credit = d.credit,
+                                                      .limit = d.limit,
+                                                      .reset = d.reset,
+                                                      .retry = d.retry,
+                                                      .rule = batch_rule_ref(d.rule),
+                                              });
+                break;
+        }
+        if (slot->verb != PROTO_VERB_HIT && b->metrics)
+                metrics_count_verb(b->metrics, slot->verb, d.allowed,
+                                   (slot->verb == PROTO_VERB_TAKE && d.allowed) ||
+                                                   slot->verb == PROTO_VERB_CHARGE
+                                           ? slot->count
+                                           : 0);
+        *ret_ok = true;
+        if (b->settings.debug && d.rule) {
+                char desc[RULE_DESCRIBE_MAX];
+                log_debug("Connection %" PRIu64 ": RESP %s -> allowed=%d credit=%" PRIu64 " by rule %s",
+                          c->id, resp_command_to_string(slot->resp_cmd), d.allowed, d.credit,
+                          rule_describe(d.rule, desc, sizeof desc));
+        }
+answered:
+        c->out_len += len;
+        return true;
+}
+
 /* The store failed the batch: every request with a hit is answered with its -errno; a full
  * store fails every batch: logged once per interval, with a count. */
 static void batch_store_failed(Batch *b, int r) {
@@ -613,8 +1219,12 @@ static void batch_complete(Batch *b, int store_error) {
                                         batch_store_failed(b, b->hits[i].error);
                         }
         for (size_t i = 0; i < b->n_slots; i++) {
-                bool ok = false;
-                if (batch_format_reply(b, &b->slots[i], store_error, &ok))
+                bool ok = false, answered;
+                if (__builtin_expect(b->slots[i].conn->proto == CONNECTION_PROTO_RESP, 0))
+                        answered = batch_format_resp(b, &b->slots[i], store_error, &ok);
+                else
+                        answered = batch_format_reply(b, &b->slots[i], store_error, &ok);
+                if (answered)
                         n_answered++;
                 if (ok)
                         n_ok++;

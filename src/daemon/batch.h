@@ -42,6 +42,7 @@ typedef struct BatchSettings {
         size_t output_limit; /* bytes of unsent replies beyond which a connection is not taken from */
         bool debug;          /* log every request a rule decides (not HELLO, RESET) with that rule */
         uint64_t client_time_max_age_usec; /* TAKE/PEEK/CHARGE @time: how old it may be; 0 refuses it */
+        bool allow_client_limits;          /* RESP: CL.THROTTLE and RL.* (limits a client defines) */
 } BatchSettings;
 
 typedef struct Batch Batch;
@@ -65,9 +66,12 @@ void batch_set_metrics(Batch *b, Metrics *metrics);
 /* True if the batch can take at least one more request (of a new connection). */
 bool batch_has_room(const Batch *b);
 
-/* Takes up to BATCH_LINES_PER_CONNECTION requests of c, while the batch has room. Sets
+/* Takes up to BATCH_LINES_PER_CONNECTION requests of c, while the batch has room (lines, or RESP
+ * requests on a RESP connection: see connection.h; both are matched, counted and decided alike,
+ * and answered in the connection's protocol). Sets
  * c->blocked when c's unsent output is over the output limit, c->closing after a request
- * that is answered ERR (the input after it is dropped). c must stay alive until
+ * that is answered ERR (the input after it is dropped; on RESP, only after a framing error or
+ * QUIT: other errors are answered and the connection goes on). c must stay alive until
  * batch_finish(). */
 void batch_take(Batch *b, Connection *c);
 

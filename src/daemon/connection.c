@@ -40,6 +40,7 @@ Connection *connection_free(Connection *c) {
                 close(c->fd);
         free(c->in);
         free(c->out);
+        free(c->resp);
         free(c);
         return NULL;
 }
@@ -138,14 +139,49 @@ char *connection_reserve(Connection *c, size_t n) {
 void connection_compact_input(Connection *c) {
         if (c->in_pos == 0)
                 return;
-        /* The framing is relative to in_pos: it stays valid. */
+        /* The framing is relative to in_pos: it stays valid; but a framed RESP request's argv
+         * points into the buffer, so it is framed again. */
         memmove(c->in, c->in + c->in_pos, c->in_len - c->in_pos);
+        if (c->proto == CONNECTION_PROTO_RESP)
+                c->framed = false;
         c->in_len -= c->in_pos;
         c->in_pos = 0;
 }
 
+/* A connection not yet known to be a line connection: decides by its first byte, then frames
+ * a RESP request. */
+static void connection_frame_resp(Connection *c) {
+        if (c->proto == CONNECTION_PROTO_UNDECIDED) {
+                if (c->in_len <= c->in_pos) {
+                        c->frame_result = 0;
+                        c->framed = true;
+                        return;
+                }
+                if (c->in[c->in_pos] != '*' || !c->resp_allowed) {
+                        c->proto = CONNECTION_PROTO_LINE;
+                        connection_frame(c);
+                        return;
+                }
+                c->proto = CONNECTION_PROTO_RESP;
+                c->resp = calloc(1, sizeof *c->resp);
+        }
+        c->framed = true;
+        if (!c->resp) {
+                c->frame_result = -ENOMEM;
+                return;
+        }
+        c->frame_result = resp_parse(c->in + c->in_pos, c->in_len - c->in_pos, RESP_ARGS_MAX,
+                                     RESP_REQUEST_MAX, &c->resp->req);
+        c->frame_consumed = c->resp->req.consumed;
+}
+
 void connection_frame(Connection *c) {
         ProtoSlice line = {};
+
+        if (c->proto != CONNECTION_PROTO_LINE) {
+                connection_frame_resp(c);
+                return;
+        }
 
         c->frame_result = proto_next_line(c->in + c->in_pos, c->in_len - c->in_pos, PROTO_LINE_MAX, &line,
                                           &c->frame_consumed);
@@ -161,6 +197,8 @@ bool connection_has_request(Connection *c) {
                 return false;
         if (c->eof)
                 return true;
+        if (c->proto != CONNECTION_PROTO_LINE)
+                return connection_next_resp(c) != 0;
         return connection_next_line(c, &line, &consumed) != 0;
 }
 

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "core/protocol.h"
+#include "core/resp.h"
 
 #define CONNECTION_READ_SLACK                                                                               \
         (16u * 1024u) /* bytes of input buffer beyond one maximal line: lets pipelining clients             \
@@ -25,15 +26,38 @@
 #define CONNECTION_OUT_INITIAL                                                                              \
         (4u * 1024u) /* bytes: first output buffer; enough for a request/response client forever */
 
+#define CONNECTION_NAME_MAX 128 /* bytes of a RESP client's CLIENT SETNAME name */
+
+/* The protocol a connection speaks, decided by its first byte (issue #17): '*' starts RESP,
+ * anything else is the divvy line protocol. A divvy line never starts with '*' (it would be
+ * an unknown command), so nothing a divvy client sends changes meaning. */
+typedef enum ConnectionProto {
+        CONNECTION_PROTO_UNDECIDED,
+        CONNECTION_PROTO_LINE,
+        CONNECTION_PROTO_RESP,
+} ConnectionProto;
+
+/* What a RESP connection holds beyond a line connection's: allocated once, when its first
+ * byte makes it one (never per request). */
+typedef struct ConnectionResp {
+        RespRequest req; /* the framed request at in_pos (argv points into the input) */
+        size_t name_len;
+        bool has_name;
+        char name[CONNECTION_NAME_MAX]; /* CLIENT SETNAME */
+} ConnectionResp;
+
 typedef struct Connection Connection;
 
 struct Connection {
         uint64_t id; /* for log messages */
         int fd;
         bool is_tcp;
-        bool admin;      /* accepted on an admin listener: REFUND and RESET allowed (issue #15) */
-        int epfd;        /* the server's epoll instance; registered there while events != 0 */
-        uint32_t events; /* the epoll mask currently requested */
+        bool admin;           /* accepted on an admin listener: REFUND and RESET allowed (issue #15) */
+        int epfd;             /* the server's epoll instance; registered there while events != 0 */
+        uint32_t events;      /* the epoll mask currently requested */
+        uint8_t proto;        /* ConnectionProto */
+        bool resp_allowed;    /* a first byte '*' makes it RESP (else: the line protocol, --resp=off) */
+        ConnectionResp *resp; /* CONNECTION_PROTO_RESP only */
 
         char *in;      /* CONNECTION_IN_SIZE bytes */
         size_t in_len; /* bytes received */
@@ -41,9 +65,9 @@ struct Connection {
         /* proto_next_line() of the input at in_pos, kept until in_pos moves (and, for an
          * incomplete line, until more input arrives): every line is framed once. */
         bool framed;
-        int frame_result;      /* 1, 0 or -EMSGSIZE */
+        int frame_result;      /* 1, 0 or -EMSGSIZE; RESP: resp_parse()'s, or -ENOMEM */
         size_t frame_line_len; /* frame_result 1: the line's length without "\n" or "\r\n" */
-        size_t frame_consumed; /* frame_result 1: its length with them */
+        size_t frame_consumed; /* frame_result 1: its length with them (RESP: the request's bytes) */
         char *out;             /* out_size bytes */
         size_t out_size;
         size_t out_max; /* growth cap */
@@ -107,12 +131,22 @@ void connection_frame(Connection *c);
  * yet, -EMSGSIZE for an over-long one), framed only the first time it is asked for.
  * Inline: it runs for every request. */
 static inline int connection_next_line(Connection *c, ProtoSlice *ret_line, size_t *ret_consumed) {
+        /* (the batch asks a RESP connection with connection_next_resp() instead) */
         if (!c->framed)
                 connection_frame(c);
         if (c->frame_result > 0) {
                 *ret_line = (ProtoSlice){ .ptr = c->in + c->in_pos, .len = c->frame_line_len };
                 *ret_consumed = c->frame_consumed;
         }
+        return c->frame_result;
+}
+
+/* The next RESP request of a RESP connection, at in_pos: resp_parse()'s result (1 with
+ * c->resp->req and frame_consumed set, 0, or an error with c->resp->req.error; -ENOMEM if
+ * the connection could not turn RESP), parsed only the first time it is asked for. */
+static inline int connection_next_resp(Connection *c) {
+        if (!c->framed)
+                connection_frame(c);
         return c->frame_result;
 }
 

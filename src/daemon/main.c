@@ -88,6 +88,11 @@ static void help(void) {
                "      --http-port=PORT     Serve Prometheus metrics over HTTP (also $HTTP_SERVICE_PORT)\n"
                "      --http-address=ADDR  ... on this numeric address (default 127.0.0.1)\n"
                "      --metrics-path=PATH  ... at PATH (also $PROMETHEUS_METRICS_PATH; default /metrics)\n"
+               "      --resp=on|off        Answer connections whose first byte is '*' in RESP, the\n"
+               "                           Redis protocol (default on; see divvyd(8))\n"
+               "      --allow-client-limits\n"
+               "                           Accept CL.THROTTLE and RL.* over RESP: limits that the\n"
+               "                           clients define (default off)\n"
                "  -n, --check-config       Validate CONFIG, print a one-line summary, exit\n"
                "      --compat=divvy       ... and refuse the rules Node divvy 1.7 would decide\n"
                "                           otherwise or not read (before sharing its Redis)\n"
@@ -234,6 +239,9 @@ enum {
         ARG_STORE_PASSWORD_FILE,
         ARG_BACKEND_TIMEOUT,
         ARG_ON_BACKEND_ERROR,
+        /* RESP (issue #17) */
+        ARG_RESP,
+        ARG_ALLOW_CLIENT_LIMITS,
 };
 
 /* The store's and the server's options. Returns 0, 1 if c is none of them, or the exit
@@ -372,6 +380,18 @@ static int parse_metrics_option(int c, const char *arg, Options *o) {
         case ARG_HTTP_ADDRESS:
                 o->settings.http.address = arg;
                 return 0;
+        /* RESP (issue #17) */
+        case ARG_RESP:
+                if (strcmp(arg, "on") == 0)
+                        o->settings.server.resp = true;
+                else if (strcmp(arg, "off") == 0)
+                        o->settings.server.resp = false;
+                else
+                        return usage_error("--resp (on or off)", arg);
+                return 0;
+        case ARG_ALLOW_CLIENT_LIMITS:
+                o->settings.server.allow_client_limits = true;
+                return 0;
         case ARG_METRICS_PATH:
                 if (arg[0] != '/')
                         return usage_error("--metrics-path (must start with '/')", arg);
@@ -421,6 +441,9 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "store-password-file", required_argument, NULL, ARG_STORE_PASSWORD_FILE },
                 { "backend-timeout", required_argument, NULL, ARG_BACKEND_TIMEOUT },
                 { "on-backend-error", required_argument, NULL, ARG_ON_BACKEND_ERROR },
+                /* RESP (issue #17) */
+                { "resp", required_argument, NULL, ARG_RESP },
+                { "allow-client-limits", no_argument, NULL, ARG_ALLOW_CLIENT_LIMITS },
                 {},
         };
         char *end;
@@ -681,6 +704,7 @@ int main(int argc, char *argv[]) {
                         .server = {
                                 .max_connections = MAX_CONNECTIONS_DEFAULT,
                                 .output_limit = OUTPUT_LIMIT_DEFAULT,
+                                .resp = true, /* RESP (issue #17) */
                         },
                         .sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC,
                 },

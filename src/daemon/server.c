@@ -324,9 +324,12 @@ void server_accept(int fd, bool is_tcp, bool admin, Server *s) {
                 /* Replies are small and latency matters: no Nagle. Harmless if refused. */
                 (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
 
-        /* A batch reserves room for all it takes before it checks the limit again. */
+        /* A batch reserves room for all it takes before it checks the limit again (and on RESP,
+         * for one ECHO of a whole bulk). */
         r = connection_new(fd, is_tcp,
-                           s->settings.output_limit + BATCH_LINES_PER_CONNECTION * PROTO_REPLY_MAX, &c);
+                           s->settings.output_limit + BATCH_LINES_PER_CONNECTION * PROTO_REPLY_MAX +
+                                   RESP_BULK_MAX + PROTO_REPLY_MAX,
+                           &c);
         if (r < 0) {
                 log_warning_errno(r, "Failed to allocate a connection, closing it: %m");
                 close(fd);
@@ -334,6 +337,7 @@ void server_accept(int fd, bool is_tcp, bool admin, Server *s) {
         }
         c->id = ++s->next_id;
         c->admin = admin;
+        c->resp_allowed = s->settings.resp;
         c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
 
         c->epfd = s->epfd;
@@ -519,7 +523,8 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                 r = batch_new(
                         &(BatchSettings){ .output_limit = s->settings.output_limit,
                                           .debug = settings->debug,
-                                          .client_time_max_age_usec = settings->client_time_max_age_usec },
+                                          .client_time_max_age_usec = settings->client_time_max_age_usec,
+                                          .allow_client_limits = settings->allow_client_limits },
                         &sb->batch);
                 sb->conns = calloc(BATCH_REQUESTS_MAX, sizeof *sb->conns);
                 if (r < 0 || !sb->conns) {

@@ -43,6 +43,8 @@ typedef struct ServerSettings {
         size_t output_limit;               /* bytes of unsent replies beyond which we stop reading */
         bool debug;                        /* log every request a rule decides, with that rule */
         uint64_t client_time_max_age_usec; /* how old a TAKE/PEEK/CHARGE @time may be; 0 refuses it */
+        bool resp;                         /* a connection whose first byte is '*' speaks RESP (#17) */
+        bool allow_client_limits;          /* RESP: CL.THROTTLE and RL.* (limits a client defines) */
 } ServerSettings;
 
 /* Counters of the connections and the batches, for STATUS and the tests; monotonic unless

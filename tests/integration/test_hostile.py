@@ -279,7 +279,8 @@ class Hostile(harness.DaemonTestCase):
             for i in range(batch, min(batch + 10, 64)):
                 payload = bytes(rng.getrandbits(8) for _ in range(256 * 1024)) if i < 4 else \
                     os.urandom(256 * 1024)
-                if payload.startswith(b"HIT") or payload[:1] in (b" ", b"\t"):
+                # (a first '*' would make it a RESP connection, issue #17: test_resp.py's garbage)
+                if payload.startswith(b"HIT") or payload[:1] in (b" ", b"\t", b"*"):
                     payload = b"\x01" + payload[1:]
                 fed += len(payload)
 

@@ -1,0 +1,571 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * RESP2 requests and replies (issue #17); see resp.h. A single forward pass over caller-owned
+ * memory: no allocation, no copies, no I/O. Grammar of a request (RESP2's "multibulk"):
+ *
+ *   request = "*" n CRLF ( "$" len CRLF <len bytes> CRLF ){n}     n = -1 | 0 .. max_args
+ *   n, len  = [0-9]{1,18}  ("-1" for n only: a null array, like "*0" answered nothing)
+ *
+ * Between requests, CR and LF bytes (an empty inline line to Redis) are skipped.
+ */
+
+#include "resp.h"
+
+#include "shared/utf8.h"
+
+#include <string.h>
+
+#define CRLF "\r\n"
+
+/* Sentences of the framing errors: static, never anything from the client. */
+#define REASON_FIRST   "Protocol error: expected '*' (divvyd takes RESP arrays of bulk strings)"
+#define REASON_NESTED  "Protocol error: nested arrays are not supported"
+#define REASON_TYPE    "Protocol error: expected '$' (a bulk string)"
+#define REASON_NUMBER  "Protocol error: invalid length"
+#define REASON_CRLF    "Protocol error: expected CRLF after a bulk string"
+#define REASON_ARGS    "Protocol error: too many arguments"
+#define REASON_BULK    "Protocol error: bulk string longer than the line limit"
+#define REASON_REQUEST "Protocol error: request longer than the line limit"
+
+/* Reasons of resp_to_request(): the line protocol's where the same thing is wrong. */
+#define REASON_COUNT_MISSING "missing count (TAKE, CHARGE and REFUND need one)"
+#define REASON_COUNT_ZERO    "count must be at least 1"
+#define REASON_COUNT_DIGITS  "count must be decimal digits"
+#define REASON_COUNT_ZEROS   "count has a leading zero"
+#define REASON_COUNT_BIG     "count above 9007199254740991"
+#define REASON_COUNT_NONE    "HELLO, RESET and EXPLAIN take no count"
+#define REASON_TIME_VERB     "only TAKE, PEEK and CHARGE take a timestamp"
+#define REASON_TIME_FORMAT   "a timestamp is @<seconds>[.<up to 6 digits>]"
+#define REASON_EMPTY_KEY     "empty key"
+#define REASON_KEY_CHAR      "blank, '=' or '\"' in a key"
+#define REASON_ODD           "odd number of key/value arguments"
+#define REASON_TOO_MANY      "too many key=value pairs"
+#define REASON_NUL           "NUL byte in request"
+#define REASON_CONTROL       "control character in request (only space and tab are allowed)"
+#define REASON_UTF8          "invalid UTF-8 in request"
+_Static_assert(PROTO_COUNT_MAX == 9007199254740991ULL, "REASON_COUNT_BIG names PROTO_COUNT_MAX");
+_Static_assert(RESP_REQUEST_MAX + RESP_HEADER_MAX <= PROTO_LINE_MAX + 2u + 16u * 1024u,
+               "a request fits a connection's input buffer (connection.h: CONNECTION_IN_SIZE)");
+
+static int parse_fail(RespRequest *ret, int r, const char *reason) {
+        ret->argc = 0;
+        ret->error = reason;
+        return r;
+}
+
+/* Reads the header "<type>[-]<digits>\r\n" at p. Returns 1 with *ret_n and *ret_len (its bytes),
+ * 0 if it is incomplete, -EBADMSG if malformed (a '-' is only accepted by the caller). */
+static int read_header(const uint8_t *p, const uint8_t *end, int64_t *ret_n, size_t *ret_len) {
+        const uint8_t *q = p + 1, *digits;
+        bool negative = false;
+        int64_t n = 0;
+
+        if (q < end && *q == '-') {
+                negative = true;
+                q++;
+        }
+        digits = q;
+        while (q < end && *q >= '0' && *q <= '9') {
+                if (q - digits >= 18)
+                        return -EBADMSG;
+                n = n * 10 + (*q - '0');
+                q++;
+        }
+        if (q >= end)
+                return (size_t) (end - p) < RESP_HEADER_MAX ? 0 : -EBADMSG;
+        if (q == digits || *q != '\r')
+                return -EBADMSG;
+        if (q + 1 >= end)
+                return 0;
+        if (q[1] != '\n')
+                return -EBADMSG;
+        *ret_n = negative ? -n : n;
+        *ret_len = (size_t) (q + 2 - p);
+        return 1;
+}
+
+int resp_parse(const char *buf, size_t len, size_t max_args, size_t max_bytes, RespRequest *ret) {
+        const uint8_t *start = (const uint8_t *) buf, *end = start + len;
+        size_t pos, hlen;
+        int64_t n, blen;
+        int r;
+
+        ret->argc = 0;
+        ret->error = NULL;
+        if (max_args > RESP_ARGS_MAX)
+                max_args = RESP_ARGS_MAX;
+        if (len == 0)
+                return 0;
+        if (buf[0] == '\r' || buf[0] == '\n') {
+                /* An empty line between requests, as Redis ignores it (redis-cli --pipe sends
+                 * "\r\n" before its closing ECHO): consumed as a request of no arguments. */
+                pos = 1;
+                while (pos < len && pos < RESP_HEADER_MAX && (buf[pos] == '\r' || buf[pos] == '\n'))
+                        pos++;
+                ret->consumed = pos;
+                return 1;
+        }
+        if (buf[0] != '*')
+                return parse_fail(ret, -EBADMSG, REASON_FIRST);
+        r = read_header(start, end, &n, &hlen);
+        if (r <= 0)
+                return r < 0 ? parse_fail(ret, r, REASON_NUMBER) : 0;
+        if (n < -1)
+                return parse_fail(ret, -EBADMSG, REASON_NUMBER);
+        if (n > (int64_t) max_args)
+                return parse_fail(ret, -E2BIG, REASON_ARGS);
+        pos = hlen;
+        for (int64_t i = 0; i < n; i++) {
+                if (pos >= max_bytes)
+                        return parse_fail(ret, -EMSGSIZE, REASON_REQUEST);
+                if (pos >= len)
+                        return 0;
+                if (buf[pos] != '$')
+                        return parse_fail(ret, -EBADMSG, buf[pos] == '*' ? REASON_NESTED : REASON_TYPE);
+                r = read_header(start + pos, end, &blen, &hlen);
+                if (r <= 0)
+                        return r < 0 ? parse_fail(ret, r, REASON_NUMBER) : 0;
+                if (blen < 0)
+                        return parse_fail(ret, -EBADMSG, REASON_NUMBER);
+                if (blen > RESP_BULK_MAX)
+                        return parse_fail(ret, -EMSGSIZE, REASON_BULK);
+                if (pos + hlen + (size_t) blen + 2 > max_bytes)
+                        return parse_fail(ret, -EMSGSIZE, REASON_REQUEST);
+                if (pos + hlen + (size_t) blen + 2 > len) {
+                        /* Complete but for its "\r\n": refuse a wrong byte as soon as it is here. */
+                        size_t at = pos + hlen + (size_t) blen;
+                        if (at < len && buf[at] != '\r')
+                                return parse_fail(ret, -EBADMSG, REASON_CRLF);
+                        return 0;
+                }
+                if (buf[pos + hlen + blen] != '\r' || buf[pos + hlen + blen + 1] != '\n')
+                        return parse_fail(ret, -EBADMSG, REASON_CRLF);
+                ret->argv[i] = (ProtoSlice){ .ptr = buf + pos + hlen, .len = (size_t) blen };
+                pos += hlen + (size_t) blen + 2;
+        }
+        ret->argc = n < 0 ? 0 : (size_t) n;
+        ret->consumed = pos;
+        return 1;
+}
+
+static const char *const command_table[_RESP_CMD_MAX] = {
+        [RESP_CMD_HIT] = "HIT",
+        [RESP_CMD_TAKE] = "TAKE",
+        [RESP_CMD_PEEK] = "PEEK",
+        [RESP_CMD_CHARGE] = "CHARGE",
+        [RESP_CMD_REFUND] = "REFUND",
+        [RESP_CMD_RESET] = "RESET",
+        [RESP_CMD_EXPLAIN] = "EXPLAIN",
+        [RESP_CMD_PING] = "PING",
+        [RESP_CMD_ECHO] = "ECHO",
+        [RESP_CMD_QUIT] = "QUIT",
+        [RESP_CMD_HELLO] = "HELLO",
+        [RESP_CMD_CLIENT] = "CLIENT",
+        [RESP_CMD_COMMAND] = "COMMAND",
+        [RESP_CMD_SELECT] = "SELECT",
+        [RESP_CMD_AUTH] = "AUTH",
+        [RESP_CMD_CL_THROTTLE] = "CL.THROTTLE",
+        [RESP_CMD_RL_REDUCE] = "RL.REDUCE",
+        [RESP_CMD_RL_GET] = "RL.GET",
+        [RESP_CMD_RL_PREDUCE] = "RL.PREDUCE",
+        [RESP_CMD_RL_PGET] = "RL.PGET",
+};
+
+bool resp_slice_eq(ProtoSlice s, const char *word) {
+        size_t i;
+
+        for (i = 0; i < s.len; i++) {
+                uint8_t c = (uint8_t) s.ptr[i], w = (uint8_t) word[i];
+                if (w == 0)
+                        return false;
+                if (c >= 'a' && c <= 'z')
+                        c -= 'a' - 'A';
+                if (w >= 'a' && w <= 'z')
+                        w -= 'a' - 'A';
+                if (c != w)
+                        return false;
+        }
+        return word[i] == 0;
+}
+
+RespCommand resp_command_from_name(ProtoSlice name) {
+        /* HIT first: it is the one on the hot path. */
+        for (RespCommand c = RESP_CMD_HIT; c < _RESP_CMD_MAX; c++)
+                if (resp_slice_eq(name, command_table[c]))
+                        return c;
+        return RESP_CMD_UNKNOWN;
+}
+
+const char *resp_command_to_string(RespCommand cmd) {
+        if (cmd <= RESP_CMD_UNKNOWN || cmd >= _RESP_CMD_MAX)
+                return NULL;
+        return command_table[cmd];
+}
+
+ProtoVerb resp_command_verb(RespCommand cmd) {
+        switch (cmd) {
+        case RESP_CMD_HIT:
+                return PROTO_VERB_HIT;
+        case RESP_CMD_TAKE:
+                return PROTO_VERB_TAKE;
+        case RESP_CMD_PEEK:
+                return PROTO_VERB_PEEK;
+        case RESP_CMD_CHARGE:
+                return PROTO_VERB_CHARGE;
+        case RESP_CMD_REFUND:
+                return PROTO_VERB_REFUND;
+        case RESP_CMD_RESET:
+                return PROTO_VERB_RESET;
+        case RESP_CMD_EXPLAIN:
+                return PROTO_VERB_EXPLAIN;
+        default:
+                return _PROTO_VERB_INVALID;
+        }
+}
+
+int resp_parse_int(ProtoSlice s, int64_t *ret) {
+        size_t i = 0;
+        bool negative = false;
+        uint64_t v = 0;
+
+        if (s.len > 0 && s.ptr[0] == '-') {
+                negative = true;
+                i = 1;
+        }
+        if (i >= s.len || s.len - i > 19)
+                return -EINVAL;
+        for (; i < s.len; i++) {
+                if (s.ptr[i] < '0' || s.ptr[i] > '9')
+                        return -EINVAL;
+                v = v * 10 + (uint64_t) (s.ptr[i] - '0'); /* 19 digits cannot wrap a uint64_t */
+        }
+        if (v > (uint64_t) INT64_MAX + (negative ? 1 : 0))
+                return -ERANGE;
+        *ret = negative ? (int64_t) (0 - v) : (int64_t) v;
+        return 0;
+}
+
+static int request_fail(ProtoRequest *req, ProtoErrorCode code, const char *reason) {
+        req->n_pairs = 0;
+        req->error_code = code;
+        req->error_reason = reason;
+        return -EBADMSG;
+}
+
+static bool is_digits(ProtoSlice s) {
+        if (s.len == 0)
+                return false;
+        for (size_t i = 0; i < s.len; i++)
+                if (s.ptr[i] < '0' || s.ptr[i] > '9')
+                        return false;
+        return true;
+}
+
+/* The count argument, as the line protocol's parse_count(). */
+static int parse_count(ProtoSlice s, ProtoRequest *req) {
+        uint64_t v = 0;
+
+        if (!is_digits(s))
+                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_DIGITS);
+        if (s.ptr[0] == '0' && s.len > 1)
+                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZEROS);
+        for (size_t i = 0; i < s.len; i++) {
+                v = v * 10 + (uint64_t) (s.ptr[i] - '0'); /* v <= PROTO_COUNT_MAX < 2^60 here */
+                if (v > PROTO_COUNT_MAX)
+                        return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_BIG);
+        }
+        if (v == 0 && req->verb != PROTO_VERB_PEEK)
+                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZERO);
+        req->count = v;
+        req->has_count = true;
+        return 0;
+}
+
+/* "@<seconds>[.<fraction>]", as the line protocol's parse_time(). */
+static int parse_time(ProtoSlice s, ProtoRequest *req) {
+        uint64_t sec = 0, usec = 0;
+        size_t i = 1, n_sec = 0, n_frac = 0;
+
+        if (req->verb != PROTO_VERB_TAKE && req->verb != PROTO_VERB_PEEK && req->verb != PROTO_VERB_CHARGE)
+                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_VERB);
+        for (; i < s.len && s.ptr[i] >= '0' && s.ptr[i] <= '9' && n_sec < 12; i++, n_sec++)
+                sec = sec * 10 + (uint64_t) (s.ptr[i] - '0');
+        if (n_sec == 0 || n_sec > 11)
+                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+        if (i < s.len && s.ptr[i] == '.') {
+                for (i++; i < s.len && s.ptr[i] >= '0' && s.ptr[i] <= '9' && n_frac < 7; i++, n_frac++)
+                        usec = usec * 10 + (uint64_t) (s.ptr[i] - '0');
+                if (n_frac == 0 || n_frac > 6)
+                        return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+                for (size_t k = n_frac; k < 6; k++)
+                        usec *= 10;
+        }
+        if (i != s.len)
+                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+        req->at_usec = sec * 1000000 + usec;
+        req->has_at = true;
+        return 0;
+}
+
+/* NULL if s is text a request may hold (a key if key is set), else why not. */
+static const char *check_text(ProtoSlice s, bool key) {
+        const uint8_t *p = (const uint8_t *) s.ptr, *end = p + s.len;
+
+        if (key && s.len == 0)
+                return REASON_EMPTY_KEY;
+        while (p < end) {
+                uint8_t c = *p;
+                if (c >= 0x80) {
+                        size_t n = utf8_sequence_len(p, end);
+                        if (n == 0)
+                                return REASON_UTF8;
+                        p += n;
+                        continue;
+                }
+                if (key && (c == ' ' || c == '\t' || c == '=' || c == '"'))
+                        return REASON_KEY_CHAR;
+                if (c < ' ' && c != '\t')
+                        return c == 0 ? REASON_NUL : REASON_CONTROL;
+                p++;
+        }
+        return NULL;
+}
+
+int resp_to_request(ProtoVerb verb, const ProtoSlice *argv, size_t argc, ProtoRequest *ret) {
+        size_t i = 1;
+
+        ret->verb = verb;
+        ret->count = verb == PROTO_VERB_PEEK ? 1 : 0;
+        ret->has_count = false;
+        ret->at_usec = 0;
+        ret->has_at = false;
+        ret->n_pairs = 0;
+        ret->error_code = _PROTO_ERROR_INVALID;
+        ret->error_reason = NULL;
+
+        switch (verb) {
+        case PROTO_VERB_TAKE:
+        case PROTO_VERB_CHARGE:
+        case PROTO_VERB_REFUND:
+                if (argc < 2)
+                        return request_fail(ret, PROTO_ERROR_BAD_COUNT, REASON_COUNT_MISSING);
+                if (parse_count(argv[i++], ret) < 0)
+                        return -EBADMSG;
+                break;
+        case PROTO_VERB_PEEK:
+                /* A count when the first argument is digits and what follows it (after an
+                 * optional timestamp) are pairs. */
+                if (argc >= 2 && is_digits(argv[1])) {
+                        size_t after = argc - 2;
+                        if (after > 0 && argv[2].len > 0 && argv[2].ptr[0] == '@')
+                                after--;
+                        if (after % 2 == 0 && parse_count(argv[i++], ret) < 0)
+                                return -EBADMSG;
+                }
+                break;
+        case PROTO_VERB_RESET:
+        case PROTO_VERB_EXPLAIN:
+                if ((argc - 1) % 2 == 1 && is_digits(argv[1]))
+                        return request_fail(ret, PROTO_ERROR_BAD_COUNT, REASON_COUNT_NONE);
+                break;
+        default:
+                break;
+        }
+        if (i < argc && (argc - i) % 2 == 1 && argv[i].len > 0 && argv[i].ptr[0] == '@')
+                if (parse_time(argv[i++], ret) < 0)
+                        return -EBADMSG;
+        if ((argc - i) % 2 == 1)
+                return request_fail(ret, PROTO_ERROR_UNKNOWN, REASON_ODD);
+
+        for (; i < argc; i += 2) {
+                ProtoSlice key = argv[i], value = argv[i + 1];
+                const char *why = check_text(key, true);
+                size_t k;
+
+                if (!why)
+                        why = check_text(value, false);
+                if (why)
+                        return request_fail(ret, PROTO_ERROR_UNKNOWN, why);
+                /* A repeated key keeps its first position and takes the new value. */
+                for (k = 0; k < ret->n_pairs; k++)
+                        if (ret->pairs[k].key.len == key.len &&
+                            memcmp(ret->pairs[k].key.ptr, key.ptr, key.len) == 0)
+                                break;
+                if (k < ret->n_pairs) {
+                        ret->pairs[k].value = value;
+                        continue;
+                }
+                if (ret->n_pairs >= PROTO_PAIRS_MAX)
+                        return request_fail(ret, PROTO_ERROR_UNKNOWN, REASON_TOO_MANY);
+                ret->pairs[ret->n_pairs++] = (ProtoPair){ .key = key, .value = value };
+        }
+        return 0;
+}
+
+/* ---- formatters ---- */
+
+static char *append_mem(char *p, const char *s, size_t n) {
+        memcpy(p, s, n);
+        return p + n;
+}
+
+static char *append_u64(char *p, uint64_t v) {
+        char tmp[20];
+        size_t n = 0;
+
+        do {
+                tmp[n++] = (char) ('0' + v % 10);
+                v /= 10;
+        } while (v > 0);
+        while (n > 0)
+                *p++ = tmp[--n];
+        return p;
+}
+
+static char *append_i64(char *p, int64_t v) {
+        if (v < 0) {
+                *p++ = '-';
+                return append_u64(p, 0 - (uint64_t) v);
+        }
+        return append_u64(p, (uint64_t) v);
+}
+
+static char *append_int(char *p, int64_t v) {
+        *p++ = ':';
+        p = append_i64(p, v);
+        return append_mem(p, CRLF, 2);
+}
+
+size_t resp_format_simple(char *buf, const char *s) {
+        char *p = buf;
+
+        *p++ = '+';
+        for (; *s; s++)
+                *p++ = *s == '\r' || *s == '\n' ? ' ' : *s;
+        p = append_mem(p, CRLF, 2);
+        return (size_t) (p - buf);
+}
+
+size_t resp_format_error(char *buf, const char *prefix, const char *reason) {
+        char *p = buf;
+        size_t n;
+
+        *p++ = '-';
+        n = strnlen(prefix, 16);
+        p = append_mem(p, prefix, n);
+        if (reason) {
+                *p++ = ' ';
+                for (n = 0; reason[n] && n < RESP_ERROR_REASON_MAX; n++) {
+                        uint8_t c = (uint8_t) reason[n];
+                        *p++ = c < ' ' || c == 0x7F ? '?' : (char) c;
+                }
+        }
+        p = append_mem(p, CRLF, 2);
+        return (size_t) (p - buf);
+}
+
+size_t resp_format_error_text(char *buf, const char *text) {
+        char *p = buf;
+
+        *p++ = '-';
+        for (size_t n = 0; text[n] && n < RESP_ERROR_REASON_MAX; n++) {
+                uint8_t c = (uint8_t) text[n];
+                *p++ = c < ' ' || c == 0x7F ? '?' : (char) c;
+        }
+        p = append_mem(p, CRLF, 2);
+        return (size_t) (p - buf);
+}
+
+size_t resp_format_proto_error(char *buf, ProtoErrorCode code, const char *reason) {
+        char *p = buf;
+        const char *name = proto_error_code_to_string(code) ?: "unknown";
+
+        p = append_mem(p, "-ERR ", 5);
+        p = append_mem(p, name, strlen(name));
+        if (reason) {
+                *p++ = ' ';
+                for (size_t n = 0; reason[n] && n < RESP_ERROR_REASON_MAX; n++) {
+                        uint8_t c = (uint8_t) reason[n];
+                        *p++ = c < ' ' || c == 0x7F ? '?' : (char) c;
+                }
+        }
+        p = append_mem(p, CRLF, 2);
+        return (size_t) (p - buf);
+}
+
+size_t resp_format_unknown_command(char *buf, ProtoSlice name) {
+        char *p = buf;
+        size_t n = name.len < RESP_NAME_SHOWN ? name.len : RESP_NAME_SHOWN;
+
+        p = append_mem(p, "-ERR unknown command '", 22);
+        for (size_t i = 0; i < n; i++) {
+                uint8_t c = (uint8_t) name.ptr[i];
+                *p++ = c < ' ' || c >= 0x7F || c == '\'' ? '?' : (char) c;
+        }
+        p = append_mem(p, "'" CRLF, 3);
+        return (size_t) (p - buf);
+}
+
+size_t resp_format_integer(char *buf, int64_t v) {
+        return (size_t) (append_int(buf, v) - buf);
+}
+
+size_t resp_format_bulk(char *buf, const char *s, size_t len) {
+        char *p = buf;
+
+        *p++ = '$';
+        p = append_u64(p, len);
+        p = append_mem(p, CRLF, 2);
+        if (len > 0)
+                p = append_mem(p, s, len);
+        p = append_mem(p, CRLF, 2);
+        return (size_t) (p - buf);
+}
+
+size_t resp_format_null(char *buf) {
+        memcpy(buf, "$-1" CRLF, 5);
+        return 5;
+}
+
+size_t resp_format_array(char *buf, uint64_t n) {
+        char *p = buf;
+
+        *p++ = '*';
+        p = append_u64(p, n);
+        p = append_mem(p, CRLF, 2);
+        return (size_t) (p - buf);
+}
+
+size_t resp_format_hit(char *buf, bool allowed, uint64_t credit, int64_t reset) {
+        char *p = append_mem(buf, "*3" CRLF, 4);
+
+        p = append_int(p, allowed);
+        p = append_int(p, credit > INT64_MAX ? INT64_MAX : (int64_t) credit);
+        p = append_int(p, reset);
+        return (size_t) (p - buf);
+}
+
+static bool is_label_char(uint8_t c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+               c == '-';
+}
+
+size_t resp_format_decision(char *buf, const ProtoDecision *d) {
+        char *p = append_mem(buf, "*6" CRLF, 4), label[PROTO_LABEL_MAX + 24];
+        size_t n = 0;
+
+        p = append_int(p, d->allowed);
+        p = append_int(p, d->credit > INT64_MAX ? INT64_MAX : (int64_t) d->credit);
+        p = append_int(p, d->limit > INT64_MAX ? INT64_MAX : (int64_t) d->limit);
+        p = append_int(p, d->reset > INT64_MAX ? INT64_MAX : (int64_t) d->reset);
+        p = append_int(p, d->retry);
+        if (d->rule.label && d->rule.label[0])
+                for (; d->rule.label[n] && n < PROTO_LABEL_MAX; n++)
+                        label[n] = is_label_char((uint8_t) d->rule.label[n]) ? d->rule.label[n] : '?';
+        else {
+                label[0] = '#';
+                n = (size_t) (append_u64(label + 1, d->rule.index) - label);
+        }
+        p += resp_format_bulk(p, label, n);
+        return (size_t) (p - buf);
+}

@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: MIT */
+/* batch.c with RESP connections (issue #17): requests taken from socketpairs whose first byte
+ * is '*', matched and applied to a real store in the same batches as line requests, answered
+ * in RESP in request order; connection commands; errors that leave the connection open and
+ * framing errors that close it; --resp=off. No event loop: the tests call batch_take() and
+ * batch_finish() as the server does. */
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/batch.h"
+#include "metrics-test-util.h"
+#include "check-run.h"
+
+static const char RULES[] = "[a=1]\ncreditLimit = 2\nresetSeconds = 60\nlabel = a\n"
+                            "[d=1]\ncreditLimit = 0\nresetSeconds = 60\n"
+                            "[f=*]\ncreditLimit = 5\nresetSeconds = 60\nactorField = f\n"
+                            "[default]\ncreditLimit = 5\nresetSeconds = 0\n";
+
+#define NOW_USEC (1700000000ULL * 1000000ULL)
+
+static char tmpdir[64];
+static Store *store;
+static RuleSet *rules;
+static Metrics *metrics;
+static Batch *batch;
+static Connection *conns[3];
+static int peers[3];
+static size_t answered;
+
+static void on_done(Batch *b, size_t n_answered, void *userdata) {
+        (void) b;
+        (void) userdata;
+        answered = n_answered;
+}
+
+static size_t finish(void) {
+        ck_assert_int_eq(batch_finish(batch, NOW_USEC), 0);
+        return answered;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        return remove(path);
+}
+
+static void setup(void) {
+        char err[256] = "";
+        StoreOptions o = { .sync = STORE_SYNC_NONE };
+
+        strcpy(tmpdir, "/tmp/check-resp-batch-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+        o.path = tmpdir;
+        ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
+        rules = load_ini(RULES);
+        ck_assert_int_eq(metrics_new(&metrics), 0);
+        ck_assert_int_eq(metrics_set_rules(metrics, rules), 0);
+        ck_assert_int_eq(batch_new(&(BatchSettings){ .output_limit = 4096 }, &batch), 0);
+        batch_set_rules(batch, rules);
+        batch_set_store(batch, store);
+        batch_set_metrics(batch, metrics);
+        batch_set_done(batch, on_done, NULL);
+        for (unsigned i = 0; i < 3; i++) {
+                int sv[2];
+                ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+                ck_assert_int_eq(connection_new(sv[0], false, 64 * 1024, &conns[i]), 0);
+                conns[i]->id = i + 1;
+                conns[i]->resp_allowed = true; /* the server's default (--resp=on) */
+                peers[i] = sv[1];
+        }
+}
+
+static void teardown(void) {
+        for (unsigned i = 0; i < 3; i++) {
+                conns[i] = connection_free(conns[i]);
+                close(peers[i]);
+        }
+        batch = batch_free(batch);
+        metrics = metrics_free(metrics);
+        store = store_close(store);
+        rules = ruleset_free(rules);
+        (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void input_n(unsigned i, const char *s, size_t n) {
+        ck_assert_int_eq(send(peers[i], s, n, MSG_NOSIGNAL), (ssize_t) n);
+        ck_assert_int_eq(connection_read(conns[i]), (ssize_t) n);
+}
+
+static void input(unsigned i, const char *s) {
+        input_n(i, s, strlen(s));
+}
+
+/* A RESP request of the arguments in args, separated by '|' (static). */
+static const char *req(const char *args) {
+        static char buf[4][4096];
+        static unsigned k;
+        char *out = buf[k++ % 4];
+        size_t n = 0, argc = 1;
+
+        for (const char *p = args; *p; p++)
+                argc += *p == '|';
+        n += (size_t) sprintf(out + n, "*%zu\r\n", argc);
+        for (const char *p = args;;) {
+                const char *bar = strchr(p, '|');
+                size_t len = bar ? (size_t) (bar - p) : strlen(p);
+                n += (size_t) sprintf(out + n, "$%zu\r\n%.*s\r\n", len, (int) len, p);
+                if (!bar)
+                        break;
+                p = bar + 1;
+        }
+        return out;
+}
+
+static const char *output(unsigned i) {
+        static char buf[64 * 1024];
+        size_t n = connection_unsent(conns[i]);
+        ck_assert_uint_lt(n, sizeof buf);
+        memcpy(buf, conns[i]->out + conns[i]->out_pos, n);
+        buf[n] = '\0';
+        conns[i]->out_pos = conns[i]->out_len = 0; /* as if sent */
+        return buf;
+}
+
+#define HIT3(allowed, credit, reset) "*3\r\n:" #allowed "\r\n:" #credit "\r\n:" #reset "\r\n"
+
+START_TEST (test_same_counters_as_lines) {
+        /* A RESP client and a line client share a rule's counter, in one batch, in order. */
+        input(0, req("HIT|a|1"));
+        input(0, req("hit|a|1"));
+        input(1, "HIT a=1\n");
+        input(2, req("HIT|d|1"));
+        input(2, req("HIT|x|1"));
+        batch_take(batch, conns[0]);
+        batch_take(batch, conns[1]);
+        batch_take(batch, conns[2]);
+        ck_assert_int_eq(conns[0]->proto, CONNECTION_PROTO_RESP);
+        ck_assert_int_eq(conns[1]->proto, CONNECTION_PROTO_LINE);
+        ck_assert_uint_eq(finish(), 5);
+        ck_assert_str_eq(output(0), HIT3(1, 1, 60) HIT3(1, 0, 60));
+        ck_assert_str_eq(output(1), "OK false 0 60\n");
+        ck_assert_str_eq(output(2), HIT3(0, 0, -1) HIT3(1, 5, 0));
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_ACCEPTED), 3);
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_REJECTED), 2);
+        ck_assert(!conns[0]->closing && !conns[2]->closing);
+}
+END_TEST
+
+START_TEST (test_verbs) {
+        input(0, req("TAKE|2|f|u1"));
+        input(0, req("PEEK|f|u1"));
+        input(0, req("PEEK|9|f|u1"));
+        input(0, req("CHARGE|1|f|u1"));
+        input(0, req("TAKE|1|a|1"));
+        input(0, req("EXPLAIN|f|we ird\"|g|1"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 6);
+        ck_assert_str_eq(output(0), "*6\r\n:1\r\n:3\r\n:5\r\n:60\r\n:0\r\n$2\r\n#2\r\n"
+                                    "*6\r\n:1\r\n:2\r\n:5\r\n:60\r\n:0\r\n$2\r\n#2\r\n"
+                                    "*6\r\n:0\r\n:3\r\n:5\r\n:60\r\n:-1\r\n$2\r\n#2\r\n" /* 9 > 5: never */
+                                    "*6\r\n:1\r\n:2\r\n:5\r\n:60\r\n:0\r\n$2\r\n#2\r\n"
+                                    "*6\r\n:1\r\n:1\r\n:2\r\n:60\r\n:0\r\n$1\r\na\r\n"
+                                    "$89\r\nrule=#2 index=2 policy=stop actor=\"we ird\\\"\" "
+                                    "algorithm=fixed-window canaries=- continue=-\r\n");
+}
+END_TEST
+
+START_TEST (test_admin) {
+        /* REFUND and RESET: forbidden off an admin listener, and the connection goes on. */
+        input(0, req("RESET|f|u2"));
+        input(0, req("REFUND|1|f|u2"));
+        input(0, req("PING"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 3);
+        ck_assert_str_eq(output(0), "-ERR forbidden RESET needs an admin listener\r\n"
+                                    "-ERR forbidden REFUND needs an admin listener\r\n+PONG\r\n");
+        ck_assert(!conns[0]->closing);
+
+        conns[1]->admin = true;
+        input(1, req("HIT|f|u2"));
+        input(1, req("RESET|f|u2"));
+        input(1, req("RESET|f|u2"));
+        batch_take(batch, conns[1]);
+        ck_assert_uint_eq(finish(), 3);
+        ck_assert_str_eq(output(1), HIT3(1, 4, 60) ":1\r\n:0\r\n");
+}
+END_TEST
+
+START_TEST (test_command_errors_keep_connection) {
+        input(0, req("TAKE|0|a|1"));
+        input(0, req("HIT|a"));
+        input(0, req("TAKE|1|@1|a|1")); /* client timestamps are off (max age 0) */
+        input(0, req("FROB|x"));
+        input(0, req("ECHO"));
+        input(0, req("CL.THROTTLE|k|15|30|60"));
+        input(0, req("PING|still here"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 7);
+        ck_assert_str_eq(output(0), "-ERR bad-count count must be at least 1\r\n"
+                                    "-ERR unknown odd number of key/value arguments\r\n"
+                                    "-ERR bad-time client timestamps are off (--client-time-max-age)\r\n"
+                                    "-ERR unknown command 'FROB'\r\n"
+                                    "-ERR wrong number of arguments for 'ECHO' command\r\n"
+                                    "-ERR CL.THROTTLE and RL.* are off: start divvyd with "
+                                    "--allow-client-limits\r\n"
+                                    "$10\r\nstill here\r\n");
+        ck_assert(!conns[0]->closing && !conns[0]->err_sent);
+        ck_assert_uint_eq(metrics_errors(metrics, PROTO_ERROR_BAD_COUNT), 1);
+        ck_assert_uint_eq(metrics_errors(metrics, PROTO_ERROR_BAD_TIME), 1);
+        ck_assert_uint_eq(metrics_errors(metrics, PROTO_ERROR_UNKNOWN_COMMAND), 1);
+        ck_assert_uint_eq(metrics_errors(metrics, PROTO_ERROR_UNKNOWN), 3);
+}
+END_TEST
+
+START_TEST (test_connection_commands) {
+        input(0, req("HELLO"));
+        input(0, req("HELLO|3"));
+        input(0, req("HELLO|x"));
+        input(0, req("CLIENT|GETNAME"));
+        input(0, req("CLIENT|SETNAME|me"));
+        input(0, req("CLIENT|GETNAME"));
+        input(0, req("CLIENT|SETNAME|a b"));
+        input(0, req("CLIENT|SETINFO|LIB-NAME|redis-py"));
+        input(0, req("CLIENT|ID"));
+        input(0, req("CLIENT|KILL|x"));
+        input(0, req("SELECT|0"));
+        input(0, req("SELECT|1"));
+        input(0, req("COMMAND|DOCS"));
+        input(0, req("COMMAND|INFO|get|set"));
+        input(0, req("ECHO|a\r\nb"));
+        input(0, "*0\r\n*-1\r\n");
+        input(0, req("AUTH|x"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 16); /* "*0" and "*-1" are answered nothing */
+        const char *out = output(0);
+        ck_assert_msg(strncmp(out, "*14\r\n$6\r\nserver\r\n$6\r\ndivvyd\r\n$7\r\nversion\r\n", 42) == 0,
+                      "%s", out);
+        ck_assert(strstr(out, "$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:1\r\n"));
+        out = strstr(out, "$7\r\nmodules\r\n*0\r\n") + 17;
+        ck_assert_str_eq(out,
+                         "-NOPROTO sorry, this protocol version is not supported\r\n"
+                         "-ERR Protocol version is not an integer or out of range\r\n"
+                         "$-1\r\n+OK\r\n$2\r\nme\r\n"
+                         "-ERR Client names cannot contain spaces, newlines or special characters, nor "
+                         "be longer than 128 bytes\r\n"
+                         "+OK\r\n:1\r\n"
+                         "-ERR unknown CLIENT subcommand (divvyd knows SETNAME, GETNAME, SETINFO and ID)\r\n"
+                         "+OK\r\n-ERR DB index is out of range (divvyd has database 0 only)\r\n"
+                         "*0\r\n*2\r\n$-1\r\n$-1\r\n$4\r\na\r\nb\r\n"
+                         "-ERR AUTH <password> called without any password configured for the default "
+                         "user\r\n");
+        ck_assert(!conns[0]->closing);
+}
+END_TEST
+
+START_TEST (test_quit) {
+        input(0, req("PING"));
+        input(0, req("QUIT"));
+        input(0, req("HIT|a|1"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 2);
+        ck_assert_str_eq(output(0), "+PONG\r\n+OK\r\n");
+        ck_assert(conns[0]->closing);
+        ck_assert_uint_eq(conns[0]->in_pos, conns[0]->in_len); /* the HIT is dropped */
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_ACCEPTED), 0);
+}
+END_TEST
+
+START_TEST (test_partial_input) {
+        const char *r = req("HIT|a|1");
+        size_t n = strlen(r);
+
+        /* Byte by byte: no request until the last one arrives. */
+        for (size_t k = 0; k + 1 < n; k++) {
+                input_n(0, r + k, 1);
+                ck_assert(!connection_has_request(conns[0]));
+        }
+        input_n(0, r + n - 1, 1);
+        ck_assert(connection_has_request(conns[0]));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 1);
+        ck_assert_str_eq(output(0), HIT3(1, 1, 60));
+
+        /* A request cut by the peer's EOF is answered nothing. */
+        input(1, "*2\r\n$4\r\nPING\r\n$3\r\nab");
+        conns[1]->eof = true;
+        ck_assert(connection_has_request(conns[1]));
+        batch_take(batch, conns[1]);
+        ck_assert_uint_eq(finish(), 0);
+        ck_assert_str_eq(output(1), "");
+        ck_assert_uint_eq(conns[1]->in_pos, conns[1]->in_len);
+}
+END_TEST
+
+static const struct {
+        const char *in;
+        const char *reply;
+} framing_cases[] = {
+        { "*1\r\n*1\r\n$1\r\na\r\n", "-ERR Protocol error: nested arrays are not supported\r\n" },
+        { "*1\r\n$999999999\r\n", "-ERR Protocol error: bulk string longer than the line limit\r\n" },
+        { "*1\r\n$4\r\nPINGxx", "-ERR Protocol error: expected CRLF after a bulk string\r\n" },
+        { "*1\r\n:1\r\n", "-ERR Protocol error: expected '$' (a bulk string)\r\n" },
+        { "*x\r\n", "-ERR Protocol error: invalid length\r\n" },
+        { "*999\r\n", "-ERR Protocol error: too many arguments\r\n" },
+        /* a second request that is not RESP: this connection speaks RESP for its lifetime */
+        { "HIT a=1\n", "-ERR Protocol error: expected '*' (divvyd takes RESP arrays of bulk strings)\r\n" },
+};
+
+START_TEST (test_framing_errors_close) {
+        /* One good request, then a broken one: the first is answered, the error once, nothing
+         * after it; the other connection is not affected. */
+        input(0, req("PING"));
+        input(0, framing_cases[_i].in);
+        input(0, req("PING"));
+        input(1, req("PING"));
+        batch_take(batch, conns[0]);
+        batch_take(batch, conns[1]);
+        finish();
+        char want[256];
+        snprintf(want, sizeof want, "+PONG\r\n%s", framing_cases[_i].reply);
+        ck_assert_str_eq(output(0), want);
+        ck_assert(conns[0]->closing && conns[0]->err_sent);
+        ck_assert_uint_eq(conns[0]->in_pos, conns[0]->in_len);
+        ck_assert_str_eq(output(1), "+PONG\r\n");
+        ck_assert(!conns[1]->closing);
+}
+END_TEST
+
+START_TEST (test_resp_off) {
+        /* --resp=off: "*..." is a line, an unknown command, as before issue #17. */
+        conns[0]->resp_allowed = false;
+        input(0, req("PING"));
+        batch_take(batch, conns[0]);
+        finish();
+        ck_assert_int_eq(conns[0]->proto, CONNECTION_PROTO_LINE);
+        ck_assert_str_eq(output(0), "ERR unknown-command \"unknown command\"\n");
+        ck_assert(conns[0]->closing);
+
+        /* A line connection stays one even if a later line starts with '*'. */
+        input(1, "HIT a=1\n*1\r\n");
+        batch_take(batch, conns[1]);
+        finish();
+        ck_assert_str_eq(output(1), "OK true 1 60\nERR unknown-command \"unknown command\"\n");
+}
+END_TEST
+
+START_TEST (test_pipelined_batches) {
+        /* More requests than one batch takes from a connection: the rest in the next batch, in
+         * order, and the counter moves once per HIT. */
+        char big[200 * 32];
+        size_t n = 0;
+
+        for (unsigned i = 0; i < 100; i++)
+                n += (size_t) sprintf(big + n, "%s", req("HIT|f|p"));
+        input_n(0, big, n);
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), BATCH_LINES_PER_CONNECTION);
+        connection_compact_input(conns[0]);
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 100 - BATCH_LINES_PER_CONNECTION);
+        const char *out = output(0);
+        ck_assert(strncmp(out, HIT3(1, 4, 60) HIT3(1, 3, 60), 34) == 0);
+        size_t count = 0;
+        for (const char *p = out; (p = strstr(p, "*3\r\n")); p++)
+                count++;
+        ck_assert_uint_eq(count, 100);
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_ACCEPTED), 5);
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_REJECTED), 95);
+}
+END_TEST
+
+START_TEST (test_reply_room_then_compact) {
+        /* A connection whose output buffer holds one decision: the batch frames the second
+         * request, finds no room for its reply and leaves it for the next batch; the server
+         * compacts the input in between, which moves the framed request. */
+        Connection *small;
+        int sv[2];
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+        ck_assert_int_eq(connection_new(sv[0], false, RESP_REPLY_DECISION_MAX + 8, &small), 0);
+        small->resp_allowed = true;
+        const char *reqs[] = { req("TAKE|1|f|r1"), req("TAKE|1|f|r22"), req("TAKE|1|f|r333") };
+        for (unsigned i = 0; i < 3; i++)
+                ck_assert_int_eq(send(sv[1], reqs[i], strlen(reqs[i]), 0), (ssize_t) strlen(reqs[i]));
+        ck_assert_int_gt(connection_read(small), 0);
+        for (unsigned i = 0; i < 3; i++) {
+                char want[64];
+                batch_take(batch, small);
+                ck_assert_uint_eq(finish(), 1);
+                snprintf(want, sizeof want, "*6\r\n:1\r\n:4\r\n:5\r\n:60\r\n:0\r\n$2\r\n#2\r\n");
+                ck_assert_uint_eq(connection_unsent(small), strlen(want));
+                ck_assert_mem_eq(small->out + small->out_pos, want, strlen(want));
+                small->out_pos = small->out_len = 0;
+                connection_compact_input(small);
+        }
+        /* each request went to its own actor's counter: r1, r22, r333 */
+        input(0, req("PEEK|0|f|r22"));
+        batch_take(batch, conns[0]);
+        finish();
+        ck_assert_str_eq(output(0), "*6\r\n:1\r\n:4\r\n:5\r\n:60\r\n:0\r\n$2\r\n#2\r\n");
+        connection_free(small);
+        close(sv[1]);
+}
+END_TEST
+
+START_TEST (test_client_limits) {
+        /* --allow-client-limits: a batch of its own, on the same store. redis-cell's worked example
+         * (README: "CL.THROTTLE user123 15 30 60" on a fresh key), then Smyte's RL.*: the tokens
+         * before the take, nothing taken when there are not enough, RL.PREDUCE's milliseconds
+         * naming the same bucket as RL.REDUCE's seconds. */
+        batch = batch_free(batch);
+        ck_assert_int_eq(
+                batch_new(&(BatchSettings){ .output_limit = 4096, .allow_client_limits = true }, &batch), 0);
+        batch_set_rules(batch, rules);
+        batch_set_store(batch, store);
+        batch_set_done(batch, on_done, NULL);
+
+        input(0, req("CL.THROTTLE|user123|15|30|60"));
+        input(0, req("cl.throttle|user123|15|30|60"));
+        input(0, req("CL.THROTTLE|user123|15|30|60|0"));
+        input(0, req("CL.THROTTLE|user123|15|30|61")); /* other parameters: another counter */
+        input(0, req("CL.THROTTLE|user123|15|0|60"));
+        input(0, req("CL.THROTTLE|user123|15"));
+        input(0, req("RL.REDUCE|k|3|60"));
+        input(0, req("RL.REDUCE|k|3|60|TAKE|2"));
+        input(0, req("RL.REDUCE|k|3|60|TAKE|2"));
+        input(0, req("RL.GET|k|3|60"));
+        input(0, req("RL.PGET|k|3|60000"));
+        input(0, req("RL.REDUCE|k|3|60|AT|1700000000")); /* --client-time-max-age 0 */
+        input(0, req("HIT|a|1"));                        /* the rules still decide the rest */
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 13);
+        ck_assert_str_eq(
+                output(0),
+                "*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:2\r\n"
+                "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
+                "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
+                "*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:3\r\n"
+                "-Cell error: Zero rates are not supported\r\n"
+                "-Cell error: Usage: cl.throttle <key> <max_burst> <count per period> <period> "
+                "[<quantity>]\r\n"
+                ":3\r\n:2\r\n:0\r\n:0\r\n:0\r\n"
+                "-ERR bad-time client timestamps are off (--client-time-max-age)\r\n" HIT3(1, 1, 60));
+        ck_assert(!conns[0]->closing);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("resp_batch");
+        TCase *tc = tcase_create("resp");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_same_counters_as_lines);
+        tcase_add_test(tc, test_verbs);
+        tcase_add_test(tc, test_admin);
+        tcase_add_test(tc, test_command_errors_keep_connection);
+        tcase_add_test(tc, test_connection_commands);
+        tcase_add_test(tc, test_quit);
+        tcase_add_test(tc, test_partial_input);
+        tcase_add_loop_test(tc, test_framing_errors_close, 0,
+                            sizeof framing_cases / sizeof framing_cases[0]);
+        tcase_add_test(tc, test_resp_off);
+        tcase_add_test(tc, test_pipelined_batches);
+        tcase_add_test(tc, test_client_limits);
+        tcase_add_test(tc, test_reply_room_then_compact);
+        suite_add_tcase(s, tc);
+        return check_run_suite(s);
+}

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""RESP on divvyd's sockets (issue #17): a connection whose first byte is '*' speaks the Redis
+protocol, any other the divvy line protocol, on every listener. Driven with redis-cli (argv,
+stdin and --pipe), Debian's python3-redis (execute_command, pipelines, a ConnectionPool with
+health checks) and hiredis from C (tests/integration/hiredis-client), against
+tests/data/verbs.ini; redis-cell's worked example with --allow-client-limits; malformed RESP
+bounded like a bad line (one error, that connection closed, nothing else affected).
+
+Run one test:  tests/integration/test_resp.py Resp.test_redis_cli
+"""
+
+import itertools
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import data_path  # noqa: E402
+import redisfix  # noqa: E402  (finds Debian's python3-redis under a pyenv python3 too)
+
+redis = redisfix.redis
+_ids = itertools.count(1)
+
+
+def uid(prefix):
+    return "%s-%d-%d" % (prefix, os.getpid(), next(_ids))
+
+
+def resp(*args):
+    """One RESP request (bytes) of the given arguments."""
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def read_all(sock):
+    """Everything the daemon sends until it closes (bounded by the socket's timeout)."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+class RespDaemonMixin:
+    def cli(self, *args, port=None, stdin=None, extra=()):
+        """redis-cli's output (raw: one line per element) for one command."""
+        cmd = [self.redis_cli, "-p", str(port or self.d.port)] + list(extra) + list(args)
+        p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+        self.assertEqual(p.returncode, 0, "%s: %s %s" % (cmd, p.stdout, p.stderr))
+        return p.stdout.replace("\n\n", "\n")  # redis-cli follows an error with an empty line
+
+    def raw(self, data, kind="tcp", d=None):
+        """Sends data on a fresh connection, shuts down writing, returns all the daemon says."""
+        with (d or self.d).connect(kind) as c:
+            c.send(data)
+            c.shutdown_write()
+            return read_all(c.sock)
+
+
+class Resp(RespDaemonMixin, harness.DaemonTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.redis_cli = shutil.which("redis-cli")
+        tmp = harness.make_tmpdir()
+        cls.admin_path = os.path.join(tmp, "admin.sock")
+        cls.d = cls.start_shared_daemon(data_path("verbs.ini"), tmpdir=tmp,
+                                        args=["--listen", "admin:unix:" + cls.admin_path,
+                                              "--allow-client-limits"])
+
+    def setUp(self):
+        super().setUp()
+        if not self.redis_cli:
+            self.skipTest("redis-cli not found (apt-get install redis-tools)")
+
+    # --- redis-cli -----------------------------------------------------------------------------
+
+    def test_redis_cli(self):
+        u = uid("cli")
+        self.assertEqual(self.cli("PING"), "PONG\n")
+        self.assertEqual(self.cli("PING", "hello there"), "hello there\n")
+        self.assertEqual(self.cli("ECHO", "a b"), "a b\n")
+        # HIT -> [allowed, credit, reset]; the first hit of a fixed window resets in its length.
+        self.assertEqual(self.cli("HIT", "path", "/fw", "user", u), "1\n9\n3600\n")
+        # TAKE/PEEK -> [allowed, credit, limit, reset, retry, rule]
+        out = self.cli("TAKE", "3", "path", "/fw", "user", u).split("\n")
+        self.assertEqual(out[:3] + out[5:6], ["1", "6", "10", "fw"])
+        self.assertEqual(out[4], "0")
+        out = self.cli("PEEK", "7", "path", "/fw", "user", u).split("\n")
+        self.assertEqual([out[0], out[1], out[5]], ["0", "6", "fw"])
+        self.assertGreaterEqual(int(out[4]), 1)
+        # The same counter on the line protocol, on the same port.
+        self.assertHit(self.d.request("HIT path=/fw user=%s" % u), True, 5, (3590, 3600))
+        self.assertIn('actor="%s"' % u, self.cli("EXPLAIN", "path", "/fw", "user", u))
+        # Errors name the problem; the connection stays usable (redis-cli prints "(error)" on a tty).
+        self.assertEqual(self.cli("FROB", "x"), "ERR unknown command 'FROB'\n")
+        self.assertEqual(self.cli("TAKE", "0", "path", "/fw"), "ERR bad-count count must be at least 1\n")
+        self.assertIn("NOPROTO", self.cli("HELLO", "3"))
+        self.assertIn("divvyd", self.cli("HELLO", "2"))
+        self.assertEqual(self.cli("SELECT", "0"), "OK\n")
+        self.assertIn("out of range", self.cli("SELECT", "1"))
+        self.assertEqual(self.cli("RESET", "path", "/fw", "user", u), "ERR forbidden RESET needs an admin listener\n")
+
+    def test_admin_listener(self):
+        # RESET and REFUND over RESP: admin listeners only, as on the line protocol.
+        u = uid("admin")
+        self.assertEqual(self.cli("HIT", "path", "/fw", "user", u), "1\n9\n3600\n")
+        self.assertEqual(self.cli("RESET", "path", "/fw", "user", u, extra=["-s", self.admin_path]), "1\n")
+        self.assertEqual(self.cli("HIT", "path", "/fw", "user", u), "1\n9\n3600\n")
+
+    def test_redis_cli_stdin_and_pipe(self):
+        u = uid("pipe")
+        # Commands on stdin, one per line: answered in order on one connection.
+        out = self.cli(stdin="PING\nHIT path /fw user %s\nHIT path /fw user %s\n" % (u, u))
+        self.assertEqual(out.split("\n")[:7], ["PONG", "1", "9", "3600", "1", "8", "3600"])
+        # --pipe: raw RESP, pipelined; redis-cli ends with an ECHO of its own to know it is done.
+        data = b"".join(resp("HIT", "path", "/fw", "user", u) for _ in range(20))
+        p = subprocess.run([self.redis_cli, "-p", str(self.d.port), "--pipe"], input=data,
+                           capture_output=True, timeout=harness.IO_TIMEOUT)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(b"errors: 0, replies: 20", p.stdout)
+        self.assertEqual(self.cli("PEEK", "0", "path", "/fw", "user", u).split("\n")[:2], ["1", "0"])
+
+    # --- redis-py --------------------------------------------------------------------------------
+
+    def test_python_redis(self):
+        if redis is None:
+            self.skipTest("python3-redis not found")
+        u = uid("py")
+        r = redis.Redis(host="127.0.0.1", port=self.d.port, socket_timeout=harness.IO_TIMEOUT,
+                        client_name="divvy-test")
+        self.assertTrue(r.ping())
+        self.assertEqual(r.echo("x y"), b"x y")
+        self.assertEqual(r.client_getname(), "divvy-test")
+        self.assertEqual(r.execute_command("HIT", "path", "/fw", "user", u), [1, 9, 3600])
+        self.assertEqual(r.execute_command("TAKE", 2, "path", "/fw", "user", u)[:3], [1, 7, 10])
+        with self.assertRaises(redis.ResponseError) as e:
+            r.execute_command("TAKE", 0, "path", "/fw", "user", u)
+        self.assertIn("bad-count", str(e.exception))
+        self.assertTrue(r.ping())  # an error does not close the connection
+        # A pipeline: one write, the replies in order.
+        p = r.pipeline(transaction=False)
+        for _ in range(10):
+            p.execute_command("HIT", "path", "/fw", "user", u)
+        got = p.execute()
+        self.assertEqual([g[:2] for g in got], [[1, 6], [1, 5], [1, 4], [1, 3], [1, 2], [1, 1], [1, 0],
+                                                 [0, 0], [0, 0], [0, 0]])
+        r.close()
+
+    def test_python_pool_health_checks(self):
+        if redis is None:
+            self.skipTest("python3-redis not found")
+        u = uid("pool")
+        # health_check_interval: the pool PINGs a connection before using it once that long has
+        # passed; a tiny interval makes every command after the first do so.
+        pool = redis.ConnectionPool(host="127.0.0.1", port=self.d.port, health_check_interval=1e-6,
+                                    socket_timeout=harness.IO_TIMEOUT, max_connections=4)
+        r = redis.Redis(connection_pool=pool)
+        for i in range(12):
+            self.assertEqual(r.execute_command("HIT", "path", "/sw", "user", u)[:2], [1, 9 - i] if i < 10 else [0, 0])
+        self.assertTrue(r.ping())
+        pool.disconnect()
+
+    # --- hiredis ---------------------------------------------------------------------------------
+
+    def test_hiredis(self):
+        prog = os.path.join(harness.top_builddir(), "tests", "integration", "hiredis-client")
+        if not os.access(prog, os.X_OK):
+            self.skipTest("%s not built (make check builds it)" % prog)
+        u = uid("hiredis")
+        p = subprocess.run([prog, str(self.d.port), "PING", "HIT path /fw user " + u,
+                            "PEEK path /fw user " + u, "NOPE", "CL.THROTTLE %s 15 30 60" % u,
+                            "CLIENT SETNAME h", "CLIENT GETNAME"],
+                           capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.splitlines(), [
+            "s:PONG", "[i:1, i:9, i:3600]", "[i:1, i:8, i:10, i:3600, i:0, b:fw]",
+            "e:ERR unknown command 'NOPE'", "[i:0, i:16, i:15, i:-1, i:2]", "s:OK", "b:h"])
+
+    # --- redis-cell and Smyte ------------------------------------------------------------------
+
+    def test_cl_throttle_worked_example(self):
+        # redis-cell's README: on a fresh key, 15 burst, 30 per 60 s -> not limited, limit 16,
+        # 15 remaining, no retry, full again in 2 s.
+        key = uid("user123")
+        self.assertEqual(self.cli("CL.THROTTLE", key, "15", "30", "60"), "0\n16\n15\n-1\n2\n")
+        self.assertEqual(self.cli("CL.THROTTLE", key, "15", "30", "60", "0").split("\n")[:3], ["0", "16", "15"])
+        self.assertIn("Zero rates", self.cli("CL.THROTTLE", key, "15", "0", "60"))
+        # Smyte: the tokens before the take; a take larger than what is left takes nothing.
+        k = uid("rl")
+        self.assertEqual(self.cli("RL.REDUCE", k, "3", "60"), "3\n")
+        self.assertEqual(self.cli("RL.REDUCE", k, "3", "60", "TAKE", "5"), "2\n")
+        self.assertEqual(self.cli("RL.GET", k, "3", "60"), "2\n")
+        self.assertEqual(self.cli("RL.PREDUCE", k, "3", "60000", "TAKE", "2"), "2\n")
+        self.assertEqual(self.cli("RL.PGET", k, "3", "60000"), "0\n")
+
+    # --- bounds ----------------------------------------------------------------------------------
+
+    def test_malformed_bounded(self):
+        u = uid("bad")
+        with self.d.connect("tcp") as good:
+            good.send(resp("PING"))
+            self.assertEqual(good.sock.recv(64), b"+PONG\r\n")
+            cases = [
+                (b"*1\r\n$999999999\r\n", b"-ERR Protocol error: bulk string longer than the line limit\r\n"),
+                (b"*1\r\n*1\r\n$1\r\na\r\n", b"-ERR Protocol error: nested arrays are not supported\r\n"),
+                (b"*2\r\n$4\r\nPING\r\n:1\r\n", b"-ERR Protocol error: expected '$' (a bulk string)\r\n"),
+                (b"*1\r\n$4\r\nPINGxx\r\n", b"-ERR Protocol error: expected CRLF after a bulk string\r\n"),
+                (b"*99999\r\n", b"-ERR Protocol error: too many arguments\r\n"),
+                (resp("HIT", "x" * 9000), b"-ERR Protocol error: bulk string longer than the line limit\r\n"),
+                # a valid request first: answered, then the error, then nothing
+                (resp("HIT", "path", "/fw", "user", u) + b"*1\r\n*0\r\n" + resp("PING"),
+                 b"*3\r\n:1\r\n:9\r\n:3600\r\n-ERR Protocol error: nested arrays are not supported\r\n"),
+            ]
+            for data, want in cases:
+                self.assertEqual(self.raw(data), want, data[:40])
+            # A huge bulk announced without its bytes: refused at once, not buffered.
+            with self.d.connect("tcp") as c:
+                c.send(b"*1\r\n$1000000000\r\n" + b"x" * 1000)
+                self.assertEqual(read_all(c.sock), b"-ERR Protocol error: bulk string longer than the line limit\r\n")
+            # The other connection did not notice.
+            good.send(resp("HIT", "path", "/fw", "user", u))
+            self.assertEqual(good.sock.recv(64), b"*3\r\n:1\r\n:8\r\n:3600\r\n")
+
+    def test_garbage_after_star(self):
+        # Random bytes after a first '*': one RESP error line each, then closed.
+        rng = random.Random(17)
+        for i in range(16):
+            payload = b"*" + bytes(rng.getrandbits(8) for _ in range(16 * 1024))
+            got = self.raw(payload, kind="unix" if i % 2 else "tcp")
+            self.assertTrue(got.startswith(b"-ERR Protocol error: ") and got.endswith(b"\r\n"), got[:80])
+            self.assertEqual(got.count(b"\r\n"), 1, got[:200])
+        self.assertEqual(self.cli("PING"), "PONG\n")
+
+    def test_line_and_resp_on_one_listener(self):
+        # A divvy client and a Redis client, interleaved on one listener, each on its own
+        # protocol, the same counter; a divvy line never turns RESP after its first byte.
+        u = uid("mix")
+        for kind in ("tcp", "unix"):
+            with self.d.connect(kind) as line, self.d.connect(kind) as rc:
+                self.assertHit(line.request("HIT path=/fw user=%s-%s" % (u, kind)), True, 9, 3600)
+                rc.send(resp("HIT", "path", "/fw", "user", "%s-%s" % (u, kind)))
+                self.assertEqual(rc.sock.recv(64), b"*3\r\n:1\r\n:8\r\n:3600\r\n")
+                self.assertHit(line.request("HIT path=/fw user=%s-%s" % (u, kind)), True, 7, (3590, 3600))
+        self.assertEqual(self.raw(b"HIT path=/fw user=%s\n*1\r\n" % u.encode()),
+                         b'OK true 9 3600\nERR unknown-command "unknown command"\n')
+
+
+class RespOff(RespDaemonMixin, harness.DaemonTestCase):
+    def test_resp_off(self):
+        # --resp=off: "*..." is an unknown command line, as before issue #17; CL.THROTTLE
+        # without --allow-client-limits is refused naming the flag.
+        d = self.start_daemon(data_path("verbs.ini"), args=["--resp=off"])
+        self.assertEqual(self.raw(resp("PING"), d=d), b'ERR unknown-command "unknown command"\n')
+        self.assertHit(d.request("HIT path=/fw user=off"), True, 9, 3600)
+        d2 = self.start_daemon(data_path("verbs.ini"))
+        self.assertEqual(self.raw(resp("CL.THROTTLE", "k", "15", "30", "60"), d=d2),
+                         b"-ERR CL.THROTTLE and RL.* are off: start divvyd with --allow-client-limits\r\n")
+
+    def test_socket_activated(self):
+        # The listeners systemd passes detect RESP too.
+        if not harness.socket_activate_path():
+            self.skipTest("systemd-socket-activate not found")
+        d = self.new_daemon(data_path("verbs.ini"), activate=True)
+        d.start(wait_ready=False)
+        # systemd-socket-activate starts divvyd at the first connection, queued until accepted.
+        c = None
+        for _ in range(int(50 * harness.TIMEOUT_SCALE)):
+            try:
+                c = d.connect("tcp")
+                break
+            except OSError:
+                if not d.running():
+                    self.fail("systemd-socket-activate exited: %s" % d.log_tail())
+                d.drain_notes(0.1)
+        self.assertIsNotNone(c, "nothing listening on 127.0.0.1:%d" % d.port)
+        with c:
+            c.send(resp("PING"))
+            self.assertEqual(c.sock.recv(64), b"+PONG\r\n")
+            d.wait_ready()
+        self.assertEqual(self.raw(resp("HIT", "path", "/fw", "user", "sa"), kind="unix", d=d),
+                         b"*3\r\n:1\r\n:9\r\n:3600\r\n")
+
+
+if __name__ == "__main__":
+    harness.main()
