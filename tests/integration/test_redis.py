@@ -156,6 +156,19 @@ class Standalone(harness.DaemonTestCase):
         self.assertEqual(r3.get(divvy_key({"type": "deny", "u": "*"}, u, 2, 60)), b"1")
         self.assertIsNone(self.r.get(divvy_key({"type": "deny", "u": "*"}, u, 2, 60)))
 
+    def test_resp_and_client_limits_on_redis(self):
+        # issue #17 over issue #16: a Redis client asks divvyd, whose counters are in Redis
+        d = self.daemon("--allow-client-limits")
+        c = redisfix.redis.Redis(host="127.0.0.1", port=d.port, socket_timeout=harness.IO_TIMEOUT)
+        self.addCleanup(c.close)
+        key = uid("cell")
+        self.assertEqual(c.execute_command("CL.THROTTLE", key, 15, 30, 60), [0, 16, 15, -1, 2])
+        self.assertEqual(c.execute_command("CL.THROTTLE", key, 15, 30, 60)[:3], [0, 16, 14])
+        self.assertEqual(len(self.r.keys("divvyd:{%s}:*" % key)), 1)
+        u = uid()
+        self.assertEqual(c.execute_command("HIT", "type", "deny", "u", u)[:2], [1, 1])
+        self.assertEqual(self.r.get(divvy_key({"type": "deny", "u": "*"}, u, 2, 60)), b"1")
+
     def test_metrics_and_status(self):
         port = harness.free_tcp_port()
         d = self.daemon("--http-port=%d" % port)
