@@ -7,6 +7,7 @@
  * "007", "+1", " 1" or "0x10" mean the same (or are refused alike) everywhere.
  */
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Parses s as a strict non-negative decimal integer in [min, max]: digits only
@@ -16,3 +17,28 @@
  * -ERANGE if the value is below min or above max (never wraps, 2^64 included).
  * *ret is untouched on failure. */
 int parse_uint64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
+
+/* Writes v in decimal at p (at most 20 bytes, no NUL); returns the end. Inline: every reply
+ * of both protocols formats its numbers with these. */
+static inline char *number_append_u64(char *p, uint64_t v) {
+        char digits[20]; /* UINT64_MAX has 20 decimal digits */
+        size_t n = 0;
+
+        do {
+                digits[n++] = (char) ('0' + v % 10);
+                v /= 10;
+        } while (v > 0);
+        while (n > 0)
+                *p++ = digits[--n];
+        return p;
+}
+
+/* As number_append_u64(), signed (at most 20 bytes). */
+static inline char *number_append_i64(char *p, int64_t v) {
+        if (v < 0) {
+                *p++ = '-';
+                return number_append_u64(p,
+                                         UINT64_C(0) - (uint64_t) v); /* modular: right for INT64_MIN too */
+        }
+        return number_append_u64(p, (uint64_t) v);
+}

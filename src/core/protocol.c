@@ -19,6 +19,7 @@
  * Every non-ASCII byte must belong to a well-formed UTF-8 sequence.
  */
 
+#include "number.h"
 #include "protocol.h"
 
 #include "shared/utf8.h"
@@ -419,31 +420,19 @@ static char *append_str(char *p, const char *s) {
         return p + n;
 }
 
-static char *append_u64(char *p, uint64_t v) {
-        char digits[20]; /* UINT64_MAX has 20 decimal digits */
-        size_t n = 0;
-
-        do {
-                digits[n++] = (char) ('0' + v % 10);
-                v /= 10;
-        } while (v > 0);
-        while (n > 0)
-                *p++ = digits[--n];
-        return p;
-}
-
 size_t proto_format_ok(char *buf, bool allowed, uint64_t credit, int64_t reset) {
         char *p = buf;
 
         /* At most 9 + 20 + 1 + 20 + 1 bytes and the NUL: always well within PROTO_REPLY_MAX. */
         p = append_str(p, allowed ? "OK true " : "OK false ");
-        p = append_u64(p, credit);
+        p = number_append_u64(p, credit);
         *p++ = ' ';
         if (reset < 0) {
                 *p++ = '-';
-                p = append_u64(p, UINT64_C(0) - (uint64_t) reset); /* modular: right for INT64_MIN too */
+                p = number_append_u64(p,
+                                      UINT64_C(0) - (uint64_t) reset); /* modular: right for INT64_MIN too */
         } else
-                p = append_u64(p, (uint64_t) reset);
+                p = number_append_u64(p, (uint64_t) reset);
         *p++ = '\n';
         *p = '\0';
         return (size_t) (p - buf);
@@ -487,14 +476,6 @@ size_t proto_format_error(char *buf, ProtoErrorCode code, const char *reason) {
 
 /* ---- version 2 replies --------------------------------------------------------------------- */
 
-static char *append_i64(char *p, int64_t v) {
-        if (v < 0) {
-                *p++ = '-';
-                return append_u64(p, UINT64_C(0) - (uint64_t) v); /* modular: right for INT64_MIN too */
-        }
-        return append_u64(p, (uint64_t) v);
-}
-
 /* Copies at most max bytes of s, each byte for which ok() is false as '?'. */
 static char *append_token(char *p, const char *s, size_t max, bool (*ok)(uint8_t c)) {
         for (size_t i = 0; s && s[i] && i < max; i++)
@@ -516,7 +497,7 @@ static char *append_rule_ref(char *p, const ProtoRuleRef *ref) {
         if (ref->label && ref->label[0])
                 return append_token(p, ref->label, PROTO_LABEL_MAX, is_label_char);
         *p++ = '#';
-        return append_u64(p, ref->index);
+        return number_append_u64(p, ref->index);
 }
 
 size_t proto_format_decision(char *buf, const ProtoDecision *d) {
@@ -524,13 +505,13 @@ size_t proto_format_decision(char *buf, const ProtoDecision *d) {
 
         /* At most 15 + 5 + 4 * (7 + 20) + 6 + 255 + 1 bytes and the NUL: within PROTO_REPLY_V2_MAX. */
         p = append_str(p, d->allowed ? "OK allowed=true credit=" : "OK allowed=false credit=");
-        p = append_u64(p, d->credit);
+        p = number_append_u64(p, d->credit);
         p = append_str(p, " limit=");
-        p = append_u64(p, d->limit);
+        p = number_append_u64(p, d->limit);
         p = append_str(p, " reset=");
-        p = append_u64(p, d->reset);
+        p = number_append_u64(p, d->reset);
         p = append_str(p, " retry=");
-        p = append_i64(p, d->retry);
+        p = number_append_i64(p, d->retry);
         p = append_str(p, " rule=");
         p = append_rule_ref(p, &d->rule);
         *p++ = '\n';
@@ -558,7 +539,7 @@ size_t proto_format_reset(char *buf, uint64_t n) {
         char *p = buf;
 
         p = append_str(p, "OK reset=");
-        p = append_u64(p, n);
+        p = number_append_u64(p, n);
         *p++ = '\n';
         *p = '\0';
         return (size_t) (p - buf);
@@ -648,7 +629,7 @@ size_t proto_format_explain(char *buf, const ProtoExplain *e) {
         p = append_str(p, "OK rule=");
         p = append_rule_ref(p, &e->rule);
         p = append_str(p, " index=");
-        p = append_u64(p, e->rule.index);
+        p = number_append_u64(p, e->rule.index);
         p = append_str(p, " policy=");
         p = append_token(p, e->policy, PROTO_NAME_MAX, is_label_char);
         p = append_str(p, " actor=");

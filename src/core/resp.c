@@ -9,6 +9,7 @@
  * Between requests, CR and LF bytes (an empty inline line to Redis) are skipped.
  */
 
+#include "number.h"
 #include "resp.h"
 
 #include "shared/utf8.h"
@@ -409,30 +410,9 @@ static char *append_mem(char *p, const char *s, size_t n) {
         return p + n;
 }
 
-static char *append_u64(char *p, uint64_t v) {
-        char tmp[20];
-        size_t n = 0;
-
-        do {
-                tmp[n++] = (char) ('0' + v % 10);
-                v /= 10;
-        } while (v > 0);
-        while (n > 0)
-                *p++ = tmp[--n];
-        return p;
-}
-
-static char *append_i64(char *p, int64_t v) {
-        if (v < 0) {
-                *p++ = '-';
-                return append_u64(p, 0 - (uint64_t) v);
-        }
-        return append_u64(p, (uint64_t) v);
-}
-
 static char *append_int(char *p, int64_t v) {
         *p++ = ':';
-        p = append_i64(p, v);
+        p = number_append_i64(p, v);
         return append_mem(p, CRLF, 2);
 }
 
@@ -514,7 +494,7 @@ size_t resp_format_bulk(char *buf, const char *s, size_t len) {
         char *p = buf;
 
         *p++ = '$';
-        p = append_u64(p, len);
+        p = number_append_u64(p, len);
         p = append_mem(p, CRLF, 2);
         if (len > 0)
                 p = append_mem(p, s, len);
@@ -531,7 +511,7 @@ size_t resp_format_array(char *buf, uint64_t n) {
         char *p = buf;
 
         *p++ = '*';
-        p = append_u64(p, n);
+        p = number_append_u64(p, n);
         p = append_mem(p, CRLF, 2);
         return (size_t) (p - buf);
 }
@@ -564,7 +544,7 @@ size_t resp_format_decision(char *buf, const ProtoDecision *d) {
                         label[n] = is_label_char((uint8_t) d->rule.label[n]) ? d->rule.label[n] : '?';
         else {
                 label[0] = '#';
-                n = (size_t) (append_u64(label + 1, d->rule.index) - label);
+                n = (size_t) (number_append_u64(label + 1, d->rule.index) - label);
         }
         p += resp_format_bulk(p, label, n);
         return (size_t) (p - buf);

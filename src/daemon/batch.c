@@ -860,6 +860,52 @@ static void batch_count_canaries(Batch *b, const BatchSlot *slot) {
         }
 }
 
+/* What a verb decides (HIT, RESET, TAKE, PEEK, CHARGE, REFUND), the same in both protocols:
+ * the canaries and a HIT's outcome counted; RESET's deleted counters in d->credit. */
+static void batch_decide(Batch *b, const BatchSlot *slot, BatchDecision *d) {
+        switch (slot->verb) {
+        case PROTO_VERB_HIT:
+                batch_count_canaries(b, slot);
+                batch_binding(b, slot, d);
+                batch_count_hit(b, d->rule, d->allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
+                return;
+        case PROTO_VERB_RESET: {
+                uint64_t n = 0;
+                for (uint32_t i = 0; i < slot->n_hits; i++)
+                        n += b->hits[slot->first_hit + i].credit;
+                *d = (BatchDecision){ .allowed = true, .credit = n };
+                return;
+        }
+        default: /* TAKE, PEEK, CHARGE, REFUND */
+                if (slot->verb == PROTO_VERB_TAKE)
+                        batch_count_canaries(b, slot);
+                batch_binding(b, slot, d);
+                return;
+        }
+}
+
+static ProtoDecision batch_proto_decision(const BatchDecision *d) {
+        return (ProtoDecision){
+                .allowed = d->allowed,
+                .credit = d->credit,
+                .limit = d->limit,
+                .reset = d->reset,
+                .retry = d->retry,
+                .rule = batch_rule_ref(d->rule),
+        };
+}
+
+/* A version 2 verb's request in the metrics, with the credits it consumed (HIT's are divvy's
+ * metrics, counted by batch_decide()). */
+static void batch_count_verb(Batch *b, const BatchSlot *slot, const BatchDecision *d) {
+        if (slot->verb != PROTO_VERB_HIT && b->metrics)
+                metrics_count_verb(b->metrics, slot->verb, d->allowed,
+                                   (slot->verb == PROTO_VERB_TAKE && d->allowed) ||
+                                                   slot->verb == PROTO_VERB_CHARGE
+                                           ? slot->count
+                                           : 0);
+}
+
 /* Formats slot's reply at the end of its connection's output (room was reserved when it
  * was taken) and counts its outcomes. Returns false if the request is not answered, sets
  * *ret_ok if it is answered OK. */
@@ -895,13 +941,11 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
 
         switch (slot->verb) {
         case PROTO_VERB_HIT:
-                batch_count_canaries(b, slot);
-                batch_binding(b, slot, &d);
+                batch_decide(b, slot, &d);
                 if (rule_trivial_decision(d.rule) == RULE_TRIVIAL_DENY)
                         len = proto_format_ok(p, false, 0, -1);
                 else
                         len = proto_format_ok(p, d.allowed, d.credit, (int64_t) d.reset);
-                batch_count_hit(b, d.rule, d.allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
                 break;
         case PROTO_VERB_HELLO:
                 len = proto_format_hello(p, PACKAGE_VERSION);
@@ -912,34 +956,20 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
                 d = (BatchDecision){ .allowed = true,
                                      .rule = b->rules_matched[slot->first_rule + slot->n_rules - 1] };
                 break;
-        case PROTO_VERB_RESET: {
-                uint64_t n = 0;
-                for (uint32_t i = 0; i < slot->n_hits; i++)
-                        n += b->hits[slot->first_hit + i].credit;
-                len = proto_format_reset(p, n);
-                d = (BatchDecision){ .allowed = true, .credit = n };
+        case PROTO_VERB_RESET:
+                batch_decide(b, slot, &d);
+                len = proto_format_reset(p, d.credit);
+                break;
+        default: { /* TAKE, PEEK, CHARGE, REFUND */
+                ProtoDecision pd;
+
+                batch_decide(b, slot, &d);
+                pd = batch_proto_decision(&d);
+                len = proto_format_decision(p, &pd);
                 break;
         }
-        default: /* TAKE, PEEK, CHARGE, REFUND */
-                if (slot->verb == PROTO_VERB_TAKE)
-                        batch_count_canaries(b, slot);
-                batch_binding(b, slot, &d);
-                len = proto_format_decision(p, &(ProtoDecision){
-                                                       .allowed = d.allowed,
-                                                       .credit = d.credit,
-                                                       .limit = d.limit,
-                                                       .reset = d.reset,
-                                                       .retry = d.retry,
-                                                       .rule = batch_rule_ref(d.rule),
-                                               });
-                break;
         }
-        if (slot->verb != PROTO_VERB_HIT && b->metrics)
-                metrics_count_verb(b->metrics, slot->verb, d.allowed,
-                                   (slot->verb == PROTO_VERB_TAKE && d.allowed) ||
-                                                   slot->verb == PROTO_VERB_CHARGE
-                                           ? slot->count
-                                           : 0);
+        batch_count_verb(b, slot, &d);
         c->out_len += len;
         *ret_ok = true;
 
@@ -1116,13 +1146,11 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
 
         switch (slot->verb) {
         case PROTO_VERB_HIT:
-                batch_count_canaries(b, slot);
-                batch_binding(b, slot, &d);
+                batch_decide(b, slot, &d);
                 if (rule_trivial_decision(d.rule) == RULE_TRIVIAL_DENY)
                         len = resp_format_hit(p, false, 0, -1);
                 else
                         len = resp_format_hit(p, d.allowed, d.credit, (int64_t) d.reset);
-                batch_count_hit(b, d.rule, d.allowed ? METRICS_STATUS_ACCEPTED : METRICS_STATUS_REJECTED);
                 break;
         case PROTO_VERB_EXPLAIN: {
                 /* The line protocol's fields, without "OK " and "\n", as one bulk string. */
@@ -1144,34 +1172,20 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
                                      .rule = b->rules_matched[slot->first_rule + slot->n_rules - 1] };
                 break;
         }
-        case PROTO_VERB_RESET: {
-                uint64_t n = 0;
-                for (uint32_t i = 0; i < slot->n_hits; i++)
-                        n += b->hits[slot->first_hit + i].credit;
-                len = resp_format_integer(p, n > INT64_MAX ? INT64_MAX : (int64_t) n);
-                d = (BatchDecision){ .allowed = true, .credit = n };
+        case PROTO_VERB_RESET:
+                batch_decide(b, slot, &d);
+                len = resp_format_integer(p, d.credit > INT64_MAX ? INT64_MAX : (int64_t) d.credit);
+                break;
+        default: { /* TAKE, PEEK, CHARGE, REFUND */
+                ProtoDecision pd;
+
+                batch_decide(b, slot, &d);
+                pd = batch_proto_decision(&d);
+                len = resp_format_decision(p, &pd);
                 break;
         }
-        default: /* TAKE, PEEK, CHARGE, REFUND */
-                if (slot->verb == PROTO_VERB_TAKE)
-                        batch_count_canaries(b, slot);
-                batch_binding(b, slot, &d);
-                len = resp_format_decision(p, &(ProtoDecision){
-                                                      .allowed = d.allowed,
-                                                      .credit = d.credit,
-                                                      .limit = d.limit,
-                                                      .reset = d.reset,
-                                                      .retry = d.retry,
-                                                      .rule = batch_rule_ref(d.rule),
-                                              });
-                break;
         }
-        if (slot->verb != PROTO_VERB_HIT && b->metrics)
-                metrics_count_verb(b->metrics, slot->verb, d.allowed,
-                                   (slot->verb == PROTO_VERB_TAKE && d.allowed) ||
-                                                   slot->verb == PROTO_VERB_CHARGE
-                                           ? slot->count
-                                           : 0);
+        batch_count_verb(b, slot, &d);
         *ret_ok = true;
         if (b->settings.debug && d.rule) {
                 char desc[RULE_DESCRIBE_MAX];
