@@ -20,6 +20,7 @@
  */
 
 #include "number.h"
+#include "protocol-reasons.h"
 #include "protocol.h"
 
 #include "shared/utf8.h"
@@ -87,14 +88,6 @@ int proto_next_line(const char *buf, size_t len, size_t line_max, ProtoSlice *re
 /* Reasons: short static strings, never anything from the client. */
 #define REASON_EMPTY          "empty request line"
 #define REASON_LEADING_BLANK  "blank before the command word"
-#define REASON_COUNT_MISSING  "missing count (TAKE, CHARGE and REFUND need one)"
-#define REASON_COUNT_ZERO     "count must be at least 1"
-#define REASON_COUNT_DIGITS   "count must be decimal digits"
-#define REASON_COUNT_ZEROS    "count has a leading zero"
-#define REASON_COUNT_BIG      "count above 9007199254740991"
-#define REASON_COUNT_NONE     "HELLO, RESET and EXPLAIN take no count"
-#define REASON_TIME_VERB      "only TAKE, PEEK and CHARGE take a timestamp"
-#define REASON_TIME_FORMAT    "a timestamp is @<seconds>[.<up to 6 digits>]"
 #define REASON_COMMAND        "unknown command"
 #define REASON_UNTERMINATED   "unterminated quoted string"
 #define REASON_MISSING_EQUALS "expected '=' after key"

@@ -10,6 +10,7 @@
  */
 
 #include "number.h"
+#include "protocol-reasons.h"
 #include "resp.h"
 
 #include "shared/utf8.h"
@@ -28,22 +29,15 @@
 #define REASON_BULK    "Protocol error: bulk string longer than the line limit"
 #define REASON_REQUEST "Protocol error: request longer than the line limit"
 
-/* Reasons of resp_to_request(): the line protocol's where the same thing is wrong. */
-#define REASON_COUNT_MISSING "missing count (TAKE, CHARGE and REFUND need one)"
-#define REASON_COUNT_ZERO    "count must be at least 1"
-#define REASON_COUNT_DIGITS  "count must be decimal digits"
-#define REASON_COUNT_ZEROS   "count has a leading zero"
-#define REASON_COUNT_BIG     "count above 9007199254740991"
-#define REASON_COUNT_NONE    "HELLO, RESET and EXPLAIN take no count"
-#define REASON_TIME_VERB     "only TAKE, PEEK and CHARGE take a timestamp"
-#define REASON_TIME_FORMAT   "a timestamp is @<seconds>[.<up to 6 digits>]"
-#define REASON_EMPTY_KEY     "empty key"
-#define REASON_KEY_CHAR      "blank, '=' or '\"' in a key"
-#define REASON_ODD           "odd number of key/value arguments"
-#define REASON_TOO_MANY      "too many key=value pairs"
-#define REASON_NUL           "NUL byte in request"
-#define REASON_CONTROL       "control character in request (only space and tab are allowed)"
-#define REASON_UTF8          "invalid UTF-8 in request"
+/* Reasons of resp_to_request() of its own (those it shares with the line protocol are in
+ * protocol-reasons.h). */
+#define REASON_EMPTY_KEY "empty key"
+#define REASON_KEY_CHAR  "blank, '=' or '\"' in a key"
+#define REASON_ODD       "odd number of key/value arguments"
+#define REASON_TOO_MANY  "too many key=value pairs"
+#define REASON_NUL       "NUL byte in request"
+#define REASON_CONTROL   "control character in request (only space and tab are allowed)"
+#define REASON_UTF8      "invalid UTF-8 in request"
 _Static_assert(PROTO_COUNT_MAX == 9007199254740991ULL, "REASON_COUNT_BIG names PROTO_COUNT_MAX");
 _Static_assert(RESP_REQUEST_MAX + RESP_HEADER_MAX <= PROTO_LINE_MAX + 2u + 16u * 1024u,
                "a request fits a connection's input buffer (connection.h: CONNECTION_IN_SIZE)");

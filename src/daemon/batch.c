@@ -421,6 +421,20 @@ static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const Res
 #undef RESP_ARITY
 }
 
+/* Reserves n bytes of replies in c's output. False: stop taking from c; with nothing taken yet,
+ * the connection is out of memory and closes (its input dropped); else the rest waits for the
+ * next batch. */
+static bool batch_reserve(Connection *c, size_t n, size_t taken) {
+        if (connection_reserve(c, n))
+                return true;
+        if (taken == 0) {
+                log_warning("Connection %" PRIu64 ": out of memory for replies, closing", c->id);
+                c->closing = true;
+                connection_consume_input(c, c->in_len - c->in_pos);
+        }
+        return false;
+}
+
 /* The room a reply to one of divvyd's own commands needs on RESP (an error included). */
 static size_t batch_resp_reply_max(ProtoVerb verb) {
         switch (verb) {
@@ -544,14 +558,8 @@ static void batch_take_resp(Batch *b, Connection *c) {
                                        ? BATCH_RESP_ERROR_ROOM + CLIENT_LIMIT_ERROR_MAX
                                        : batch_take_resp_command(b, slot, req);
 
-                if (!connection_reserve(c, reserved + room)) {
-                        if (taken > 0)
-                                break; /* answer what we have; the rest waits for the next batch */
-                        log_warning("Connection %" PRIu64 ": out of memory for replies, closing", c->id);
-                        c->closing = true;
-                        connection_consume_input(c, c->in_len - c->in_pos);
+                if (!batch_reserve(c, reserved + room, taken))
                         break;
-                }
                 reserved += room;
                 connection_consume_input(c, consumed);
                 taken++;
@@ -654,14 +662,8 @@ void batch_take(Batch *b, Connection *c) {
                 else
                         r = -EMSGSIZE;
                 room = r < 0 ? PROTO_REPLY_MAX : batch_reply_max(b->request.verb);
-                if (!connection_reserve(c, reserved + room)) {
-                        if (taken > 0)
-                                break; /* answer what we have; the rest waits for the next batch */
-                        log_warning("Connection %" PRIu64 ": out of memory for replies, closing", c->id);
-                        c->closing = true;
-                        connection_consume_input(c, c->in_len - c->in_pos);
+                if (!batch_reserve(c, reserved + room, taken))
                         break;
-                }
                 reserved += room;
 
                 connection_consume_input(c, consumed);
