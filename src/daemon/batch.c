@@ -497,6 +497,29 @@ static void batch_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest
         slot->n_hits = 1;
 }
 
+/* The checks a parsed request (b->request, its verb in slot) passes before its rules are
+ * matched, the same in both protocols: its count, a client's timestamp within
+ * --client-time-max-age, REFUND and RESET on admin listeners only. False: slot's error is set;
+ * the caller answers it as its protocol does. */
+static bool batch_admit(Batch *b, BatchSlot *slot, const Connection *c) {
+        slot->count = slot->verb == PROTO_VERB_HIT ? 1 : b->request.count;
+        if (b->request.has_at) {
+                const char *why = batch_check_time(b, b->request.at_usec);
+                if (why) {
+                        slot_set_error(slot, PROTO_ERROR_BAD_TIME, why);
+                        return false;
+                }
+                slot->at_usec = b->request.at_usec;
+        }
+        if ((slot->verb == PROTO_VERB_REFUND || slot->verb == PROTO_VERB_RESET) && !c->admin) {
+                slot_set_error(slot, PROTO_ERROR_FORBIDDEN,
+                               slot->verb == PROTO_VERB_RESET ? "RESET needs an admin listener"
+                                                              : "REFUND needs an admin listener");
+                return false;
+        }
+        return true;
+}
+
 /* batch_take() for a RESP connection: the same slots, rules and hits as lines, from RESP
  * requests. A command's error is answered and the connection goes on; broken framing is
  * answered once and closes it, like a line protocol error. */
@@ -589,21 +612,8 @@ static void batch_take_resp(Batch *b, Connection *c) {
                         continue;
                 }
                 slot->verb = verb;
-                slot->count = verb == PROTO_VERB_HIT ? 1 : b->request.count;
-                if (b->request.has_at) {
-                        const char *why = batch_check_time(b, b->request.at_usec);
-                        if (why) {
-                                slot->resp_reply = BATCH_RESP_PROTO_ERROR;
-                                slot_set_error(slot, PROTO_ERROR_BAD_TIME, why);
-                                continue;
-                        }
-                        slot->at_usec = b->request.at_usec;
-                }
-                if ((verb == PROTO_VERB_REFUND || verb == PROTO_VERB_RESET) && !c->admin) {
-                        slot->resp_reply = BATCH_RESP_PROTO_ERROR;
-                        slot_set_error(slot, PROTO_ERROR_FORBIDDEN,
-                                       verb == PROTO_VERB_RESET ? "RESET needs an admin listener"
-                                                                : "REFUND needs an admin listener");
+                if (!batch_admit(b, slot, c)) {
+                        slot->resp_reply = BATCH_RESP_PROTO_ERROR; /* answered; the connection goes on */
                         continue;
                 }
                 batch_match(b, slot);
@@ -688,26 +698,11 @@ void batch_take(Batch *b, Connection *c) {
                         break;
                 }
                 slot->verb = b->request.verb;
-                slot->count = b->request.verb == PROTO_VERB_HIT ? 1 : b->request.count;
-                if (b->request.has_at) {
-                        const char *why = batch_check_time(b, b->request.at_usec);
-                        if (why) {
-                                slot_set_error(slot, PROTO_ERROR_BAD_TIME, why);
-                                c->closing = true;
-                                connection_consume_input(c, c->in_len - c->in_pos);
-                                break;
-                        }
-                        slot->at_usec = b->request.at_usec;
-                }
-                if ((slot->verb == PROTO_VERB_REFUND || slot->verb == PROTO_VERB_RESET) && !c->admin) {
-                        slot_set_error(slot, PROTO_ERROR_FORBIDDEN,
-                                       slot->verb == PROTO_VERB_RESET ? "RESET needs an admin listener"
-                                                                      : "REFUND needs an admin listener");
-                        c->closing = true;
+                if (!batch_admit(b, slot, c)) {
+                        c->closing = true; /* as after any bad line */
                         connection_consume_input(c, c->in_len - c->in_pos);
                         break;
                 }
-
                 batch_match(b, slot);
         }
 }
