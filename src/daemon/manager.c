@@ -213,11 +213,14 @@ static int manager_sync_handler(sd_event_source *s, uint64_t usec, void *userdat
         return sd_event_source_set_time_relative(s, m->settings.store.sync_interval_usec);
 }
 
-/* Store gauges for the metrics, refreshed with every sweep (memory and journal counts, no I/O). */
+/* Store gauges for the metrics, refreshed with every sweep (memory and journal counts, no I/O),
+ * and the Redis store's counters when there is one. */
 static void manager_publish_store_stats(Manager *m) {
         StoreStats st;
         if (store_get_stats(m->store, &st) >= 0)
                 metrics_set_store(m->metrics, &st);
+        if (m->remote)
+                remote_publish(m->remote);
 }
 
 static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -289,8 +292,6 @@ static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *use
 static int manager_status_handler(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
 
-        if (m->remote)
-                remote_publish(m->remote);
         manager_notify_status(m);
         return sd_event_source_set_time_relative(s, MANAGER_STATUS_INTERVAL_USEC);
 }
@@ -510,7 +511,6 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
                 if (r < 0)
                         goto fail;
                 server_set_backend(m->server, remote_submit_func(), remote_backend(m->remote));
-                remote_publish(m->remote);
         }
         if (store_event_fd(m->store) >= 0) {
                 r = sd_event_add_io(m->event, &m->store_source, store_event_fd(m->store), EPOLLIN,

@@ -39,8 +39,9 @@ Remote *remote_free(Remote *r);
 StoreSubmitFunc remote_submit_func(void);
 void *remote_backend(Remote *r);
 
-/* Reads the backend's state: logs a change, refreshes the metrics. Called by the manager's
- * periodic timers and after the backend's events. */
+/* Refreshes the backend's metrics (its counters, copied). The manager's periodic timers call
+ * it (each second with the sweep); a change of state is logged and published at once, from
+ * the backend's own events. */
 void remote_publish(Remote *r);
 /* One phrase for STATUS, e.g. "redis 127.0.0.1:6379 up" or "redis down (connection refused)". */
 const char *remote_status(Remote *r, char *buf, size_t size);

@@ -1488,35 +1488,36 @@ int redis_store_on_timer(RedisStore *s, uint64_t now_mono_usec) {
         return 0;
 }
 
+RedisStoreState redis_store_state(const RedisStore *s) {
+        bool any_healthy = false, any_connecting = false, any_down = false;
+
+        if (s->breaker != BREAKER_CLOSED)
+                return REDIS_STORE_BREAKER_OPEN;
+        for (size_t i = 0; i < s->n_nodes; i++) {
+                const Node *n = s->nodes[i];
+
+                if (!n || (!n->attempted && s->url.mode == REDIS_MODE_CLUSTER))
+                        continue;
+                if (n->healthy)
+                        any_healthy = true;
+                else if (redis_conn_state(n->conn) != REDIS_CONN_CLOSED)
+                        any_connecting = true;
+                else
+                        any_down = true;
+        }
+        if (s->discovering || (s->url.mode == REDIS_MODE_CLUSTER && !s->have_map && !any_down))
+                any_connecting = true;
+        return any_down                                                  ? REDIS_STORE_DOWN
+               : any_connecting                                          ? REDIS_STORE_CONNECTING
+               : any_healthy                                             ? REDIS_STORE_CONNECTED
+               : s->url.mode == REDIS_MODE_SENTINEL && !s->primary_known ? REDIS_STORE_DOWN
+                                                                         : REDIS_STORE_CONNECTING;
+}
+
 int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret) {
         *ret = s->st;
         ret->mode = s->url.mode;
-        if (s->breaker != BREAKER_CLOSED)
-                ret->state = REDIS_STORE_BREAKER_OPEN;
-        else {
-                bool any_healthy = false, any_connecting = false, any_down = false;
-
-                for (size_t i = 0; i < s->n_nodes; i++) {
-                        const Node *n = s->nodes[i];
-
-                        if (!n || (!n->attempted && s->url.mode == REDIS_MODE_CLUSTER))
-                                continue;
-                        if (n->healthy)
-                                any_healthy = true;
-                        else if (redis_conn_state(n->conn) != REDIS_CONN_CLOSED)
-                                any_connecting = true;
-                        else
-                                any_down = true;
-                }
-                if (s->discovering || (s->url.mode == REDIS_MODE_CLUSTER && !s->have_map && !any_down))
-                        any_connecting = true;
-                ret->state = any_down         ? REDIS_STORE_DOWN
-                             : any_connecting ? REDIS_STORE_CONNECTING
-                             : any_healthy    ? REDIS_STORE_CONNECTED
-                             : s->url.mode == REDIS_MODE_SENTINEL && !s->primary_known
-                                     ? REDIS_STORE_DOWN
-                                     : REDIS_STORE_CONNECTING;
-        }
+        ret->state = redis_store_state(s);
         if (s->url.mode != REDIS_MODE_CLUSTER && s->n_nodes > 0 && s->nodes[0]->have_addr)
                 snprintf(ret->address, sizeof(ret->address), "%s", s->nodes[0]->addr.name);
         return 0;

@@ -225,3 +225,6 @@ int redis_store_on_io(RedisStore *s, int fd, uint32_t revents);
 int redis_store_on_timer(RedisStore *s, uint64_t now_mono_usec);
 
 int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret);
+/* The state alone (RedisStoreStats.state), without copying the counters: cheap enough for
+ * every event of the store's sockets. */
+RedisStoreState redis_store_state(const RedisStore *s);

@@ -176,7 +176,9 @@ class Standalone(harness.DaemonTestCase):
         deadline = time.monotonic() + 10
         while True:
             m = harness.prometheus_samples(harness.http_get(port)[2])
-            if m.get("divvyd_backend_up") == 1 or time.monotonic() > deadline:
+            # the state is published at once, the counters with each sweep (every second)
+            if (m.get("divvyd_backend_up") == 1 and m.get("divvyd_backend_round_trip_seconds_count", 0) >= 1) \
+                    or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         self.assertEqual(m.get("divvyd_backend_up"), 1)
