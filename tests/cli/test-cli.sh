@@ -114,7 +114,7 @@ fi
 
 # The Redis store's options (issue #16): usage errors exit 2 naming the option; a URL the
 # store refuses stops the start with its reason, exit 1.
-for bad in "--store=memcached://x" "--on-backend-error=maybe" "--backend-timeout=0" \
+for bad in "--store=memcached://x" "--on-backend-error=maybe" "--backend-timeout=0" "--resp=maybe" \
 	"--store-password-file=$tmp/missing"; do
 	if run 2 "$bad exits 2" --allow-root "$bad" "$examples/example-config.ini"; then
 		opt=${bad%%=*}
