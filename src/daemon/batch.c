@@ -903,6 +903,21 @@ static void batch_count_verb(Batch *b, const BatchSlot *slot, const BatchDecisio
                                            : 0);
 }
 
+/* True if the store failed slot's hits: the whole batch (store_error), or one of its own hits
+ * that no backend could decide (issue #16: a remote store's REFUND or RESET, or its fallback's
+ * local store failing). Either protocol answers it with b->store_error_reason. */
+static inline bool batch_slot_failed(const Batch *b, const BatchSlot *slot, int store_error) {
+        if (slot->n_hits == 0)
+                return false;
+        if (store_error < 0)
+                return true;
+        if (b->hit_errors > 0)
+                for (uint32_t i = 0; i < slot->n_hits; i++)
+                        if (b->hits[slot->first_hit + i].error < 0)
+                                return true;
+        return false;
+}
+
 /* Formats slot's reply at the end of its connection's output (room was reserved when it
  * was taken) and counts its outcomes. Returns false if the request is not answered, sets
  * *ret_ok if it is answered OK. */
@@ -923,18 +938,10 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
                           (int) (c->out + c->out_len - p) - 1, p);
                 return true;
         }
-        if (slot->n_hits > 0 && store_error < 0) {
+        if (batch_slot_failed(b, slot, store_error)) {
                 batch_format_error(b, slot, PROTO_ERROR_UNKNOWN, b->store_error_reason);
                 return true;
         }
-        if (slot->n_hits > 0 && b->hit_errors > 0)
-                for (uint32_t i = 0; i < slot->n_hits; i++)
-                        if (b->hits[slot->first_hit + i].error < 0) {
-                                /* a hit no backend could decide (issue #16: a remote store's
-                                 * REFUND or RESET, or its fallback's local store failing) */
-                                batch_format_error(b, slot, PROTO_ERROR_UNKNOWN, b->store_error_reason);
-                                return true;
-                        }
 
         switch (slot->verb) {
         case PROTO_VERB_HIT:
@@ -1108,18 +1115,11 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
                 goto answered;
         }
 
-        if (slot->n_hits > 0 && store_error < 0) {
+        if (batch_slot_failed(b, slot, store_error)) {
                 len = resp_format_proto_error(p, PROTO_ERROR_UNKNOWN, b->store_error_reason);
                 batch_count_error(b, PROTO_ERROR_UNKNOWN);
                 goto answered;
         }
-        if (slot->n_hits > 0 && b->hit_errors > 0)
-                for (uint32_t i = 0; i < slot->n_hits; i++)
-                        if (b->hits[slot->first_hit + i].error < 0) {
-                                len = resp_format_proto_error(p, PROTO_ERROR_UNKNOWN, b->store_error_reason);
-                                batch_count_error(b, PROTO_ERROR_UNKNOWN);
-                                goto answered;
-                        }
 
         if (resp_is_client_limit(slot->resp_cmd)) {
                 const StoreHit *h = &b->hits[slot->first_hit];
