@@ -290,6 +290,11 @@ static size_t batch_reply_max(ProtoVerb verb) {
         }
 }
 
+/* Why resp_name_ok() refused a name (HELLO SETNAME, CLIENT SETNAME). */
+#define RESP_REASON_NAME                                                                                    \
+        "Client names cannot contain spaces, newlines or special characters, nor be longer than 128 bytes"
+_Static_assert(CONNECTION_NAME_MAX == 128, "RESP_REASON_NAME says 128 bytes");
+
 /* True if name may be a client's name (Redis: no spaces, newlines or special characters). */
 static bool resp_name_ok(ProtoSlice name) {
         if (name.len > CONNECTION_NAME_MAX)
@@ -346,8 +351,7 @@ static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const Res
                 for (size_t i = 2; i < argc; i++) {
                         if (resp_slice_eq(argv[i], "SETNAME") && i + 1 < argc) {
                                 if (!resp_name_ok(argv[i + 1]))
-                                        RESP_ERROR("Client names cannot contain spaces, newlines or special "
-                                                   "characters, nor be longer than 128 bytes");
+                                        RESP_ERROR(RESP_REASON_NAME);
                                 slot->resp_sub = BATCH_SUB_SETNAME;
                                 slot->arg = argv[++i];
                         } else if (resp_slice_eq(argv[i], "AUTH"))
@@ -364,9 +368,7 @@ static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const Res
                         if (argc != 3)
                                 RESP_ARITY();
                         if (!resp_name_ok(argv[2]))
-                                RESP_ERROR("Client names cannot contain spaces, newlines or special "
-                                           "characters, "
-                                           "nor be longer than 128 bytes");
+                                RESP_ERROR(RESP_REASON_NAME);
                         slot->resp_sub = BATCH_SUB_SETNAME;
                         slot->arg = argv[2];
                 } else if (resp_slice_eq(argv[1], "GETNAME")) {
