@@ -591,7 +591,6 @@ static void batch_take_resp(Batch *b, Connection *c) {
                 b->n_slots++;
 
                 if (r < 0) {
-                        slot->n_rules = 0;
                         slot->resp_reply = BATCH_RESP_FATAL;
                         slot->error_reason = r == -ENOMEM ? "out of memory" : req->error;
                         c->closing = true;
