@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/resp.h"
+
 /* The semantics are described in client-limits.h. Learned from redis-cell's README and
  * src/lib.rs (argument parsing, the reply, its rounding) and Smyte's README and
  * RateLimitHandler.cpp (arguments, defaults, the reply); no code is taken from either. */
@@ -51,24 +53,8 @@ static bool parse_i64(ProtoSlice s, int64_t *ret) {
         return true;
 }
 
-static bool slice_eq_nocase(ProtoSlice s, const char *word) {
-        size_t n = strlen(word);
-
-        if (s.len != n || !s.ptr)
-                return false;
-        for (size_t i = 0; i < n; i++) {
-                char c = s.ptr[i];
-
-                if (c >= 'A' && c <= 'Z')
-                        c = (char) (c - 'A' + 'a');
-                if (c != word[i])
-                        return false;
-        }
-        return true;
-}
-
 static bool str_eq_nocase(const char *s, const char *word) {
-        return s && slice_eq_nocase((ProtoSlice){ s, strlen(s) }, word);
+        return s && resp_slice_eq((ProtoSlice){ s, strlen(s) }, word);
 }
 
 /* "<prefix><arg>" into buf, the argument cut to QUOTE_MAX bytes ("..." then) and every byte
@@ -285,7 +271,7 @@ int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv,
         for (int i = 3; i < argc;) {
                 int64_t value;
 
-                if (slice_eq_nocase(argv[i], "strict")) {
+                if (resp_slice_eq(argv[i], "strict")) {
                         strict = true;
                         i++;
                         continue;
@@ -295,11 +281,11 @@ int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv,
                 /* Smyte reads the value before it looks at the option's name */
                 if (!parse_i64(argv[i + 1], &value))
                         return *ret_error = SMYTE_INTEGER, -EINVAL;
-                if (slice_eq_nocase(argv[i], "refill"))
+                if (resp_slice_eq(argv[i], "refill"))
                         amount = value;
-                else if (slice_eq_nocase(argv[i], "take") && reduce)
+                else if (resp_slice_eq(argv[i], "take") && reduce)
                         take = value;
-                else if (slice_eq_nocase(argv[i], "at"))
+                else if (resp_slice_eq(argv[i], "at"))
                         at = value, has_at = true;
                 else /* TAKE in a GET too */
                         return *ret_error = SMYTE_SYNTAX, -EINVAL;

@@ -290,6 +290,11 @@ static size_t batch_reply_max(ProtoVerb verb) {
         }
 }
 
+/* Why resp_name_ok() refused a name (HELLO SETNAME, CLIENT SETNAME). */
+#define RESP_REASON_NAME                                                                                    \
+        "Client names cannot contain spaces, newlines or special characters, nor be longer than 128 bytes"
+_Static_assert(CONNECTION_NAME_MAX == 128, "RESP_REASON_NAME says 128 bytes");
+
 /* True if name may be a client's name (Redis: no spaces, newlines or special characters). */
 static bool resp_name_ok(ProtoSlice name) {
         if (name.len > CONNECTION_NAME_MAX)
@@ -346,8 +351,7 @@ static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const Res
                 for (size_t i = 2; i < argc; i++) {
                         if (resp_slice_eq(argv[i], "SETNAME") && i + 1 < argc) {
                                 if (!resp_name_ok(argv[i + 1]))
-                                        RESP_ERROR("Client names cannot contain spaces, newlines or special "
-                                                   "characters, nor be longer than 128 bytes");
+                                        RESP_ERROR(RESP_REASON_NAME);
                                 slot->resp_sub = BATCH_SUB_SETNAME;
                                 slot->arg = argv[++i];
                         } else if (resp_slice_eq(argv[i], "AUTH"))
@@ -364,9 +368,7 @@ static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const Res
                         if (argc != 3)
                                 RESP_ARITY();
                         if (!resp_name_ok(argv[2]))
-                                RESP_ERROR("Client names cannot contain spaces, newlines or special "
-                                           "characters, "
-                                           "nor be longer than 128 bytes");
+                                RESP_ERROR(RESP_REASON_NAME);
                         slot->resp_sub = BATCH_SUB_SETNAME;
                         slot->arg = argv[2];
                 } else if (resp_slice_eq(argv[1], "GETNAME")) {
@@ -589,7 +591,6 @@ static void batch_take_resp(Batch *b, Connection *c) {
                 b->n_slots++;
 
                 if (r < 0) {
-                        slot->n_rules = 0;
                         slot->resp_reply = BATCH_RESP_FATAL;
                         slot->error_reason = r == -ENOMEM ? "out of memory" : req->error;
                         c->closing = true;
@@ -903,6 +904,21 @@ static void batch_count_verb(Batch *b, const BatchSlot *slot, const BatchDecisio
                                            : 0);
 }
 
+/* True if the store failed slot's hits: the whole batch (store_error), or one of its own hits
+ * that no backend could decide (issue #16: a remote store's REFUND or RESET, or its fallback's
+ * local store failing). Either protocol answers it with b->store_error_reason. */
+static inline bool batch_slot_failed(const Batch *b, const BatchSlot *slot, int store_error) {
+        if (slot->n_hits == 0)
+                return false;
+        if (store_error < 0)
+                return true;
+        if (b->hit_errors > 0)
+                for (uint32_t i = 0; i < slot->n_hits; i++)
+                        if (b->hits[slot->first_hit + i].error < 0)
+                                return true;
+        return false;
+}
+
 /* Formats slot's reply at the end of its connection's output (room was reserved when it
  * was taken) and counts its outcomes. Returns false if the request is not answered, sets
  * *ret_ok if it is answered OK. */
@@ -923,18 +939,10 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
                           (int) (c->out + c->out_len - p) - 1, p);
                 return true;
         }
-        if (slot->n_hits > 0 && store_error < 0) {
+        if (batch_slot_failed(b, slot, store_error)) {
                 batch_format_error(b, slot, PROTO_ERROR_UNKNOWN, b->store_error_reason);
                 return true;
         }
-        if (slot->n_hits > 0 && b->hit_errors > 0)
-                for (uint32_t i = 0; i < slot->n_hits; i++)
-                        if (b->hits[slot->first_hit + i].error < 0) {
-                                /* a hit no backend could decide (issue #16: a remote store's
-                                 * REFUND or RESET, or its fallback's local store failing) */
-                                batch_format_error(b, slot, PROTO_ERROR_UNKNOWN, b->store_error_reason);
-                                return true;
-                        }
 
         switch (slot->verb) {
         case PROTO_VERB_HIT:
@@ -1108,18 +1116,11 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
                 goto answered;
         }
 
-        if (slot->n_hits > 0 && store_error < 0) {
+        if (batch_slot_failed(b, slot, store_error)) {
                 len = resp_format_proto_error(p, PROTO_ERROR_UNKNOWN, b->store_error_reason);
                 batch_count_error(b, PROTO_ERROR_UNKNOWN);
                 goto answered;
         }
-        if (slot->n_hits > 0 && b->hit_errors > 0)
-                for (uint32_t i = 0; i < slot->n_hits; i++)
-                        if (b->hits[slot->first_hit + i].error < 0) {
-                                len = resp_format_proto_error(p, PROTO_ERROR_UNKNOWN, b->store_error_reason);
-                                batch_count_error(b, PROTO_ERROR_UNKNOWN);
-                                goto answered;
-                        }
 
         if (resp_is_client_limit(slot->resp_cmd)) {
                 const StoreHit *h = &b->hits[slot->first_hit];

@@ -185,9 +185,9 @@ static int read_password_file(const char *path, char *buf, size_t size) {
         size_t len;
 
         if (!f) {
-                fprintf(stderr, "divvyd: cannot read --store-password-file '%s': %s\n", path,
-                        strerror(errno));
-                return -errno;
+                int r = -errno; /* before fprintf(), which may change errno */
+                fprintf(stderr, "divvyd: cannot read --store-password-file '%s': %s\n", path, strerror(-r));
+                return r;
         }
         if (!fgets(buf, (int) size, f))
                 buf[0] = '\0';

@@ -16,8 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/batch.h"
-#include "metrics-test-util.h"
+#include "batch-test-util.h"
 #include "check-run.h"
 
 static const char RULES[] = "[a=1]\ncreditLimit = 2\nresetSeconds = 60\nlabel = a\n"
@@ -25,77 +24,8 @@ static const char RULES[] = "[a=1]\ncreditLimit = 2\nresetSeconds = 60\nlabel = 
                             "[f=*]\ncreditLimit = 5\nresetSeconds = 60\nactorField = f\n"
                             "[default]\ncreditLimit = 5\nresetSeconds = 0\n";
 
-#define NOW_USEC (1700000000ULL * 1000000ULL)
-
-static char tmpdir[64];
-static Store *store;
-static RuleSet *rules;
-static Metrics *metrics;
-static Batch *batch;
-static Connection *conns[3];
-static int peers[3];
-static size_t answered;
-
-static void on_done(Batch *b, size_t n_answered, void *userdata) {
-        (void) b;
-        (void) userdata;
-        answered = n_answered;
-}
-
-static size_t finish(void) {
-        ck_assert_int_eq(batch_finish(batch, NOW_USEC), 0);
-        return answered;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-        return remove(path);
-}
-
 static void setup(void) {
-        char err[256] = "";
-        StoreOptions o = { .sync = STORE_SYNC_NONE };
-
-        strcpy(tmpdir, "/tmp/check-resp-batch-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-        o.path = tmpdir;
-        ck_assert_msg(store_open(&o, &store, err, sizeof err) == 0, "store_open: %s", err);
-        rules = load_ini(RULES);
-        ck_assert_int_eq(metrics_new(&metrics), 0);
-        ck_assert_int_eq(metrics_set_rules(metrics, rules), 0);
-        ck_assert_int_eq(batch_new(&(BatchSettings){ .output_limit = 4096 }, &batch), 0);
-        batch_set_rules(batch, rules);
-        batch_set_store(batch, store);
-        batch_set_metrics(batch, metrics);
-        batch_set_done(batch, on_done, NULL);
-        for (unsigned i = 0; i < 3; i++) {
-                int sv[2];
-                ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
-                ck_assert_int_eq(connection_new(sv[0], false, 64 * 1024, &conns[i]), 0);
-                conns[i]->id = i + 1;
-                conns[i]->resp_allowed = true; /* the server's default (--resp=on) */
-                peers[i] = sv[1];
-        }
-}
-
-static void teardown(void) {
-        for (unsigned i = 0; i < 3; i++) {
-                conns[i] = connection_free(conns[i]);
-                close(peers[i]);
-        }
-        batch = batch_free(batch);
-        metrics = metrics_free(metrics);
-        store = store_close(store);
-        rules = ruleset_free(rules);
-        (void) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void input_n(unsigned i, const char *s, size_t n) {
-        ck_assert_int_eq(send(peers[i], s, n, MSG_NOSIGNAL), (ssize_t) n);
-        ck_assert_int_eq(connection_read(conns[i]), (ssize_t) n);
-}
-
-static void input(unsigned i, const char *s) {
-        input_n(i, s, strlen(s));
+        batch_test_setup(RULES, true); /* the server's default (--resp=on) */
 }
 
 /* A RESP request of the arguments in args, separated by '|' (static). */
@@ -117,16 +47,6 @@ static const char *req(const char *args) {
                 p = bar + 1;
         }
         return out;
-}
-
-static const char *output(unsigned i) {
-        static char buf[64 * 1024];
-        size_t n = connection_unsent(conns[i]);
-        ck_assert_uint_lt(n, sizeof buf);
-        memcpy(buf, conns[i]->out + conns[i]->out_pos, n);
-        buf[n] = '\0';
-        conns[i]->out_pos = conns[i]->out_len = 0; /* as if sent */
-        return buf;
 }
 
 #define HIT3(allowed, credit, reset) "*3\r\n:" #allowed "\r\n:" #credit "\r\n:" #reset "\r\n"
