@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/number.h"
 #include "shared/clock.h"
 #include "shared/macro.h"
 #include "store/redis-cluster.h"
@@ -655,8 +656,8 @@ static int call_build(RedisStore *s, const Call *c) {
                 s->argvlen[k++] = c->eval ? 4 : 7;
                 s->argv[k] = c->eval ? redis_script_text : redis_script_sha1;
                 s->argvlen[k++] = strlen(s->argv[1]);
-                s->argvlen[k] = (size_t) snprintf(s->scratch + off, 24, "%zu", c->n);
-                s->argv[k++] = s->scratch + off;
+                s->argv[k] = s->scratch + off;
+                s->argvlen[k++] = (size_t) (number_append_u64(s->scratch + off, c->n) - (s->scratch + off));
                 off += 24;
                 for (size_t i = 0; i < c->n; i++) {
                         r = hit_key(s, &hits[i], s->scratch + off, s->scratch_cap - off);
