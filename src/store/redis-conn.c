@@ -12,6 +12,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/number.h"
+
 /* One command awaiting its reply. */
 typedef struct Pending {
         RedisReplyFunc cb; /* NULL: abandoned, or nobody wants the reply */
@@ -238,19 +240,6 @@ static int ring_push(RedisConn *c, RedisReplyFunc cb, void *userdata, uint64_t *
         return 0;
 }
 
-static size_t fmt_u64(char *p, uint64_t v) {
-        char tmp[20];
-        size_t n = 0, i;
-
-        do {
-                tmp[n++] = (char) ('0' + v % 10);
-                v /= 10;
-        } while (v > 0);
-        for (i = 0; i < n; i++)
-                p[i] = tmp[n - 1 - i];
-        return n;
-}
-
 int redis_conn_command(RedisConn *c, int argc, const char *const *argv, const size_t *argvlen,
                        RedisReplyFunc cb, void *userdata, uint64_t *ret_seq) {
         size_t need = 1 + 20 + 2, len;
@@ -271,13 +260,13 @@ int redis_conn_command(RedisConn *c, int argc, const char *const *argv, const si
                 return r;
         p = c->out + c->out_len;
         *p++ = '*';
-        p += fmt_u64(p, (uint64_t) argc);
+        p = number_append_u64(p, (uint64_t) argc);
         *p++ = '\r';
         *p++ = '\n';
         for (int i = 0; i < argc; i++) {
                 len = argvlen[i];
                 *p++ = '$';
-                p += fmt_u64(p, len);
+                p = number_append_u64(p, len);
                 *p++ = '\r';
                 *p++ = '\n';
                 if (len > 0)
