@@ -129,6 +129,7 @@ struct RedisStore {
         uint64_t breaker_backoff;
         uint64_t rng;
 
+        const Node *last_node; /* the last a call was sent to (cluster: the stats' address) */
         RedisStoreStats st;
 };
 
@@ -802,7 +803,7 @@ static void call_send(Call *c, uint64_t now) {
         c->node = n;
         c->sent_usec = now;
         n->dirty = true;
-        snprintf(s->st.address, sizeof(s->st.address), "%s", n->addr.name);
+        s->last_node = n;
 }
 
 /* The call has its outcome: error 0 (hits decoded) or < 0 (every hit fails with it). */
@@ -1521,6 +1522,8 @@ int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret) {
         ret->state = redis_store_state(s);
         if (s->url.mode != REDIS_MODE_CLUSTER && s->n_nodes > 0 && s->nodes[0]->have_addr)
                 snprintf(ret->address, sizeof(ret->address), "%s", s->nodes[0]->addr.name);
+        else if (s->url.mode == REDIS_MODE_CLUSTER && s->last_node)
+                snprintf(ret->address, sizeof(ret->address), "%s", s->last_node->addr.name);
         return 0;
 }
 
