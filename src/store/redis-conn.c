@@ -183,10 +183,6 @@ void redis_conn_disconnect(RedisConn *c, int error) {
         conn_close(c, error, NULL);
 }
 
-static void conn_fail(RedisConn *c, int error, const char *what) {
-        conn_close(c, error, what);
-}
-
 static int out_reserve(RedisConn *c, size_t more) {
         size_t need, cap;
         char *p;
@@ -320,7 +316,7 @@ static void handshake_reply(void *userdata, redisReply *reply, int error, int fa
                 return;
         snprintf(msg, sizeof(msg), "%s refused: %.*s", what, (int) (reply->len < 150 ? reply->len : 150),
                  reply->str);
-        conn_fail(c, fail_error, msg);
+        conn_close(c, fail_error, msg);
 }
 
 static void auth_reply(void *userdata, redisReply *reply, int error) {
@@ -418,14 +414,14 @@ static void conn_dispatch(RedisConn *c) {
                         char msg[160];
 
                         snprintf(msg, sizeof(msg), "protocol error: %s", c->reader->errstr);
-                        conn_fail(c, -EPROTO, msg);
+                        conn_close(c, -EPROTO, msg);
                         return;
                 }
                 if (!reply)
                         return;
                 if (c->n == 0) {
                         freeReplyObject(reply);
-                        conn_fail(c, -EPROTO, "protocol error: a reply to no command");
+                        conn_close(c, -EPROTO, "protocol error: a reply to no command");
                         return;
                 }
                 p = c->ring[c->head];
@@ -494,11 +490,11 @@ int redis_conn_on_io(RedisConn *c, uint32_t revents) {
                         return -e;
                 }
                 if (k == 0) {
-                        conn_fail(c, -ECONNRESET, "connection closed by the server");
+                        conn_close(c, -ECONNRESET, "connection closed by the server");
                         return -ECONNRESET;
                 }
                 if (redisReaderFeed(c->reader, buf, (size_t) k) != REDIS_OK) {
-                        conn_fail(c, -ENOMEM, "out of memory reading a reply");
+                        conn_close(c, -ENOMEM, "out of memory reading a reply");
                         return -ENOMEM;
                 }
                 conn_dispatch(c);
