@@ -35,7 +35,6 @@ struct RedisConn {
         char error[REDIS_ADDR_NAME_MAX + 256];
 
         redisReader *reader;
-        redisReply *delivering; /* the reply a callback is looking at (redis_conn_steal_reply()) */
 
         char *out; /* output: [out_off, out_len) not written yet */
         size_t out_off, out_len, out_cap;
@@ -429,14 +428,9 @@ static void conn_dispatch(RedisConn *c) {
                 c->n--;
                 c->head_seq++;
                 c->replies++;
-                if (p.cb) {
-                        c->delivering = reply;
+                if (p.cb)
                         p.cb(p.userdata, reply, 0);
-                        reply = c->delivering; /* NULL if stolen */
-                        c->delivering = NULL;
-                }
-                if (reply)
-                        freeReplyObject(reply);
+                freeReplyObject(reply);
         }
 }
 
@@ -502,13 +496,6 @@ int redis_conn_on_io(RedisConn *c, uint32_t revents) {
                         break;
         }
         return c->gen == gen ? 0 : -ECONNRESET;
-}
-
-redisReply *redis_conn_steal_reply(RedisConn *c) {
-        redisReply *r = c->delivering;
-
-        c->delivering = NULL;
-        return r;
 }
 
 RedisConnState redis_conn_state(const RedisConn *c) {
