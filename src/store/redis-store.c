@@ -43,9 +43,8 @@ typedef struct Call {
 } Call;
 
 struct Batch {
-        Batch *next; /* the FIFO, or the free list */
-        StoreHit *hits;
-        size_t n;
+        Batch *next;    /* the FIFO, or the free list */
+        StoreHit *hits; /* its calls' hits[first, first + n) */
         StoreDoneFunc done;
         void *userdata;
         uint64_t submitted; /* µs, CLOCK_MONOTONIC */
@@ -1388,7 +1387,6 @@ int redis_store_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_wal
         else if (!(b = malloc(sizeof(*b))))
                 return -ENOMEM;
         *b = (Batch){ .hits = hits,
-                      .n = n,
                       .done = done,
                       .userdata = userdata,
                       .submitted = now,
@@ -1627,7 +1625,6 @@ int redis_store_open(const RedisStoreOptions *o, const RedisIo *io, RedisStore *
                 s->o.breaker_threshold = REDIS_STORE_BREAKER_THRESHOLD_DEFAULT;
         s->breaker_backoff = s->o.backoff_min_usec;
         s->rng = (now ^ ((uint64_t) getpid() << 32) ^ (uint64_t) (uintptr_t) s) | 1;
-        s->st.mode = s->url.mode;
 
         switch (s->url.mode) {
         case REDIS_MODE_SINGLE: {
