@@ -12,6 +12,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/number.h"
+
 /* One command awaiting its reply. */
 typedef struct Pending {
         RedisReplyFunc cb; /* NULL: abandoned, or nobody wants the reply */
@@ -33,7 +35,6 @@ struct RedisConn {
         char error[REDIS_ADDR_NAME_MAX + 256];
 
         redisReader *reader;
-        redisReply *delivering; /* the reply a callback is looking at (redis_conn_steal_reply()) */
 
         char *out; /* output: [out_off, out_len) not written yet */
         size_t out_off, out_len, out_cap;
@@ -181,10 +182,6 @@ void redis_conn_disconnect(RedisConn *c, int error) {
         conn_close(c, error, NULL);
 }
 
-static void conn_fail(RedisConn *c, int error, const char *what) {
-        conn_close(c, error, what);
-}
-
 static int out_reserve(RedisConn *c, size_t more) {
         size_t need, cap;
         char *p;
@@ -238,19 +235,6 @@ static int ring_push(RedisConn *c, RedisReplyFunc cb, void *userdata, uint64_t *
         return 0;
 }
 
-static size_t fmt_u64(char *p, uint64_t v) {
-        char tmp[20];
-        size_t n = 0, i;
-
-        do {
-                tmp[n++] = (char) ('0' + v % 10);
-                v /= 10;
-        } while (v > 0);
-        for (i = 0; i < n; i++)
-                p[i] = tmp[n - 1 - i];
-        return n;
-}
-
 int redis_conn_command(RedisConn *c, int argc, const char *const *argv, const size_t *argvlen,
                        RedisReplyFunc cb, void *userdata, uint64_t *ret_seq) {
         size_t need = 1 + 20 + 2, len;
@@ -271,13 +255,13 @@ int redis_conn_command(RedisConn *c, int argc, const char *const *argv, const si
                 return r;
         p = c->out + c->out_len;
         *p++ = '*';
-        p += fmt_u64(p, (uint64_t) argc);
+        p = number_append_u64(p, (uint64_t) argc);
         *p++ = '\r';
         *p++ = '\n';
         for (int i = 0; i < argc; i++) {
                 len = argvlen[i];
                 *p++ = '$';
-                p += fmt_u64(p, len);
+                p = number_append_u64(p, len);
                 *p++ = '\r';
                 *p++ = '\n';
                 if (len > 0)
@@ -331,7 +315,7 @@ static void handshake_reply(void *userdata, redisReply *reply, int error, int fa
                 return;
         snprintf(msg, sizeof(msg), "%s refused: %.*s", what, (int) (reply->len < 150 ? reply->len : 150),
                  reply->str);
-        conn_fail(c, fail_error, msg);
+        conn_close(c, fail_error, msg);
 }
 
 static void auth_reply(void *userdata, redisReply *reply, int error) {
@@ -429,14 +413,14 @@ static void conn_dispatch(RedisConn *c) {
                         char msg[160];
 
                         snprintf(msg, sizeof(msg), "protocol error: %s", c->reader->errstr);
-                        conn_fail(c, -EPROTO, msg);
+                        conn_close(c, -EPROTO, msg);
                         return;
                 }
                 if (!reply)
                         return;
                 if (c->n == 0) {
                         freeReplyObject(reply);
-                        conn_fail(c, -EPROTO, "protocol error: a reply to no command");
+                        conn_close(c, -EPROTO, "protocol error: a reply to no command");
                         return;
                 }
                 p = c->ring[c->head];
@@ -444,14 +428,9 @@ static void conn_dispatch(RedisConn *c) {
                 c->n--;
                 c->head_seq++;
                 c->replies++;
-                if (p.cb) {
-                        c->delivering = reply;
+                if (p.cb)
                         p.cb(p.userdata, reply, 0);
-                        reply = c->delivering; /* NULL if stolen */
-                        c->delivering = NULL;
-                }
-                if (reply)
-                        freeReplyObject(reply);
+                freeReplyObject(reply);
         }
 }
 
@@ -505,11 +484,11 @@ int redis_conn_on_io(RedisConn *c, uint32_t revents) {
                         return -e;
                 }
                 if (k == 0) {
-                        conn_fail(c, -ECONNRESET, "connection closed by the server");
+                        conn_close(c, -ECONNRESET, "connection closed by the server");
                         return -ECONNRESET;
                 }
                 if (redisReaderFeed(c->reader, buf, (size_t) k) != REDIS_OK) {
-                        conn_fail(c, -ENOMEM, "out of memory reading a reply");
+                        conn_close(c, -ENOMEM, "out of memory reading a reply");
                         return -ENOMEM;
                 }
                 conn_dispatch(c);
@@ -517,13 +496,6 @@ int redis_conn_on_io(RedisConn *c, uint32_t revents) {
                         break;
         }
         return c->gen == gen ? 0 : -ECONNRESET;
-}
-
-redisReply *redis_conn_steal_reply(RedisConn *c) {
-        redisReply *r = c->delivering;
-
-        c->delivering = NULL;
-        return r;
 }
 
 RedisConnState redis_conn_state(const RedisConn *c) {

@@ -73,8 +73,8 @@ int redis_addr_from_host(RedisAddr *ret, const char *host, int port, bool numeri
 /* A Unix socket path (-ENAMETOOLONG if it does not fit sun_path). */
 int redis_addr_from_unix(RedisAddr *ret, const char *path);
 
-/* Called with the reply (owned by the connection, freed when the callback returns; the
- * callback may keep it by taking it with redis_conn_steal_reply()) and error 0; or with
+/* Called with the reply (owned by the connection, freed when the callback returns) and
+ * error 0; or with
  * reply NULL and error -errno when the command will never have a reply: -ECONNRESET and other
  * socket errors, -EPROTO (a reply that does not parse, or one nobody asked for), -ECANCELED
  * (redis_conn_disconnect() by the caller, the error it passes), -EACCES (AUTH refused), -EINVAL
@@ -137,10 +137,6 @@ int redis_conn_on_io(RedisConn *c, uint32_t revents);
 /* Fails every pending command with error (< 0; callbacks run, oldest first), tells the event
  * callback, closes the socket. Nothing happens on a CLOSED connection. */
 void redis_conn_disconnect(RedisConn *c, int error);
-
-/* In a reply callback: takes ownership of the reply being delivered (freeReplyObject() is then
- * the caller's). Returns it, or NULL outside a callback. */
-redisReply *redis_conn_steal_reply(RedisConn *c);
 
 RedisConnState redis_conn_state(const RedisConn *c);
 int redis_conn_fd(const RedisConn *c);         /* -1 when CLOSED */

@@ -2,10 +2,9 @@
 #include "redis-script.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
+#include "core/number.h"
 #include "core/rules.h"
 
 /* redis-script-lua.inc, made from redis-script.lua by Makefile-store.am: REDIS_SCRIPT_TEXT
@@ -38,6 +37,27 @@ static uint64_t span_usec(const AlgoParams *p) {
         default:
                 return UINT64_MAX;
         }
+}
+
+/* Appends len bytes at *off (<= size); false if they do not fit with a NUL after them. */
+static bool put(char *buf, size_t size, size_t *off, const char *s, size_t len) {
+        if (len >= size - *off)
+                return false;
+        memcpy(buf + *off, s, len);
+        *off += len;
+        buf[*off] = '\0';
+        return true;
+}
+
+static bool put_str(char *buf, size_t size, size_t *off, const char *s) {
+        return put(buf, size, off, s, strlen(s));
+}
+
+/* Appends v in decimal (number_append_u64(): no snprintf on the per-hit path). */
+static bool put_u64(char *buf, size_t size, size_t *off, uint64_t v) {
+        char d[20];
+
+        return put(buf, size, off, d, (size_t) (number_append_u64(d, v) - d));
 }
 
 int redis_script_hit_args(const StoreHit *h, bool compat, uint64_t now_usec, char *buf, size_t size,
@@ -95,13 +115,13 @@ int redis_script_hit_args(const StoreHit *h, bool compat, uint64_t now_usec, cha
         v[12] = at;
 
         for (size_t i = 0; i < REDIS_SCRIPT_ARGS_PER_HIT; i++) {
-                int k = off < size ? snprintf(buf + off, size - off, "%" PRIu64, v[i]) : -1;
+                size_t start = off;
 
-                if (k < 0 || (size_t) k >= size - off)
+                if (!put_u64(buf, size, &off, v[i]))
                         return -ENOBUFS;
-                argv[i] = buf + off;
-                argvlen[i] = (size_t) k;
-                off += (size_t) k + 1;
+                argv[i] = buf + start;
+                argvlen[i] = off - start;
+                off++; /* past the NUL */
         }
         return REDIS_SCRIPT_ARGS_PER_HIT;
 }
@@ -130,27 +150,6 @@ int redis_script_decode(const redisReply *r, StoreHit *hits, size_t n) {
                 hits[i].retry = (int64_t) e[4]->integer;
         }
         return 0;
-}
-
-/* Appends len bytes at *off; false if they do not fit with a NUL after them. */
-static bool put(char *buf, size_t size, size_t *off, const char *s, size_t len) {
-        if (len >= size - *off)
-                return false;
-        memcpy(buf + *off, s, len);
-        *off += len;
-        buf[*off] = '\0';
-        return true;
-}
-
-static bool put_str(char *buf, size_t size, size_t *off, const char *s) {
-        return put(buf, size, off, s, strlen(s));
-}
-
-static bool put_u64(char *buf, size_t size, size_t *off, uint64_t v) {
-        char d[21];
-        int k = snprintf(d, sizeof(d), "%" PRIu64, v);
-
-        return put(buf, size, off, d, (size_t) k);
 }
 
 int redis_key_compat(const StoreHit *h, char *buf, size_t size) {

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/number.h"
 #include "shared/clock.h"
 #include "shared/macro.h"
 #include "store/redis-cluster.h"
@@ -42,9 +43,8 @@ typedef struct Call {
 } Call;
 
 struct Batch {
-        Batch *next; /* the FIFO, or the free list */
-        StoreHit *hits;
-        size_t n;
+        Batch *next;    /* the FIFO, or the free list */
+        StoreHit *hits; /* its calls' hits[first, first + n) */
         StoreDoneFunc done;
         void *userdata;
         uint64_t submitted; /* µs, CLOCK_MONOTONIC */
@@ -128,6 +128,7 @@ struct RedisStore {
         uint64_t breaker_backoff;
         uint64_t rng;
 
+        const Node *last_node; /* the last a call was sent to (cluster: the stats' address) */
         RedisStoreStats st;
 };
 
@@ -655,8 +656,8 @@ static int call_build(RedisStore *s, const Call *c) {
                 s->argvlen[k++] = c->eval ? 4 : 7;
                 s->argv[k] = c->eval ? redis_script_text : redis_script_sha1;
                 s->argvlen[k++] = strlen(s->argv[1]);
-                s->argvlen[k] = (size_t) snprintf(s->scratch + off, 24, "%zu", c->n);
-                s->argv[k++] = s->scratch + off;
+                s->argv[k] = s->scratch + off;
+                s->argvlen[k++] = (size_t) (number_append_u64(s->scratch + off, c->n) - (s->scratch + off));
                 off += 24;
                 for (size_t i = 0; i < c->n; i++) {
                         r = hit_key(s, &hits[i], s->scratch + off, s->scratch_cap - off);
@@ -801,7 +802,7 @@ static void call_send(Call *c, uint64_t now) {
         c->node = n;
         c->sent_usec = now;
         n->dirty = true;
-        snprintf(s->st.address, sizeof(s->st.address), "%s", n->addr.name);
+        s->last_node = n;
 }
 
 /* The call has its outcome: error 0 (hits decoded) or < 0 (every hit fails with it). */
@@ -1386,7 +1387,6 @@ int redis_store_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_wal
         else if (!(b = malloc(sizeof(*b))))
                 return -ENOMEM;
         *b = (Batch){ .hits = hits,
-                      .n = n,
                       .done = done,
                       .userdata = userdata,
                       .submitted = now,
@@ -1520,6 +1520,8 @@ int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret) {
         ret->state = redis_store_state(s);
         if (s->url.mode != REDIS_MODE_CLUSTER && s->n_nodes > 0 && s->nodes[0]->have_addr)
                 snprintf(ret->address, sizeof(ret->address), "%s", s->nodes[0]->addr.name);
+        else if (s->url.mode == REDIS_MODE_CLUSTER && s->last_node)
+                snprintf(ret->address, sizeof(ret->address), "%s", s->last_node->addr.name);
         return 0;
 }
 
@@ -1623,7 +1625,6 @@ int redis_store_open(const RedisStoreOptions *o, const RedisIo *io, RedisStore *
                 s->o.breaker_threshold = REDIS_STORE_BREAKER_THRESHOLD_DEFAULT;
         s->breaker_backoff = s->o.backoff_min_usec;
         s->rng = (now ^ ((uint64_t) getpid() << 32) ^ (uint64_t) (uintptr_t) s) | 1;
-        s->st.mode = s->url.mode;
 
         switch (s->url.mode) {
         case REDIS_MODE_SINGLE: {

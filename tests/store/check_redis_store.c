@@ -617,6 +617,7 @@ START_TEST (test_cluster_one_node) {
         ck_assert_uint_eq(st.calls, 2);
         ck_assert_uint_ge(st.discoveries, 1);
         ck_assert_int_eq(st.mode, REDIS_MODE_CLUSTER);
+        ck_assert_str_eq(st.address, url + strlen("redis+cluster://")); /* the node the calls went to */
         redis_store_close(s);
 }
 END_TEST
