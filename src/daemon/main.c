@@ -19,6 +19,7 @@
 #include "log.h"
 #include "manager.h"
 #include "core/rules.h"
+#include "store/redis-store.h"
 #include "store/wal.h"
 
 #define LISTEN_MAX              64 /* --listen options: more is a mistake, not a configuration */
@@ -315,7 +316,7 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
         case ARG_STORE:
                 if (strcmp(arg, "local") == 0)
                         o->settings.remote.url = NULL;
-                else if (strncmp(arg, "redis", 5) != 0)
+                else if (!redis_url_is_redis(arg))
                         return usage_error("--store (local, redis://, redis+unix://, redis+sentinel:// or "
                                            "redis+cluster://)",
                                            arg);
