@@ -85,8 +85,12 @@ struct Connection {
         bool err_sent;  /* an ERR reply was formatted: nothing after it is answered */
         bool peer_shut; /* EPOLLRDHUP/EPOLLHUP/EPOLLERR seen: connection_read() reads to EOF */
         /* In a batch that a store completes later (server.c): the batch points into its input, so
-         * it is not read (no EPOLLIN), compacted, taken into another batch, or closed until then. */
+         * it is not read, compacted, taken into another batch, or closed until then. Its EPOLLIN
+         * stays registered (edge-triggered): an event that arrives meanwhile is held in
+         * held_revents and handled when the batch completes, so that a batch in flight costs no
+         * epoll_ctl() (two per connection and batch, 13 % of the event loop with sync=always). */
         bool in_flight;
+        uint32_t held_revents;
         bool close_deferred; /* closed while in flight: closes once its batch completes */
 
         Connection *prev, *next;             /* the server's list of all connections */

@@ -150,8 +150,7 @@ static void server_update_events(Server *s, Connection *c) {
                 return;
         if (c->lingering)
                 events = EPOLLIN;
-        else if (!c->eof && !c->closing && !s->stopping && !c->blocked && !c->in_flight &&
-                 c->in_len < CONNECTION_IN_SIZE)
+        else if (!c->eof && !c->closing && !s->stopping && !c->blocked && c->in_len < CONNECTION_IN_SIZE)
                 events = EPOLLIN;
         if (connection_unsent(c) > 0)
                 events |= EPOLLOUT;
@@ -251,7 +250,10 @@ static void connection_io(Server *s, Connection *c, uint32_t revents) {
 
         if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 c->peer_shut = true;
-        if ((revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && (c->events & EPOLLIN)) {
+        if (c->in_flight)
+                /* its batch points into the input: read once it completes (server_after_batch()) */
+                c->held_revents |= revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+        else if ((revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && (c->events & EPOLLIN)) {
                 n = connection_read(c);
                 if (n < 0) {
                         log_debug_errno((int) n, "Connection %" PRIu64 ": read failed, closing: %m", c->id);
@@ -363,12 +365,16 @@ void server_accept(int fd, bool is_tcp, bool admin, Server *s) {
  * one send(), and decides whether it goes back on the ready list (at the tail, for
  * fairness) or is done. */
 static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
+        uint32_t held = 0;
+
         if (was_in_flight) {
                 c->in_flight = false;
                 if (c->close_deferred) {
                         server_close_now(s, c);
                         return;
                 }
+                held = c->held_revents;
+                c->held_revents = 0;
         }
         if (c->closing)
                 connection_drop_input(c); /* lines after an ERR are discarded */
@@ -381,8 +387,14 @@ static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
 
         if (server_maybe_finish(s, c))
                 return;
-        if (!c->lingering)
-                server_update_events(s, c);
+        if (c->lingering)
+                return;
+        server_update_events(s, c);
+        /* Input that arrived while the batch was in flight: its edge is spent, so it is read now,
+         * if the connection still reads (a blocked one is re-armed by epoll_ctl(), which
+         * re-checks readiness, once it drains). */
+        if (held && (c->events & EPOLLIN))
+                connection_io(s, c, held);
 }
 
 /* A batch was answered (store.h: at once for the local store, later for one that completes

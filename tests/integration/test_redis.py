@@ -243,6 +243,35 @@ class Failures(harness.DaemonTestCase):
             finally:
                 redis.resume()
 
+    def test_input_while_in_flight(self):
+        # A batch waits in the store (Redis paused) while its connection sends more, or closes
+        # its side: the daemon must read that input once the batch completes (server.c holds
+        # the epoll event that arrived meanwhile), with nothing lost or left unread.
+        with redisfix.RedisServer() as redis:
+            d = self.start_daemon(CONFIG, args=store_args(redis.url(), "--backend-timeout=5000"))
+            u, v = uid(), uid()
+            self.assertHit(d.request("HIT type=deny u=%s" % u), True, 1, (59, 60))  # connected
+            with d.connect() as more, d.connect() as closing:
+                redis.pause()
+                try:
+                    more.send("HIT type=deny u=%s\n" % u)
+                    closing.send("HIT type=deny u=%s\n" % v)
+                    time.sleep(0.3)  # both batches now wait for Redis
+                    more.send("HIT type=deny u=%s\n" % u)
+                    closing.shutdown_write()
+                    time.sleep(0.3)
+                finally:
+                    redis.resume()
+                self.assertHit(more.readline(), True, 0, (59, 60))
+                self.assertHit(more.readline(), False, 0, (59, 60))  # read after the batch
+                self.assertHit(closing.readline(), True, 1, (59, 60))
+                self.assertTrue(closing.at_eof(), "the daemon did not see the peer's EOF")
+            self.assertEqual(self.redis_value(redis, u), "0")
+
+    def redis_value(self, redis, actor):
+        v = redis.client().get(divvy_key({"type": "deny", "u": "*"}, actor, 2, 60))
+        return v.decode() if isinstance(v, bytes) else v
+
     def test_password(self):
         with redisfix.RedisServer(password="s3cret") as redis:
             pwfile = os.path.join(redis.dir, "pw")
