@@ -982,6 +982,22 @@ static void zero_ahead(Wal *w) {
         }
 }
 
+/* write_appends: asks the kernel to start writing the blocks of the len bytes just written at
+ * off, without waiting. The sync that covers them runs on the committer thread, which is often
+ * still busy with the previous batches' sync, or takes tens of µs to wake (a cross-CPU wake-up
+ * of a virtual machine's idle vCPU: 35 µs median, measured under 16 x 16 load). Started here,
+ * the blocks are written (or on their way) when that sync begins, and it mostly waits for the
+ * disk's cache flush alone: one device round trip instead of two (fdatasync() of 10 KB on this
+ * machine's virtio disk: 90 µs, 44 µs when the blocks were written beforehand). Measured: 8-15 %
+ * more HITs/s with --sync=always at 16 x 16 (README "Durability"). Costs one system call per
+ * batch on the event loop. Advisory: a failed write shows at the sync. */
+static void writeout_start(Wal *w, uint64_t off, size_t len) {
+        uint64_t from = off & ~((uint64_t) w->page_size - 1);
+        uint64_t to = (off + len + w->page_size - 1) & ~((uint64_t) w->page_size - 1);
+
+        (void) sync_file_range(w->fd, (off_t) from, (off_t) (to - from), SYNC_FILE_RANGE_WRITE);
+}
+
 /* write_appends: encodes the records into the staging buffer and writes them at the end of
  * the current segment. On failure, zeros over whatever part was written (so that no record of
  * a failed append can be replayed) and returns -errno. */
@@ -1007,6 +1023,7 @@ static int append_write(Wal *w, const CounterRecord *records, size_t n) {
                 return wal_set_error(w, r, "cannot write to %s/wal-%016" PRIx64 WAL_NAME_SUFFIX ": %s",
                                      w->dir, w->seq, strerror(-r));
         }
+        writeout_start(w, (uint64_t) off, len);
         return 0;
 }
 
@@ -1041,9 +1058,10 @@ int wal_append(Wal *w, const CounterRecord *records, size_t n) {
         w->count += n;
         w->next_lsn += n;
         w->appended += n;
-        writeback_start(w);
         if (w->write_appends)
-                zero_ahead(w);
+                zero_ahead(w); /* append_write() started the records' writing */
+        else
+                writeback_start(w);
         return 0;
 }
 

@@ -98,8 +98,9 @@ typedef struct WalOptions {
          * with pwrite() instead of copied into the mapping, and the blocks just ahead of them
          * are zero-filled (WAL_ZERO_CHUNK at a time, WAL_ZERO_AHEAD ahead): a sync then writes
          * into blocks that are already written, with no extent to convert and no page fault
-         * of a written-back page. Same files, same bytes; only the cost of a sync changes
-         * (~270 -> ~150 µs on a virtio disk, see README "Durability"). */
+         * of a written-back page; and each append starts writing its blocks at once, so that
+         * the sync mostly waits for the disk's cache flush alone. Same files, same bytes; only
+         * the cost of a sync changes (see README "Durability"). */
         bool write_appends;
 } WalOptions;
 
@@ -167,9 +168,10 @@ int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata);
 
 /* Appends n records, in order, all or none: when they do not fit in the current segment it
  * is sealed and the next one becomes current first. No system call that waits unless it
- * rotates: every MiB appended, one sync_file_range() starts the disk writing, so that a seal
- * has little left to wait for. With write_appends: one pwrite() of the records, and one of
- * zeros every WAL_ZERO_CHUNK bytes.
+ * rotates: every 2 MiB appended, one sync_file_range() starts the disk writing, so that a seal
+ * has little left to wait for. With write_appends: one pwrite() of the records and one
+ * sync_file_range() that starts writing their blocks (so that the sync finds them written),
+ * and one pwrite() of zeros every WAL_ZERO_CHUNK bytes.
  * Returns 0; -EMSGSIZE if n exceeds a segment's capacity; -ENOSPC (or another -errno, the
  * sentence in wal_error()) if the next segment could not be made or (write_appends) the
  * records could not be written: nothing was appended. */
