@@ -387,12 +387,11 @@ static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
 
         if (server_maybe_finish(s, c))
                 return;
-        if (c->lingering)
-                return;
-        server_update_events(s, c);
-        /* Input that arrived while the batch was in flight: its edge is spent, so it is read now,
-         * if the connection still reads (a blocked one is re-armed by epoll_ctl(), which
-         * re-checks readiness, once it drains). */
+        if (!c->lingering)
+                server_update_events(s, c);
+        /* Input that arrived while the batch was in flight: its edge is spent, so it is read
+         * (or, lingering after an ERR, discarded) now, if the connection still takes input (a
+         * blocked one is re-armed by epoll_ctl(), which re-checks readiness, once it drains). */
         if (held && (c->events & EPOLLIN))
                 connection_io(s, c, held);
 }
