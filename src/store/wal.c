@@ -990,7 +990,9 @@ static void zero_ahead(Wal *w) {
  * disk's cache flush alone: one device round trip instead of two (fdatasync() of 10 KB on this
  * machine's virtio disk: 90 µs, 44 µs when the blocks were written beforehand). Measured: 8-15 %
  * more HITs/s with --sync=always at 16 x 16 (README "Durability"). Costs one system call per
- * batch on the event loop. Advisory: a failed write shows at the sync. */
+ * batch on the event loop, and the unfinished last block is written once per batch instead of
+ * once per sync (157 against 138 bytes written to the disk per HIT). Advisory: a failed write
+ * shows at the sync. */
 static void writeout_start(Wal *w, uint64_t off, size_t len) {
         uint64_t from = off & ~((uint64_t) w->page_size - 1);
         uint64_t to = (off + len + w->page_size - 1) & ~((uint64_t) w->page_size - 1);

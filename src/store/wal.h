@@ -99,8 +99,9 @@ typedef struct WalOptions {
          * are zero-filled (WAL_ZERO_CHUNK at a time, WAL_ZERO_AHEAD ahead): a sync then writes
          * into blocks that are already written, with no extent to convert and no page fault
          * of a written-back page; and each append starts writing its blocks at once, so that
-         * the sync mostly waits for the disk's cache flush alone. Same files, same bytes; only
-         * the cost of a sync changes (see README "Durability"). */
+         * the sync mostly waits for the disk's cache flush alone. Same files, same contents;
+         * only the cost of a sync changes, and the unfinished last block is written once per
+         * append instead of once per sync (see README "Durability"). */
         bool write_appends;
 } WalOptions;
 
