@@ -3,7 +3,8 @@
 
 /*
  * number.c: the one parser of unsigned decimal numbers that people type, in rules
- * files (creditLimit, resetSeconds) and on command lines (ports, timeouts), so that
+ * files (creditLimit, resetSeconds), on command lines (ports, timeouts) and in store URLs,
+ * and that Redis sends back (ports, slots in its redirects), so that
  * "007", "+1", " 1" or "0x10" mean the same (or are refused alike) everywhere.
  */
 
@@ -17,6 +18,10 @@
  * -ERANGE if the value is below min or above max (never wraps, 2^64 included).
  * *ret is untouched on failure. */
 int parse_uint64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
+
+/* The same for the len bytes at s, which need not end in a NUL (a field of a URL, of a
+ * Redis reply): parse_uint64() of that text. */
+int parse_uint64_n(const char *s, size_t len, uint64_t min, uint64_t max, uint64_t *ret);
 
 /* Writes v in decimal at p (at most 20 bytes, no NUL); returns the end. Inline: every reply
  * of both protocols formats its numbers with these. */

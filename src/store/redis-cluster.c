@@ -6,6 +6,8 @@
 
 #include "store/redis-cluster.h"
 
+#include "core/number.h"
+
 /* CRC16-XMODEM (CCITT polynomial 0x1021, initial value 0, no reflection), one byte at a time:
  * the table of the Redis Cluster specification (Appendix A), generated, not typed. */
 static const uint16_t crc16_table[256] = {
@@ -200,21 +202,6 @@ int cluster_map_from_slots_reply(ClusterMap *m, const redisReply *r, const char 
         return err;
 }
 
-/* The decimal number at *p (at most max_digits digits, no sign), advancing *p; -1 if none. */
-static long parse_decimal(const char **p, const char *end, int max_digits) {
-        long v = 0;
-        int n = 0;
-
-        while (*p < end && **p >= '0' && **p <= '9' && n < max_digits) {
-                v = v * 10 + (**p - '0');
-                (*p)++;
-                n++;
-        }
-        if (n == 0 || (*p < end && **p >= '0' && **p <= '9'))
-                return -1;
-        return v;
-}
-
 /* True if err[0..len) starts with the word w followed by a space or the end. */
 static bool starts_with_word(const char *err, size_t len, const char *w) {
         size_t n = strlen(w);
@@ -227,21 +214,20 @@ static int parse_target(const char *p, const char *end, const char *default_host
                         ClusterNode *ret_node) {
         const char *host, *colon, *q;
         size_t hlen;
-        long slot, port;
+        uint64_t slot, port;
 
-        slot = parse_decimal(&p, end, 5);
-        if (slot < 0 || slot >= CLUSTER_SLOTS || p >= end || *p != ' ')
+        for (q = p; q < end && *q != ' '; q++)
+                ;
+        if (q >= end || parse_uint64_n(p, (size_t) (q - p), 0, CLUSTER_SLOTS - 1, &slot) < 0)
                 return -EPROTO;
-        host = ++p;
+        host = p = q + 1;
         colon = NULL;
         for (q = p; q < end; q++)
                 if (*q == ':')
                         colon = q;
         if (!colon)
                 return -EPROTO;
-        q = colon + 1;
-        port = parse_decimal(&q, end, 5);
-        if (port < 1 || port > 65535 || q != end)
+        if (parse_uint64_n(colon + 1, (size_t) (end - colon - 1), 1, 65535, &port) < 0)
                 return -EPROTO;
         hlen = (size_t) (colon - host);
         if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "store/redis-store.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -181,22 +180,6 @@ static int url_decode(const char *s, size_t len, char *out, size_t size) {
         return 0;
 }
 
-static int parse_uint(const char *s, size_t len, long max, long *ret) {
-        long v = 0;
-
-        if (len == 0 || len > 10)
-                return -EINVAL;
-        for (size_t i = 0; i < len; i++) {
-                if (!isdigit((unsigned char) s[i]))
-                        return -EINVAL;
-                v = v * 10 + (s[i] - '0');
-        }
-        if (v > max)
-                return -ERANGE;
-        *ret = v;
-        return 0;
-}
-
 #define URL_FAIL(...)                                                                                       \
         do {                                                                                                \
                 if (errbuf)                                                                                 \
@@ -209,7 +192,7 @@ static int parse_host(const char *s, size_t len, int default_port, RedisUrlHost 
                       size_t size) {
         const char *host = s, *colon = NULL;
         size_t host_len;
-        long port = default_port;
+        uint64_t port = (uint64_t) default_port;
 
         if (len > 0 && s[0] == '[') {
                 const char *end = memchr(s, ']', len);
@@ -231,7 +214,7 @@ static int parse_host(const char *s, size_t len, int default_port, RedisUrlHost 
                 URL_FAIL("'%.*s': empty host", (int) len, s);
         if (host_len > REDIS_URL_HOST_MAX)
                 URL_FAIL("host too long (%zu bytes, at most %d)", host_len, REDIS_URL_HOST_MAX);
-        if (colon && (parse_uint(colon + 1, (size_t) (s + len - colon - 1), 65535, &port) < 0 || port == 0))
+        if (colon && parse_uint64_n(colon + 1, (size_t) (s + len - colon - 1), 1, 65535, &port) < 0)
                 URL_FAIL("'%.*s': bad port (1..65535)", (int) len, s);
         memcpy(h->host, host, host_len);
         h->host[host_len] = '\0';
@@ -264,13 +247,13 @@ int redis_url_parse(const char *url, RedisUrl *ret, char *errbuf, size_t size) {
 
         /* ?db=N (unix, sentinel) */
         if (query < end) {
-                long db;
+                uint64_t db;
 
                 if (strncmp(query, "?db=", 4) != 0 || u.mode == REDIS_MODE_CLUSTER ||
                     (!unix_socket && u.mode == REDIS_MODE_SINGLE))
                         URL_FAIL("'%s': unknown query '%s' (only ?db=N, for redis+unix and redis+sentinel)",
                                  url, query);
-                r = parse_uint(query + 4, (size_t) (end - query - 4), INT_MAX, &db);
+                r = parse_uint64_n(query + 4, (size_t) (end - query - 4), 0, INT_MAX, &db);
                 if (r < 0)
                         URL_FAIL("'%s': bad db number '%s'", url, query + 4);
                 u.db = (int) db;
@@ -343,9 +326,9 @@ int redis_url_parse(const char *url, RedisUrl *ret, char *errbuf, size_t size) {
                 if (slash && slash + 1 < query)
                         URL_FAIL("'%s': a cluster has no database number (only db 0)", url);
         } else if (slash && slash + 1 < query) {
-                long db;
+                uint64_t db;
 
-                if (parse_uint(slash + 1, (size_t) (query - slash - 1), INT_MAX, &db) < 0)
+                if (parse_uint64_n(slash + 1, (size_t) (query - slash - 1), 0, INT_MAX, &db) < 0)
                         URL_FAIL("'%s': bad db number '%.*s'", url, (int) (query - slash - 1), slash + 1);
                 u.db = (int) db;
         }
@@ -1067,13 +1050,13 @@ static void sentinel_reply(void *userdata, redisReply *r, int error) {
         uint64_t now = now_usec();
         RedisAddr addr;
         char err[256];
-        long port;
+        uint64_t port;
 
         if (error < 0 || !r)
                 return; /* sentinel_event() tries the next */
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
             r->element[1]->type != REDIS_REPLY_STRING ||
-            parse_uint(r->element[1]->str, r->element[1]->len, 65535, &port) < 0 ||
+            parse_uint64_n(r->element[1]->str, r->element[1]->len, 1, 65535, &port) < 0 ||
             redis_addr_from_host(&addr, r->element[0]->str, (int) port, true, err, sizeof(err)) < 0) {
                 set_error(s, "sentinel %s does not know master '%s'%s%s", sn->addr.name, s->url.master,
                           r->type == REDIS_REPLY_ERROR ? ": " : "",

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* number.c: parse_uint64() at its edges, for the bounds both its users need (rules
- * files: 0 .. 2^53-1; command lines: small ranges such as 1 .. 65535). */
+ * files: 0 .. 2^53-1; command lines: small ranges such as 1 .. 65535), and
+ * parse_uint64_n() on text that does not end where the number does (store URLs, Redis
+ * replies). */
 
 #include <check.h>
 #include <errno.h>
@@ -60,10 +62,46 @@ START_TEST (test_parse_uint64) {
 }
 END_TEST
 
+/* parse_uint64_n(): only the len bytes count, whatever follows them. */
+static const struct {
+        const char *bytes;
+        size_t len;
+        uint64_t min, max;
+        int r;
+        uint64_t value;
+} cases_n[] = {
+        { "6379/0", 4, 1, 65535, 0, 6379 },   /* the port of host:6379/0 */
+        { "65536", 4, 1, 65535, 0, 6553 },    /* a prefix */
+        { "65536", 5, 1, 65535, -ERANGE, 0 }, /* the whole */
+        { "0", 1, 1, 65535, -ERANGE, 0 },     /* port 0 */
+        { "16383 127.0.0.1:7000", 5, 0, 16383, 0, 16383 },
+        { "16384 127.0.0.1:7000", 5, 0, 16383, -ERANGE, 0 },
+        { "00012", 5, 0, 16383, 0, 12 },
+        { "12 ", 3, 0, 100, -EINVAL, 0 },     /* a blank inside the length */
+        { "1\0002", 3, 0, 1000, -EINVAL, 0 }, /* a NUL inside the length */
+        { "123", 0, 0, 1000, -EINVAL, 0 },    /* nothing */
+        { NULL, 3, 0, 1000, -EINVAL, 0 },
+        { "99999999999999999999x", 20, 0, UINT64_MAX, -ERANGE, 0 },
+};
+
+START_TEST (test_parse_uint64_n) {
+        uint64_t v = 12345;
+        int r = parse_uint64_n(cases_n[_i].bytes, cases_n[_i].len, cases_n[_i].min, cases_n[_i].max, &v);
+
+        ck_assert_msg(r == cases_n[_i].r, "case %d (%zu bytes): %d, expected %d", _i, cases_n[_i].len, r,
+                      cases_n[_i].r);
+        if (r == 0)
+                ck_assert_uint_eq(v, cases_n[_i].value);
+        else
+                ck_assert_uint_eq(v, 12345); /* untouched on failure */
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("number");
         TCase *tc = tcase_create("parse");
         tcase_add_loop_test(tc, test_parse_uint64, 0, sizeof cases / sizeof cases[0]);
+        tcase_add_loop_test(tc, test_parse_uint64_n, 0, sizeof cases_n / sizeof cases_n[0]);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);
