@@ -176,7 +176,7 @@ static const char *read_string(const uint8_t **pp, const uint8_t *end, ProtoSlic
         return NULL;
 }
 
-static int request_fail(ProtoRequest *req, ProtoErrorCode code, const char *reason) {
+int proto_request_fail(ProtoRequest *req, ProtoErrorCode code, const char *reason) {
         req->n_pairs = 0;
         req->error_code = code;
         req->error_reason = reason;
@@ -215,24 +215,24 @@ static int parse_pairs(const uint8_t *p, const uint8_t *end, size_t max_pairs, P
 
                 reason = read_string(&p, end, &key);
                 if (reason)
-                        return request_fail(req, PROTO_ERROR_UNKNOWN, reason);
+                        return proto_request_fail(req, PROTO_ERROR_UNKNOWN, reason);
                 if (p >= end || *p != '=')
-                        return request_fail(req, PROTO_ERROR_UNKNOWN,
-                                            key.len == 0 ? REASON_EMPTY_KEY : REASON_MISSING_EQUALS);
+                        return proto_request_fail(req, PROTO_ERROR_UNKNOWN,
+                                                  key.len == 0 ? REASON_EMPTY_KEY : REASON_MISSING_EQUALS);
                 if (key.len == 0)
-                        return request_fail(req, PROTO_ERROR_UNKNOWN, REASON_EMPTY_KEY);
+                        return proto_request_fail(req, PROTO_ERROR_UNKNOWN, REASON_EMPTY_KEY);
                 p++;
 
                 quoted = p < end && *p == '"';
                 reason = read_string(&p, end, &value);
                 if (reason)
-                        return request_fail(req, PROTO_ERROR_UNKNOWN, reason);
+                        return proto_request_fail(req, PROTO_ERROR_UNKNOWN, reason);
                 if (p < end && !is_blank(*p))
-                        return request_fail(req, PROTO_ERROR_UNKNOWN,
-                                            quoted ? REASON_SEPARATOR : REASON_VALUE_EQUALS);
+                        return proto_request_fail(req, PROTO_ERROR_UNKNOWN,
+                                                  quoted ? REASON_SEPARATOR : REASON_VALUE_EQUALS);
 
                 if (!request_add(req, max_pairs, key, value))
-                        return request_fail(req, PROTO_ERROR_UNKNOWN, REASON_TOO_MANY);
+                        return proto_request_fail(req, PROTO_ERROR_UNKNOWN, REASON_TOO_MANY);
         }
 }
 
@@ -274,10 +274,10 @@ static ProtoVerb verb_from_word(const uint8_t *word, size_t len) {
 }
 
 /* The count, if the token at *pp (after blanks) is one: moves *pp past it. Returns 0, or
- * -EBADMSG after request_fail(). */
+ * -EBADMSG after proto_request_fail(). */
 static int parse_count(const uint8_t **pp, const uint8_t *end, ProtoRequest *req) {
         const uint8_t *p = *pp, *tok;
-        uint64_t v = 0;
+        int r;
 
         while (p < end && is_blank(*p))
                 p++;
@@ -289,7 +289,7 @@ static int parse_count(const uint8_t **pp, const uint8_t *end, ProtoRequest *req
         if (p == tok || (p < end && !is_blank(*p)) || *tok == '@') {
                 if (req->verb == PROTO_VERB_TAKE || req->verb == PROTO_VERB_CHARGE ||
                     req->verb == PROTO_VERB_REFUND)
-                        return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_MISSING);
+                        return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_MISSING);
                 if (req->verb == PROTO_VERB_PEEK)
                         req->count = 1;
                 return 0;
@@ -297,56 +297,77 @@ static int parse_count(const uint8_t **pp, const uint8_t *end, ProtoRequest *req
 
         if (req->verb == PROTO_VERB_HELLO || req->verb == PROTO_VERB_RESET ||
             req->verb == PROTO_VERB_EXPLAIN)
-                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_NONE);
-        for (const uint8_t *d = tok; d < p; d++)
-                if (*d < '0' || *d > '9')
-                        return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_DIGITS);
-        if (*tok == '0' && p - tok > 1)
-                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZEROS);
-        for (const uint8_t *d = tok; d < p; d++) {
-                v = v * 10 + (uint64_t) (*d - '0'); /* cannot wrap: v <= PROTO_COUNT_MAX < 2^60 here */
-                if (v > PROTO_COUNT_MAX)
-                        return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_BIG);
-        }
-        if (v == 0 && req->verb != PROTO_VERB_PEEK)
-                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZERO);
-
-        req->count = v;
-        req->has_count = true;
+                return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_NONE);
+        r = proto_parse_count_token(tok, (size_t) (p - tok), req);
+        if (r < 0)
+                return r;
         *pp = p;
         return 0;
 }
 
+int proto_parse_count_token(const uint8_t *tok, size_t len, ProtoRequest *req) {
+        uint64_t v = 0;
+
+        if (len == 0)
+                return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_DIGITS);
+        for (size_t i = 0; i < len; i++)
+                if (tok[i] < '0' || tok[i] > '9')
+                        return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_DIGITS);
+        if (tok[0] == '0' && len > 1)
+                return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZEROS);
+        for (size_t i = 0; i < len; i++) {
+                v = v * 10 + (uint64_t) (tok[i] - '0'); /* cannot wrap: v <= PROTO_COUNT_MAX < 2^60 here */
+                if (v > PROTO_COUNT_MAX)
+                        return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_BIG);
+        }
+        if (v == 0 && req->verb != PROTO_VERB_PEEK)
+                return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZERO);
+        req->count = v;
+        req->has_count = true;
+        return 0;
+}
+
 /* The client's timestamp, if the token at *pp (after blanks) starts with '@': moves *pp past
- * it. Returns 0, or -EBADMSG after request_fail(). */
+ * it. Returns 0, or -EBADMSG after proto_request_fail(). */
 static int parse_time(const uint8_t **pp, const uint8_t *end, ProtoRequest *req) {
-        const uint8_t *p = *pp;
-        uint64_t sec = 0, usec = 0;
-        unsigned n_sec = 0, n_frac = 0;
+        const uint8_t *p = *pp, *tok;
+        int r;
 
         while (p < end && is_blank(*p))
                 p++;
         if (p >= end || *p != '@')
                 return 0;
+        for (tok = p; p < end && !is_blank(*p); p++)
+                ;
+        r = proto_parse_time_token(tok, (size_t) (p - tok), req);
+        if (r < 0)
+                return r;
+        *pp = p;
+        return 0;
+}
+
+int proto_parse_time_token(const uint8_t *tok, size_t len, ProtoRequest *req) {
+        uint64_t sec = 0, usec = 0;
+        size_t i = 1, n_sec = 0, n_frac = 0;
+
         if (req->verb != PROTO_VERB_TAKE && req->verb != PROTO_VERB_PEEK && req->verb != PROTO_VERB_CHARGE)
-                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_VERB);
-        for (p++; p < end && *p >= '0' && *p <= '9' && n_sec < 12; p++, n_sec++)
-                sec = sec * 10 + (uint64_t) (*p - '0'); /* at most 12 digits read: cannot wrap */
+                return proto_request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_VERB);
+        for (; i < len && tok[i] >= '0' && tok[i] <= '9' && n_sec < 12; i++, n_sec++)
+                sec = sec * 10 + (uint64_t) (tok[i] - '0'); /* at most 12 digits read: cannot wrap */
         if (n_sec == 0 || n_sec > 11)
-                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
-        if (p < end && *p == '.') {
-                for (p++; p < end && *p >= '0' && *p <= '9' && n_frac < 7; p++, n_frac++)
-                        usec = usec * 10 + (uint64_t) (*p - '0');
+                return proto_request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+        if (i < len && tok[i] == '.') {
+                for (i++; i < len && tok[i] >= '0' && tok[i] <= '9' && n_frac < 7; i++, n_frac++)
+                        usec = usec * 10 + (uint64_t) (tok[i] - '0');
                 if (n_frac == 0 || n_frac > 6)
-                        return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
-                for (unsigned i = n_frac; i < 6; i++)
+                        return proto_request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+                for (size_t k = n_frac; k < 6; k++)
                         usec *= 10;
         }
-        if (p < end && !is_blank(*p))
-                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
+        if (i != len)
+                return proto_request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
         req->at_usec = sec * 1000000 + usec;
         req->has_at = true;
-        *pp = p;
         return 0;
 }
 
@@ -358,15 +379,15 @@ static int parse_request(const char *line, size_t len, size_t max_pairs, bool v2
 
         request_reset(ret, _PROTO_VERB_INVALID);
         if (len == 0)
-                return request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND, REASON_EMPTY);
+                return proto_request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND, REASON_EMPTY);
 
         end = p + len;
         if (is_blank(*p)) {
                 while (p < end && is_blank(*p))
                         p++;
                 /* divvy split the line on blanks and looked up the empty first word. */
-                return request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND,
-                                    p >= end ? REASON_EMPTY : REASON_LEADING_BLANK);
+                return proto_request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND,
+                                          p >= end ? REASON_EMPTY : REASON_LEADING_BLANK);
         }
 
         /* The command word runs to the first blank. */
@@ -375,7 +396,7 @@ static int parse_request(const char *line, size_t len, size_t max_pairs, bool v2
                 p++;
         verb = verb_from_word(word, (size_t) (p - word));
         if (verb < 0 || (!v2 && verb != PROTO_VERB_HIT))
-                return request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND, REASON_COMMAND);
+                return proto_request_fail(ret, PROTO_ERROR_UNKNOWN_COMMAND, REASON_COMMAND);
 
         ret->verb = verb;
         if (verb != PROTO_VERB_HIT) {

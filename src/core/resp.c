@@ -240,13 +240,6 @@ int resp_parse_int(ProtoSlice s, int64_t *ret) {
         return 0;
 }
 
-static int request_fail(ProtoRequest *req, ProtoErrorCode code, const char *reason) {
-        req->n_pairs = 0;
-        req->error_code = code;
-        req->error_reason = reason;
-        return -EBADMSG;
-}
-
 static bool is_digits(ProtoSlice s) {
         if (s.len == 0)
                 return false;
@@ -256,50 +249,13 @@ static bool is_digits(ProtoSlice s) {
         return true;
 }
 
-/* The count argument, as the line protocol's parse_count(). */
+/* The count and the timestamp arguments: the line protocol's own parsers (protocol-reasons.h). */
 static int parse_count(ProtoSlice s, ProtoRequest *req) {
-        uint64_t v = 0;
-
-        if (!is_digits(s))
-                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_DIGITS);
-        if (s.ptr[0] == '0' && s.len > 1)
-                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZEROS);
-        for (size_t i = 0; i < s.len; i++) {
-                v = v * 10 + (uint64_t) (s.ptr[i] - '0'); /* v <= PROTO_COUNT_MAX < 2^60 here */
-                if (v > PROTO_COUNT_MAX)
-                        return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_BIG);
-        }
-        if (v == 0 && req->verb != PROTO_VERB_PEEK)
-                return request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_ZERO);
-        req->count = v;
-        req->has_count = true;
-        return 0;
+        return proto_parse_count_token((const uint8_t *) s.ptr, s.len, req);
 }
 
-/* "@<seconds>[.<fraction>]", as the line protocol's parse_time(). */
 static int parse_time(ProtoSlice s, ProtoRequest *req) {
-        uint64_t sec = 0, usec = 0;
-        size_t i = 1, n_sec = 0, n_frac = 0;
-
-        if (req->verb != PROTO_VERB_TAKE && req->verb != PROTO_VERB_PEEK && req->verb != PROTO_VERB_CHARGE)
-                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_VERB);
-        for (; i < s.len && s.ptr[i] >= '0' && s.ptr[i] <= '9' && n_sec < 12; i++, n_sec++)
-                sec = sec * 10 + (uint64_t) (s.ptr[i] - '0');
-        if (n_sec == 0 || n_sec > 11)
-                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
-        if (i < s.len && s.ptr[i] == '.') {
-                for (i++; i < s.len && s.ptr[i] >= '0' && s.ptr[i] <= '9' && n_frac < 7; i++, n_frac++)
-                        usec = usec * 10 + (uint64_t) (s.ptr[i] - '0');
-                if (n_frac == 0 || n_frac > 6)
-                        return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
-                for (size_t k = n_frac; k < 6; k++)
-                        usec *= 10;
-        }
-        if (i != s.len)
-                return request_fail(req, PROTO_ERROR_BAD_TIME, REASON_TIME_FORMAT);
-        req->at_usec = sec * 1000000 + usec;
-        req->has_at = true;
-        return 0;
+        return proto_parse_time_token((const uint8_t *) s.ptr, s.len, req);
 }
 
 /* NULL if s is text a request may hold (a key if key is set), else why not. */
@@ -343,7 +299,7 @@ int resp_to_request(ProtoVerb verb, const ProtoSlice *argv, size_t argc, ProtoRe
         case PROTO_VERB_CHARGE:
         case PROTO_VERB_REFUND:
                 if (argc < 2)
-                        return request_fail(ret, PROTO_ERROR_BAD_COUNT, REASON_COUNT_MISSING);
+                        return proto_request_fail(ret, PROTO_ERROR_BAD_COUNT, REASON_COUNT_MISSING);
                 if (parse_count(argv[i++], ret) < 0)
                         return -EBADMSG;
                 break;
@@ -361,7 +317,7 @@ int resp_to_request(ProtoVerb verb, const ProtoSlice *argv, size_t argc, ProtoRe
         case PROTO_VERB_RESET:
         case PROTO_VERB_EXPLAIN:
                 if ((argc - 1) % 2 == 1 && is_digits(argv[1]))
-                        return request_fail(ret, PROTO_ERROR_BAD_COUNT, REASON_COUNT_NONE);
+                        return proto_request_fail(ret, PROTO_ERROR_BAD_COUNT, REASON_COUNT_NONE);
                 break;
         default:
                 break;
@@ -370,7 +326,7 @@ int resp_to_request(ProtoVerb verb, const ProtoSlice *argv, size_t argc, ProtoRe
                 if (parse_time(argv[i++], ret) < 0)
                         return -EBADMSG;
         if ((argc - i) % 2 == 1)
-                return request_fail(ret, PROTO_ERROR_UNKNOWN, REASON_ODD);
+                return proto_request_fail(ret, PROTO_ERROR_UNKNOWN, REASON_ODD);
 
         for (; i < argc; i += 2) {
                 ProtoSlice key = argv[i], value = argv[i + 1];
@@ -380,7 +336,7 @@ int resp_to_request(ProtoVerb verb, const ProtoSlice *argv, size_t argc, ProtoRe
                 if (!why)
                         why = check_text(value, false);
                 if (why)
-                        return request_fail(ret, PROTO_ERROR_UNKNOWN, why);
+                        return proto_request_fail(ret, PROTO_ERROR_UNKNOWN, why);
                 /* A repeated key keeps its first position and takes the new value. */
                 for (k = 0; k < ret->n_pairs; k++)
                         if (ret->pairs[k].key.len == key.len &&
@@ -391,7 +347,7 @@ int resp_to_request(ProtoVerb verb, const ProtoSlice *argv, size_t argc, ProtoRe
                         continue;
                 }
                 if (ret->n_pairs >= PROTO_PAIRS_MAX)
-                        return request_fail(ret, PROTO_ERROR_UNKNOWN, REASON_TOO_MANY);
+                        return proto_request_fail(ret, PROTO_ERROR_UNKNOWN, REASON_TOO_MANY);
                 ret->pairs[ret->n_pairs++] = (ProtoPair){ .key = key, .value = value };
         }
         return 0;
