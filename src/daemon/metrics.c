@@ -46,7 +46,7 @@ struct Metrics {
         Histogram batch_size;   /* requests */
         uint64_t reloads_ok, reloads_failed;
         uint64_t store_size_bytes, store_counters, sweeper_deleted;
-        uint64_t store_memory_bytes, journal_bytes, journal_segments;
+        uint64_t store_memory_bytes, journal_bytes, journal_segments, journal_syncs, journal_sync_usec;
         uint64_t checkpoint_age_usec, checkpoint_duration_usec, checkpoint_failures;
         uint64_t store_set; /* metrics_set_store() was called */
         uint64_t statsd_dropped;
@@ -312,6 +312,8 @@ void metrics_set_store(Metrics *m, const StoreStats *st) {
         STORE(m->store_memory_bytes, st->memory);
         STORE(m->journal_bytes, st->journal_bytes);
         STORE(m->journal_segments, st->journal_segments);
+        STORE(m->journal_syncs, st->syncs);
+        STORE(m->journal_sync_usec, st->sync_usec);
         STORE(m->checkpoint_age_usec, st->checkpoint_age_usec);
         STORE(m->checkpoint_duration_usec, st->checkpoint_duration_usec);
         STORE(m->checkpoint_failures, st->checkpoint_failures);
@@ -581,6 +583,13 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
         fprintf(f, "divvyd_journal_bytes %" PRIu64 "\n", LOAD(m->journal_bytes));
         put_header(f, "divvyd_journal_segments", "gauge", "Segments of the write-ahead journal.");
         fprintf(f, "divvyd_journal_segments %" PRIu64 "\n", LOAD(m->journal_segments));
+        put_header(f, "divvyd_journal_syncs_total", "counter",
+                   "Syncs of the write-ahead journal to disk (fdatasync or msync) since start.");
+        fprintf(f, "divvyd_journal_syncs_total %" PRIu64 "\n", LOAD(m->journal_syncs));
+        put_header(f, "divvyd_journal_sync_seconds_total", "counter",
+                   "Time those syncs took. Its rate over the syncs' rate is the mean sync latency, "
+                   "which bounds the requests answered per second with --sync=always.");
+        fprintf(f, "divvyd_journal_sync_seconds_total %.6f\n", (double) LOAD(m->journal_sync_usec) / 1e6);
         put_header(f, "divvyd_checkpoint_age_seconds", "gauge",
                    "Seconds since the last successful checkpoint (or since start).");
         fprintf(f, "divvyd_checkpoint_age_seconds %.3f\n", (double) LOAD(m->checkpoint_age_usec) / 1e6);

@@ -147,8 +147,9 @@ struct Store {
         uint64_t commit_fail_from, commit_fail_to; /* lsns a failed sync left unsynced (to 0: none) */
         int commit_fail_error;
         bool commit_busy, commit_stop;
-        uint64_t commit_syncs; /* successful syncs of the thread */
-        Pending *pending;      /* FIFO ring, in lsn order */
+        uint64_t commit_syncs;     /* successful syncs of the thread */
+        uint64_t commit_sync_usec; /* time they took */
+        Pending *pending;          /* FIFO ring, in lsn order */
         size_t pending_head, pending_n, pending_cap;
         bool opened;         /* store_open() succeeded: store_close() may checkpoint */
         uint64_t clock_usec; /* the latest wall clock store_maintain() or store_checkpoint() was
@@ -487,7 +488,7 @@ static void *commit_thread(void *userdata) {
 
         pthread_mutex_lock(&s->commit_lock);
         for (;;) {
-                uint64_t target;
+                uint64_t target, start, took;
                 int fd, r;
 
                 while (!s->commit_stop && s->commit_want <= s->commit_tried)
@@ -501,7 +502,9 @@ static void *commit_thread(void *userdata) {
 
                 /* Every batch appended up to target is in the segment's pages: one sync covers
                  * them all (the group commit), however many arrived while the last one ran. */
+                start = clock_usec(CLOCK_MONOTONIC);
                 r = commit_sync_fd(s, fd);
+                took = clock_usec(CLOCK_MONOTONIC) - start;
 
                 pthread_mutex_lock(&s->commit_lock);
                 s->commit_busy = false;
@@ -510,7 +513,9 @@ static void *commit_thread(void *userdata) {
                 if (r >= 0) {
                         if (target > s->commit_synced)
                                 s->commit_synced = target;
-                        __atomic_add_fetch(&s->commit_syncs, 1, __ATOMIC_RELAXED); /* stats read it */
+                        /* stats read them */
+                        __atomic_add_fetch(&s->commit_syncs, 1, __ATOMIC_RELAXED);
+                        __atomic_add_fetch(&s->commit_sync_usec, took, __ATOMIC_RELAXED);
                 } else
                         commit_failed(s, target, r);
                 pthread_cond_broadcast(&s->commit_idle);
@@ -1160,6 +1165,8 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 .map_grows = s->ckpt_stats.map_grows,
                 .commits = s->ckpt_ok,
                 .syncs = ws.syncs + (s->committer ? __atomic_load_n(&s->commit_syncs, __ATOMIC_RELAXED) : 0),
+                .sync_usec = ws.sync_usec +
+                             (s->committer ? __atomic_load_n(&s->commit_sync_usec, __ATOMIC_RELAXED) : 0),
                 .journal_bytes = ws.bytes,
                 .journal_segments = ws.segments,
                 .journal_records = ws.records,

@@ -183,7 +183,8 @@ typedef struct StoreStats {
         uint64_t swept_total; /* expired counters deleted from the table since open */
         uint64_t map_grows;   /* data.mdb map growths since open */
         uint64_t commits;     /* successful checkpoints since open */
-        uint64_t syncs;       /* journal syncs since open */
+        uint64_t syncs;       /* journal syncs since open (successful ones) */
+        uint64_t sync_usec;   /* the time they took: with sync=always, what bounds the HITs/s */
         uint64_t journal_bytes;
         uint64_t journal_segments;
         uint64_t journal_records;          /* records in the journal (not yet released) */

@@ -96,6 +96,7 @@ struct Wal {
 
         bool dir_dirty; /* a segment was renamed in since the directory's last fsync */
         uint64_t appended, syncs, rotations;
+        uint64_t sync_usec; /* spent in the syncs counted in syncs */
         char error[WAL_ERROR_MAX];
 };
 
@@ -1069,10 +1070,12 @@ int wal_append(Wal *w, const CounterRecord *records, size_t n) {
 
 int wal_sync(Wal *w) {
         bool did = false;
+        uint64_t t0;
         int r;
 
         if (!w)
                 return -EINVAL;
+        t0 = clock_usec(CLOCK_MONOTONIC);
         if (w->count > w->synced) {
                 r = current_flush(w);
                 if (r < 0)
@@ -1085,8 +1088,10 @@ int wal_sync(Wal *w) {
                         return r;
                 did = true;
         }
-        if (did)
+        if (did) {
                 w->syncs++;
+                w->sync_usec += clock_usec(CLOCK_MONOTONIC) - t0;
+        }
         return 0;
 }
 
@@ -1180,6 +1185,7 @@ int wal_get_stats(const Wal *w, WalStats *ret) {
         s.spare_ready = w->spare_fd >= 0;
         s.appended = w->appended;
         s.syncs = w->syncs;
+        s.sync_usec = w->sync_usec;
         s.rotations = w->rotations;
         *ret = s;
         return 0;

@@ -138,6 +138,7 @@ typedef struct WalStats {
         bool spare_ready;          /* the next segment is preallocated */
         uint64_t appended;         /* records appended since open */
         uint64_t syncs;            /* wal_sync() calls that synced something, since open */
+        uint64_t sync_usec;        /* time spent in them (CLOCK_MONOTONIC) */
         uint64_t rotations;        /* segments sealed since open */
 } WalStats;
 

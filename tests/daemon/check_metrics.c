@@ -115,6 +115,10 @@ START_TEST (test_fresh_render) {
                 "divvyd_journal_bytes 0",
                 "# TYPE divvyd_journal_segments gauge",
                 "divvyd_journal_segments 0",
+                "# TYPE divvyd_journal_syncs_total counter",
+                "divvyd_journal_syncs_total 0",
+                "# TYPE divvyd_journal_sync_seconds_total counter",
+                "divvyd_journal_sync_seconds_total 0.000000",
                 "# TYPE divvyd_checkpoint_age_seconds gauge",
                 "divvyd_checkpoint_age_seconds 0.000",
                 "# TYPE divvyd_checkpoint_duration_seconds gauge",
@@ -150,8 +154,8 @@ START_TEST (test_fresh_render) {
                         ck_assert_ptr_nonnull(strchr(line, ' '));
                 }
         }
-        ck_assert_uint_eq(n_help, 19);
-        ck_assert_uint_eq(n_type, 19);
+        ck_assert_uint_eq(n_help, 21);
+        ck_assert_uint_eq(n_type, 21);
         ck_assert(t[strlen(t) - 1] == '\n');
         free(copy);
         free(t);
@@ -330,6 +334,8 @@ START_TEST (test_gauges_and_counters) {
                                             .memory = 1 << 20,
                                             .journal_bytes = 3 << 20,
                                             .journal_segments = 2,
+                                            .syncs = 77,
+                                            .sync_usec = 8123456,
                                             .checkpoint_age_usec = 1500000,
                                             .checkpoint_duration_usec = 250000,
                                             .checkpoint_failures = 4 });
@@ -354,6 +360,8 @@ START_TEST (test_gauges_and_counters) {
         ck_assert_line(t, "divvyd_store_memory_bytes 1048576");
         ck_assert_line(t, "divvyd_journal_bytes 3145728");
         ck_assert_line(t, "divvyd_journal_segments 2");
+        ck_assert_line(t, "divvyd_journal_syncs_total 77");
+        ck_assert_line(t, "divvyd_journal_sync_seconds_total 8.123456");
         ck_assert_line(t, "divvyd_checkpoint_age_seconds 1.500");
         ck_assert_line(t, "divvyd_checkpoint_duration_seconds 0.250");
         ck_assert_line(t, "divvyd_checkpoint_failures_total 4");

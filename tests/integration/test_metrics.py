@@ -356,6 +356,23 @@ class PrometheusTests(harness.DaemonTestCase):
             self.assertIn("# TYPE " + family + "\n", text)
             self.assertIn("# HELP " + family.split()[0] + " ", text)
 
+    def test_journal_syncs(self):
+        # With --sync=always each allowed HIT answered alone (one round trip each) waited for a
+        # sync of its own: the syncs are counted, with the time they took.
+        d, port = self.start(args=["--sync=always"])
+        c = d.connect("tcp")
+        self.addCleanup(c.close)
+        before = wait_for_sample(port, "divvyd_journal_syncs_total", lambda v: v >= 0)
+        replies = [c.request("HIT path=/cookies ip=10.0.0.%d" % i) for i in range(4)]
+        allowed = sum(r.startswith("OK true") for r in replies)
+        self.assertGreaterEqual(allowed, 2, replies)
+        s = wait_for_sample(port, "divvyd_journal_syncs_total",
+                            lambda v: v >= before["divvyd_journal_syncs_total"] + allowed)
+        self.assertGreaterEqual(s["divvyd_journal_sync_seconds_total"],
+                                before["divvyd_journal_sync_seconds_total"])
+        for family in ["divvyd_journal_syncs_total counter", "divvyd_journal_sync_seconds_total counter"]:
+            self.assertIn("# TYPE " + family + "\n", harness.http_get(port)[2])
+
     def test_reloads_and_paths(self):
         d, port = self.start()
         before = d.last_seq()

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "shared/clock.h"
 #include "store/checkpoint.h"
 #include "store/store.h"
 #include "store/wal.h"
@@ -89,9 +90,11 @@ static Store *open_store(void) {
 }
 
 /* Test hook of the group commit's sync (the sync thread calls it): holds while sync_hold is
- * set (bounded: 10 s), fails with -EIO while sync_fail is set, counts its calls. */
-static int sync_hold, sync_fail, sync_calls;
+ * set (bounded: 10 s), fails with -EIO while sync_fail is set, counts its calls (sync_entered
+ * on entry, sync_calls once past the hold). */
+static int sync_hold, sync_fail, sync_calls, sync_entered;
 static int sync_hook(int fd) {
+        __atomic_add_fetch(&sync_entered, 1, __ATOMIC_RELEASE);
         for (unsigned i = 0; i < 10000 && __atomic_load_n(&sync_hold, __ATOMIC_ACQUIRE); i++)
                 nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
         __atomic_add_fetch(&sync_calls, 1, __ATOMIC_RELEASE);
@@ -1175,7 +1178,7 @@ static Store *open_always(void) {
         StoreOptions o = options(STORE_SYNC_ALWAYS);
 
         o.journal_sync = sync_hook;
-        sync_hold = sync_fail = sync_calls = gc_calls = 0;
+        sync_hold = sync_fail = sync_calls = sync_entered = gc_calls = 0;
         return open_with(&o);
 }
 
@@ -1228,6 +1231,32 @@ START_TEST (test_group_commit_waits_for_sync) {
         ck_assert_int_eq(gc_calls, 4);
         ck_assert_int_eq(gc_error[3], 0);
         ck_assert(!h[1].allowed);
+        store_close(s);
+}
+END_TEST
+
+/* Each sync of the group commit is counted with the time it took (the metrics'
+ * divvyd_journal_sync_seconds_total): one held for 20 ms, from the moment the sync thread is
+ * in it, adds one sync and at least 20 ms, whatever the machine's speed. */
+START_TEST (test_group_commit_sync_time) {
+        Store *s = open_always();
+        StoreStats before = stats(s), after;
+        StoreHit h;
+        uint64_t t0;
+
+        __atomic_store_n(&sync_hold, 1, __ATOMIC_RELEASE);
+        gc_submit(s, &h, "gc-t", 0);
+        for (unsigned i = 0; i < 10000 && __atomic_load_n(&sync_entered, __ATOMIC_ACQUIRE) == 0; i++)
+                nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+        ck_assert_int_eq(__atomic_load_n(&sync_entered, __ATOMIC_ACQUIRE), 1);
+        t0 = clock_usec(CLOCK_MONOTONIC);
+        while (clock_usec(CLOCK_MONOTONIC) - t0 < 20000)
+                nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+        __atomic_store_n(&sync_hold, 0, __ATOMIC_RELEASE);
+        gc_wait(s, 1);
+        after = stats(s);
+        ck_assert_uint_eq(after.syncs, before.syncs + 1);
+        ck_assert_uint_ge(after.sync_usec - before.sync_usec, 20000);
         store_close(s);
 }
 END_TEST
@@ -1346,6 +1375,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_checkpoint_map_cap_retry);
         tcase_add_test(tc, test_submit_completes);
         tcase_add_test(tc, test_group_commit_waits_for_sync);
+        tcase_add_test(tc, test_group_commit_sync_time);
         tcase_add_test(tc, test_group_commit_sync_failure);
         tcase_add_test(tc, test_group_commit_close_drains);
         tcase_add_test(tc, test_group_commit_rotations);
