@@ -1069,29 +1069,26 @@ int wal_append(Wal *w, const CounterRecord *records, size_t n) {
 }
 
 int wal_sync(Wal *w) {
-        bool did = false;
-        uint64_t t0;
+        uint64_t start;
         int r;
 
         if (!w)
                 return -EINVAL;
-        t0 = clock_usec(CLOCK_MONOTONIC);
+        if (w->count <= w->synced && !w->dir_dirty)
+                return 0; /* nothing to sync: not counted, no clock read */
+        start = clock_usec(CLOCK_MONOTONIC);
         if (w->count > w->synced) {
                 r = current_flush(w);
                 if (r < 0)
                         return r;
-                did = true;
         }
         if (w->dir_dirty) {
                 r = dir_sync(w);
                 if (r < 0)
                         return r;
-                did = true;
         }
-        if (did) {
-                w->syncs++;
-                w->sync_usec += clock_usec(CLOCK_MONOTONIC) - t0;
-        }
+        w->syncs++;
+        w->sync_usec += clock_usec(CLOCK_MONOTONIC) - start;
         return 0;
 }
 
