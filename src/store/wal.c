@@ -34,15 +34,7 @@
 #define WAL_HEADER_CRC_AT 60          /* bytes of the header the CRC covers; the CRC follows */
 #define CRC32C_POLY       0x82F63B78u /* Castagnoli, reflected */
 #define CRC32C_SLICES     8           /* slicing-by-8: 8 bytes per step, ~5 steps a record */
-#define WAL_WRITEBACK_CHUNK                                                                                 \
-        (2U << 20) /* bytes: appends start the disk writing every this much (~43700 records) without        \
-                    * waiting, so sealing a segment waits for at most this much, not up to 64 MiB           \
-                    * (bench-wal: tens of ms per rotation without it). Only whole chunks, aligned to        \
-                    * it, are started: the page cache holds a file in folios of up to 2 MiB, and a          \
-                    * started range that ends inside the folio still being appended to writes that          \
-                    * whole folio again and again (measured: 88-102 bytes written per 48-byte record        \
-                    * with 4 KiB-aligned ranges, 1.00x with 2 MiB-aligned ones) */
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MAX(a, b)         ((a) > (b) ? (a) : (b))
 
 _Static_assert(WAL_RECORD_SIZE == WAL_RECORD_CRC_AT + 4, "record: the CRC is its last 4 bytes");
 _Static_assert(WAL_HEADER_SIZE == WAL_HEADER_CRC_AT + 4, "header: the CRC is its last 4 bytes");
@@ -61,6 +53,7 @@ struct Wal {
         int lock_fd;
         uint64_t segment_size;
         int (*allocate)(int fd, off_t len);
+        void (*start_write)(int fd, off_t off, off_t len); /* WalOptions' hook, or NULL */
         size_t page_size;
 
         /* the current segment: appended to */
@@ -820,6 +813,7 @@ int wal_open(const char *dir, const WalOptions *o, Wal **ret, char *errbuf, size
                 .spare_fd = -EBADF,
                 .segment_size = o->segment_size ? o->segment_size : WAL_SEGMENT_SIZE_DEFAULT,
                 .allocate = o->allocate,
+                .start_write = o->start_write,
                 .page_size = (size_t) sysconf(_SC_PAGESIZE),
                 .write_appends = o->write_appends,
         };
@@ -925,6 +919,15 @@ int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata) {
         return 0;
 }
 
+/* Asks the kernel to start writing len bytes of the current segment at off to disk, without
+ * waiting. Advisory: an error shows at the next sync. */
+static void start_write(Wal *w, uint64_t off, uint64_t len) {
+        if (w->start_write)
+                w->start_write(w->fd, (off_t) off, (off_t) len);
+        else
+                (void) sync_file_range(w->fd, (off_t) off, (off_t) len, SYNC_FILE_RANGE_WRITE);
+}
+
 /* Every WAL_WRITEBACK_CHUNK bytes appended, asks the kernel to start writing the whole chunks
  * appended to disk, without waiting: advisory (an error shows at the next sync), one system
  * call per ~43700 records. */
@@ -938,7 +941,7 @@ static void writeback_start(Wal *w) {
         to = (WAL_HEADER_SIZE + (size_t) w->count * WAL_RECORD_SIZE) & ~((size_t) WAL_WRITEBACK_CHUNK - 1);
         if (to <= from)
                 return;
-        (void) sync_file_range(w->fd, (off_t) from, (off_t) (to - from), SYNC_FILE_RANGE_WRITE);
+        start_write(w, from, to - from);
         /* the records that begin before to (the next range starts at to) */
         w->started = (to - WAL_HEADER_SIZE + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
 }
@@ -978,7 +981,7 @@ static void zero_ahead(Wal *w) {
 
                 if (write_all(w->fd, w->zeros, (size_t) len, (off_t) w->zeroed_to) < 0)
                         break;
-                (void) sync_file_range(w->fd, (off_t) w->zeroed_to, (off_t) len, SYNC_FILE_RANGE_WRITE);
+                start_write(w, w->zeroed_to, len);
                 w->zeroed_to += len;
         }
 }
@@ -998,7 +1001,7 @@ static void writeout_start(Wal *w, uint64_t off, size_t len) {
         uint64_t from = off & ~((uint64_t) w->page_size - 1);
         uint64_t to = (off + len + w->page_size - 1) & ~((uint64_t) w->page_size - 1);
 
-        (void) sync_file_range(w->fd, (off_t) from, (off_t) (to - from), SYNC_FILE_RANGE_WRITE);
+        start_write(w, from, to - from);
 }
 
 /* write_appends: encodes the records into the staging buffer and writes them at the end of

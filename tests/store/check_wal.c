@@ -804,6 +804,102 @@ START_TEST (test_write_appends_zero_ahead) {
 }
 END_TEST
 
+/* The early write-outs (WalOptions.start_write): what each one asked the kernel to write. */
+#define STARTS_MAX 4096
+static struct { off_t off, len; } starts[STARTS_MAX];
+static size_t n_starts;
+
+static void start_write_hook(int fd, off_t off, off_t len) {
+        (void) fd;
+        ck_assert_uint_lt(n_starts, STARTS_MAX);
+        starts[n_starts].off = off;
+        starts[n_starts].len = len;
+        n_starts++;
+}
+
+/* True if one of the write-outs since the from-th covers [off, off + len). */
+static bool started_since(size_t from, uint64_t off, uint64_t len) {
+        for (size_t i = from; i < n_starts; i++)
+                if ((uint64_t) starts[i].off <= off &&
+                    (uint64_t) starts[i].off + (uint64_t) starts[i].len >= off + len)
+                        return true;
+        return false;
+}
+
+/* With write_appends, every append starts writing its own bytes before it returns (so that
+ * the sync that follows finds them written, and waits for the disk's cache flush alone). */
+START_TEST (test_write_appends_write_out) {
+        WalOptions o = { .segment_size = WA_SEG_SIZE,
+                         .write_appends = true,
+                         .start_write = start_write_hook };
+        char err[ERRBUF] = "";
+        CounterRecord b[64];
+        uint64_t count = 0;
+        Wal *w = NULL;
+
+        ck_assert_int_eq(wal_open(tmpdir, &o, &w, err, sizeof err), 0);
+        n_starts = 0;
+        for (size_t k = 1; k <= 64; k++) {
+                uint64_t off = WAL_HEADER_SIZE + count * WAL_RECORD_SIZE;
+                size_t before = n_starts;
+
+                for (size_t j = 0; j < k; j++)
+                        b[j] = rec(count + j);
+                ck_assert_int_eq(wal_append(w, b, k), 0);
+                ck_assert_msg(started_since(before, off, k * WAL_RECORD_SIZE),
+                              "the append of %zu records at %" PRIu64 " started no write-out of them", k,
+                              off);
+                /* whole pages: a range that ends inside one would leave its end unwritten */
+                ck_assert_int_eq(starts[n_starts - 1].off % 4096, 0);
+                ck_assert_int_eq(starts[n_starts - 1].len % 4096, 0);
+                count += k;
+        }
+        ck_assert_int_eq(wal_sync(w), 0);
+        wal_close(w);
+}
+END_TEST
+
+/* Without write_appends (the mapping: --sync=periodic and none), the appends start the disk
+ * writing a whole WAL_WRITEBACK_CHUNK at a time, once it is full, so that sealing a segment has
+ * little left to wait for. */
+START_TEST (test_writeback_chunks) {
+        const uint64_t seg = 2ULL * WAL_WRITEBACK_CHUNK + (1ULL << 20);
+        WalOptions o = { .segment_size = seg, .start_write = start_write_hook };
+        uint64_t per_chunk = WAL_WRITEBACK_CHUNK / WAL_RECORD_SIZE, count = 0;
+        char err[ERRBUF] = "";
+        CounterRecord b[1000];
+        Wal *w = NULL;
+
+        ck_assert_int_eq(wal_open(tmpdir, &o, &w, err, sizeof err), 0);
+        n_starts = 0;
+        /* up to just before the end of the first chunk: nothing started */
+        while (WAL_HEADER_SIZE + (count + 1000) * WAL_RECORD_SIZE < WAL_WRITEBACK_CHUNK) {
+                for (size_t j = 0; j < 1000; j++)
+                        b[j] = rec(count + j);
+                ck_assert_int_eq(wal_append(w, b, 1000), 0);
+                count += 1000;
+        }
+        ck_assert_uint_eq(n_starts, 0);
+        /* past two chunks: both started, each whole and aligned, and nothing of the third */
+        while (count < 2 * per_chunk + 10) {
+                for (size_t j = 0; j < 1000; j++)
+                        b[j] = rec(count + j);
+                ck_assert_int_eq(wal_append(w, b, 1000), 0);
+                count += 1000;
+        }
+        ck_assert_msg(started_since(0, 0, WAL_WRITEBACK_CHUNK), "the first chunk was not started");
+        ck_assert_msg(started_since(0, WAL_WRITEBACK_CHUNK, WAL_WRITEBACK_CHUNK),
+                      "the second chunk was not started");
+        for (size_t i = 0; i < n_starts; i++) {
+                ck_assert_int_eq(starts[i].off % WAL_WRITEBACK_CHUNK, 0);
+                ck_assert_int_eq(starts[i].len % WAL_WRITEBACK_CHUNK, 0);
+                ck_assert_int_le(starts[i].off + starts[i].len, 2 * WAL_WRITEBACK_CHUNK);
+        }
+        ck_assert_int_eq(wal_sync(w), 0);
+        wal_close(w);
+}
+END_TEST
+
 /* write_appends: an append whose pwrite() fails (here EFBIG past RLIMIT_FSIZE, after a short
  * write of its first records) returns the error, appends nothing, and leaves none of its
  * records readable: a reopened journal replays only the records appended before it. */
@@ -1021,6 +1117,8 @@ static Suite *wal_suite(void) {
         tcase_add_test(tc, test_write_appends_same_bytes);
         tcase_add_test(tc, test_write_appends_zero_ahead);
         tcase_add_test(tc, test_write_appends_failed_write);
+        tcase_add_test(tc, test_write_appends_write_out);
+        tcase_add_test(tc, test_writeback_chunks);
         suite_add_tcase(s, tc);
         return s;
 }
