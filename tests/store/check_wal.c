@@ -827,7 +827,8 @@ static bool started_since(size_t from, uint64_t off, uint64_t len) {
 }
 
 /* With write_appends, every append starts writing its own bytes before it returns (so that
- * the sync that follows finds them written, and waits for the disk's cache flush alone). */
+ * the sync that follows finds them written, and waits for the disk's cache flush alone), and
+ * each chunk of zeros written ahead of the appends is started as it is written. */
 START_TEST (test_write_appends_write_out) {
         WalOptions o = { .segment_size = WA_SEG_SIZE,
                          .write_appends = true,
@@ -857,6 +858,11 @@ START_TEST (test_write_appends_write_out) {
                 }
                 count += k;
         }
+        /* and the zeros written ahead of the appends, each chunk as it was written */
+        uint64_t end = WAL_HEADER_SIZE + count * WAL_RECORD_SIZE;
+        for (uint64_t z = (uint64_t) page; z + WAL_ZERO_CHUNK <= end + WAL_ZERO_AHEAD; z += WAL_ZERO_CHUNK)
+                ck_assert_msg(started_since(0, z, WAL_ZERO_CHUNK),
+                              "the zeros at %" PRIu64 " were not started", z);
         ck_assert_int_eq(wal_sync(w), 0);
         wal_close(w);
 }
