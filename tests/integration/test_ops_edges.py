@@ -9,6 +9,10 @@ test_lifecycle, test_metrics, test_admin, test_client or tests/cli.
   line with no control bytes: it is one line of --check-config's output, one log line with
   its <N> prefix, and the value of STATUS= in an sd_notify datagram, where a line break
   would start another assignment (READY=1, STOPPING=1, MAINPID=...).
+- A JSON operation key or value that no request can carry (a control byte, a '"',
+  invalid UTF-8) made a rule that can never match, accepted without a word, where the
+  same operation in an INI header is refused; and --dump-config then wrote it out as
+  invalid JSON.
 
 Run one test:  tests/integration/test_ops_edges.py OpsEdges.test_reload_error_is_one_status_line
 """
@@ -82,6 +86,28 @@ class OpsEdges(harness.DaemonTestCase):
                 for line in lines[:-1]:
                     self.assertTrue(line.startswith(path + ":"), repr(err))
                     self.assertIsNone(CONTROL.search(line), repr(err))
+
+    # Bug: the JSON reader took any string as an operation key or value; INI refuses them.
+    def test_json_operation_a_request_cannot_carry(self):
+        tmp = self.tmp()
+        cases = {
+            "line break in value": ('"path": "/a\\nb"', "control"),
+            "quote in value": ('"path": "/a\\"b"', "'\"'"),
+            "control in key": ('"pa\\u0001th": "/a"', "control"),
+            "invalid UTF-8": ('"path": "/a\xff"', "UTF-8"),
+        }
+        for name, (op, why) in cases.items():
+            with self.subTest(name):
+                path = os.path.join(tmp, "rules.json")
+                write(path, GOOD_JSON.replace('"path": "/kept"', op).encode("latin-1"), "wb")
+                rc, out, err = check_config(path)
+                self.assertEqual((rc, out), (1, ""), err)
+                self.assertRegex(err, r"^%s:3: overrides\[0\]: operation: .*%s" % (re.escape(path),
+                                                                                 re.escape(why)))
+        # What a request can carry stays accepted: spaces, '=', tabs and UTF-8, quoted on the wire.
+        path = os.path.join(tmp, "ok.json")
+        write(path, GOOD_JSON.replace('"path": "/kept"', '"path": "/a b=c\\t\u00e9", "q w": "1"'))
+        self.assertEqual(check_config(path)[0], 0)
 
     def test_reload_error_is_one_status_line(self):
         d = self.new_daemon(None)
