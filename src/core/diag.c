@@ -42,6 +42,13 @@ int diag_add(Diag *d, unsigned line, const char *fmt, ...) {
         free(text);
         if (r < 0)
                 return -ENOMEM;
+        /* Messages quote the file (a JSON key may hold "\n", an INI line an escape or a CR): a
+         * message is one line of --check-config, one log line and the value of STATUS= in
+         * an sd_notify datagram, where a line break would start an assignment of the file's
+         * choosing. Control bytes other than tab become '?'. */
+        for (char *p = msg; *p; p++)
+                if (((unsigned char) *p < 0x20 && *p != '\t') || *p == 0x7f)
+                        *p = '?';
 
         if (d->n_messages % 8 == 0) {
                 char **m = realloc(d->messages, (d->n_messages + 8) * sizeof(char *));

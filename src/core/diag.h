@@ -27,7 +27,8 @@ typedef struct Diag {
 void diag_init(Diag *d, const char *file);
 void diag_done(Diag *d);
 
-/* Appends "FILE:LINE: <formatted>" (line 0: "FILE: ..."; no file: "<config>").
+/* Appends "FILE:LINE: <formatted>" (line 0: "FILE: ..."; no file: "<config>"), one line:
+ * control bytes other than tab, which may come from the file, as '?'.
  * Past DIAG_MAX messages it only counts. Returns 0 or -ENOMEM. */
 int diag_add(Diag *d, unsigned line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
