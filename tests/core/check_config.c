@@ -443,6 +443,11 @@ END_TEST
         "{\"overrides\": [\n{\"operation\": {\"a\": \"1\"},\n\"creditLimit\": 10, \"resetSeconds\": "       \
         "60" __VA_ARGS__ "}],\n\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}"
 
+/* A JSON override on line 1 with the operation's members given, then the default. */
+#define JSON_OP(members)                                                                                    \
+        "{\"overrides\": [{\"operation\": {" members "}, \"creditLimit\": 1, \"resetSeconds\": 1}],\n"      \
+        "\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}"
+
 static const struct {
         bool json;
         const char *text;
@@ -648,6 +653,27 @@ static const struct {
           "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": 0,\n\"onBackendError\": \"deny\",\n"
           "\"onBackendError\": \"allow\"}}",
           0, 3, "t.json:3: rule [default] sets onBackendError twice (first on line 2)" },
+        /* A message is one line whatever the file quotes into it (STATUS=, the log, the
+         * output of --check-config): control bytes from the file come out as '?'. */
+        { true, "{\"x\\nREADY=1\": 1, \"default\": {\"creditLimit\": 0, \"resetSeconds\": 0}}", 0, 1,
+          "t.json:1: unknown key 'x?READY=1' (accepted: overrides, default)" },
+        { false, "[path=/a\x1b[31m]\ncreditLimit=1\nresetSeconds=1\n" DEFAULT_INI, 0, 1,
+          "t.ini:1: section [path=/a?[31m]: invalid operation: control character in request" },
+        /* JSON operations no request can carry are refused, as in an INI header; tab, '=',
+         * spaces and UTF-8 are not. */
+        { true, JSON_OP("\"path\": \"/a\\nb\""), 0, 1,
+          "t.json:1: overrides[0]: operation: 'path': value contains a control character, which a request "
+          "cannot carry" },
+        { true, JSON_OP("\"pa\\\"th\": \"/a\""), 0, 1,
+          "t.json:1: overrides[0]: operation: 'pa\"th': key contains '\"', which a request cannot carry" },
+        { true, JSON_OP("\"path\": \"/\xff\""), 0, 1,
+          "t.json:1: overrides[0]: operation: 'path': value is not valid UTF-8, which a request cannot "
+          "carry" },
+        { true, JSON_OP("\"p\\u0001\": \"/a\""), 0, 1,
+          "t.json:1: overrides[0]: operation: 'p?': key contains a control character, which a request "
+          "cannot "
+          "carry" },
+        { true, JSON_OP("\"path\": \"/\xc3\xa9 =\\tx\"") },
         /* JSON accepted a canary before a stop rule on one operation all along. */
         { true,
           "{\"overrides\": [{\"operation\": {\"method\": \"GET\", \"path\": \"/x\"}, \"creditLimit\": 1,"
