@@ -352,27 +352,6 @@ static const char *js_absent_text(const char *key, char *buf, size_t size) {
         return buf;
 }
 
-#define SHOW_MAX 64 /* bytes of a key or value quoted in a compat message */
-
-/* A key or value for a message: control bytes and '"' as '?', cut after SHOW_MAX bytes
- * (at a character boundary) with "...". */
-static const char *show(const char *s, char buf[static SHOW_MAX + 4]) {
-        size_t len = strlen(s), n = len;
-        if (n > SHOW_MAX) {
-                n = SHOW_MAX;
-                while (n > 0 && ((unsigned char) s[n] & 0xc0) == 0x80)
-                        n--;
-        }
-        for (size_t i = 0; i < n; i++) {
-                unsigned char c = (unsigned char) s[i];
-                buf[i] = c < 0x20 || c == 0x7f || c == '"' ? '?' : (char) c;
-        }
-        if (n < len)
-                memcpy(buf + n, "...", 3), n += 3;
-        buf[n] = '\0';
-        return buf;
-}
-
 /* Appends one reason to the rule's list, "; " between reasons. */
 static void add_reason(char *buf, size_t size, size_t *len, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
@@ -393,7 +372,7 @@ _Static_assert(_RULE_ATTR_MAX == 11, "a new rule attribute: decide in divvy_rule
 
 /* Every reason divvy 1.7 would decide rule r otherwise, or could not read it, into buf. */
 static void divvy_rule_reasons(const Rule *r, char *buf, size_t size) {
-        char absent[64], k[SHOW_MAX + 4], v[SHOW_MAX + 4];
+        char absent[64], k[RULE_EXCERPT_MAX + 4], v[RULE_EXCERPT_MAX + 4];
         size_t len = 0;
 
         buf[0] = '\0';
@@ -428,19 +407,19 @@ static void divvy_rule_reasons(const Rule *r, char *buf, size_t size) {
                 }
                 if (p->kind == PATTERN_ANY)
                         add_reason(buf, size, &len, "%s=* (divvy 1.7 also matches requests without %s)",
-                                   show(p->key, k), k);
+                                   rule_excerpt(p->key, k), k);
                 else if (p->kind == PATTERN_GLOB && star != p->value + p->value_len - 1)
                         add_reason(buf, size, &len,
                                    "%s=%s (divvy 1.7 reads a glob as the prefix before its first * and "
                                    "the rest as a regular expression, unanchored: only a single * at the "
                                    "end matches alike)",
-                                   show(p->key, k), show(p->value, v));
+                                   rule_excerpt(p->key, k), rule_excerpt(p->value, v));
                 else if (p->kind == PATTERN_GLOB && (js_absent_text(p->key, absent, sizeof absent),
                                                      rule_pattern_match(p, absent, strlen(absent))))
                         add_reason(buf, size, &len,
                                    "%s=%s (divvy 1.7 also matches requests without %s, whose %s it reads as "
                                    "\"%s\")",
-                                   show(p->key, k), show(p->value, v), k, k, absent);
+                                   rule_excerpt(p->key, k), rule_excerpt(p->value, v), k, k, absent);
         }
         if (r->actor_field && js_is_inherited(r->actor_field))
                 add_reason(buf, size, &len,

@@ -11,8 +11,7 @@
 
 #include "hash.h"
 #include "number.h"
-
-#define EXCERPT_MAX 64 /* bytes of a user-supplied value quoted in a message */
+#include "shared/utf8.h"
 
 /* The limits algorithm.h and protocol.h repeat (they cannot include rules.h) must stay the
  * rules' own: a rule that loads must be one the algorithms and replies handle. */
@@ -124,17 +123,8 @@ static bool has_control(const char *s) {
         return false;
 }
 
-/* Where to cut buf[0..pos) so that no UTF-8 sequence is split. */
-static size_t utf8_boundary(const char *buf, size_t pos) {
-        while (pos > 0 && ((unsigned char) buf[pos] & 0xc0) == 0x80)
-                pos--;
-        return pos;
-}
-
-/* A printable excerpt of a user-supplied string for messages: control bytes and '"'
- * become '?', long strings are cut with "...". */
-static const char *excerpt(const char *s, char buf[static EXCERPT_MAX + 4]) {
-        size_t len = strlen(s), n = len > EXCERPT_MAX ? utf8_boundary(s, EXCERPT_MAX) : len;
+const char *rule_excerpt(const char *s, char buf[static RULE_EXCERPT_MAX + 4]) {
+        size_t len = strlen(s), n = len > RULE_EXCERPT_MAX ? utf8_boundary(s, RULE_EXCERPT_MAX) : len;
         for (size_t i = 0; i < n; i++) {
                 unsigned char c = (unsigned char) s[i];
                 buf[i] = c < 0x20 || c == 0x7f || c == '"' ? '?' : (char) c;
@@ -326,7 +316,7 @@ static unsigned attr_line(const RuleDraft *d, RuleAttr a) {
 
 int rule_draft_set_diag(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
                         Diag *diag) {
-        char who[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX], ex[EXCERPT_MAX + 4];
+        char who[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX], ex[RULE_EXCERPT_MAX + 4];
         const char *suggestion;
         int r, q;
 
@@ -342,10 +332,10 @@ int rule_draft_set_diag(RuleDraft *d, const char *what, const char *name, const 
                 suggestion = rule_attr_suggest(name);
                 if (suggestion)
                         q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (did you mean \"%s\"?)",
-                                     who, excerpt(name ? name : "", ex), suggestion);
+                                     who, rule_excerpt(name ? name : "", ex), suggestion);
                 else
                         q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (accepted: %s)", who,
-                                     excerpt(name ? name : "", ex), rule_attr_names());
+                                     rule_excerpt(name ? name : "", ex), rule_attr_names());
         } else if (r == -EEXIST)
                 q = diag_add(diag, line, "%s sets %s twice (first on line %u)", who, name,
                              attr_line(d, rule_attr_from_string(name)));
@@ -625,7 +615,7 @@ RuleSet *ruleset_free(RuleSet *rs) {
 /* Parses a required number attribute. Returns 1 if valid, 0 if reported, -ENOMEM. */
 static int draft_number(const RuleDraft *d, RuleAttr a, uint64_t max, const char *desc, Diag *diag,
                         uint64_t *ret) {
-        char ex[EXCERPT_MAX + 4];
+        char ex[RULE_EXCERPT_MAX + 4];
         const char *name = rule_attr_to_string(a), *s = d->attrs[a];
         int r;
 
@@ -637,10 +627,11 @@ static int draft_number(const RuleDraft *d, RuleAttr a, uint64_t max, const char
                         return 1;
                 if (r == -ERANGE)
                         r = report(diag, attr_line(d, a), desc, "%s %s is above the maximum %" PRIu64, name,
-                                   excerpt(s, ex), max);
+                                   rule_excerpt(s, ex), max);
                 else
                         r = report(diag, attr_line(d, a), desc,
-                                   "%s \"%s\" is not a non-negative decimal integer", name, excerpt(s, ex));
+                                   "%s \"%s\" is not a non-negative decimal integer", name,
+                                   rule_excerpt(s, ex));
         }
         return r < 0 ? r : 0;
 }
@@ -694,7 +685,7 @@ static unsigned algo_reason_line(const RuleDraft *d, const char *reason) {
 static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag *diag, Rule *rule) {
         static const RuleAttr token_bucket_only[] = { RULE_ATTR_BURST, RULE_ATTR_REFILL_SECONDS,
                                                       RULE_ATTR_STRICT };
-        char ex[EXCERPT_MAX + 4];
+        char ex[RULE_EXCERPT_MAX + 4];
         const char *s = d->attrs[RULE_ATTR_ALGORITHM], *reason = NULL;
         AlgoParams *p = &rule->algo;
         bool ok = true;
@@ -707,7 +698,7 @@ static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag
                         return report(diag, attr_line(d, RULE_ATTR_ALGORITHM), desc,
                                       "has an unknown algorithm \"%s\" (accepted: fixed-window, "
                                       "sliding-window, token-bucket, gcra)",
-                                      excerpt(s, ex))
+                                      rule_excerpt(s, ex))
                                        ?: 0;
                 p->algorithm = a;
         }
@@ -742,7 +733,7 @@ static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag
         s = d->attrs[RULE_ATTR_STRICT];
         if (s && strcmp(s, "true") != 0 && strcmp(s, "false") != 0) {
                 q = report(diag, attr_line(d, RULE_ATTR_STRICT), desc,
-                           "has an invalid strict \"%s\" (accepted: true, false)", excerpt(s, ex));
+                           "has an invalid strict \"%s\" (accepted: true, false)", rule_excerpt(s, ex));
                 if (q < 0)
                         return q;
                 ok = false;
@@ -767,7 +758,7 @@ static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag
 /* Copies the draft's operation into r (sorted, compiled); reports bad patterns.
  * Returns 1 if all valid, 0 if something was reported, -ENOMEM. */
 static int draft_patterns(const RuleDraft *d, Rule *r, const char *desc, Diag *diag) {
-        char ex[EXCERPT_MAX + 4];
+        char ex[RULE_EXCERPT_MAX + 4];
         int q = 0;
         bool ok = true;
 
@@ -814,7 +805,7 @@ static int draft_patterns(const RuleDraft *d, Rule *r, const char *desc, Diag *d
                 RulePattern *p = &r->patterns[i];
                 if (i > 0 && pattern_cmp(&r->patterns[i - 1], p) == 0) {
                         q = report(diag, d->line, desc, "has the operation key \"%s\" twice",
-                                   excerpt(p->key, ex));
+                                   rule_excerpt(p->key, ex));
                         if (q < 0)
                                 return q;
                         ok = false;
@@ -867,7 +858,7 @@ static int draft_actor_field(const RuleDraft *d, const char *desc, Diag *diag, R
 /* matchPolicy: optional, stop by default; a default rule must stop (it is the last
  * word for the requests nothing else matches). Returns 1, 0 if reported, -ENOMEM. */
 static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, MatchPolicy *ret) {
-        char ex[EXCERPT_MAX + 4];
+        char ex[RULE_EXCERPT_MAX + 4];
         const char *s = d->attrs[RULE_ATTR_MATCH_POLICY];
         MatchPolicy p = MATCH_POLICY_STOP;
 
@@ -876,7 +867,7 @@ static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, 
                 if (p < 0)
                         return report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
                                       "has an unknown matchPolicy \"%s\" (accepted: stop, canary, continue)",
-                                      excerpt(s, ex))
+                                      rule_excerpt(s, ex))
                                        ?: 0;
         }
         *ret = p;
@@ -890,14 +881,14 @@ static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, 
 /* label: optional, ^[a-zA-Z0-9_-]{1,255}$ (it names metrics series). Returns 1, 0 if
  * reported, -ENOMEM. */
 static int draft_label(const RuleDraft *d, const char *desc, Diag *diag, Rule *rule) {
-        char ex[EXCERPT_MAX + 4];
+        char ex[RULE_EXCERPT_MAX + 4];
         const char *s = d->attrs[RULE_ATTR_LABEL];
 
         rule->label_line = s ? attr_line(d, RULE_ATTR_LABEL) : 0;
         if (s && !label_is_valid(s))
                 return report(diag, attr_line(d, RULE_ATTR_LABEL), desc,
-                              "has an invalid label \"%s\": use 1 to %d of a-z A-Z 0-9 _ -", excerpt(s, ex),
-                              RULE_LABEL_MAX)
+                              "has an invalid label \"%s\": use 1 to %d of a-z A-Z 0-9 _ -",
+                              rule_excerpt(s, ex), RULE_LABEL_MAX)
                                ?: 0;
         return draft_text(d, RULE_ATTR_LABEL, true, desc, diag, &rule->label, NULL);
 }
@@ -906,7 +897,7 @@ static int draft_label(const RuleDraft *d, const char *desc, Diag *diag, Rule *r
  * rule's id: what a rule answers while the remote store is down says nothing about its
  * counter. Returns 1, 0 if reported, -ENOMEM. */
 static int draft_on_backend_error(const RuleDraft *d, const char *desc, Diag *diag, RuleOnError *ret) {
-        char ex[EXCERPT_MAX + 4];
+        char ex[RULE_EXCERPT_MAX + 4];
         const char *s = d->attrs[RULE_ATTR_ON_BACKEND_ERROR];
         RuleOnError e = RULE_ON_ERROR_DEFAULT;
 
@@ -915,7 +906,7 @@ static int draft_on_backend_error(const RuleDraft *d, const char *desc, Diag *di
                 if (e < 0)
                         return report(diag, attr_line(d, RULE_ATTR_ON_BACKEND_ERROR), desc,
                                       "has an unknown onBackendError \"%s\" (accepted: allow, deny, local)",
-                                      excerpt(s, ex))
+                                      rule_excerpt(s, ex))
                                        ?: 0;
         }
         *ret = e;
@@ -1243,7 +1234,7 @@ size_t ruleset_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out
 
 const char *ruleset_index_describe(const RuleSet *rs, char *buf, size_t size) {
         const RuleIndex *ix = rs->index;
-        char ex[EXCERPT_MAX + 4];
+        char ex[RULE_EXCERPT_MAX + 4];
 
         if (!buf || size == 0)
                 return buf;
@@ -1253,7 +1244,7 @@ const char *ruleset_index_describe(const RuleSet *rs, char *buf, size_t size) {
                 snprintf(buf, size, "no index key: %zu rules checked in order", ix->n_others);
         else
                 snprintf(buf, size, "index on \"%s\": %zu rules under %zu values, %zu other rules",
-                         excerpt(ix->key, ex), ix->n_indexed, ix->n_values, ix->n_others);
+                         rule_excerpt(ix->key, ex), ix->n_indexed, ix->n_values, ix->n_others);
         return buf;
 }
 

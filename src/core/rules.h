@@ -231,6 +231,13 @@ RuleOnError rule_on_error_from_string(const char *s);
         256 /* bytes: buffer for rule_describe() in messages; longer                                        \
              * operations are cut at a character boundary and end in "...]" */
 
+#define RULE_EXCERPT_MAX 64 /* bytes of a user-supplied string quoted in a message */
+
+/* A printable excerpt of a user-supplied string for messages, in buf: control bytes and '"'
+ * become '?', a string longer than RULE_EXCERPT_MAX is cut at a character boundary and ends in
+ * "...". Returns buf. */
+const char *rule_excerpt(const char *s, char buf[static RULE_EXCERPT_MAX + 4]);
+
 /* "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst,
  * refillSeconds, strict, onBackendError": for messages. */
 const char *rule_attr_names(void);

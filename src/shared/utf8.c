@@ -33,3 +33,9 @@ size_t utf8_sequence_len(const uint8_t *p, const uint8_t *end) {
                         return 0;
         return n;
 }
+
+size_t utf8_boundary(const char *s, size_t pos) {
+        while (pos > 0 && ((unsigned char) s[pos] & 0xc0) == 0x80)
+                pos--;
+        return pos;
+}

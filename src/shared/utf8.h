@@ -9,3 +9,7 @@
  * surrogate, a code point above U+10FFFF or a sequence cut short by end. Ranges from RFC 3629,
  * section 4. The one validator of the daemon's parser and of libdivvy's request builder. */
 size_t utf8_sequence_len(const uint8_t *p, const uint8_t *end);
+
+/* Where to cut s[0..pos) so that no UTF-8 sequence is split: pos, or the start of the sequence
+ * that s[pos] continues. s[pos] must exist (pos <= strlen(s)). For messages cut to a size. */
+size_t utf8_boundary(const char *s, size_t pos);
