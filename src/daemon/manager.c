@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "manager.h"
 
 #include "shared/clock.h"
+#include "shared/utf8.h"
 #include "store/store-verify.h"
 
 struct Manager {
@@ -48,6 +50,17 @@ struct Manager {
         uint64_t status_usec; /* CLOCK_MONOTONIC of the last STATUS */
 };
 
+/* Keeps msg as the reload's error for STATUS=, cut at a character boundary when longer than
+ * the buffer: the datagram is UTF-8 text. */
+static void set_reload_error(Manager *m, const char *msg) {
+        size_t n = strlen(msg);
+
+        if (n >= sizeof m->reload_error)
+                n = utf8_boundary(msg, sizeof m->reload_error - 1);
+        memcpy(m->reload_error, msg, n);
+        m->reload_error[n] = '\0';
+}
+
 /* Loads path; on failure logs every problem and keeps the first for STATUS. */
 static int manager_load_rules(Manager *m, RuleSet **ret) {
         const char *path = m->settings.config_path;
@@ -62,10 +75,13 @@ static int manager_load_rules(Manager *m, RuleSet **ret) {
                 if (diag.n_dropped > 0)
                         log_error("%s: ... and %zu more errors", path, diag.n_dropped);
                 if (diag.n_messages > 0)
-                        snprintf(m->reload_error, sizeof m->reload_error, "%s", diag.messages[0]);
+                        set_reload_error(m, diag.messages[0]);
                 else {
-                        snprintf(m->reload_error, sizeof m->reload_error, "%s: %s", path, strerror(-r));
-                        log_error("%s", m->reload_error);
+                        char msg[PATH_MAX + 128]; /* the path whole in the log */
+
+                        snprintf(msg, sizeof msg, "%s: %s", path, strerror(-r));
+                        set_reload_error(m, msg);
+                        log_error("%s", msg);
                 }
         }
         diag_done(&diag);

@@ -13,6 +13,8 @@ test_lifecycle, test_metrics, test_admin, test_client or tests/cli.
   invalid UTF-8) made a rule that can never match, accepted without a word, where the
   same operation in an INI header is refused; and --dump-config then wrote it out as
   invalid JSON.
+- STATUS= keeps a failed reload's first error in 512 bytes; the cut split a UTF-8
+  character.
 
 Run one test:  tests/integration/test_ops_edges.py OpsEdges.test_reload_error_is_one_status_line
 """
@@ -130,6 +132,34 @@ class OpsEdges(harness.DaemonTestCase):
         self.assertEqual(d.stop(), 0)
         bad = [l for l in d.log_text().splitlines() if not re.match(r"^<[0-7]>", l)]
         self.assertEqual(bad, [], "log lines without a <N> priority prefix")
+
+    # Bug: the first error of a failed reload was kept for STATUS= in 512 bytes by snprintf(),
+    # which could cut a UTF-8 character in two: the datagram's text ended in half a character.
+    def test_reload_error_cut_at_a_character(self):
+        tmp = self.tmp()
+        # A path of more than 512 bytes, mostly two-byte characters, padded with ASCII so that
+        # byte 510 (the last one a 511-byte cut keeps) starts a character: the cut splits it.
+        for pad in ("", "x"):
+            deep = os.path.join(tmp, pad + "\u00e9" * 120, "\u00e9" * 120, "\u00e9" * 120)
+            if len(deep.encode()) > 520 and deep.encode()[510] == 0xC3:
+                break
+        else:
+            self.fail("no padding puts a lead byte at 510")
+        os.makedirs(deep)
+        d = self.new_daemon(None)
+        d.config = os.path.join(deep, "rules.json")
+        write(d.config, GOOD_JSON)
+        d.start()
+        write(d.config, GOOD_JSON.replace('"default"', '"unknown": 1,\n  "default"'))
+        before = d.last_seq()
+        d.signal(signal.SIGHUP)
+        _, status = d.wait_note(re.compile(r"^STATUS=Reload failed"), after=before,
+                                what="STATUS=Reload failed")
+        self.assertNotIn("\ufffd", status)  # the harness decodes with errors="replace"
+        kept = status[len("STATUS=Reload failed: "):-len("; serving previous rules")]
+        self.assertTrue(d.config.startswith(kept), (kept, d.config))
+        self.assertEqual(len(kept.encode()), 510)  # the split character left out whole
+        self.assertEqual(d.stop(), 0)
 
 
 if __name__ == "__main__":
