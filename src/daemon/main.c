@@ -94,7 +94,8 @@ static void help(void) {
                "      --allow-client-limits\n"
                "                           Accept CL.THROTTLE and RL.* over RESP: limits that the\n"
                "                           clients define (default off)\n"
-               "  -n, --check-config       Validate CONFIG, print a one-line summary, exit\n"
+               "  -n, --check-config       Validate CONFIG, print a summary (and a line per rule with\n"
+               "                           another algorithm or policy than divvy's), exit\n"
                "      --compat=divvy       ... and refuse the rules Node divvy 1.7 would decide\n"
                "                           otherwise or not read (before sharing its Redis)\n"
                "      --dump-config        Print CONFIG's rules as normalized JSON, exit\n"
@@ -480,7 +481,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                         unsigned long mode;
                         errno = 0;
                         mode = strtoul(optarg, &end, 8);
-                        if (errno != 0 || end == optarg || *end != '\0' || mode > 07777)
+                        if (errno != 0 || optarg[0] < '0' || optarg[0] > '7' || *end != '\0' || mode > 07777)
                                 return usage_error(c == ARG_UNIX_MODE ? "--unix-mode" : "--admin-unix-mode",
                                                    optarg);
                         if (c == ARG_UNIX_MODE)

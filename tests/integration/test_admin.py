@@ -115,10 +115,13 @@ class TestAdminListeners(harness.DaemonTestCase):
             self.assertEqual(d.wait_exit(), 2, bad)
             self.assertIn("invalid value for --listen", d.log_text(), bad)
             self.assertIn("'%s'" % bad, d.log_text(), bad)
-        d = self.new_daemon(data_path("itest.ini"), notify=False, args=["--admin-unix-mode=0999"])
-        d.start(wait_ready=False)
-        self.assertEqual(d.wait_exit(), 2)
-        self.assertIn("invalid value for --admin-unix-mode", d.log_text())
+        # A mode is octal digits: strtoul() also took a sign or leading blanks ("+7", " 7").
+        for opt, bad in (("--admin-unix-mode", "0999"), ("--admin-unix-mode", "+7"), ("--unix-mode", " 7"),
+                         ("--unix-mode", "-0"), ("--unix-mode", "")):
+            d = self.new_daemon(data_path("itest.ini"), notify=False, args=["%s=%s" % (opt, bad)])
+            d.start(wait_ready=False)
+            self.assertEqual(d.wait_exit(), 2, (opt, bad))
+            self.assertIn("invalid value for %s" % opt, d.log_text(), (opt, bad))
 
     def activated(self, fdname):
         if not harness.socket_activate_path():
