@@ -274,6 +274,10 @@ static int parse_command(int argc, char **argv, Args *a) {
                 fail("--wait works with hit and take only");
                 return -1;
         }
+        if (a->tries > 0 && (a->verb != VERB_TAKE || !a->wait)) {
+                fail("--tries works with take --wait only");
+                return -1;
+        }
 
         /* The count: the first argument, when it holds no '='. */
         a->count = 1;
@@ -607,7 +611,11 @@ int main(int argc, char **argv) {
                 if (r < 0)
                         status = report_failure(d, r);
                 else {
-                        if (!a.quiet)
+                        if (a.json && !a.quiet) {
+                                printf("{\"alive\":true");
+                                print_json_field("address", address, true);
+                                puts("}");
+                        } else if (!a.quiet)
                                 printf("%s is alive\n", address);
                         status = EXIT_SUCCESS;
                 }

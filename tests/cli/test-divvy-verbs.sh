@@ -209,7 +209,8 @@ check "take --wait=5 with retry=30: gives up at once" 1 "allowed=false credit=0 
 
 rm -f "$sock"
 for args in "take" "take a=b" "take 0" "take -1" "take 1x" "take 9007199254740992" "charge" "refund 0" \
-	"peek -1" "hello a=b" "--wait peek 1" "--wait charge 1" "--tries=0 take 1" "--tries take 1" "explain 5"; do
+	"peek -1" "hello a=b" "--wait peek 1" "--wait charge 1" "--tries=0 take 1" "--tries take 1" "explain 5" \
+	"--tries=2 take 1" "--wait --tries=2 hit" "--wait --tries=2 peek 1"; do
 	# shellcheck disable=SC2086 # word splitting wanted
 	run $args
 	if [ "$status" -eq 2 ] && [ -s "$tmp/err" ] && [ ! -s "$tmp/out" ] && ! grep -q 'connect' "$tmp/err"; then

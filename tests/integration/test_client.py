@@ -144,6 +144,10 @@ class Hit(ClientCase):
     def test_ping(self):
         self.assertEqual(run("ping", *self.sock), (0, "unix:%s is alive\n" % self.d.unix_path, ""))
         self.assertEqual(run("ping", "--quiet", "--port", str(self.d.port)), (0, "", ""))
+        # --json prints JSON here too (it printed the text line), and --quiet still wins.
+        self.assertEqual(run("ping", "--json", *self.sock),
+                         (0, '{"alive":true,"address":"unix:%s"}\n' % self.d.unix_path, ""))
+        self.assertEqual(run("ping", "--json", "--quiet", *self.sock), (0, "", ""))
 
 
 class Examples(ClientCase):
