@@ -87,6 +87,17 @@ int connection_discard_input(Connection *c) {
                         return -errno;
                 }
         }
+        return 2;
+}
+
+int connection_rearm(Connection *c) {
+        struct epoll_event ev = { .events = c->events | CONNECTION_EPOLL_FLAGS, .data.ptr = c };
+
+        if (c->events == 0)
+                return 0;
+        /* MOD re-checks readiness: input still queued raises a new edge */
+        if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+                return -errno;
         return 0;
 }
 

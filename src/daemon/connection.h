@@ -112,8 +112,9 @@ Connection *connection_free(Connection *c);
  * (ECONNRESET and friends: the caller closes). */
 ssize_t connection_read(Connection *c);
 
-/* Reads and throws away until EAGAIN or EOF (for lingering connections). Returns 1 at
- * EOF, 0 otherwise, -errno on error. */
+/* Reads and throws away until EAGAIN or EOF (for lingering connections), at most 64 reads.
+ * Returns 1 at EOF, 0 at EAGAIN, 2 when it stopped at that bound with input perhaps left (no
+ * new edge will tell: the caller re-arms with connection_rearm()), -errno on error. */
 int connection_discard_input(Connection *c);
 
 /* Sends the unsent output with one send(). Returns 0 when everything is sent, 1 when
@@ -181,3 +182,7 @@ static inline size_t connection_unsent(const Connection *c) {
  * re-arms the edge. EPOLLRDHUP tells a peer's FIN that arrived with its last data. */
 #define CONNECTION_EPOLL_FLAGS (EPOLLET | EPOLLRDHUP)
 int connection_set_events(Connection *c, uint32_t events);
+
+/* Re-registers the same events (if any), so that input left unread raises a new edge: for a
+ * reader that stopped at a bound of its own rather than at EAGAIN. Returns 0 or -errno. */
+int connection_rearm(Connection *c);

@@ -238,6 +238,11 @@ static void connection_io(Server *s, Connection *c, uint32_t revents) {
                 return;
         if (c->lingering) {
                 r = connection_discard_input(c);
+                if (r == 2)
+                        /* Stopped at its bound with input left: edge-triggered, nothing would wake
+                         * us for the rest (or the EOF behind it) until the linger timeout, which
+                         * then closes on unread input, a reset. Let the loop come back to it. */
+                        r = connection_rearm(c);
                 if (r != 0)
                         server_close(s, c);
                 return;
