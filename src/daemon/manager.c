@@ -571,7 +571,7 @@ Manager *manager_free(Manager *m) {
         free(m->listeners);
         /* Before the local store: what is in flight on Redis is failed into the fallback,
          * which may hand it to the local store. */
-        m->remote = remote_free(m->remote);
+        remote_close(m->remote);
         sd_event_source_disable_unref(m->store_source);
         if (m->store) {
                 /* Before the server: batches still in flight (the stop timeout) are completed
@@ -580,6 +580,8 @@ Manager *manager_free(Manager *m) {
                 m->store = NULL;
                 log_debug("Store closed");
         }
+        /* After the local store: the fallback's hits it completed (sync=always) were in it. */
+        m->remote = remote_free(m->remote);
         server_free(m->server);
 
         sd_event_source_disable_unref(m->sigterm);
