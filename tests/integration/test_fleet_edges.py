@@ -9,15 +9,21 @@ regression test (real redis-server processes on loopback, tests/integration/redi
   whose failed hits go to the local store, whose group commit completes them later; the
   fallback that receives them must still exist (it was freed first: a use-after-free, a
   SIGSEGV at exit). Every request read is answered (by the local store) and the exit is 0.
+- test_reload_waits_for_no_new_batch: SIGHUP while a batch waits on Redis. The reload
+  waited for a moment with no batch in flight, and the batches kept starting meanwhile; under
+  a steady load on a Redis some round trip away (20 ms: found with a delaying proxy and 24
+  pipelining clients) there is a batch in flight at every moment, so the new rules never
+  came. Now no new batch starts until the reload is done: a request read after the SIGHUP is
+  decided by the new rules.
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_fleet_edges.py Shutdown.test_stop_with_local_fallback_in_flight
 """
 
 import os
+import shutil
 import signal
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +46,50 @@ def uid(prefix="u"):
 
 def missing():
     return redisfix is None or redisfix.missing()
+
+
+def signal_pending(pid, sig):
+    """True while sig is pending for process pid (not yet read from its signalfd): from
+    /proc/PID/status, the kernel's own account."""
+    bit = 1 << (sig - 1)
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & bit:
+                return True
+    return False
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class Reload(harness.DaemonTestCase):
+    def test_reload_waits_for_no_new_batch(self):
+        with redisfix.RedisServer() as redis:
+            config = os.path.join(redis.dir, "rules.ini")
+            shutil.copy(CONFIG, config)
+            d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=60000"])
+            u = uid()
+            self.assertHit(d.request("HIT type=deny u=%s" % u), True, 1, (59, 60))  # connected
+            with open(CONFIG) as f:
+                rules = f.read()
+            with open(config, "w") as f:  # a new first rule; before, [default] (100) matched
+                f.write("[type=new u=*]\ncreditLimit = 7\nresetSeconds = 60\nactorField = u\n\n" + rules)
+            redis.pause()
+            try:
+                with d.connect("unix") as a, d.connect("unix") as b:
+                    a.send("HIT type=deny u=%s\n" % u)  # batch A: in flight, Redis is silent
+                    redisfix.wait_until(lambda: harness.unix_peer_unread(a.sock) == 0, harness.IO_TIMEOUT,
+                                        "the daemon reading A")
+                    d.signal(signal.SIGHUP)  # the reload waits for A ...
+                    redisfix.wait_until(lambda: not signal_pending(d.pid(), signal.SIGHUP), harness.IO_TIMEOUT,
+                                        "the daemon taking SIGHUP")
+                    b.send("HIT type=new u=%s\n" % u)  # ... and B waits for the reload
+                    redisfix.wait_until(lambda: harness.unix_peer_unread(b.sock) == 0, harness.IO_TIMEOUT,
+                                        "the daemon reading B")
+                    redis.resume()
+                    self.assertHit(a.readline(), True, 0, (58, 60))
+                    self.assertHit(b.readline(), True, 6, (59, 60), d.log_tail())
+            finally:
+                redis.resume()
+            self.assertIn("Reloaded ", d.log_text())
 
 
 @unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
