@@ -15,6 +15,12 @@ regression test (real redis-server processes on loopback, tests/integration/redi
   pipelining clients) there is a batch in flight at every moment, so the new rules never
   came. Now no new batch starts until the reload is done: a request read after the SIGHUP is
   decided by the new rules.
+- test_cluster_first_use_of_a_node_is_not_an_outage: the first call to each cluster node
+  opens its connection; while it connected the store called itself "connecting": the log
+  warned "is connecting, hits are decided by onBackendError: no reply yet" and
+  divvyd_backend_up fell to 0 at every start, though no hit was decided by a policy. A node's
+  first connection no longer counts as the store's; a reconnect after a failure still does.
+  (And the first "is up" named no address: "is up ()".)
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_fleet_edges.py Shutdown.test_stop_with_local_fallback_in_flight
@@ -90,6 +96,21 @@ class Reload(harness.DaemonTestCase):
             finally:
                 redis.resume()
             self.assertIn("Reloaded ", d.log_text())
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class Cluster(harness.DaemonTestCase):
+    def test_cluster_first_use_of_a_node_is_not_an_outage(self):
+        with redisfix.Cluster() as cl:
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=5000"])
+            # one actor served by each node, in turn: each node's connection opens on its first call
+            for node in cl.nodes:
+                a = next(x for x in (uid() for _ in range(1000)) if cl.node_for_key("{%s}" % x) is node)
+                self.assertHit(d.request("HIT type=deny u=%s" % a), True, 1, (59, 60))
+                self.assertHit(d.request("HIT type=deny u=%s" % a), True, 0, (59, 60))  # in Redis
+            log = d.log_text()
+            self.assertRegex(log, r"is up \(127\.0\.0\.1:\d+\)")  # not "is up ()"
+            self.assertNotRegex(log, r"Store .* is (down|connecting|breaker-open)", d.log_tail())
 
 
 @unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
