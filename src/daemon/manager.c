@@ -42,7 +42,8 @@ struct Manager {
 
         bool stopping;
         bool reload_failed;
-        bool reload_wanted;      /* SIGHUP during a batch in flight: reloaded by the next maintenance */
+        bool reload_wanted;      /* SIGHUP during a batch in flight: new batches held, reloaded once
+                                  * none is in flight (manager_reload_when_idle()) */
         bool checkpoint_failing; /* the last checkpoint failed: logged once per change */
         char reload_error[512];  /* first diag message of the failed reload */
 
@@ -163,6 +164,18 @@ static int manager_reload(Manager *m) {
         return r;
 }
 
+/* The batches were held for a wanted reload and none is in flight any more (the server's
+ * idle callback, the maintenance and the store's handler): reload, then let them run. */
+static void manager_reload_when_idle(void *userdata) {
+        Manager *m = userdata;
+
+        if (!m->reload_wanted || m->stopping || server_batch_pending(m->server))
+                return;
+        m->reload_wanted = false;
+        (void) manager_reload(m);
+        server_hold_batches(m->server, false, NULL, NULL);
+}
+
 static int manager_stop_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
 
@@ -180,6 +193,11 @@ static void manager_stop(Manager *m, const char *why) {
                 return;
         }
         m->stopping = true;
+        if (m->reload_wanted) {
+                /* every request read is answered: the held batches run, no reload */
+                m->reload_wanted = false;
+                server_hold_batches(m->server, false, NULL, NULL);
+        }
         metrics_set_serving(m->metrics, false);
         log_info("Received %s, stopping", why);
         (void) sd_notify(false, "STOPPING=1");
@@ -203,9 +221,14 @@ static int manager_signal_handler(sd_event_source *s, const struct signalfd_sigi
         case SIGHUP:
                 if (m->stopping)
                         break;
-                if (server_batch_pending(m->server))
-                        m->reload_wanted = true; /* the batch in flight points into the rules */
-                else
+                if (m->reload_wanted)
+                        break; /* one is coming */
+                if (server_batch_pending(m->server)) {
+                        /* The batch in flight points into the rules: no new batch until every
+                         * one in flight is answered, then the reload. */
+                        m->reload_wanted = true;
+                        server_hold_batches(m->server, true, manager_reload_when_idle, m);
+                } else
                         (void) manager_reload(m);
                 break;
         case SIGTERM:
@@ -266,10 +289,7 @@ static int manager_store_handler(sd_event_source *s, int fd, uint32_t revents, v
         r = store_process(m->store);
         if (r < 0)
                 log_warning_errno(r, "Failed to complete the store's batches, retrying: %m");
-        if (m->reload_wanted && !m->stopping && !server_batch_pending(m->server)) {
-                m->reload_wanted = false;
-                (void) manager_reload(m);
-        }
+        manager_reload_when_idle(m);
         return 0;
 }
 
@@ -281,10 +301,7 @@ static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *use
         StoreStats st;
         int r;
 
-        if (m->reload_wanted && !server_batch_pending(m->server)) {
-                m->reload_wanted = false;
-                (void) manager_reload(m);
-        }
+        manager_reload_when_idle(m);
         r = store_maintain(m->store, clock_usec(CLOCK_REALTIME));
         if (store_get_stats(m->store, &st) >= 0) {
                 if (st.checkpoint_failing && !m->checkpoint_failing)
@@ -587,7 +604,7 @@ Manager *manager_free(Manager *m) {
         free(m->listeners);
         /* Before the local store: what is in flight on Redis is failed into the fallback,
          * which may hand it to the local store. */
-        m->remote = remote_free(m->remote);
+        remote_close(m->remote);
         sd_event_source_disable_unref(m->store_source);
         if (m->store) {
                 /* Before the server: batches still in flight (the stop timeout) are completed
@@ -596,6 +613,8 @@ Manager *manager_free(Manager *m) {
                 m->store = NULL;
                 log_debug("Store closed");
         }
+        /* After the local store: the fallback's hits it completed (sync=always) were in it. */
+        m->remote = remote_free(m->remote);
         server_free(m->server);
 
         sd_event_source_disable_unref(m->sigterm);

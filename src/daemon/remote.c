@@ -155,10 +155,16 @@ int remote_new(sd_event *event, const RemoteSettings *settings, Store *local, Me
         return 0;
 }
 
+void remote_close(Remote *r) {
+        /* completes what is in flight, through the fallback */
+        if (r)
+                r->redis = redis_store_close(r->redis);
+}
+
 Remote *remote_free(Remote *r) {
         if (!r)
                 return NULL;
-        redis_store_close(r->redis); /* completes what is in flight, through the fallback */
+        remote_close(r);
         store_fallback_free(r->fallback);
         for (size_t i = 0; i < REMOTE_WATCH_MAX; i++)
                 sd_event_source_disable_unref(r->watches[i].source);

@@ -32,7 +32,12 @@ typedef struct Remote Remote;
  * local: this host's store, for onBackendError=local. */
 int remote_new(sd_event *event, const RemoteSettings *settings, Store *local, Metrics *metrics,
                Remote **ret);
-/* Fails what is in flight (the fallback decides it), closes the connections. Accepts NULL. */
+/* Fails what is in flight on Redis (the fallback decides it: onBackendError=local submits
+ * to the local store, which may complete it later, sync=always) and closes the connections.
+ * Call it before the local store is closed, and remote_free() after: the fallback must
+ * outlive the local store's batches. Accepts NULL; idempotent. */
+void remote_close(Remote *r);
+/* remote_close(), then frees the fallback. Accepts NULL. */
 Remote *remote_free(Remote *r);
 
 /* The backend the server submits batches to (StoreSubmitFunc store_fallback_submit). */

@@ -49,6 +49,11 @@ struct Server {
         ServerBatch batches[SERVER_BATCHES]; /* every request read is answered by one of them */
         size_t n_in_flight;                  /* batches pending in a store that completes later */
 
+        bool hold;                    /* server_hold_batches(): no new batch */
+        void (*idle)(void *userdata); /* held, none in flight: run once from the idle source */
+        void *idle_userdata;
+        sd_event_source *idle_source; /* defer: calls idle outside the store's completion */
+
         Connection *connections; /* all of them */
         Connection *ready_head, *ready_tail;
         size_t n_lingering;
@@ -417,6 +422,9 @@ static void server_batch_done(Batch *b, size_t n_answered, void *userdata) {
         sb->n_conns = 0;
         sb->in_flight = false;
 
+        if (s->hold && s->n_in_flight == 0 && s->idle)
+                (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
+
         /* Leftovers wait for the defer source; without any, it must not fire for nothing. */
         if (!!s->ready_head != s->defer_armed &&
             sd_event_source_set_enabled(s->defer, s->ready_head ? SD_EVENT_ONESHOT : SD_EVENT_OFF) >= 0)
@@ -431,6 +439,8 @@ static void server_batch_done(Batch *b, size_t n_answered, void *userdata) {
  * stay in order), and the next batch takes the other ready connections, up to SERVER_BATCHES
  * in flight. */
 static void server_run_batch(Server *s) {
+        if (s->hold)
+                return; /* server_hold_batches(false) runs them */
         while (s->ready_head) {
                 ServerBatch *sb = NULL;
                 Connection *c;
@@ -469,6 +479,14 @@ static int server_defer_handler(sd_event_source *es, void *userdata) {
 
         s->defer_armed = false; /* a oneshot source is off once dispatched */
         server_run_batch(s);
+        return 0;
+}
+
+static int server_idle_handler(sd_event_source *es, void *userdata) {
+        Server *s = userdata;
+
+        if (s->hold && s->n_in_flight == 0 && s->idle)
+                s->idle(s->idle_userdata);
         return 0;
 }
 
@@ -563,6 +581,10 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                 r = sd_event_source_set_priority(s->defer, SERVER_DEFER_PRIORITY);
         if (r >= 0)
                 r = sd_event_source_set_enabled(s->defer, SD_EVENT_OFF);
+        if (r >= 0)
+                r = sd_event_add_defer(e, &s->idle_source, server_idle_handler, s);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
         if (r < 0) {
                 server_free(s);
                 return r;
@@ -581,6 +603,7 @@ Server *server_free(Server *s) {
         while (s->connections)
                 server_close_now(s, s->connections);
         sd_event_source_disable_unref(s->defer);
+        sd_event_source_disable_unref(s->idle_source);
         sd_event_source_disable_unref(s->housekeeping);
         sd_event_source_disable_unref(s->epoll_source);
         if (s->epfd >= 0)
@@ -611,6 +634,20 @@ void server_set_backend(Server *s, StoreSubmitFunc submit, void *backend) {
 
 bool server_batch_pending(const Server *s) {
         return s->n_in_flight > 0;
+}
+
+void server_hold_batches(Server *s, bool hold, void (*idle)(void *userdata), void *userdata) {
+        s->hold = hold;
+        s->idle = hold ? idle : NULL;
+        s->idle_userdata = hold ? userdata : NULL;
+        if (hold) {
+                if (s->n_in_flight == 0 && s->idle)
+                        (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
+                return;
+        }
+        (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
+        if (s->ready_head && !s->defer_armed && sd_event_source_set_enabled(s->defer, SD_EVENT_ONESHOT) >= 0)
+                s->defer_armed = true;
 }
 
 void server_set_metrics(Server *s, Metrics *metrics) {

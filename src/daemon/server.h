@@ -74,6 +74,12 @@ void server_set_backend(Server *s, StoreSubmitFunc submit, void *backend);
  * freed, nor the server freed, until it is answered. Never true with the local store in
  * sync=none or periodic mode. */
 bool server_batch_pending(const Server *s);
+/* While held, no new batch starts (requests read wait, unanswered); those in flight complete.
+ * A SIGHUP reload waits for none to be in flight: without the hold, a steady load keeps one in
+ * flight at every moment and the reload never comes. When the last one completes while held,
+ * idle(userdata) runs, once, from the loop (never inside a store's completion). Releasing
+ * the hold runs the requests that waited. idle may be NULL. */
+void server_hold_batches(Server *s, bool hold, void (*idle)(void *userdata), void *userdata);
 /* Borrowed; NULL (the default) counts nothing. The server and its batch update it per
  * hit and per batch with plain stores, never a syscall (see metrics.h). */
 void server_set_metrics(Server *s, Metrics *metrics);

@@ -65,6 +65,7 @@ struct Node {
         bool sentinel;             /* a sentinel, asked where the primary is */
         bool attempted;            /* a connect was tried (later ones count as reconnects) */
         bool healthy;              /* a reply came since the connect */
+        bool failed;               /* closed by a failure, no reply since: reconnecting is an outage */
         bool dirty;                /* commands queued since the last flush */
         uint64_t connect_deadline; /* connecting, no reply yet: give up then (0: none) */
         uint64_t retry_at;         /* closed after a failure: no connect before */
@@ -425,10 +426,12 @@ static void node_backoff(Node *n, uint64_t now) {
         n->backoff = n->backoff * 2 > s->o.backoff_max_usec ? s->o.backoff_max_usec : n->backoff * 2;
         n->connect_deadline = 0;
         n->healthy = false;
+        n->failed = true;
 }
 
 static void node_healthy(Node *n) {
         n->healthy = true;
+        n->failed = false;
         n->connect_deadline = 0;
         n->backoff = n->s->o.backoff_min_usec;
         n->timeout_streak = 0;
@@ -1483,9 +1486,12 @@ RedisStoreState redis_store_state(const RedisStore *s) {
                         continue;
                 if (n->healthy)
                         any_healthy = true;
-                else if (redis_conn_state(n->conn) != REDIS_CONN_CLOSED)
-                        any_connecting = true;
-                else
+                else if (redis_conn_state(n->conn) != REDIS_CONN_CLOSED) {
+                        /* A node's first connection (a cluster node's first call) is no outage:
+                         * its calls wait for it. A reconnect after a failure is one. */
+                        if (n->failed)
+                                any_connecting = true;
+                } else
                         any_down = true;
         }
         if (s->discovering || (s->url.mode == REDIS_MODE_CLUSTER && !s->have_map && !any_down))
@@ -1503,8 +1509,15 @@ int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret) {
         ret->state = redis_store_state(s);
         if (s->url.mode != REDIS_MODE_CLUSTER && s->n_nodes > 0 && s->nodes[0]->have_addr)
                 snprintf(ret->address, sizeof(ret->address), "%s", s->nodes[0]->addr.name);
-        else if (s->url.mode == REDIS_MODE_CLUSTER && s->last_node)
-                snprintf(ret->address, sizeof(ret->address), "%s", s->last_node->addr.name);
+        else if (s->url.mode == REDIS_MODE_CLUSTER) {
+                const Node *n = s->last_node;
+
+                for (size_t i = 0; i < s->n_nodes && !n; i++)
+                        if (s->nodes[i] && s->nodes[i]->healthy)
+                                n = s->nodes[i]; /* no call yet: the node that answered */
+                if (n)
+                        snprintf(ret->address, sizeof(ret->address), "%s", n->addr.name);
+        }
         return 0;
 }
 

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Edges of divvyd on a Redis store (issue #16) that test_redis.py, test_redisfix.py and
+tests/store/check_redis*.c leave untested, each found by a bug hunt and kept as its
+regression test (real redis-server processes on loopback, tests/integration/redisfix.py):
+
+- test_stop_with_local_fallback_in_flight: SIGTERM while a batch waits on a silent Redis
+  (SIGSTOP) with --sync=always and onBackendError=local: the exit closes the Redis store,
+  whose failed hits go to the local store, whose group commit completes them later; the
+  fallback that receives them must still exist (it was freed first: a use-after-free, a
+  SIGSEGV at exit). Every request read is answered (by the local store) and the exit is 0.
+- test_reload_waits_for_no_new_batch: SIGHUP while a batch waits on Redis. The reload
+  waited for a moment with no batch in flight, and the batches kept starting meanwhile; under
+  a steady load on a Redis some round trip away (20 ms: found with a delaying proxy and 24
+  pipelining clients) there is a batch in flight at every moment, so the new rules never
+  came. Now no new batch starts until the reload is done: a request read after the SIGHUP is
+  decided by the new rules.
+- test_cluster_first_use_of_a_node_is_not_an_outage: the first call to each cluster node
+  opens its connection; while it connected the store called itself "connecting": the log
+  warned "is connecting, hits are decided by onBackendError: no reply yet" and
+  divvyd_backend_up fell to 0 at every start, though no hit was decided by a policy. A node's
+  first connection no longer counts as the store's; a reconnect after a failure still does.
+  (And the first "is up" named no address: "is up ()".)
+
+Rules: tests/data/redis.ini. Run one test:
+    tests/integration/test_fleet_edges.py Shutdown.test_stop_with_local_fallback_in_flight
+"""
+
+import os
+import shutil
+import signal
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import data_path, parse_ok  # noqa: E402
+
+try:
+    import redisfix  # noqa: E402
+except ImportError:  # python3-redis missing
+    redisfix = None
+
+CONFIG = data_path("redis.ini")
+_n = [0]
+
+
+def uid(prefix="u"):
+    _n[0] += 1
+    return "%s-%d-%d" % (prefix, os.getpid(), _n[0])
+
+
+def missing():
+    return redisfix is None or redisfix.missing()
+
+
+def signal_pending(pid, sig):
+    """True while sig is pending for process pid (not yet read from its signalfd): from
+    /proc/PID/status, the kernel's own account."""
+    bit = 1 << (sig - 1)
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & bit:
+                return True
+    return False
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class Reload(harness.DaemonTestCase):
+    def test_reload_waits_for_no_new_batch(self):
+        with redisfix.RedisServer() as redis:
+            config = os.path.join(redis.dir, "rules.ini")
+            shutil.copy(CONFIG, config)
+            d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=60000"])
+            u = uid()
+            self.assertHit(d.request("HIT type=deny u=%s" % u), True, 1, (59, 60))  # connected
+            with open(CONFIG) as f:
+                rules = f.read()
+            with open(config, "w") as f:  # a new first rule; before, [default] (100) matched
+                f.write("[type=new u=*]\ncreditLimit = 7\nresetSeconds = 60\nactorField = u\n\n" + rules)
+            redis.pause()
+            try:
+                with d.connect("unix") as a, d.connect("unix") as b:
+                    a.send("HIT type=deny u=%s\n" % u)  # batch A: in flight, Redis is silent
+                    redisfix.wait_until(lambda: harness.unix_peer_unread(a.sock) == 0, harness.IO_TIMEOUT,
+                                        "the daemon reading A")
+                    d.signal(signal.SIGHUP)  # the reload waits for A ...
+                    redisfix.wait_until(lambda: not signal_pending(d.pid(), signal.SIGHUP), harness.IO_TIMEOUT,
+                                        "the daemon taking SIGHUP")
+                    b.send("HIT type=new u=%s\n" % u)  # ... and B waits for the reload
+                    redisfix.wait_until(lambda: harness.unix_peer_unread(b.sock) == 0, harness.IO_TIMEOUT,
+                                        "the daemon reading B")
+                    redis.resume()
+                    self.assertHit(a.readline(), True, 0, (58, 60))
+                    self.assertHit(b.readline(), True, 6, (59, 60), d.log_tail())
+            finally:
+                redis.resume()
+            self.assertIn("Reloaded ", d.log_text())
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class Cluster(harness.DaemonTestCase):
+    def test_cluster_first_use_of_a_node_is_not_an_outage(self):
+        with redisfix.Cluster() as cl:
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=5000"])
+            # one actor served by each node, in turn: each node's connection opens on its first call
+            for node in cl.nodes:
+                a = next(x for x in (uid() for _ in range(1000)) if cl.node_for_key("{%s}" % x) is node)
+                self.assertHit(d.request("HIT type=deny u=%s" % a), True, 1, (59, 60))
+                self.assertHit(d.request("HIT type=deny u=%s" % a), True, 0, (59, 60))  # in Redis
+            log = d.log_text()
+            self.assertRegex(log, r"is up \(127\.0\.0\.1:\d+\)")  # not "is up ()"
+            self.assertNotRegex(log, r"Store .* is (down|connecting|breaker-open)", d.log_tail())
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class Shutdown(harness.DaemonTestCase):
+    def test_stop_with_local_fallback_in_flight(self):
+        with redisfix.RedisServer() as redis:
+            # The batch's deadline is far beyond the stop: only the exit ends it.
+            d = self.start_daemon(CONFIG, args=["--store=%s" % redis.url(), "--backend-timeout=60000",
+                                                "--sync=always"])
+            u = uid()
+            self.assertHit(d.request("HIT type=local u=%s" % u), True, 1, (59, 60))  # connected
+            redis.pause()
+            try:
+                with d.connect("unix") as c:
+                    c.send("HIT type=local u=%s\n" % u * 3)
+                    # the three requests were read (the kernel's queue toward the daemon is
+                    # empty): their batch waits on Redis; a second SIGTERM exits at once
+                    redisfix.wait_until(lambda: harness.unix_peer_unread(c.sock) == 0, harness.IO_TIMEOUT,
+                                        "the daemon reading the requests")
+                    d.signal(signal.SIGTERM)
+                    redisfix.wait_until(lambda: "Received SIGTERM" in d.log_text(), harness.IO_TIMEOUT,
+                                        "the first SIGTERM taken")  # else the two may merge
+                    d.signal(signal.SIGTERM)
+                    rc = d.wait_exit()
+                    replies = c.read_until_eof()
+            finally:
+                redis.resume()
+            self.assertEqual(rc, 0, d.log_tail())
+            # the local store decided them (2 per 60 s: one was taken above, in Redis)
+            self.assertEqual([parse_ok(x)[:2] if parse_ok(x) else x for x in replies],
+                             [(True, 1), (True, 0), (False, 0)], d.log_tail())
+
+
+if __name__ == "__main__":
+    harness.main()
