@@ -130,11 +130,17 @@ static const char *errno_text(int r, char *buf, size_t size) {
         return strerror_r(r < 0 ? -r : r, buf, size);
 }
 
-/* Deadline for one call: UINT64_MAX when the timeout is 0 (none). */
+/* Deadline for one call: UINT64_MAX when the timeout is 0 (none) or too large to add to the
+ * clock (it would wrap into the past and time out before the first wait). */
 static uint64_t deadline_of(const divvy *d) {
+        uint64_t now;
+
         if (d->timeout_usec == 0)
                 return UINT64_MAX;
-        return clock_usec(CLOCK_MONOTONIC) + d->timeout_usec;
+        now = clock_usec(CLOCK_MONOTONIC);
+        if (d->timeout_usec >= UINT64_MAX - now)
+                return UINT64_MAX;
+        return now + d->timeout_usec;
 }
 
 /* Waits for events on d->fd until deadline. Returns the revents, or -ETIMEDOUT, or -errno. */
