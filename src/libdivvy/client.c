@@ -630,8 +630,8 @@ static size_t awaiting(const divvy *d) {
         return d->pending - d->ring_count - unsent;
 }
 
-/* One recv() and the parsing of every complete line in it. Returns 0 (maybe nothing new),
- * or a negative errno after failing the connection. */
+/* One recv() and the parsing of every complete line in it. Returns 1 if bytes were read, 0 if
+ * none were ready, or a negative errno after failing the connection. */
 static int receive(divvy *d) {
         char buf[128];
         char *nl, *line;
@@ -683,7 +683,7 @@ static int receive(divvy *d) {
                 set_error(d, -EBADMSG, "Reply from %s longer than %d bytes", d->address, REPLY_MAX);
                 return fail_connection(d, -EBADMSG, false);
         }
-        return 0;
+        return 1;
 }
 
 /* True if the server closed an idle connection (or it broke): then it must be replaced. Only
@@ -762,6 +762,16 @@ static int flush(divvy *d, uint64_t deadline) {
                 }
 
                 r = -errno;
+                if ((r == -EPIPE || r == -ECONNRESET) && awaiting(d) > 0) {
+                        /* The server closed, maybe after answering some of the requests written
+                         * (and refusing one with ERR): those replies are in the socket. Read them,
+                         * so that their results are kept and an ERR is reported as one (the rest
+                         * -ECANCELED), until receive() fails the connection at its end. */
+                        while ((n = receive(d)) > 0)
+                                ;
+                        if (n < 0)
+                                return (int) n;
+                }
                 if ((r == -EPIPE || r == -ECONNRESET) && server_said_err(d))
                         return fail_connection(d, -EPROTO, true);
                 if ((r == -EPIPE || r == -ECONNRESET) && !retried && d->out_off == 0 && awaiting(d) == 0) {
