@@ -332,13 +332,26 @@ static int connect_one(divvy *d, int family, const struct sockaddr *sa, socklen_
         d->fd = fd;
         if (connect(fd, sa, len) == 0)
                 return 0;
+        /* A Unix socket with a full backlog says EAGAIN: unlike TCP's EINPROGRESS, nothing is
+         * under way (the socket even polls writable, unconnected), so try again, pausing 1 to
+         * 16 ms, until the backlog frees or the deadline passes. */
+        for (unsigned pause_ms = 1; family == AF_UNIX && errno == EAGAIN;
+             pause_ms = pause_ms < 16 ? pause_ms * 2 : 16) {
+                uint64_t now = clock_usec(CLOCK_MONOTONIC);
+
+                if (now >= deadline) {
+                        close_fd(d);
+                        return -ETIMEDOUT;
+                }
+                (void) poll(NULL, 0, deadline - now < pause_ms * 1000ULL ? 1 : (int) pause_ms);
+                if (connect(fd, sa, len) == 0)
+                        return 0;
+        }
         if (errno != EINPROGRESS && errno != EAGAIN && errno != EINTR) {
                 r = -errno;
                 close_fd(d);
                 return r;
         }
-        /* A Unix socket with a full backlog says EAGAIN and may not become writable when it
-         * frees; TCP says EINPROGRESS. Both settle by the deadline. */
         r = wait_fd(d, POLLOUT, deadline);
         if (r >= 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) < 0)
                 r = -errno;
