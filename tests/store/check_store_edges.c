@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 
 /* Edge cases of the local counter store that check_store.c does not reach: the wall clock
- * stepping back before a clean stop, and the version 2 verbs (CHARGE, REFUND, RESET) journaled
- * and replayed after a kill -9 with journal segments at their smallest. */
+ * stepping back before a clean stop, the version 2 verbs (CHARGE, REFUND, RESET) journaled and
+ * replayed after a kill -9 with journal segments at their smallest, and a batch larger than a
+ * journal segment. */
 
 #include <check.h>
 #include <errno.h>
@@ -100,6 +101,41 @@ START_TEST (test_clock_back_then_clean_stop) {
         h = apply1(s, "after", STORE_PEEK, 0, NULL, T0 + 3 * SEC);
         ck_assert_uint_eq(h.credit, 4);
         store_close(s);
+}
+END_TEST
+
+/* A batch changes more counters than one journal segment holds (the daemon's batches have up
+ * to 4096 hits; --journal-segment-size may be as small as 64 KiB, 1364 records): it is
+ * journaled, not refused, and replayed whole. */
+START_TEST (test_batch_larger_than_segment) {
+        enum { N = 4096 };
+        StoreOptions o = options("db", STORE_SYNC_PERIODIC, T0);
+        static StoreHit hits[N];
+        static char actors[N][16];
+        StoreHit h;
+        Store *s;
+
+        for (StoreSync sync = STORE_SYNC_NONE; sync < _STORE_SYNC_MAX; sync++) {
+                o.sync = sync;
+                o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF; /* the reopen replays */
+                s = open_with(&o);
+                for (unsigned i = 0; i < N; i++) {
+                        snprintf(actors[i], sizeof actors[i], "b%u-%u", (unsigned) sync, i);
+                        hits[i] = mkhit(actors[i], STORE_HIT, 0, NULL);
+                }
+                ck_assert_int_eq(store_apply(s, hits, N, T0), 0);
+                for (unsigned i = 0; i < N; i++) {
+                        ck_assert_int_eq(hits[i].error, 0);
+                        ck_assert(hits[i].allowed);
+                }
+                store_close(s);
+                s = open_with(&o);
+                h = apply1(s, actors[N - 1], STORE_PEEK, 0, NULL, T0);
+                ck_assert_uint_eq(h.credit, 4);
+                h = apply1(s, actors[0], STORE_PEEK, 0, NULL, T0);
+                ck_assert_uint_eq(h.credit, 4);
+                store_close(s);
+        }
 }
 END_TEST
 
@@ -235,6 +271,7 @@ static Suite *store_edges_suite(void) {
         tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_clock_back_then_clean_stop);
+        tcase_add_test(tc, test_batch_larger_than_segment);
         tcase_add_test(tc, test_verbs_replayed_after_kill);
         suite_add_tcase(su, tc);
         return su;
