@@ -152,8 +152,10 @@ struct Store {
         Pending *pending;          /* FIFO ring, in lsn order */
         size_t pending_head, pending_n, pending_cap;
         bool opened;         /* store_open() succeeded: store_close() may checkpoint */
-        uint64_t clock_usec; /* the latest wall clock store_maintain() or store_checkpoint() was
-                              * given (0: none): what store_close()'s checkpoint takes for now */
+        uint64_t clock_usec; /* the wall clock store_maintain() or store_checkpoint() was given last
+                              * (not the largest: after a step back, a larger one would drop
+                              * counters live at the clock the hits are answered at), else
+                              * store_open()'s: what store_close()'s checkpoint takes for now */
 };
 
 /* Writes the version-1 counter key of h to out; returns its length (<= STORE_KEY_MAX). The id
@@ -1098,8 +1100,8 @@ int store_maintain(Store *s, uint64_t now_usec) {
 
         if (!s)
                 return -EINVAL;
-        if (now_usec > s->clock_usec)
-                s->clock_usec = now_usec;
+        if (now_usec > 0)
+                s->clock_usec = now_usec; /* the latest, not the largest: the clock may step back */
         reaped = job_reap(s, false);
         if (s->job_running)
                 return reaped;
@@ -1129,8 +1131,8 @@ int store_checkpoint(Store *s, uint64_t now_usec) {
 
         if (!s)
                 return -EINVAL;
-        if (now_usec > s->clock_usec)
-                s->clock_usec = now_usec;
+        if (now_usec > 0)
+                s->clock_usec = now_usec; /* the latest, not the largest: the clock may step back */
         (void) job_reap(s, true);
         if (journal_pending(s) == 0)
                 return 0;

@@ -173,12 +173,13 @@ static inline void wal_closep(Wal **w) {
 int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata);
 
 /* Appends n records, in order, all or none: when they do not fit in the current segment it
- * is sealed and the next one becomes current first. No system call that waits unless it
+ * is sealed and the next one becomes current first (made larger than segment_size if n
+ * records need it: a batch is never split nor refused for its size). No system call that waits unless it
  * rotates: every 2 MiB appended, one sync_file_range() starts the disk writing, so that a seal
  * has little left to wait for. With write_appends: one pwrite() of the records and one
  * sync_file_range() that starts writing their blocks (so that the sync finds them written),
  * and one pwrite() of zeros every WAL_ZERO_CHUNK bytes.
- * Returns 0; -EMSGSIZE if n exceeds a segment's capacity; -ENOSPC (or another -errno, the
+ * Returns 0; -EMSGSIZE if n records exceed WAL_SEGMENT_SIZE_MAX; -ENOSPC (or another -errno, the
  * sentence in wal_error()) if the next segment could not be made or (write_appends) the
  * records could not be written: nothing was appended. */
 int wal_append(Wal *w, const CounterRecord *records, size_t n);
