@@ -833,7 +833,7 @@ static Suite *checkpoint_suite(void) {
         Suite *s = suite_create("checkpoint");
         TCase *tc = tcase_create("checkpoint");
 
-        tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+        store_test_fixtures(tc, "check-checkpoint", make_tmpdir);
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_round_trip);
         tcase_add_test(tc, test_last_record_wins);

@@ -1344,7 +1344,7 @@ static Suite *store_suite(void) {
         Suite *su = suite_create("store");
         TCase *tc = tcase_create("core");
 
-        tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+        store_test_fixtures(tc, "check-store", make_tmpdir);
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_sync_strings);
         tcase_add_test(tc, test_create_decrement_exhaust);

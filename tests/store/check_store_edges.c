@@ -28,25 +28,8 @@
 static const uint8_t RULE_A[RULE_ID_SIZE] = { 0xe1, 0xe2, 0xe3, 0xe4, 0xe5, 0xe6, 0xe7, 0xe8,
                                               0xe9, 0xea, 0xeb, 0xec, 0xed, 0xee, 0xef, 0xe0 };
 
-/* The tests' directory is made and removed in the parent (an unchecked fixture), each test's
- * under it in the forked child: a failed check ends the child before a checked teardown could
- * run, and the parent still removes everything. */
-static char topdir[sizeof tmpdir - 16]; /* bytes: room for "/t-XXXXXX" under it */
-
-static void make_topdir(void) {
-        store_test_make_tmpdir("check-store-edges");
-        ck_assert_uint_lt(strlen(tmpdir), sizeof topdir);
-        memcpy(topdir, tmpdir, strlen(tmpdir) + 1);
-}
-
-static void remove_topdir(void) {
-        memcpy(tmpdir, topdir, sizeof topdir);
-        remove_tmpdir();
-}
-
 static void make_tmpdir(void) {
-        snprintf(tmpdir, sizeof tmpdir, "%s/t-XXXXXX", topdir);
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+        store_test_make_tmpdir("check-store-edges");
 }
 
 /* Options for the database tmpdir/<name>. */
@@ -285,8 +268,7 @@ static Suite *store_edges_suite(void) {
         Suite *su = suite_create("store-edges");
         TCase *tc = tcase_create("core");
 
-        tcase_add_unchecked_fixture(tc, make_topdir, remove_topdir);
-        tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+        store_test_fixtures(tc, "check-store-edges", make_tmpdir);
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_clock_back_then_clean_stop);
         tcase_add_test(tc, test_batch_larger_than_segment);

@@ -170,7 +170,7 @@ static Suite *store_verify_suite(void) {
         Suite *su = suite_create("store-verify");
         TCase *tc = tcase_create("core");
 
-        tcase_add_checked_fixture(tc, setup, remove_tmpdir);
+        store_test_fixtures(tc, "check-verify", setup);
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_nothing_to_verify);
         tcase_add_test(tc, test_good_store_passes);

@@ -1108,7 +1108,7 @@ static Suite *wal_suite(void) {
         Suite *s = suite_create("wal");
         TCase *tc = tcase_create("wal");
 
-        tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+        store_test_fixtures(tc, "check-wal", make_tmpdir);
         tcase_add_test(tc, test_layout);
         tcase_add_test(tc, test_round_trip);
         tcase_add_test(tc, test_rotations);
