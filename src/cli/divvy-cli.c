@@ -358,6 +358,22 @@ static void print_result(const Args *a, const divvy_result *res) {
                        res->reset_seconds);
 }
 
+/* A reset or retry-after the server reported, in µs to sleep: at most UINT64_MAX (a server
+ * may report any 63-bit count of seconds; a product that wrapped would retry at once), or
+ * WAIT_RETRY_USEC when it is 0. */
+static uint64_t pause_usec(int64_t seconds) {
+        if (seconds <= 0)
+                return WAIT_RETRY_USEC;
+        return (uint64_t) seconds > UINT64_MAX / 1000000ULL ? UINT64_MAX : (uint64_t) seconds * 1000000ULL;
+}
+
+/* True if sleeping pause now would end past --wait's limit, counted from start. */
+static bool past_limit(const Args *a, uint64_t start, uint64_t pause) {
+        uint64_t elapsed = clock_usec(CLOCK_MONOTONIC) - start, limit = (uint64_t) (a->wait_max * 1e6);
+
+        return elapsed > limit || pause > limit - elapsed;
+}
+
 static void sleep_usec(uint64_t usec) {
         struct timespec ts = { .tv_sec = (time_t) (usec / 1000000ULL),
                                .tv_nsec = (long) (usec % 1000000ULL) * 1000L };
@@ -383,7 +399,7 @@ static void split_pairs(const Args *a, divvy_pair pairs[DIVVY_PAIRS_MAX]) {
 
 static int run_hit(const Args *a, divvy *d) {
         divvy_pair pairs[DIVVY_PAIRS_MAX];
-        uint64_t start = clock_usec(CLOCK_MONOTONIC), elapsed, pause, limit;
+        uint64_t start = clock_usec(CLOCK_MONOTONIC), pause;
         divvy_result res;
         int r;
 
@@ -396,13 +412,9 @@ static int run_hit(const Args *a, divvy *d) {
                 if (res.allowed || !a->wait || res.reset_seconds < 0) /* -1: always denied */
                         break;
 
-                pause = res.reset_seconds > 0 ? (uint64_t) res.reset_seconds * 1000000ULL : WAIT_RETRY_USEC;
-                if (a->wait_max >= 0) {
-                        elapsed = clock_usec(CLOCK_MONOTONIC) - start;
-                        limit = (uint64_t) (a->wait_max * 1e6);
-                        if (elapsed + pause > limit)
-                                break; /* the window resets after the limit: give up now */
-                }
+                pause = pause_usec(res.reset_seconds);
+                if (a->wait_max >= 0 && past_limit(a, start, pause))
+                        break; /* the window resets after the limit: give up now */
                 sleep_usec(pause);
         }
 
@@ -465,7 +477,7 @@ static void print_decision(const Args *a, const divvy_decision *r) {
  * limit and --tries; retry -1 (never) stops at once. */
 static int run_decision(const Args *a, divvy *d) {
         divvy_pair pairs[DIVVY_PAIRS_MAX];
-        uint64_t start = clock_usec(CLOCK_MONOTONIC), elapsed, pause, limit;
+        uint64_t start = clock_usec(CLOCK_MONOTONIC), pause;
         unsigned tries = 0;
         divvy_decision res;
         int r;
@@ -501,13 +513,9 @@ static int run_decision(const Args *a, divvy *d) {
                 }
                 if (a->tries > 0 && tries >= a->tries)
                         break;
-                pause = res.retry_seconds > 0 ? (uint64_t) res.retry_seconds * 1000000ULL : WAIT_RETRY_USEC;
-                if (a->wait_max >= 0) {
-                        elapsed = clock_usec(CLOCK_MONOTONIC) - start;
-                        limit = (uint64_t) (a->wait_max * 1e6);
-                        if (elapsed + pause > limit)
-                                break; /* it would pass only after the limit: give up now */
-                }
+                pause = pause_usec(res.retry_seconds);
+                if (a->wait_max >= 0 && past_limit(a, start, pause))
+                        break; /* it would pass only after the limit: give up now */
                 sleep_usec(pause);
         }
 

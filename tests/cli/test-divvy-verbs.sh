@@ -205,6 +205,13 @@ run --wait=5 take 1
 check "take --wait=5 with retry=30: gives up at once" 1 "allowed=false credit=0 limit=1 reset=30 retry=30 rule=r" \
 	"CONNECT${nl}HELLO${nl}TAKE 1"
 
+# A retry-after whose microseconds do not fit in 64 bits (a server other than divvyd may say
+# anything up to 2^63 - 1 seconds): the product wrapped to 0.45 s, a retry within the limit.
+serve "HELLO$TAB$HELLO_OK" "TAKE 1$TAB""OK allowed=false credit=0 limit=1 reset=18446744073710 retry=18446744073710 rule=r"
+run --wait=5 take 1
+check "take --wait=5 with a retry of 2^64 us: gives up at once" 1 \
+	"allowed=false credit=0 limit=1 reset=18446744073710 retry=18446744073710 rule=r" "CONNECT${nl}HELLO${nl}TAKE 1"
+
 # ---- arguments refused before connecting -------------------------------------------------------
 
 rm -f "$sock"
