@@ -74,5 +74,43 @@ class StatsdFlapping(harness.DaemonTestCase):
         self.assertEqual(d.stop(), 0)
 
 
+class HttpGarbage(harness.DaemonTestCase):
+    def test_client_garbage_is_not_logged_as_warnings(self):
+        # README "Running divvyd", Logging: client misbehaviour is logged at debug level only.
+        # libmicrohttpd's messages about a client's bad request (400, 431, 505, a request cut
+        # off) were all warnings: anyone who can reach the metrics port could write a line to
+        # the log per connection.
+        port = harness.free_tcp_port()
+        d = self.start_daemon(data_path("itest.ini"), args=["--http-port=%d" % port])
+        bad = [b"\x00\x01 garbage HTTP/1.1\r\n\r\n",  # 400
+               b"GET /metrics\r\n\r\n",  # 400: no version
+               b"GET /metrics HTTP/2.0\r\n\r\n",  # 505
+               b"GET /metrics HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 100000 + b"\r\n\r\n"]  # 431
+        for i in range(20):
+            with socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT) as s:
+                try:
+                    s.sendall(bad[i % len(bad)])
+                    s.recv(4096)  # the error page, sent after the message was logged
+                except OSError:
+                    pass  # closed on us: fine
+        for i in range(5):  # requests cut off: the client goes away mid-header
+            with socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        # The endpoint still answers (bounded wait: cut-off connections are noticed on its
+        # own schedule), and so does the request path.
+        status = None
+        for _ in range(int(50 * harness.TIMEOUT_SCALE)):
+            try:
+                status = harness.http_get(port, "/healthz")[0]
+                break
+            except OSError:
+                d.drain_notes(0.1)
+        self.assertEqual(status, 200)
+        self.assertEqual(d.request("HIT path=/open"), "OK true 5 0")
+        self.assertEqual(d.stop(), 0)
+        warnings = [l for l in d.log_text().splitlines() if l.startswith("<4>HTTP")]
+        self.assertEqual(warnings, [], d.log_tail())
+
+
 if __name__ == "__main__":
     harness.main()
