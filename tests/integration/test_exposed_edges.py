@@ -112,5 +112,33 @@ class HttpGarbage(harness.DaemonTestCase):
         self.assertEqual(warnings, [], d.log_tail())
 
 
+class UnixSocketInUse(harness.DaemonTestCase):
+    def test_live_socket_with_full_backlog(self):
+        # README "Unix sockets": a leftover socket file is removed only if nothing answers on
+        # it. A live one whose owner does not accept (a hung or stopped previous instance)
+        # with its backlog full made the probe's blocking connect() wait forever: divvyd
+        # hung at start instead of refusing the path.
+        d = self.new_daemon(data_path("itest.ini"), listen=("unix",))
+        live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(live.close)
+        live.bind(d.unix_path)
+        live.listen(0)
+        queued = []
+        self.addCleanup(lambda: [c.close() for c in queued])
+        for _ in range(64):  # fill the backlog (bounded)
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            try:
+                c.connect(d.unix_path)
+            except BlockingIOError:
+                c.close()
+                break
+            queued.append(c)
+        d.start(wait_ready=False)
+        self.assertEqual(d.wait_exit(), 1)
+        self.assertIn("%s is in use by another process" % d.unix_path, d.log_text())
+        self.assertTrue(os.path.exists(d.unix_path))  # not removed
+
+
 if __name__ == "__main__":
     harness.main()
