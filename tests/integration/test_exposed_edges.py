@@ -82,7 +82,7 @@ class HttpGarbage(harness.DaemonTestCase):
         # the log per connection.
         port = harness.free_tcp_port()
         d = self.start_daemon(data_path("itest.ini"), args=["--http-port=%d" % port])
-        bad = [b"\x00\x01 garbage HTTP/1.1\r\n\r\n",  # 400
+        bad = [b"GET /metrics HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n",  # 400
                b"GET /metrics\r\n\r\n",  # 400: no version
                b"GET /metrics HTTP/2.0\r\n\r\n",  # 505
                b"GET /metrics HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 100000 + b"\r\n\r\n"]  # 431
