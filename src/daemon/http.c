@@ -73,12 +73,19 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *connection
         return respond_static(connection, MHD_HTTP_NOT_FOUND, "not found\n");
 }
 
-/* libmicrohttpd hands us its own printf-style format strings. */
+/* libmicrohttpd hands us its own printf-style format strings. Its messages are almost all
+ * about one client's request (malformed, too big, cut off, over the connection limit), one
+ * line per connection: client misbehaviour, logged at debug level only (README "Running
+ * divvyd", Logging), so that whoever reaches the port cannot fill the log. Failing to start
+ * is reported by http_new()'s own message. */
 __attribute__((format(printf, 2, 0))) static void http_logger(void *cls, const char *format, va_list ap) {
         char buf[512];
+
+        if (log_get_max_level() < LOG_DEBUG)
+                return;
         vsnprintf(buf, sizeof buf, format, ap);
         buf[strcspn(buf, "\n")] = '\0';
-        log_warning("HTTP: %s", buf);
+        log_debug("HTTP: %s", buf);
 }
 
 int http_new(const HttpSettings *settings, const Metrics *m, Http **ret, char *errbuf, size_t errbuf_size) {

@@ -235,7 +235,9 @@ static int unix_socket_clear_stale(const char *path, char *errbuf, size_t errbuf
                 return -EEXIST;
         }
 
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        /* Non-blocking: a live socket whose owner does not accept and whose backlog is full
+         * would block a blocking connect() forever; EAGAIN says someone listens there. */
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
                 r = -errno;
                 snprintf(errbuf, errbuf_size, "socket(): %s", strerror(-r));
@@ -243,7 +245,7 @@ static int unix_socket_clear_stale(const char *path, char *errbuf, size_t errbuf
         }
         strcpy(sa.sun_path, path);
         r = connect(fd, (struct sockaddr *) &sa, sizeof sa);
-        if (r == 0) {
+        if (r == 0 || errno == EAGAIN) {
                 close(fd);
                 snprintf(errbuf, errbuf_size, "%s is in use by another process", path);
                 return -EADDRINUSE;

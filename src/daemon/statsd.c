@@ -21,6 +21,10 @@
 #define STATSD_TIMER_ACCURACY_USEC (10ULL * 1000ULL) /* 10 ms: slack for the flush timer */
 #define STATSD_WARN_INTERVAL_USEC                                                                           \
         (60ULL * 1000ULL * 1000ULL) /* 60 s: at most one "send failed" warning per minute */
+/* A TCP connection that stayed up this long was a working one: when it breaks, the backoff
+ * starts over. A shorter one (a collector, or a proxy in front of a dead one, that accepts
+ * and closes at once) keeps doubling it. */
+#define STATSD_STABLE_USEC STATSD_BACKOFF_MAX_USEC
 
 /* ---- the sender --------------------------------------------------------- */
 
@@ -39,7 +43,8 @@ struct Statsd {
         /* TCP */
         sd_event_source *io;
         sd_event_source *reconnect;
-        bool connected; /* TCP: handshake done */
+        bool connected;          /* TCP: handshake done */
+        uint64_t connected_usec; /* TCP: CLOCK_MONOTONIC of the handshake */
         uint64_t backoff_usec;
         char *out; /* STATSD_TCP_BUFFER_MAX */
         size_t out_len;
@@ -101,7 +106,9 @@ static int statsd_io_handler(sd_event_source *es, int fd, uint32_t revents, void
                 if (!(revents & EPOLLOUT))
                         return 0;
                 s->connected = true;
-                s->backoff_usec = 0;
+                /* The backoff is not reset here: only once the connection has lasted. */
+                if (sd_event_now(s->event, CLOCK_MONOTONIC, &s->connected_usec) < 0)
+                        s->connected_usec = 0;
                 log_info("Connected to statsd at %s.", s->name);
         }
 
@@ -146,10 +153,20 @@ static int statsd_tcp_connect(Statsd *s) {
 
 /* Drops the connection and what it had not sent, and schedules a reconnect. */
 static void statsd_tcp_close(Statsd *s, int error) {
+        uint64_t now = 0;
+        bool have_now = s->event && sd_event_now(s->event, CLOCK_MONOTONIC, &now) >= 0;
+
+        if (s->connected && have_now && now - s->connected_usec >= STATSD_STABLE_USEC)
+                s->backoff_usec = 0;
         /* Warn when a working connection breaks or the first attempt fails; the retries that
          * follow only at debug level. */
-        log_full_errno(s->connected || s->backoff_usec == 0 ? LOG_WARNING : LOG_DEBUG, error,
-                       "statsd connection to %s failed, retrying with backoff: %m", s->name);
+        bool warn = s->connected || s->backoff_usec == 0;
+        s->backoff_usec = s->backoff_usec == 0 ? STATSD_BACKOFF_MIN_USEC : s->backoff_usec * 2;
+        if (s->backoff_usec > STATSD_BACKOFF_MAX_USEC)
+                s->backoff_usec = STATSD_BACKOFF_MAX_USEC;
+        log_full_errno(warn ? LOG_WARNING : LOG_DEBUG, error,
+                       "statsd connection to %s failed, retrying in %" PRIu64 " ms: %m", s->name,
+                       s->backoff_usec / 1000);
         s->io = sd_event_source_disable_unref(s->io);
         if (s->fd >= 0)
                 close(s->fd);
@@ -158,13 +175,7 @@ static void statsd_tcp_close(Statsd *s, int error) {
         statsd_count_dropped(s, count_lines(s->out, s->out_len));
         s->out_len = 0;
 
-        s->backoff_usec = s->backoff_usec == 0 ? STATSD_BACKOFF_MIN_USEC : s->backoff_usec * 2;
-        if (s->backoff_usec > STATSD_BACKOFF_MAX_USEC)
-                s->backoff_usec = STATSD_BACKOFF_MAX_USEC;
-        if (!s->event)
-                return;
-        uint64_t now;
-        if (sd_event_now(s->event, CLOCK_MONOTONIC, &now) < 0)
+        if (!have_now)
                 return;
         if (s->reconnect) {
                 (void) sd_event_source_set_time(s->reconnect, now + s->backoff_usec);
