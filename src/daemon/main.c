@@ -3,6 +3,7 @@
  * either a config action (--check-config, --dump-config) or the manager's run. Everything
  * else lives in the daemon's library. */
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -379,9 +380,16 @@ static int parse_metrics_option(int c, const char *arg, Options *o) {
                         return usage_error("--http-port", arg);
                 o->http_port = arg;
                 return 0;
-        case ARG_HTTP_ADDRESS:
+        case ARG_HTTP_ADDRESS: {
+                struct in6_addr a6; /* either family fits */
+
+                /* checked here, not only when the endpoint starts: a bad value is a usage error */
+                if (inet_pton(AF_INET, arg, &a6) != 1 && inet_pton(AF_INET6, arg, &a6) != 1)
+                        return usage_error("--http-address (a numeric IPv4 or IPv6 address, no brackets)",
+                                           arg);
                 o->settings.http.address = arg;
                 return 0;
+        }
         /* RESP (issue #17) */
         case ARG_RESP:
                 if (strcmp(arg, "on") == 0)

@@ -111,6 +111,16 @@ class HttpGarbage(harness.DaemonTestCase):
         warnings = [l for l in d.log_text().splitlines() if l.startswith("<4>HTTP")]
         self.assertEqual(warnings, [], d.log_tail())
 
+    def test_bad_http_address_is_a_usage_error(self):
+        # README: an invalid option value exits 2 before anything starts. --http-address was
+        # only checked when the endpoint started, which exited 1.
+        for bad in ("[::1]", "localhost", "127.0.0.256", ""):
+            d = self.new_daemon(data_path("itest.ini"), notify=False,
+                                args=["--http-port=%d" % harness.free_tcp_port(), "--http-address=" + bad])
+            d.start(wait_ready=False)
+            self.assertEqual(d.wait_exit(), 2, bad)
+            self.assertIn("invalid value for --http-address", d.log_text(), bad)
+
 
 class UnixSocketInUse(harness.DaemonTestCase):
     def test_live_socket_with_full_backlog(self):
