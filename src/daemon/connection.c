@@ -90,17 +90,6 @@ int connection_discard_input(Connection *c) {
         return 2;
 }
 
-int connection_rearm(Connection *c) {
-        struct epoll_event ev = { .events = c->events | CONNECTION_EPOLL_FLAGS, .data.ptr = c };
-
-        if (c->events == 0)
-                return 0;
-        /* MOD re-checks readiness: input still queued raises a new edge */
-        if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
-                return -errno;
-        return 0;
-}
-
 int connection_flush(Connection *c) {
         while (c->out_pos < c->out_len) {
                 ssize_t n = send(c->fd, c->out + c->out_pos, c->out_len - c->out_pos,
@@ -218,12 +207,11 @@ void connection_drop_input(Connection *c) {
         c->framed = false;
 }
 
-int connection_set_events(Connection *c, uint32_t events) {
+/* Registers events (0: none) with the server's epoll, whatever was registered before. */
+static int events_ctl(Connection *c, uint32_t events) {
         struct epoll_event ev = { .events = events | CONNECTION_EPOLL_FLAGS, .data.ptr = c };
         int r;
 
-        if (events == c->events)
-                return 0;
         if (events == 0)
                 r = epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         else
@@ -233,4 +221,13 @@ int connection_set_events(Connection *c, uint32_t events) {
                 return -errno;
         c->events = events;
         return 0;
+}
+
+int connection_set_events(Connection *c, uint32_t events) {
+        return events == c->events ? 0 : events_ctl(c, events);
+}
+
+int connection_rearm(Connection *c) {
+        /* the same events again: input still queued raises a new edge */
+        return c->events == 0 ? 0 : events_ctl(c, c->events);
 }
