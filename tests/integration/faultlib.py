@@ -189,6 +189,17 @@ def open_files(pid):
     return out
 
 
+def send_quietly(sock, payload, half_close=False):
+    """sendall() (then a half-close if asked) that ignores the peer closing on us: it may,
+    after an ERR."""
+    try:
+        sock.sendall(payload)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
 def _task_state(pid, tid):
     try:
         with open("/proc/%d/task/%d/stat" % (pid, tid)) as f:

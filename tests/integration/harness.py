@@ -30,6 +30,7 @@ unexpectedly passes, the test FAILS (strict), so a fix is noticed and the marker
 Every wait is bounded; no pass/fail decision depends on timing.
 """
 
+import fcntl
 import os
 import re
 import select
@@ -37,9 +38,11 @@ import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -444,6 +447,27 @@ class Daemon:
             if timeout == 0:
                 continue
 
+    def drain_notes_in_background(self, test):
+        """Keeps receiving notifications in a thread, as systemd would, until the returned
+        function is called (or the test ends): sd_notify() blocks once the notify socket's
+        queue is full (net.unix.max_dgram_qlen, 10 here), so a test that sends many SIGHUPs
+        or runs long must keep reading it. Notes still land in self.notes."""
+        stop = threading.Event()
+
+        def drain():
+            while not stop.is_set():
+                self.drain_notes(0.05)
+
+        t = threading.Thread(target=drain, daemon=True)
+        t.start()
+
+        def finish():
+            stop.set()
+            t.join(IO_TIMEOUT)
+
+        test.addCleanup(finish)
+        return finish
+
     def wait_note(self, pattern, after=0, timeout=None, what=None):
         """Waits for a notification matching pattern (exact "KEY=VALUE" or a compiled regex)
         with seq > after. Returns (seq, line). Raises HarnessError with the log tail, also
@@ -537,6 +561,41 @@ def unix_peer_unread(sock):
         if len(f) >= 8 and f[0] == "u_str" and f[-1] == ino:
             return int(f[2])
     raise HarnessError("no Unix socket with peer inode %s in ss -x" % ino)
+
+
+def unix_sent_unread(sock):
+    """For a connected Unix stream socket of ours: non-zero while the peer has not read all we
+    sent, 0 once it has (TIOCOUTQ, no subprocess: cheap enough to ask after every byte). The
+    kernel counts its buffers, not payload bytes: only 0 is exact (unix_peer_unread() counts
+    bytes)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+
+
+# --- RESP requests and raw replies -------------------------------------------------------------
+
+def resp_command(*args):
+    """One RESP request (bytes) of the given arguments (str or bytes)."""
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def read_until_close(sock, reset_ends=False):
+    """Everything the peer sends until it closes (bounded by the socket's timeout). With
+    reset_ends, a reset ends it too (a peer that closes with our input unread resets)."""
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            if not reset_ends:
+                raise
+            return data
+        if not chunk:
+            return data
+        data += chunk
 
 
 # --- the daemon's HTTP endpoint (--http-port) -------------------------------------------------

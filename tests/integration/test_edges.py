@@ -23,16 +23,13 @@ Nothing here is decided by timing; every wait is bounded.
 Run one test:  tests/integration/test_edges.py Linger.test_discard_reaches_eof
 """
 
-import fcntl
 import itertools
 import os
 import re
 import shutil
 import signal
 import socket
-import struct
 import sys
-import termios
 import threading
 import time
 
@@ -44,52 +41,6 @@ from harness import data_path  # noqa: E402
 SO_SNDBUFFORCE = 32  # <asm-generic/socket.h>: SO_SNDBUF beyond wmem_max (needs CAP_NET_ADMIN)
 DISCARD_PASS = 64 * 4096  # bytes connection_discard_input() reads per call
 _ids = itertools.count(1)
-
-
-def resp(*args):
-    """One RESP request (bytes) of the given arguments."""
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
-def outq(sock):
-    """Bytes we sent on a Unix stream socket that the peer has not read yet (TIOCOUTQ)."""
-    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-
-
-def read_all(sock):
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
-
-
-def drain_notes_in_background(test, d):
-    """sd_notify() blocks once the notify socket's queue is full (10 datagrams here): keep
-    reading it, as systemd would, while a test sends many SIGHUPs or runs long."""
-    stop = threading.Event()
-
-    def drain():
-        while not stop.is_set():
-            d.drain_notes(0.05)
-
-    t = threading.Thread(target=drain, daemon=True)
-    t.start()
-
-    def finish():
-        stop.set()
-        t.join(harness.IO_TIMEOUT)
-
-    test.addCleanup(finish)
-    return finish
 
 
 class Linger(harness.DaemonTestCase):
@@ -112,9 +63,8 @@ class Linger(harness.DaemonTestCase):
             self.assertEqual(faultlib.fd_count(pid), fds0 + 1)
             # While it is stopped, queue several discard passes of input and our FIN, so that
             # it wakes to one edge with all of it waiting.
-            d.signal(signal.SIGSTOP)
             try:
-                faultlib.wait_for(lambda: _proc_state(pid) == "T", 10, "divvyd to stop (SIGSTOP)")
+                faultlib.freeze(pid)  # SIGSTOP, every thread stopped
                 s.setblocking(False)
                 queued, chunk = 0, b"x" * 65536
                 while queued < 6 * DISCARD_PASS:
@@ -177,12 +127,12 @@ class Split(harness.DaemonTestCase):
             for ch in chunks:
                 s.sendall(ch)
                 deadline = time.monotonic() + harness.IO_TIMEOUT
-                while outq(s) > 0:
+                while harness.unix_sent_unread(s) > 0:
                     if time.monotonic() > deadline:
                         raise harness.HarnessError("the daemon did not read %r" % ch)
                     time.sleep(0.0002)
             s.shutdown(socket.SHUT_WR)
-            return read_all(s)
+            return harness.read_until_close(s, reset_ends=True)
 
     def compare(self, make, pieces, admin=False, whole=None):
         """make(actor) -> bytes; the replies to it sent whole (or whole, from an earlier call)
@@ -209,7 +159,7 @@ class Split(harness.DaemonTestCase):
                         self.compare(lambda u: (t.format(u=u) + end).encode(), self.bytewise, admin)
             for args in self.RESP:
                 with self.subTest(resp=args, admin=admin):
-                    got = self.compare(lambda u: resp(*[a.format(u=u) for a in args]), self.bytewise, admin)
+                    got = self.compare(lambda u: harness.resp_command(*[a.format(u=u) for a in args]), self.bytewise, admin)
                     self.assertTrue(got, args)
 
     def test_pipeline_cut_at_every_byte(self):
@@ -219,11 +169,11 @@ class Split(harness.DaemonTestCase):
                     "HIT path=/fw user={u}\n").format(u=u).encode()
 
         def resps(u):
-            return (resp("HIT", "path", "/fw", "user", u) + b"\r\n" + resp("TAKE", "2", "path", "/tb", "user", u) +
-                    resp("PING") + resp("PEEK", "path", "/fw", "user", u) + b"*0\r\n" + resp("ECHO", u) +
-                    resp("TAKE", "0", "path", "/x") + resp("EXPLAIN", "path", "/sw", "user", u) +
-                    resp("REFUND", "1", "path", "/fw", "user", u) + resp("NOPE") +
-                    resp("CHARGE", "1", "path", "/sw", "user", u))
+            return (harness.resp_command("HIT", "path", "/fw", "user", u) + b"\r\n" + harness.resp_command("TAKE", "2", "path", "/tb", "user", u) +
+                    harness.resp_command("PING") + harness.resp_command("PEEK", "path", "/fw", "user", u) + b"*0\r\n" + harness.resp_command("ECHO", u) +
+                    harness.resp_command("TAKE", "0", "path", "/x") + harness.resp_command("EXPLAIN", "path", "/sw", "user", u) +
+                    harness.resp_command("REFUND", "1", "path", "/fw", "user", u) + harness.resp_command("NOPE") +
+                    harness.resp_command("CHARGE", "1", "path", "/sw", "user", u))
 
         for make, tag in ((lines, "line"), (resps, "resp")):
             n, got = len(make(self.actor("x"))), None
@@ -242,9 +192,9 @@ class RespLimits(harness.DaemonTestCase):
 
     def raw(self, data, kind="tcp"):
         with self.d.connect(kind) as c:
-            t = threading.Thread(target=_send_quietly, args=(c.sock, data), daemon=True)
+            t = threading.Thread(target=faultlib.send_quietly, args=(c.sock, data, True), daemon=True)
             t.start()
-            out = read_all(c.sock)
+            out = harness.read_until_close(c.sock, reset_ends=True)
             t.join(harness.IO_TIMEOUT)
             return out
 
@@ -253,11 +203,11 @@ class RespLimits(harness.DaemonTestCase):
         """A HIT of 62 short pairs, one 8,000-byte value and one padded to make the request
         exactly total bytes long (no bulk over 8,192)."""
         pairs = [x for i in range(62) for x in ("k%d" % i, "v")]
-        v = "x" * (total - len(resp("HIT", *pairs, "y", "x" * 8000, "z", "")))
-        r = resp("HIT", *pairs, "y", "x" * 8000, "z", v)
+        v = "x" * (total - len(harness.resp_command("HIT", *pairs, "y", "x" * 8000, "z", "")))
+        r = harness.resp_command("HIT", *pairs, "y", "x" * 8000, "z", v)
         while len(r) > total:
             v = v[:-1]
-            r = resp("HIT", *pairs, "y", "x" * 8000, "z", v)
+            r = harness.resp_command("HIT", *pairs, "y", "x" * 8000, "z", v)
         assert len(r) == total, len(r)
         return r
 
@@ -268,17 +218,17 @@ class RespLimits(harness.DaemonTestCase):
         cases = [
             (self.sized(10368), deny),
             (self.sized(10369), err + b"request longer than the line limit\r\n"),
-            (resp("HIT", "k", "v" * 8192), deny),
-            (resp("HIT", "k", "v" * 8193), err + b"bulk string longer than the line limit\r\n"),
-            (resp("HIT", *pairs(64)), deny),
-            (resp("HIT", *pairs(65)), b"-ERR unknown too many key=value pairs\r\n"),
-            (resp("TAKE", "1", *(["k", "v"] * 67)), b"*6\r\n:0\r\n:0\r\n:0\r\n:0\r\n:-1\r\n$2\r\n#9\r\n"),
-            (resp("TAKE", "1", "@1", *(["k", "v"] * 67)), err + b"too many arguments\r\n"),
+            (harness.resp_command("HIT", "k", "v" * 8192), deny),
+            (harness.resp_command("HIT", "k", "v" * 8193), err + b"bulk string longer than the line limit\r\n"),
+            (harness.resp_command("HIT", *pairs(64)), deny),
+            (harness.resp_command("HIT", *pairs(65)), b"-ERR unknown too many key=value pairs\r\n"),
+            (harness.resp_command("TAKE", "1", *(["k", "v"] * 67)), b"*6\r\n:0\r\n:0\r\n:0\r\n:0\r\n:-1\r\n$2\r\n#9\r\n"),
+            (harness.resp_command("TAKE", "1", "@1", *(["k", "v"] * 67)), err + b"too many arguments\r\n"),
             (b"*000000000000000001\r\n$4\r\nPING\r\n", b"+PONG\r\n"),
             (b"*0000000000000000001\r\n$4\r\nPING\r\n", err + b"invalid length\r\n"),
             (b"*-2\r\n", err + b"invalid length\r\n"),
             (b"*1\r\n$-1\r\n", err + b"invalid length\r\n"),
-            (b"*0\r\n*-1\r\n\r\n\n" + resp("PING"), b"+PONG\r\n"),
+            (b"*0\r\n*-1\r\n\r\n\n" + harness.resp_command("PING"), b"+PONG\r\n"),
         ]
         for i, (data, want) in enumerate(cases):
             with self.subTest(case=i, head=data[:30]):
@@ -292,11 +242,11 @@ class RespLimits(harness.DaemonTestCase):
         echoes = [("%05d" % i) * 1638 for i in range(60)]
         want = b"".join(b"$8190\r\n%s\r\n" % e.encode() for e in echoes)
         for kind in ("tcp", "unix"):
-            self.assertEqual(self.raw(b"".join(resp("ECHO", e) for e in echoes), kind), want)
+            self.assertEqual(self.raw(b"".join(harness.resp_command("ECHO", e) for e in echoes), kind), want)
 
     def test_resp_then_line(self):
         # The first byte decided RESP: a divvy line after a RESP request is broken framing.
-        self.assertEqual(self.raw(resp("PING") + b"HIT path=/fw user=x\n" + resp("PING")),
+        self.assertEqual(self.raw(harness.resp_command("PING") + b"HIT path=/fw user=x\n" + harness.resp_command("PING")),
                          b"+PONG\r\n-ERR Protocol error: expected '*' (divvyd takes RESP arrays of bulk "
                          b"strings)\r\n")
 
@@ -317,7 +267,7 @@ class ReloadInFlight(harness.DaemonTestCase):
 
         write(base)
         d = self.start_daemon(config, args=["--sync=always"])
-        stop_draining = drain_notes_in_background(self, d)
+        stop_draining = d.drain_notes_in_background(self)
         n_conns, n_reqs = 16, 1500
         results, errors = {}, []
 
@@ -327,10 +277,10 @@ class ReloadInFlight(harness.DaemonTestCase):
                     if i % 4 < 2:
                         payload = ("HIT path=/big user=r%d\n" % i).encode() * n_reqs
                     else:
-                        payload = resp("HIT", "path", "/big", "user", "r%d" % i) * n_reqs
-                    t = threading.Thread(target=_send_quietly, args=(c.sock, payload, True), daemon=True)
+                        payload = harness.resp_command("HIT", "path", "/big", "user", "r%d" % i) * n_reqs
+                    t = threading.Thread(target=faultlib.send_quietly, args=(c.sock, payload, True), daemon=True)
                     t.start()
-                    results[i] = read_all(c.sock)
+                    results[i] = harness.read_until_close(c.sock, reset_ends=True)
                     t.join(harness.IO_TIMEOUT)
             except Exception as e:
                 errors.append("client %d: %r" % (i, e))
@@ -361,22 +311,6 @@ class ReloadInFlight(harness.DaemonTestCase):
         d.signal(signal.SIGHUP)
         d.wait_note("READY=1", after=before, what="READY=1 after the last reload")
         self.assertEqual(d.request("HIT path=/hup"), "OK true 7 0")
-
-
-def _proc_state(pid):
-    """The state letter of /proc/PID/stat (T: stopped)."""
-    with open("/proc/%d/stat" % pid) as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def _send_quietly(sock, payload, half_close=True):
-    """sendall() that ignores the peer closing on us (it may, after an error)."""
-    try:
-        sock.sendall(payload)
-        if half_close:
-            sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

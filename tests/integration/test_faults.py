@@ -407,14 +407,7 @@ class Reload(_InOrder, harness.DaemonTestCase):
         configs = [RELOAD_BASE, with_rule(RELOAD_BASE, HUP_RULE)]
         # sd_notify() blocks once the notification socket's queue is full (as with a busy PID
         # 1): keep reading the RELOADING/READY/STATUS notes, as systemd would.
-        draining = threading.Event()
-
-        def drain():
-            while not draining.is_set():
-                d.drain_notes(0.05)
-
-        drainer = threading.Thread(target=drain, daemon=True)
-        drainer.start()
+        stop_draining = d.drain_notes_in_background(self)
         for i in range(300):
             write_file(config, configs[i % 2])
             d.signal(signal.SIGHUP)
@@ -426,8 +419,7 @@ class Reload(_InOrder, harness.DaemonTestCase):
         faultlib.wait_for(lambda: d.request("HIT path=/hup") == "OK true 7 0", 10,
                           "the last reload to take effect")
         load.stop()
-        draining.set()
-        drainer.join(harness.IO_TIMEOUT)
+        stop_draining()
         self.assertTrue(d.running())
         self._load_in_order(load, "during the SIGHUP storm")
         self.assertGreater(load.acked, 0)

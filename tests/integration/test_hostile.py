@@ -178,7 +178,7 @@ class Hostile(harness.DaemonTestCase):
         # while the daemon is still writing.
         for i in range(30):
             c = self.d.connect("tcp" if i % 2 else "unix")
-            t = threading.Thread(target=lambda s=c.sock: _send_quietly(s, b"HIT path=/open\n" * 20000),
+            t = threading.Thread(target=lambda s=c.sock: faultlib.send_quietly(s, b"HIT path=/open\n" * 20000),
                                  daemon=True)
             t.start()
             self.assertEqual(c.readline(), "OK true 5 0")
@@ -219,7 +219,7 @@ class Hostile(harness.DaemonTestCase):
         """Sends payload (from a thread: the daemon may stop reading early), half-closes, and
         checks that exactly one reply came, an ERR (equal to expect if given), then EOF."""
         with self.d.connect(kind) as c:
-            t = threading.Thread(target=_send_quietly, args=(c.sock, payload, True), daemon=True)
+            t = threading.Thread(target=faultlib.send_quietly, args=(c.sock, payload, True), daemon=True)
             t.start()
             lines = c.read_until_eof()
             t.join(harness.IO_TIMEOUT)
@@ -298,16 +298,6 @@ class Hostile(harness.DaemonTestCase):
             self.assertEqual(errors, [])
         report("garbage", "%d bytes of random bytes fed over 64 connections, each answered by one ERR" % fed)
         self.assertRecovered("garbage")
-
-
-def _send_quietly(sock, payload, half_close=False):
-    """sendall() that ignores the peer closing on us (it may, after an ERR)."""
-    try:
-        sock.sendall(payload)
-        if half_close:
-            sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
 
 
 class ManyConnections(harness.DaemonTestCase):

@@ -31,25 +31,6 @@ def uid(prefix):
     return "%s-%d-%d" % (prefix, os.getpid(), next(_ids))
 
 
-def resp(*args):
-    """One RESP request (bytes) of the given arguments."""
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
-def read_all(sock):
-    """Everything the daemon sends until it closes (bounded by the socket's timeout)."""
-    data = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-
-
 class RespDaemonMixin:
     def cli(self, *args, port=None, stdin=None, extra=()):
         """redis-cli's output (raw: one line per element) for one command."""
@@ -63,7 +44,7 @@ class RespDaemonMixin:
         with (d or self.d).connect(kind) as c:
             c.send(data)
             c.shutdown_write()
-            return read_all(c.sock)
+            return harness.read_until_close(c.sock)
 
 
 class Resp(RespDaemonMixin, harness.DaemonTestCase):
@@ -125,7 +106,7 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
         out = self.cli(stdin="PING\nHIT path /fw user %s\nHIT path /fw user %s\n" % (u, u))
         self.assertEqual(out.split("\n")[:7], ["PONG", "1", "9", "3600", "1", "8", "3600"])
         # --pipe: raw RESP, pipelined; redis-cli ends with an ECHO of its own to know it is done.
-        data = b"".join(resp("HIT", "path", "/fw", "user", u) for _ in range(20))
+        data = b"".join(harness.resp_command("HIT", "path", "/fw", "user", u) for _ in range(20))
         p = subprocess.run([self.redis_cli, "-p", str(self.d.port), "--pipe"], input=data,
                            capture_output=True, timeout=harness.IO_TIMEOUT)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
@@ -210,7 +191,7 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
     def test_malformed_bounded(self):
         u = uid("bad")
         with self.d.connect("tcp") as good:
-            good.send(resp("PING"))
+            good.send(harness.resp_command("PING"))
             self.assertEqual(good.sock.recv(64), b"+PONG\r\n")
             cases = [
                 (b"*1\r\n$999999999\r\n", b"-ERR Protocol error: bulk string longer than the line limit\r\n"),
@@ -218,9 +199,9 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
                 (b"*2\r\n$4\r\nPING\r\n:1\r\n", b"-ERR Protocol error: expected '$' (a bulk string)\r\n"),
                 (b"*1\r\n$4\r\nPINGxx\r\n", b"-ERR Protocol error: expected CRLF after a bulk string\r\n"),
                 (b"*99999\r\n", b"-ERR Protocol error: too many arguments\r\n"),
-                (resp("HIT", "x" * 9000), b"-ERR Protocol error: bulk string longer than the line limit\r\n"),
+                (harness.resp_command("HIT", "x" * 9000), b"-ERR Protocol error: bulk string longer than the line limit\r\n"),
                 # a valid request first: answered, then the error, then nothing
-                (resp("HIT", "path", "/fw", "user", u) + b"*1\r\n*0\r\n" + resp("PING"),
+                (harness.resp_command("HIT", "path", "/fw", "user", u) + b"*1\r\n*0\r\n" + harness.resp_command("PING"),
                  b"*3\r\n:1\r\n:9\r\n:3600\r\n-ERR Protocol error: nested arrays are not supported\r\n"),
             ]
             for data, want in cases:
@@ -228,9 +209,9 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
             # A huge bulk announced without its bytes: refused at once, not buffered.
             with self.d.connect("tcp") as c:
                 c.send(b"*1\r\n$1000000000\r\n" + b"x" * 1000)
-                self.assertEqual(read_all(c.sock), b"-ERR Protocol error: bulk string longer than the line limit\r\n")
+                self.assertEqual(harness.read_until_close(c.sock), b"-ERR Protocol error: bulk string longer than the line limit\r\n")
             # The other connection did not notice.
-            good.send(resp("HIT", "path", "/fw", "user", u))
+            good.send(harness.resp_command("HIT", "path", "/fw", "user", u))
             self.assertEqual(good.sock.recv(64), b"*3\r\n:1\r\n:8\r\n:3600\r\n")
 
     def test_garbage_after_star(self):
@@ -250,7 +231,7 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
         for kind in ("tcp", "unix"):
             with self.d.connect(kind) as line, self.d.connect(kind) as rc:
                 self.assertHit(line.request("HIT path=/fw user=%s-%s" % (u, kind)), True, 9, 3600)
-                rc.send(resp("HIT", "path", "/fw", "user", "%s-%s" % (u, kind)))
+                rc.send(harness.resp_command("HIT", "path", "/fw", "user", "%s-%s" % (u, kind)))
                 self.assertEqual(rc.sock.recv(64), b"*3\r\n:1\r\n:8\r\n:3600\r\n")
                 self.assertHit(line.request("HIT path=/fw user=%s-%s" % (u, kind)), True, 7, (3590, 3600))
         self.assertEqual(self.raw(b"HIT path=/fw user=%s\n*1\r\n" % u.encode()),
@@ -262,10 +243,10 @@ class RespOff(RespDaemonMixin, harness.DaemonTestCase):
         # --resp=off: "*..." is an unknown command line, as before issue #17; CL.THROTTLE
         # without --allow-client-limits is refused naming the flag.
         d = self.start_daemon(data_path("verbs.ini"), args=["--resp=off"])
-        self.assertEqual(self.raw(resp("PING"), d=d), b'ERR unknown-command "unknown command"\n')
+        self.assertEqual(self.raw(harness.resp_command("PING"), d=d), b'ERR unknown-command "unknown command"\n')
         self.assertHit(d.request("HIT path=/fw user=off"), True, 9, 3600)
         d2 = self.start_daemon(data_path("verbs.ini"))
-        self.assertEqual(self.raw(resp("CL.THROTTLE", "k", "15", "30", "60"), d=d2),
+        self.assertEqual(self.raw(harness.resp_command("CL.THROTTLE", "k", "15", "30", "60"), d=d2),
                          b"-ERR CL.THROTTLE and RL.* are off: start divvyd with --allow-client-limits\r\n")
 
     def test_socket_activated(self):
@@ -286,10 +267,10 @@ class RespOff(RespDaemonMixin, harness.DaemonTestCase):
                 d.drain_notes(0.1)
         self.assertIsNotNone(c, "nothing listening on 127.0.0.1:%d" % d.port)
         with c:
-            c.send(resp("PING"))
+            c.send(harness.resp_command("PING"))
             self.assertEqual(c.sock.recv(64), b"+PONG\r\n")
             d.wait_ready()
-        self.assertEqual(self.raw(resp("HIT", "path", "/fw", "user", "sa"), kind="unix", d=d),
+        self.assertEqual(self.raw(harness.resp_command("HIT", "path", "/fw", "user", "sa"), kind="unix", d=d),
                          b"*3\r\n:1\r\n:9\r\n:3600\r\n")
 
 
