@@ -267,9 +267,10 @@ static int manager_sweep_handler(sd_event_source *s, uint64_t usec, void *userda
         size_t deleted = 0;
         int r;
 
-        /* One short step per run, then back to the loop: with a backlog the next step is
-         * due at once, but every batch of requests that became ready in between is served
-         * first, so sweeping a million expired counters never stalls clients. */
+        /* One short step per run, then back to the loop: with a backlog (the step deleted
+         * counters and the pass over the table is not over) the next step follows 1 ms later,
+         * every batch of requests that became ready in between served first, so sweeping a
+         * million expired counters never stalls clients. A finished pass waits the interval. */
         r = store_sweep(m->store, clock_usec(CLOCK_REALTIME), STORE_SWEEP_CHUNK_DEFAULT, &deleted);
         if (deleted > 0)
                 log_debug("Swept %zu expired counters", deleted);

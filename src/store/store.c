@@ -748,17 +748,22 @@ int store_sync(Store *s) {
 }
 
 int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_deleted) {
-        size_t deleted = 0;
+        size_t deleted = 0, examined;
 
         if (!s)
                 return -EINVAL;
-        (void) table_expire_step(s->table, now_usec, max_slots, &deleted);
+        examined = table_expire_step(s->table, now_usec, max_slots, &deleted);
         if (table_migrating(s->table))
                 (void) table_migrate_step(s->table, max_slots);
         s->swept_total += deleted;
         if (ret_deleted)
                 *ret_deleted = deleted;
-        return deleted > 0;
+        /* More soon only in the middle of a pass: a step that reached the end of the table has
+         * seen every counter, and whatever expires from now on waits for the next pass. Were
+         * it otherwise, counters that live for less than a step's gap (a token bucket refilled
+         * within a millisecond) would keep the sweeper busy, and every hit after a deletion
+         * would insert its counter anew. */
+        return deleted > 0 && examined == max_slots;
 }
 
 /* ---- the checkpoint thread ---- */

@@ -440,8 +440,10 @@ size_t table_expire_step(Table *t, uint64_t now_usec, size_t max_slots, size_t *
                         n_deleted++;
                         continue;
                 }
-                if (++t->expire_pos == t->cur.cap)
+                if (++t->expire_pos == t->cur.cap) {
                         t->expire_pos = 0;
+                        break; /* a pass is over: the caller decides when the next one starts */
+                }
         }
 
         maybe_shrink(t);

@@ -164,11 +164,14 @@ size_t table_capacity(const Table *t);
 bool table_migrating(const Table *t);
 
 /* One bounded step of expiry: examines at most max_slots slots, continuing from where the
- * previous step stopped (a cursor that wraps around), and deletes the counters whose
- * w0 <= now_usec. During a migration the slots examined are the old array's next ones,
- * moved or (when expired) dropped, so the step also advances the migration. Adds the
- * number of deletions to *ret_deleted if non-NULL. May start a shrink when the table is
- * under TABLE_LOAD_MIN. Returns the number of slots examined (<= max_slots). */
+ * previous step stopped, and deletes the counters whose w0 <= now_usec. A step ends early at
+ * the end of the array (the cursor then starts again at its beginning next time): one step
+ * never passes over a slot twice, so a step that examined fewer than max_slots slots finished
+ * a pass over the table (or found it empty). During a migration the slots examined are the
+ * old array's next ones, moved or (when expired) dropped, so the step also advances the
+ * migration. Adds the number of deletions to *ret_deleted if non-NULL. May start a shrink
+ * when the table is under TABLE_LOAD_MIN. Returns the number of slots examined
+ * (<= max_slots). */
 size_t table_expire_step(Table *t, uint64_t now_usec, size_t max_slots, size_t *ret_deleted);
 
 /* Moves at most max_slots slots of the migration in progress, e.g. from idle time, so that

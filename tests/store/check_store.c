@@ -652,6 +652,28 @@ START_TEST (test_sweep) {
 }
 END_TEST
 
+/* store_sweep() asks for its next step soon only in the middle of a pass: a step that
+ * covered the whole table is over, even though it deleted (counters that expire within a
+ * millisecond would otherwise keep the sweeper running every millisecond). */
+START_TEST (test_sweep_pass) {
+        Store *s = open_store();
+        size_t d = 0;
+
+        hit_many(s, "short-", 0, 300, 5, T0, 0);
+        ck_assert_int_eq(store_sweep(s, T0 + 5 * SEC, 1U << 20, &d), 0);
+        ck_assert_uint_eq(d, 300);
+        ck_assert_uint_eq(stat_counters(s), 0);
+
+        /* a step of a few slots that deleted: the rest of the pass follows soon */
+        hit_many(s, "again-", 0, 300, 5, T0, 0);
+        ck_assert_int_eq(store_sweep(s, T0 + 5 * SEC, 64, &d), 1);
+        ck_assert_uint_gt(d, 0);
+        ck_assert_uint_lt(d, 300);
+        ck_assert_uint_eq(sweep_all(s, T0 + 5 * SEC, 64) + d, 300);
+        store_close(s);
+}
+END_TEST
+
 /* kill -9 of a process that applied N batches without any sync: the page cache has the
  * journal, the next open finds all N. */
 START_TEST (test_kill_child) {
@@ -1360,6 +1382,7 @@ static Suite *store_suite(void) {
         tcase_add_loop_test(tc, test_corrupt_truncated, 0, 3);
         tcase_add_test(tc, test_verify_sigchld_ignored);
         tcase_add_test(tc, test_sweep);
+        tcase_add_test(tc, test_sweep_pass);
         tcase_add_test(tc, test_kill_child);
         tcase_add_test(tc, test_migrate_v1);
         tcase_add_test(tc, test_journal_gap_refused);
