@@ -113,12 +113,16 @@ static int statsd_io_handler(sd_event_source *es, int fd, uint32_t revents, void
         }
 
         if (revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-                /* statsd never talks back: anything readable is EOF or an error. */
-                char buf[256];
+                /* statsd never talks back: anything readable is EOF or an error; what a peer
+                 * sends anyway is thrown away, at most STATSD_DISCARD_MAX bytes per wake-up
+                 * (the source is level-triggered: the rest comes at the next turn of the loop),
+                 * so that a peer that never stops sending cannot hold the loop. */
+                char buf[4096];
                 ssize_t n;
+                size_t taken = 0;
                 do
                         n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-                while (n > 0);
+                while (n > 0 && (taken += (size_t) n) < STATSD_DISCARD_MAX);
                 if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
                         statsd_tcp_close(s, n == 0 ? -ECONNRESET : -errno);
                         return 0;

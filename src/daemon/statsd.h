@@ -27,6 +27,9 @@
 #define STATSD_INTERVAL_DEFAULT_USEC (1000ULL * 1000ULL) /* 1 s: flush interval */
 #define STATSD_TCP_BUFFER_MAX                                                                               \
         (64u * 1024u) /* bytes of unsent TCP output: a stalled statsd costs at most this much memory */
+#define STATSD_DISCARD_MAX                                                                                  \
+        (16u * 1024u) /* bytes a TCP collector sent (it should send none) read and dropped per wake-up      \
+                       * of the loop, so that one that never stops cannot hold the loop */
 #define STATSD_BACKOFF_MIN_USEC (100ULL * 1000ULL)          /* 100 ms: first TCP reconnect delay */
 #define STATSD_BACKOFF_MAX_USEC (30ULL * 1000ULL * 1000ULL) /* 30 s: reconnect delay cap */
 

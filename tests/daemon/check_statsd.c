@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -119,8 +120,8 @@ START_TEST (test_new_errors) {
 }
 END_TEST
 
-START_TEST (test_tcp_send) {
-        /* Lines over TCP, each ending in "\n", buffered while the connection completes. */
+/* A TCP listener on 127.0.0.1 and an ephemeral port. */
+static int tcp_listen(uint16_t *ret_port) {
         struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
         socklen_t len = sizeof sin;
         int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -128,44 +129,132 @@ START_TEST (test_tcp_send) {
         ck_assert_int_eq(bind(lfd, (struct sockaddr *) &sin, sizeof sin), 0);
         ck_assert_int_eq(listen(lfd, 4), 0);
         ck_assert_int_eq(getsockname(lfd, (struct sockaddr *) &sin, &len), 0);
+        *ret_port = ntohs(sin.sin_port);
+        return lfd;
+}
 
-        sd_event *e = NULL;
-        Metrics *m = NULL;
-        Statsd *s = NULL;
-        char err[256] = "", buf[4096];
-        ck_assert_int_ge(sd_event_new(&e), 0);
-        ck_assert_int_eq(metrics_new(&m), 0);
-        StatsdSettings settings = { .host = "127.0.0.1",
-                                    .port = ntohs(sin.sin_port),
-                                    .tcp = true,
-                                    .prefix = "p",
-                                    .interval_usec = 3600ULL * 1000 * 1000 };
-        ck_assert_int_eq(statsd_new(e, &settings, m, &s, err, sizeof err), 0);
-        metrics_count_hit(m, 0, METRICS_STATUS_ACCEPTED);
-        ck_assert_int_eq(statsd_flush(s), 2);
-
-        int cfd = accept(lfd, NULL, NULL);
-        ck_assert_int_ge(cfd, 0);
-        /* Let the loop see the connection complete and write. Bounded. */
+/* Runs the loop until the peer cfd has received exactly want (bounded), into buf. */
+static void tcp_receive(sd_event *e, int cfd, char *buf, size_t size, const char *want) {
         size_t got = 0;
-        for (int i = 0; i < 50 && got < strlen("p.hit.accepted:1|c\np.connections:0|g\n"); i++) {
+
+        for (int i = 0; i < 50 && got < strlen(want); i++) {
                 ck_assert_int_ge(sd_event_run(e, 100 * 1000), 0);
                 struct pollfd pfd = { .fd = cfd, .events = POLLIN };
                 if (poll(&pfd, 1, 0) == 1) {
-                        ssize_t n = recv(cfd, buf + got, sizeof buf - 1 - got, 0);
+                        ssize_t n = recv(cfd, buf + got, size - 1 - got, 0);
                         ck_assert_int_gt(n, 0);
                         got += (size_t) n;
                 }
         }
         buf[got] = '\0';
-        ck_assert_str_eq(buf, "p.hit.accepted:1|c\np.connections:0|g\n");
-        ck_assert_uint_eq(metrics_statsd_dropped(m), 0);
+        ck_assert_str_eq(buf, want);
+}
 
-        statsd_free(s);
-        close(cfd);
-        close(lfd);
-        metrics_free(m);
-        sd_event_unref(e);
+/* A statsd sender over TCP (the given prefix, flushed only when asked) connected to a
+ * listener of ours; cfd is our end of the connection. */
+typedef struct TcpFixture {
+        int lfd, cfd;
+        uint16_t port;
+        sd_event *e;
+        Metrics *m;
+        Statsd *s;
+} TcpFixture;
+
+static void tcp_setup(TcpFixture *f, const char *prefix) {
+        char err[256] = "";
+
+        *f = (TcpFixture){ .cfd = -1 };
+        f->lfd = tcp_listen(&f->port);
+        ck_assert_int_ge(sd_event_new(&f->e), 0);
+        ck_assert_int_eq(metrics_new(&f->m), 0);
+        StatsdSettings settings = { .host = "127.0.0.1",
+                                    .port = f->port,
+                                    .tcp = true,
+                                    .prefix = prefix,
+                                    .interval_usec = 3600ULL * 1000 * 1000 };
+        ck_assert_int_eq(statsd_new(f->e, &settings, f->m, &f->s, err, sizeof err), 0);
+        f->cfd = accept(f->lfd, NULL, NULL);
+        ck_assert_int_ge(f->cfd, 0);
+}
+
+static void tcp_teardown(TcpFixture *f) {
+        statsd_free(f->s);
+        close(f->cfd);
+        close(f->lfd);
+        metrics_free(f->m);
+        sd_event_unref(f->e);
+}
+
+START_TEST (test_tcp_send) {
+        /* Lines over TCP, each ending in "\n", buffered while the connection completes (the
+         * loop has not run: the sender does not know it is connected yet). */
+        TcpFixture f;
+        char buf[4096];
+
+        tcp_setup(&f, "p");
+        metrics_count_hit(f.m, 0, METRICS_STATUS_ACCEPTED);
+        ck_assert_int_eq(statsd_flush(f.s), 2);
+        tcp_receive(f.e, f.cfd, buf, sizeof buf, "p.hit.accepted:1|c\np.connections:0|g\n");
+        ck_assert_uint_eq(metrics_statsd_dropped(f.m), 0);
+        tcp_teardown(&f);
+}
+END_TEST
+
+/* Our end of the connection to the peer port: the statsd sender's socket. */
+static int find_sender_fd(uint16_t peer_port, int not_fd) {
+        for (int fd = 3; fd < 1024; fd++) {
+                struct sockaddr_in sin;
+                socklen_t len = sizeof sin;
+
+                if (fd != not_fd && getpeername(fd, (struct sockaddr *) &sin, &len) == 0 &&
+                    sin.sin_family == AF_INET && ntohs(sin.sin_port) == peer_port)
+                        return fd;
+        }
+        return -1;
+}
+
+START_TEST (test_tcp_peer_that_talks) {
+        /* statsd never talks back; what a collector sends anyway is read and dropped, at most
+         * STATSD_DISCARD_MAX bytes per turn of the loop. It was read until the socket ran
+         * empty: a peer that never stops sending held the loop there for good. */
+        TcpFixture f;
+        int sfd, unread_before, unread;
+        char buf[4096];
+        static char junk[256 * 1024];
+        size_t sent = 0;
+
+        tcp_setup(&f, NULL);
+        ck_assert_int_eq(statsd_flush(f.s), 1);
+        tcp_receive(f.e, f.cfd, buf, sizeof buf, "connections:0|g\n");
+
+        /* Fill the sender's socket while its loop does not run. */
+        sfd = find_sender_fd(f.port, f.cfd);
+        ck_assert_int_ge(sfd, 0);
+        memset(junk, 'x', sizeof junk);
+        while (sent < sizeof junk) {
+                ssize_t n = send(f.cfd, junk + sent, sizeof junk - sent, MSG_DONTWAIT);
+                if (n <= 0)
+                        break; /* its receive buffer is full */
+                sent += (size_t) n;
+        }
+        ck_assert_int_eq(ioctl(sfd, FIONREAD, &unread_before), 0);
+        ck_assert_int_gt(unread_before, 3 * STATSD_DISCARD_MAX);
+
+        /* One turn of the loop: some read, most left for later turns */
+        ck_assert_int_gt(sd_event_run(f.e, 0), 0);
+        ck_assert_int_eq(ioctl(sfd, FIONREAD, &unread), 0);
+        ck_assert_int_lt(unread, unread_before);
+        ck_assert_int_ge(unread, unread_before - (int) STATSD_DISCARD_MAX - (int) sizeof buf);
+
+        /* The next turns take the rest; the connection stays up and works */
+        for (int i = 0; i < 1000 && unread > 0; i++) {
+                ck_assert_int_ge(sd_event_run(f.e, 100 * 1000), 0);
+                ck_assert_int_eq(ioctl(sfd, FIONREAD, &unread), 0);
+        }
+        ck_assert_int_eq(unread, 0);
+        ck_assert_int_eq(statsd_flush(f.s), 1);
+        tcp_receive(f.e, f.cfd, buf, sizeof buf, "connections:0|g\n");
+        tcp_teardown(&f);
 }
 END_TEST
 
@@ -177,6 +266,7 @@ static Suite *statsd_suite(void) {
         tcase_add_test(tc, test_udp_closed_port);
         tcase_add_test(tc, test_new_errors);
         tcase_add_test(tc, test_tcp_send);
+        tcase_add_test(tc, test_tcp_peer_that_talks);
         suite_add_tcase(s, tc);
         return s;
 }
