@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "diag.h"
+#include "shared/utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -46,9 +47,7 @@ int diag_add(Diag *d, unsigned line, const char *fmt, ...) {
          * message is one line of --check-config, one log line and the value of STATUS= in
          * an sd_notify datagram, where a line break would start an assignment of the file's
          * choosing. Control bytes other than tab become '?'. */
-        for (char *p = msg; *p; p++)
-                if (((unsigned char) *p < 0x20 && *p != '\t') || *p == 0x7f)
-                        *p = '?';
+        text_mask_controls(msg);
 
         if (d->n_messages % 8 == 0) {
                 char **m = realloc(d->messages, (d->n_messages + 8) * sizeof(char *));

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "shared/utf8.h"
 
 static int max_level = LOG_INFO;
 
@@ -32,12 +33,17 @@ int log_internal(int level, int error, const char *format, ...) {
         if (error > 0)
                 errno = error;
         va_start(ap, format);
-        n = vsnprintf(buf + prefix, sizeof buf - prefix - 1, format, ap);
+        n = vsnprintf(buf + prefix, sizeof buf - prefix, format, ap); /* one byte past the cut */
         va_end(ap);
         if (n < 0)
                 n = 0;
-        if ((size_t) n > sizeof buf - prefix - 2)
-                n = (int) (sizeof buf - prefix - 2); /* truncated: keep room for the newline */
+        if ((size_t) n > sizeof buf - prefix - 2) /* too long: room for the newline, no split
+                                                   * character */
+                n = (int) utf8_boundary(buf + prefix, sizeof buf - prefix - 2);
+        buf[prefix + n] = '\0';
+        /* One line, whatever the message quotes (a path from the command line, an error text
+         * from Redis): a line break would start a line without its <N> prefix. */
+        text_mask_controls(buf + prefix);
         n += prefix;
         buf[n++] = '\n';
 

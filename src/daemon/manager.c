@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -50,6 +51,29 @@ struct Manager {
         uint64_t status_hits; /* hits at the last STATUS, for the rate */
         uint64_t status_usec; /* CLOCK_MONOTONIC of the last STATUS */
 };
+
+/* Sends STATUS=<text> (printf-formatted), then the assignments in extra ("" or lines of
+ * NAME=value, each ending in a newline). The text quotes what came from outside: the paths
+ * given on the command line, a configuration's words, errors of the store and of Redis. A
+ * line break there would end STATUS= and start an assignment of its choosing (READY=1,
+ * MAINPID=...), so control bytes become '?'; a text cut to the buffer is cut between
+ * characters (the datagram is UTF-8). */
+static void notify_status(const char *extra, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notify_status(const char *extra, const char *fmt, ...) {
+        char text[2048];
+        va_list ap;
+        int n;
+
+        va_start(ap, fmt);
+        n = vsnprintf(text, sizeof text, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return;
+        if ((size_t) n >= sizeof text)
+                text[utf8_boundary(text, sizeof text - 1)] = '\0';
+        text_mask_controls(text);
+        (void) sd_notifyf(false, "%sSTATUS=%s", extra, text);
+}
 
 /* Keeps msg as the reload's error for STATUS=, cut at a character boundary when longer than
  * the buffer: the datagram is UTF-8 text. */
@@ -102,11 +126,9 @@ static void manager_notify_status(Manager *m) {
         m->status_usec = now;
 
         if (m->reload_failed)
-                (void) sd_notifyf(false, "STATUS=Reload failed: %s; serving previous rules",
-                                  m->reload_error);
+                notify_status("", "Reload failed: %s; serving previous rules", m->reload_error);
         else if (m->stopping)
-                (void) sd_notifyf(false, "STATUS=Stopping, %" PRIu64 " connections left",
-                                  k->connections_current);
+                notify_status("", "Stopping, %" PRIu64 " connections left", k->connections_current);
         else {
                 StoreStats st = {};
                 char ckpt[640], remote[300] = "";
@@ -120,23 +142,24 @@ static void manager_notify_status(Manager *m) {
                 else
                         snprintf(ckpt, sizeof ckpt, "last checkpoint %" PRIu64 " s ago",
                                  st.checkpoint_age_usec / 1000000);
-                (void) sd_notifyf(false,
-                                  "STATUS=Serving %zu rules on %zu listeners, %" PRIu64
-                                  " connections, %.0f hits/s, %" PRIu64 " counters, journal %" PRIu64
-                                  " MiB, %s%s%s",
-                                  m->rules->n_rules, m->n_listeners, k->connections_current, rate,
-                                  st.counters, st.journal_bytes >> 20, ckpt, m->remote ? ", " : "",
-                                  m->remote ? remote_status(m->remote, remote, sizeof remote) : "");
+                notify_status("",
+                              "Serving %zu rules on %zu listeners, %" PRIu64
+                              " connections, %.0f hits/s, %" PRIu64 " counters, journal %" PRIu64
+                              " MiB, %s%s%s",
+                              m->rules->n_rules, m->n_listeners, k->connections_current, rate, st.counters,
+                              st.journal_bytes >> 20, ckpt, m->remote ? ", " : "",
+                              m->remote ? remote_status(m->remote, remote, sizeof remote) : "");
         }
 }
 
 static int manager_reload(Manager *m) {
         RuleSet *rules = NULL;
-        char summary[256];
+        char summary[256], extra[64];
         int r;
 
-        (void) sd_notifyf(false, "RELOADING=1\nSTATUS=Reloading %s\nMONOTONIC_USEC=%" PRIu64,
-                          m->settings.config_path, clock_usec(CLOCK_MONOTONIC));
+        snprintf(extra, sizeof extra, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\n",
+                 clock_usec(CLOCK_MONOTONIC));
+        notify_status(extra, "Reloading %s", m->settings.config_path);
         log_info("Reloading %s", m->settings.config_path);
 
         r = manager_load_rules(m, &rules);
@@ -483,7 +506,7 @@ static int manager_add_timers(Manager *m) {
 }
 
 int manager_new(const ManagerSettings *settings, Manager **ret) {
-        char summary[256], errbuf[512] = "";
+        char summary[256], errbuf[512] = "", extra[64];
         Manager *m;
         int r;
 
@@ -511,9 +534,9 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
         /* LMDB keeps no checksums: read the whole checkpoint in a child first, so that a damaged
          * one is refused here rather than crashing us now or at some later HIT. That read
          * can outlast systemd's start timeout on a large, uncached database: ask for time. */
-        (void) sd_notifyf(false, "STATUS=Checking the database in %s\nEXTEND_TIMEOUT_USEC=%llu",
-                          m->settings.store.path,
-                          (unsigned long long) (STORE_VERIFY_TIMEOUT_SEC + 30) * 1000000ULL);
+        snprintf(extra, sizeof extra, "EXTEND_TIMEOUT_USEC=%llu\n",
+                 (unsigned long long) (STORE_VERIFY_TIMEOUT_SEC + 30) * 1000000ULL);
+        notify_status(extra, "Checking the database in %s", m->settings.store.path);
         r = store_verify(m->settings.store.path, errbuf, sizeof errbuf);
         if (r >= 0)
                 r = store_open(&m->settings.store, &m->store, errbuf, sizeof errbuf);

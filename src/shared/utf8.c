@@ -34,6 +34,12 @@ size_t utf8_sequence_len(const uint8_t *p, const uint8_t *end) {
         return n;
 }
 
+void text_mask_controls(char *s) {
+        for (char *p = s; *p; p++)
+                if (((unsigned char) *p < 0x20 && *p != '\t') || *p == 0x7f)
+                        *p = '?';
+}
+
 size_t utf8_boundary(const char *s, size_t pos) {
         while (pos > 0 && ((unsigned char) s[pos] & 0xc0) == 0x80)
                 pos--;

@@ -13,3 +13,8 @@ size_t utf8_sequence_len(const uint8_t *p, const uint8_t *end);
 /* Where to cut s[0..pos) so that no UTF-8 sequence is split: pos, or the start of the sequence
  * that s[pos] continues. s[pos] must exist (pos <= strlen(s)). For messages cut to a size. */
 size_t utf8_boundary(const char *s, size_t pos);
+
+/* Replaces every control byte but tab (C0 and DEL) in s with '?', in place: for text that must
+ * stay one line of a log, of --check-config's output or of an sd_notify STATUS= value, where a
+ * line break would start an assignment of the text's choosing. */
+void text_mask_controls(char *s);

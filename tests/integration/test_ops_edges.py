@@ -15,6 +15,8 @@ test_lifecycle, test_metrics, test_admin, test_client or tests/cli.
   invalid JSON.
 - STATUS= keeps a failed reload's first error in 512 bytes; the cut split a UTF-8
   character.
+- The paths on the command line (the configuration, --db) went raw into STATUS= and into
+  log lines: a line break in a path did what one in a configuration's text did.
 
 Run one test:  tests/integration/test_ops_edges.py OpsEdges.test_reload_error_is_one_status_line
 """
@@ -160,6 +162,37 @@ class OpsEdges(harness.DaemonTestCase):
         self.assertTrue(d.config.startswith(kept), (kept, d.config))
         self.assertEqual(len(kept.encode()), 510)  # the split character left out whole
         self.assertEqual(d.stop(), 0)
+
+    # Bug: "STATUS=Reloading <path>", "STATUS=Checking the database in <path>" and the log
+    # lines "Loaded/Reloading/Reloaded <path>" quoted the paths given on the command line
+    # raw. Every STATUS= and every log line now masks control bytes, whatever it quotes.
+    def test_paths_with_line_breaks_stay_one_line(self):
+        tmp = self.tmp()
+        conf_dir = os.path.join(tmp, "conf\nOPS_INJECTED=1\nREADY=1")
+        os.makedirs(conf_dir)
+        d = self.new_daemon(None, db=os.path.join(tmp, "db\nOPS_DB_INJECTED=1"))
+        d.config = os.path.join(conf_dir, "rules.json")
+        write(d.config, GOOD_JSON)
+        d.start()
+        self.assertHit(d.request("HIT path=/kept"), True, 9, 3600)
+        before = d.last_seq()
+        d.signal(signal.SIGHUP)
+        _, status = d.wait_note(re.compile(r"^STATUS=Reloading "), after=before,
+                                what="STATUS=Reloading")
+        self.assertIn("conf?OPS_INJECTED=1?READY=1", status)
+        d.wait_note(re.compile(r"^STATUS=Serving "), after=before, what="STATUS=Serving")
+        self.assertHit(d.request("HIT path=/kept"), True, 8, self.since_start(3600))
+        self.assertEqual(d.stop(), 0)
+        notes = [l for _, l in d.notes]
+        self.assertFalse([l for l in notes if l.startswith("OPS_")], notes)
+        self.assertEqual([l for l in notes if l == "READY=1"], ["READY=1", "READY=1"], notes)
+        self.assertTrue([l for l in notes if l.startswith("STATUS=Checking the database in ")
+                         and l.endswith("db?OPS_DB_INJECTED=1")], notes)
+        log = d.log_text().splitlines()
+        self.assertEqual([l for l in log if not re.match(r"^<[0-7]>", l)], [],
+                         "log lines without a <N> priority prefix")
+        self.assertTrue([l for l in log if "Reloaded " in l and "conf?OPS_INJECTED=1?READY=1" in l],
+                        log)
 
 
 if __name__ == "__main__":
