@@ -536,6 +536,17 @@ static bool parse_u64(const char *s, size_t len, uint64_t *ret) {
         return true;
 }
 
+/* An optional '-' and decimal digits, within int64_t (INT64_MIN included). */
+static bool parse_i64(const char *s, size_t len, int64_t *ret) {
+        bool negative = len > 0 && s[0] == '-';
+        uint64_t v;
+
+        if (!parse_u64(s + negative, len - negative, &v) || v > (uint64_t) INT64_MAX + negative)
+                return false;
+        *ret = negative ? (int64_t) (UINT64_C(0) - v) : (int64_t) v;
+        return true;
+}
+
 /* Splits line into at most max blank-separated tokens; returns how many, or max + 1 when
  * there are more. */
 static size_t split(const char *line, size_t len, const char **tok, size_t *tok_len, size_t max) {
@@ -572,8 +583,6 @@ static int parse_reply(divvy *d, const char *line, size_t len) {
         const char *tok[4];
         size_t tok_len[4], n, i;
         divvy_result res;
-        uint64_t reset;
-        bool negative;
 
         if (len > 0 && line[len - 1] == '\r')
                 len--;
@@ -622,10 +631,8 @@ static int parse_reply(divvy *d, const char *line, size_t len) {
                 goto bad;
         if (!parse_u64(tok[2], tok_len[2], &res.credit))
                 goto bad;
-        negative = tok_len[3] > 0 && tok[3][0] == '-';
-        if (!parse_u64(tok[3] + negative, tok_len[3] - negative, &reset) || reset > INT64_MAX)
+        if (!parse_i64(tok[3], tok_len[3], &res.reset_seconds))
                 goto bad;
-        res.reset_seconds = negative ? -(int64_t) reset : (int64_t) reset;
 
         d->results[(d->ring_head + d->ring_count) % DIVVY_PIPELINE_MAX] = res;
         d->ring_count++;
@@ -1055,18 +1062,9 @@ static bool field_u64(const char *line, size_t len, const char *key, uint64_t *r
 }
 
 static bool field_i64(const char *line, size_t len, const char *key, int64_t *ret) {
-        uint64_t v;
         Field f;
-        bool negative;
 
-        if (get_field(line, len, key, &f) != 1 || f.quoted)
-                return false;
-        negative = f.value_len > 0 && f.value[0] == '-';
-        if (!parse_u64(f.value + negative, f.value_len - negative, &v) ||
-            v > (uint64_t) INT64_MAX + negative)
-                return false;
-        *ret = negative ? (int64_t) (UINT64_C(0) - v) : (int64_t) v;
-        return true;
+        return get_field(line, len, key, &f) == 1 && !f.quoted && parse_i64(f.value, f.value_len, ret);
 }
 
 /* An unquoted text field copied into buf (NUL-terminated, cut to fit, controls as '?').

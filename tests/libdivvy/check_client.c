@@ -560,7 +560,11 @@ static const struct {
         { "OK true 1 2\nOK true 1 2\n", { 0, 0, -ECONNRESET, -ECONNRESET } },
         { "", { -ECONNRESET, -ECONNRESET, -ECONNRESET, -ECONNRESET } },
         { "OK true 1 2\nOK true 1 2\nOK true 1 2\nOK true 1 2\nOK true 1 2\n", { 0, 0, 0, 0 } },
+        /* the int64_t a reset is read into, both ends; one past INT64_MIN */
+        { "OK true 1 -9223372036854775808\nOK true 1 9223372036854775807\nOK true 1 -9223372036854775809\n",
+          { 0, 0, -EBADMSG, -EBADMSG } },
 };
+#define FAKE_CASE_INT64_ENDS 11
 
 START_TEST (test_fake_replies) {
         divvy_result res;
@@ -583,6 +587,8 @@ START_TEST (test_fake_replies) {
                         assert_result(&res, true, 1, -1);
                 if (_i == 0 && i == 3)
                         assert_result(&res, true, UINT64_MAX, 0);
+                if (_i == FAKE_CASE_INT64_ENDS && i < 2)
+                        assert_result(&res, true, 1, i == 0 ? INT64_MIN : INT64_MAX);
         }
         ck_assert_int_eq(divvy_pending(d), 0);
         fake_stop(&f);
