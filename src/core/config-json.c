@@ -22,14 +22,22 @@
 
 #define JSON_NUMBER_MAX 32 /* bytes: a stringified JSON number, "%.17g" and NUL included */
 
+/* Where a value starts in the text. */
+typedef struct ValuePos {
+        unsigned line;
+        size_t offset;
+} ValuePos;
+
 typedef struct ItemLine {
         const cJSON *item;
-        unsigned line;
+        ValuePos pos;
 } ItemLine;
 
 typedef struct JsonParser {
         RuleSet *rs;
         Diag *diag;
+        const char *text; /* the document, for values as written */
+        size_t text_len;
         ItemLine *lines; /* sorted by item address */
         size_t n_lines;
         unsigned first_notes; /* RuleDivvyNote bits for the first rule parsed (the file's) */
@@ -42,28 +50,29 @@ typedef struct RuleStrings {
         char patterns[RULE_PATTERNS_MAX][JSON_NUMBER_MAX];
 } RuleStrings;
 
-/* Appends line to the growing array *lines. Returns 0 or -ENOMEM (*lines unchanged). */
-static int push_line(unsigned **lines, size_t *n, size_t *allocated, unsigned line) {
+/* Appends pos to the growing array *lines. Returns 0 or -ENOMEM (*lines unchanged). */
+static int push_line(ValuePos **lines, size_t *n, size_t *allocated, ValuePos pos) {
         if (*n == *allocated) {
                 size_t a = *allocated ? *allocated * 2 : 64;
-                unsigned *l = realloc(*lines, a * sizeof(unsigned));
+                ValuePos *l = realloc(*lines, a * sizeof(ValuePos));
                 if (!l)
                         return -ENOMEM;
                 *lines = l;
                 *allocated = a;
         }
-        (*lines)[(*n)++] = line;
+        (*lines)[(*n)++] = pos;
         return 0;
 }
 
-/* Lines of every JSON value of a valid document, in document order. Sets
+/* Lines and offsets of every JSON value of a valid document, in document order. Sets
  * *ret_nul_line if a string contains \u0000, which cJSON would silently
  * truncate at. */
-static int scan_value_lines(const char *t, size_t len, unsigned **ret, size_t *ret_n,
+static int scan_value_lines(const char *t, size_t len, ValuePos **ret, size_t *ret_n,
                             unsigned *ret_nul_line) {
         char stack[CJSON_NESTING_LIMIT + 1];
         size_t depth = 0, n = 0, allocated = 0;
-        unsigned *lines = NULL, line = 1;
+        ValuePos *lines = NULL;
+        unsigned line = 1;
         bool expect_value = true;
         size_t i = 0;
 
@@ -72,7 +81,7 @@ static int scan_value_lines(const char *t, size_t len, unsigned **ret, size_t *r
         for (; i < len; i++) {
                 char c = t[i];
                 bool record = false;
-                unsigned start = line;
+                ValuePos start = { line, i };
 
                 switch (c) {
                 case '\n':
@@ -132,7 +141,7 @@ static int scan_value_lines(const char *t, size_t len, unsigned **ret, size_t *r
         return 0;
 }
 
-static void pair_items(const cJSON *item, const unsigned *lines, size_t n, ItemLine *out, size_t *k) {
+static void pair_items(const cJSON *item, const ValuePos *lines, size_t n, ItemLine *out, size_t *k) {
         for (; item; item = item->next) {
                 if (*k < n)
                         out[*k] = (ItemLine){ item, lines[*k] };
@@ -148,10 +157,12 @@ static int cmp_item(const void *a, const void *b) {
 
 static int build_lines(JsonParser *p, const cJSON *root, const char *text, size_t len,
                        unsigned *ret_nul_line) {
-        unsigned *lines = NULL;
+        ValuePos *lines = NULL;
         size_t n = 0, k = 0;
         int r;
 
+        p->text = text;
+        p->text_len = len;
         r = scan_value_lines(text, len, &lines, &n, ret_nul_line);
         if (r < 0)
                 return r;
@@ -169,10 +180,15 @@ static int build_lines(JsonParser *p, const cJSON *root, const char *text, size_
         return 0;
 }
 
-static unsigned line_of(const JsonParser *p, const cJSON *item) {
+static const ValuePos *pos_of(const JsonParser *p, const cJSON *item) {
         ItemLine key = { .item = item };
         const ItemLine *found = bsearch(&key, p->lines, p->n_lines, sizeof(ItemLine), cmp_item);
-        return found ? found->line : 0;
+        return found ? &found->pos : NULL;
+}
+
+static unsigned line_of(const JsonParser *p, const cJSON *item) {
+        const ValuePos *pos = pos_of(p, item);
+        return pos ? pos->line : 0;
 }
 
 static const char *type_name(const cJSON *item) {
@@ -199,6 +215,28 @@ static const char *format_number(double d, char buf[static JSON_NUMBER_MAX]) {
                         snprintf(buf, JSON_NUMBER_MAX, "%.17g", d);
         }
         return buf;
+}
+
+/* The number item as its attribute's value: format_number(), but an integer the double
+ * cannot hold exactly (beyond 2^53) as written, so that the range's message quotes the
+ * file's number, not its neighbour ("9007199254740993", not "...992"). */
+static const char *attr_number(const JsonParser *p, const cJSON *item, char buf[static JSON_NUMBER_MAX]) {
+        const ValuePos *pos = pos_of(p, item);
+
+        if (pos && (item->valuedouble >= 0x1p53 || item->valuedouble <= -0x1p53)) {
+                const char *s = p->text + pos->offset;
+                size_t left = p->text_len - pos->offset, n = left > 0 && s[0] == '-', digits = 0;
+
+                while (n + digits < left && s[n + digits] >= '0' && s[n + digits] <= '9')
+                        digits++;
+                if (digits > 0 && s[n] != '0' && (n + digits == left || !memchr(".eE", s[n + digits], 3)) &&
+                    n + digits < JSON_NUMBER_MAX) {
+                        memcpy(buf, s, n + digits);
+                        buf[n + digits] = '\0';
+                        return buf;
+                }
+        }
+        return format_number(item->valuedouble, buf);
 }
 
 /* Why a request could not carry s as an operation key or value (quoted on the wire if it
@@ -352,7 +390,7 @@ static int parse_rule_attributes(JsonParser *p, const cJSON *item, const char *w
                         if (attr_is_number(a) && v[0] == '0' && v[1] != '\0')
                                 d->divvy_attrs |= 1u << a;
                 } else if (cJSON_IsNumber(m) && attr_is_number(a))
-                        v = format_number(m->valuedouble, strings->attrs[a]);
+                        v = attr_number(p, m, strings->attrs[a]);
                 else if (cJSON_IsBool(m) && a == RULE_ATTR_STRICT)
                         v = cJSON_IsTrue(m) ? "true" : "false";
                 else

@@ -488,6 +488,13 @@ static const struct {
           "creditLimit \"1.5\" is not a non-negative decimal integer" },
         { true, "{\"default\": {\"creditLimit\": 1e300, \"resetSeconds\": 0}}", 0, 1,
           "creditLimit \"1e+300\"" },
+        /* integers a double cannot hold are quoted as written, not as their rounded neighbour */
+        { true, JSON_A1(",\n\"burst\": 9007199254740993, \"algorithm\": \"token-bucket\""), 0, 4,
+          "rule [a=1] burst 9007199254740993 is above the maximum 9007199254740991" },
+        { true, "{\"default\": {\"creditLimit\": 0, \"resetSeconds\": -18446744073709551617}}", 0, 1,
+          "resetSeconds \"-18446744073709551617\" is not a non-negative decimal integer" },
+        { true, "{\"default\": {\"creditLimit\": 90071992547409930e0, \"resetSeconds\": 0}}", 0, 1,
+          "creditLimit 90071992547409936 is above the maximum" }, /* an exponent: the double */
         { true, "{\"default\": {\"creditLimit\": \"7\", \"resetSeconds\": 0, \"creditLimit\": 8}}", 0, 1,
           "sets creditLimit twice" },
         { true,
