@@ -1248,7 +1248,7 @@ static void probe_start(RedisStore *s, uint64_t now) {
         unsigned sent = 0;
 
         if (s->url.mode == REDIS_MODE_SENTINEL && !s->primary_known) {
-                if (!s->discovering)
+                if (!s->discovering && now >= s->discover_at) /* not before its own backoff */
                         discover_start(s, now);
                 if (s->discovering)
                         return; /* the sentinels' answer (an io event) runs this again */

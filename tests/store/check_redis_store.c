@@ -787,6 +787,9 @@ START_TEST (test_sentinel) {
         pid_t pid;
         FILE *f;
         bool ok = false;
+        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 80 * USEC_PER_MSEC,
+                                .breaker_threshold = 3 };
 
         if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
                 return; /* not installed: nothing to test */
@@ -824,13 +827,22 @@ START_TEST (test_sentinel) {
         ck_assert(ok);
         test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
         snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/mymaster", sport);
-        s = open_store(url, NULL);
+        s = open_store(url, &o);
         ck_assert(until_ok(s, &r, 20));
         ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
         ck_assert_int_eq(st.mode, REDIS_MODE_SENTINEL);
         ck_assert_uint_ge(st.discoveries, 1);
         ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
         snprintf(conf, sizeof(conf), "127.0.0.1:%d", srv.port);
+        ck_assert_str_eq(st.address, conf);
+        /* the primary down (no replica: the sentinel keeps naming it), the breaker open; back,
+         * and the breaker's own probe (the primary looked up, ROLE, PING) closes it, no batch */
+        open_breaker(s, &r);
+        test_redis_start(&srv);
+        ck_assert_msg(idle_until(s, REDIS_STORE_CONNECTED, 0), "still %s after the primary came back",
+                      redis_store_state_to_string(redis_store_state(s)));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_ge(st.breaker_probes, 1);
         ck_assert_str_eq(st.address, conf);
         redis_store_close(s);
         (void) kill(pid, SIGKILL);
