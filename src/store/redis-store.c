@@ -131,10 +131,9 @@ struct RedisStore {
         /* The breaker's own probe, so that an idle daemon sees Redis come back: once the open
          * period is over and no batch came to be the probe, a PING to each node (breaker HALF_OPEN
          * meanwhile; batches are refused as during any probe). */
-        bool probing;              /* PINGs in flight */
-        unsigned probe_pings;      /* of them, still unanswered */
-        uint64_t probe_deadline;   /* no reply by then: the probe failed */
-        uint64_t probe_wait_until; /* no node could be asked: wait for the first reconnect due */
+        bool probing;            /* PINGs in flight */
+        unsigned probe_pings;    /* of them, still unanswered */
+        uint64_t probe_deadline; /* no reply by then: the probe failed */
         uint64_t rng;
 
         const Node *last_node; /* the last a call was sent to (cluster: the stats' address) */
