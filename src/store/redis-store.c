@@ -67,6 +67,8 @@ struct Node {
         bool healthy;              /* a reply came since the connect */
         bool failed;               /* closed by a failure, no reply since: reconnecting is an outage */
         bool dirty;                /* commands queued since the last flush */
+        bool pinging;              /* the breaker's own probe (a PING) awaits its reply here */
+        uint64_t ping_seq;         /* its command on conn (redis_conn_abandon()) */
         uint64_t connect_deadline; /* connecting, no reply yet: give up then (0: none) */
         uint64_t retry_at;         /* closed after a failure: no connect before */
         uint64_t backoff;
@@ -126,6 +128,12 @@ struct RedisStore {
         uint64_t fail_at; /* µs: when the streak last grew */
         uint64_t breaker_until;
         uint64_t breaker_backoff;
+        /* The breaker's own probe, so that an idle daemon sees Redis come back: once the open
+         * period is over and no batch came to be the probe, a PING to each node (breaker HALF_OPEN
+         * meanwhile; batches are refused as during any probe). */
+        bool probing;            /* PINGs in flight */
+        unsigned probe_pings;    /* of them, still unanswered */
+        uint64_t probe_deadline; /* no reply by then: the probe failed */
         uint64_t rng;
 
         const Node *last_node; /* the last a call was sent to (cluster: the stats' address) */
@@ -1169,15 +1177,137 @@ static void batch_release(RedisStore *s, Batch *b) {
         s->free_batches = b;
 }
 
+/* ---- the circuit breaker ---- */
+
+/* Ends the breaker's own probe, if one is in flight: the PINGs still unanswered are abandoned
+ * (their replies are read and dropped). */
+static void probe_cancel(RedisStore *s) {
+        if (!s->probing)
+                return;
+        for (size_t i = 0; i < s->n_nodes; i++) {
+                Node *n = s->nodes[i];
+
+                if (n && n->pinging) {
+                        (void) redis_conn_abandon(n->conn, n->ping_seq);
+                        n->pinging = false;
+                }
+        }
+        s->probing = false;
+        s->probe_pings = 0;
+}
+
+static void breaker_close(RedisStore *s) {
+        probe_cancel(s);
+        s->fail_streak = 0;
+        s->breaker = BREAKER_CLOSED;
+        s->breaker_backoff = s->o.backoff_min_usec;
+}
+
+/* Opens (or opens again) the breaker for a jittered backoff, doubled for the next time. */
+static void breaker_open(RedisStore *s, uint64_t now) {
+        probe_cancel(s);
+        s->breaker = BREAKER_OPEN;
+        s->breaker_until = now + jitter(s, s->breaker_backoff);
+        s->breaker_backoff = s->breaker_backoff * 2 > s->o.backoff_max_usec ? s->o.backoff_max_usec
+                                                                            : s->breaker_backoff * 2;
+        s->st.breaker_opens++;
+}
+
+static void probe_failed(RedisStore *s, uint64_t now) {
+        breaker_open(s, now);
+        set_error(s, "circuit breaker open again: no node answered PING (last: %s)", s->st.last_error);
+}
+
+/* A reply (any, an error reply too: the server answers) closes the breaker; when every PING of
+ * the probe has failed it opens again. */
+static void ping_reply(void *userdata, redisReply *r, int error) {
+        Node *n = userdata;
+        RedisStore *s = n->s;
+
+        if (s->closing || !n->pinging)
+                return;
+        n->pinging = false;
+        if (error == 0 && r) {
+                if (s->url.mode != REDIS_MODE_SENTINEL)
+                        node_healthy(n); /* a Sentinel's primary: ROLE, before it on a new connection */
+                breaker_close(s);
+                return;
+        }
+        if (--s->probe_pings == 0) {
+                s->probing = false;
+                probe_failed(s, now_usec());
+        }
+}
+
+/* The open period is over and no batch came to be the probe: the store probes on its own, so an
+ * idle daemon sees Redis come back. A PING to each node a call may need (single, Sentinel: the
+ * primary; cluster: every node used so far), connected first if it is closed (its reconnect
+ * backoff does not apply: the breaker's paces the probes). Nothing could be sent: open again. */
+static void probe_start(RedisStore *s, uint64_t now) {
+        unsigned sent = 0;
+
+        if (s->url.mode == REDIS_MODE_SENTINEL && !s->primary_known) {
+                if (!s->discovering && now >= s->discover_at) /* not before its own backoff */
+                        discover_start(s, now);
+                if (s->discovering)
+                        return; /* the sentinels' answer (an io event) runs this again */
+                if (!s->primary_known) {
+                        probe_failed(s, now);
+                        return;
+                }
+        }
+        for (size_t i = 0; i < s->n_nodes; i++) {
+                Node *n = s->nodes[i];
+
+                if (!n || !n->have_addr || n->pinging ||
+                    (s->url.mode == REDIS_MODE_CLUSTER && !n->attempted))
+                        continue;
+                if (redis_conn_state(n->conn) == REDIS_CONN_CLOSED && node_connect(n, now) < 0)
+                        continue;
+                if (redis_conn_command(n->conn, 1, (const char *[]){ "PING" }, (size_t[]){ 4 }, ping_reply,
+                                       n, &n->ping_seq) < 0)
+                        continue;
+                n->pinging = true;
+                n->dirty = true;
+                sent++;
+        }
+        if (sent == 0) {
+                probe_failed(s, now);
+                return;
+        }
+        s->breaker = BREAKER_HALF_OPEN; /* batches are refused until it is decided */
+        s->probing = true;
+        s->probe_pings = sent;
+        s->probe_deadline = now + s->o.connect_timeout_usec;
+        s->st.breaker_probes++;
+}
+
+/* No reply to the probe's PINGs by its deadline: those connections are hung; they are closed
+ * (and made again by the next probe) and the breaker opens again. */
+static void probe_expire(RedisStore *s, uint64_t now) {
+        for (size_t i = 0; i < s->n_nodes; i++) {
+                Node *n = s->nodes[i];
+
+                if (!n || !n->pinging)
+                        continue;
+                (void) redis_conn_abandon(n->conn, n->ping_seq);
+                n->pinging = false;
+                redis_conn_disconnect(n->conn, -ETIMEDOUT);
+                set_error(s, "%s: no reply to PING within %" PRIu64 " ms", n->addr.name,
+                          s->o.connect_timeout_usec / 1000);
+        }
+        s->probing = false;
+        s->probe_pings = 0;
+        probe_failed(s, now);
+}
+
 static void breaker_account(RedisStore *s, const Batch *b, uint64_t now) {
         if (b->refused)
                 return;
         if (!b->failed) {
                 s->fail_streak = 0;
-                if (b->probe || s->breaker != BREAKER_CLOSED) {
-                        s->breaker = BREAKER_CLOSED;
-                        s->breaker_backoff = s->o.backoff_min_usec;
-                }
+                if (b->probe || s->breaker != BREAKER_CLOSED)
+                        breaker_close(s);
                 return;
         }
         /* Batches that were in flight together when one failure struck (a stall, a dropped
@@ -1188,11 +1318,7 @@ static void breaker_account(RedisStore *s, const Batch *b, uint64_t now) {
         s->fail_streak++;
         s->fail_at = now;
         if ((s->breaker == BREAKER_CLOSED && s->fail_streak >= s->o.breaker_threshold) || b->probe) {
-                s->breaker = BREAKER_OPEN;
-                s->breaker_until = now + jitter(s, s->breaker_backoff);
-                s->breaker_backoff = s->breaker_backoff * 2 > s->o.backoff_max_usec ? s->o.backoff_max_usec
-                                                                                    : s->breaker_backoff * 2;
-                s->st.breaker_opens++;
+                breaker_open(s, now);
                 set_error(s, "circuit breaker open after %u failed batches (last: %s)", s->fail_streak,
                           s->st.last_error);
         }
@@ -1320,6 +1446,10 @@ static void run_due(RedisStore *s, uint64_t now) {
         default:
                 break;
         }
+        if (s->probing && now >= s->probe_deadline)
+                probe_expire(s, now);
+        if (s->breaker == BREAKER_OPEN && now >= s->breaker_until)
+                probe_start(s, now);
         if (s->parked)
                 dispatch_parked(s, now);
         expire_batches(s, now); /* what the above failed at once completes now */
@@ -1350,6 +1480,12 @@ static void run_due(RedisStore *s, uint64_t now) {
                 consider_deadline(&next, s->map_retry_at > now ? s->map_retry_at : now + 1);
         for (Call *c = s->parked; c; c = c->park_next)
                 consider_deadline(&next, c->not_before > now ? c->not_before : 0);
+        /* the breaker's own probe when the open period is over (still open here with that
+         * passed: a Sentinel lookup is on its way, its reply brings us back), its deadline */
+        if (s->breaker == BREAKER_OPEN && s->breaker_until > now)
+                consider_deadline(&next, s->breaker_until);
+        if (s->probing)
+                consider_deadline(&next, s->probe_deadline);
         if (next != s->armed) {
                 s->armed = next;
                 (void) s->io->timer(s->io->userdata, next);

@@ -62,8 +62,14 @@
  * is looked up again). Circuit breaker: after breaker_threshold consecutive failed batches
  * (a hit failed for a connection error or a timeout) the breaker OPENS: every batch fails at
  * once with -ECONNREFUSED for a backoff interval (jittered, doubling up to backoff_max); then
- * one batch is let through (half-open, the others still refused until it completes): if none
- * of its hits fail it closes the breaker, otherwise it opens again.
+ * the store probes on its own, from its timer, so that an idle daemon sees the server come
+ * back: a PING to each node (single, Sentinel: the primary, looked up first if unknown;
+ * cluster: every node used so far), reconnecting a closed one. The first reply closes the
+ * breaker; every PING failing, or none answered within connect_timeout (those connections are
+ * then closed), opens it again for the next, doubled, interval. A batch submitted when the
+ * interval is over before the timer ran is the probe instead: if none of its hits fail it
+ * closes the breaker, otherwise it opens again. One probe at a time: batches are refused at
+ * once while one is in flight (half-open).
  * Sentinel: the sentinels are asked in turn (SENTINEL get-master-addr-by-name), the one that
  * answered first next time; the primary is looked up again when its connection fails, on a
  * READONLY reply, on a timeout streak, and when ROLE does not say master.
@@ -185,7 +191,8 @@ typedef struct RedisStoreStats {
         uint64_t tryagain;         /* TRYAGAIN retried */
         uint64_t reconnects;       /* connection attempts after the first of each server */
         uint64_t discoveries;      /* SENTINEL lookups and CLUSTER SLOTS refreshes done */
-        uint64_t breaker_opens;    /* times the breaker opened */
+        uint64_t breaker_opens;    /* times the breaker opened (or opened again after a probe) */
+        uint64_t breaker_probes;   /* probes the store sent on its own (PINGs, no batch waiting) */
         uint64_t rtt_sum_usec, rtt_count, rtt_max_usec; /* calls sent -> reply, successful calls */
         uint64_t batches_pending;                       /* submitted, not yet completed */
         char last_error[512]; /* the sentence of the last failure ("" : none yet) */
@@ -221,7 +228,8 @@ int redis_store_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_use
 int redis_store_on_io(RedisStore *s, int fd, uint32_t revents);
 
 /* The timer the store armed has passed (now_mono_usec: CLOCK_MONOTONIC). Times out batches,
- * starts reconnects, sends TRYAGAIN retries, moves the breaker on; re-arms the timer. Returns 0. */
+ * starts reconnects, sends TRYAGAIN retries, moves the breaker on (its own probe when the open
+ * period is over, that probe's deadline); re-arms the timer. Returns 0. */
 int redis_store_on_timer(RedisStore *s, uint64_t now_mono_usec);
 
 int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret);

@@ -445,6 +445,161 @@ START_TEST (test_breaker) {
 }
 END_TEST
 
+/* Runs the loop, submitting nothing, until the store's state is want or its breaker opened
+ * min_opens times (0: not looked at); at most WAIT_USEC. */
+static bool idle_until(RedisStore *s, RedisStoreState want, uint64_t min_opens) {
+        uint64_t end = clock_usec(CLOCK_MONOTONIC) + WAIT_USEC;
+        RedisStoreStats st;
+
+        for (;;) {
+                ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+                if (min_opens ? st.breaker_opens >= min_opens : st.state == want)
+                        return true;
+                if (clock_usec(CLOCK_MONOTONIC) >= end)
+                        return false;
+                test_loop_once(&loop, 10000);
+        }
+}
+
+/* Opens the breaker of s (threshold 3): the server killed, three failed batches. */
+static void open_breaker(RedisStore *s, TestRule *r) {
+        RedisStoreStats st;
+        StoreHit h;
+
+        test_redis_kill(&srv);
+        for (int i = 0; i < 3; i++) {
+                h = hit_of(r, "dave", 0);
+                run_batch(s, &h, 1);
+                ck_assert_int_lt(h.error, 0);
+        }
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_int_eq(st.state, REDIS_STORE_BREAKER_OPEN);
+}
+
+/* Once its open period is over the breaker probes on its own, with no batch to be the probe:
+ * while the server is down it opens again and again (the timer armed each time); once the
+ * server is back it closes and the store is connected, before any batch comes (an idle daemon
+ * said "breaker-open" until the next request). The probe is a PING, not a script call. */
+START_TEST (test_breaker_probes_when_idle) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        RedisStoreStats st;
+        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 80 * USEC_PER_MSEC,
+                                .breaker_threshold = 3 };
+        char url[64];
+        uint64_t calls;
+
+        test_redis_start(&srv);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x24);
+        s = open_store(tcp_url(url, sizeof(url)), &o);
+        ck_assert(until_ok(s, &r, 1));
+        open_breaker(s, &r);
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.breaker_opens, 1);
+        calls = st.calls;
+        ck_assert_uint_ne(loop.timer, 0); /* the end of the open period */
+
+        /* down: each probe fails, the breaker opens again */
+        ck_assert_msg(idle_until(s, REDIS_STORE_BREAKER_OPEN, 4), "the breaker did not probe on its own");
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_int_eq(st.state, REDIS_STORE_BREAKER_OPEN);
+        ck_assert_uint_eq(st.calls, calls);
+
+        /* back: closed, connected, still with no batch */
+        test_redis_start(&srv);
+        ck_assert_msg(idle_until(s, REDIS_STORE_CONNECTED, 0), "still %s after the server came back",
+                      redis_store_state_to_string(redis_store_state(s)));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_ge(st.breaker_probes, 1);
+        ck_assert_uint_eq(st.calls, calls);
+        ck_assert_uint_eq(st.batches_pending, 0);
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1); /* sent, not refused: the breaker is closed */
+        ck_assert_int_eq(h.error, 0);
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.calls, calls + 1);
+        redis_store_close(s);
+}
+END_TEST
+
+/* The breaker's own probe on a hung server (SIGSTOP) whose connection is up and has answered:
+ * while its PING waits, batches are refused at once (one probe at a time); with no reply by the
+ * connect timeout the connection is closed and the breaker opens again; once the server runs, a
+ * later probe closes it, no batch needed. The breaker is opened by batches that time out with a
+ * late reply read between them: a slow server, whose connection is kept (test_stall_is_not_death). */
+START_TEST (test_breaker_probe_hung) {
+        TestRule r;
+        StoreHit h;
+        RedisStore *s;
+        RedisStoreStats st;
+        RedisStoreOptions o = { .timeout_usec = 100 * USEC_PER_MSEC,
+                                .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 80 * USEC_PER_MSEC,
+                                .connect_timeout_usec = 1000 * USEC_PER_MSEC,
+                                .breaker_threshold = 3 };
+        char url[64];
+        uint64_t calls, opens, end;
+
+        test_redis_start(&srv);
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x25);
+        s = open_store(tcp_url(url, sizeof(url)), &o);
+        ck_assert(until_ok(s, &r, 1));
+        for (int i = 0; i < 3; i++) {
+                redisReply *pong;
+
+                if (i > 0) { /* the late reply to the last batch: written once PING is answered */
+                        ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+                        pong = test_redis_command(&srv, "PING");
+                        ck_assert_ptr_nonnull(pong);
+                        freeReplyObject(pong);
+                        for (int k = 0; k < 3; k++)
+                                test_loop_once(&loop, 10000);
+                }
+                ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+                h = hit_of(&r, "dave", 0);
+                run_batch(s, &h, 1);
+                ck_assert_int_eq(h.error, -ETIMEDOUT);
+        }
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_int_eq(st.state, REDIS_STORE_BREAKER_OPEN);
+        ck_assert_uint_eq(st.reconnects, 0); /* the connection is kept */
+        calls = st.calls;
+
+        /* a probe in flight: its PING sent, no reply */
+        end = clock_usec(CLOCK_MONOTONIC) + WAIT_USEC;
+        while (st.breaker_probes == 0 && clock_usec(CLOCK_MONOTONIC) < end) {
+                test_loop_once(&loop, 10000);
+                ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        }
+        ck_assert_uint_eq(st.breaker_probes, 1);
+        opens = st.breaker_opens;
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, -ECONNREFUSED); /* refused: the probe is the store's */
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.calls, calls);
+        ck_assert_int_eq(st.state, REDIS_STORE_BREAKER_OPEN);
+
+        /* no reply within the connect timeout: closed, open again */
+        ck_assert(idle_until(s, REDIS_STORE_BREAKER_OPEN, opens + 1));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_msg(strstr(st.last_error, ": no reply to PING within 1000 ms)"), "%s", st.last_error);
+
+        ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+        ck_assert_msg(idle_until(s, REDIS_STORE_CONNECTED, 0), "still %s after SIGCONT",
+                      redis_store_state_to_string(redis_store_state(s)));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_eq(st.calls, calls);
+        ck_assert_uint_ge(st.reconnects, 1);
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, 0);
+        redis_store_close(s);
+}
+END_TEST
+
 /* AUTH: the URL's password, the option's override, and a wrong one (-EACCES). */
 START_TEST (test_auth) {
         TestRule r;
@@ -632,6 +787,9 @@ START_TEST (test_sentinel) {
         pid_t pid;
         FILE *f;
         bool ok = false;
+        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 80 * USEC_PER_MSEC,
+                                .breaker_threshold = 3 };
 
         if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
                 return; /* not installed: nothing to test */
@@ -669,13 +827,22 @@ START_TEST (test_sentinel) {
         ck_assert(ok);
         test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
         snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/mymaster", sport);
-        s = open_store(url, NULL);
+        s = open_store(url, &o);
         ck_assert(until_ok(s, &r, 20));
         ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
         ck_assert_int_eq(st.mode, REDIS_MODE_SENTINEL);
         ck_assert_uint_ge(st.discoveries, 1);
         ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
         snprintf(conf, sizeof(conf), "127.0.0.1:%d", srv.port);
+        ck_assert_str_eq(st.address, conf);
+        /* the primary down (no replica: the sentinel keeps naming it), the breaker open; back,
+         * and the breaker's own probe (the primary looked up, ROLE, PING) closes it, no batch */
+        open_breaker(s, &r);
+        test_redis_start(&srv);
+        ck_assert_msg(idle_until(s, REDIS_STORE_CONNECTED, 0), "still %s after the primary came back",
+                      redis_store_state_to_string(redis_store_state(s)));
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        ck_assert_uint_ge(st.breaker_probes, 1);
         ck_assert_str_eq(st.address, conf);
         redis_store_close(s);
         (void) kill(pid, SIGKILL);
@@ -765,6 +932,8 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_hung_server_timeout);
         tcase_add_test(tc, test_stall_is_not_death);
         tcase_add_test(tc, test_breaker);
+        tcase_add_test(tc, test_breaker_probes_when_idle);
+        tcase_add_test(tc, test_breaker_probe_hung);
         tcase_add_test(tc, test_auth);
         tcase_add_test(tc, test_unix_db);
         tcase_add_test(tc, test_group_all_or_nothing);

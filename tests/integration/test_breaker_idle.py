@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The Redis store's circuit breaker on an idle daemon (issue #16 follow-up), against a real
+redis-server on loopback (tests/integration/redisfix.py).
+
+- test_breaker_closes_without_requests: Redis is killed under a few requests (answered by
+  their policy, the breaker opens: STATUS says breaker-open), then started again and no
+  request comes. The breaker stayed open until the next request became its probe, so an idle
+  daemon said "breaker-open" (STATUS, log, divvyd_backend_up 0) long after Redis was back.
+  Now the store probes on its own (PING) once the open period is over: the store is up again
+  (metrics, log, STATUS) with no request, and no script call reached the new Redis before.
+
+Rules: tests/data/redis.ini. Run one test:
+    tests/integration/test_breaker_idle.py BreakerIdle.test_breaker_closes_without_requests
+"""
+
+import os
+import re
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+try:
+    import redisfix  # noqa: E402
+except ImportError:  # python3-redis missing
+    redisfix = None
+
+CONFIG = harness.data_path("redis.ini")
+BACKOFF_MAX = 5.0  # seconds: the store's longest open period (REDIS_STORE_BACKOFF_MAX_DEFAULT_USEC)
+RECOVERY_TIMEOUT = 10 * BACKOFF_MAX * harness.TIMEOUT_SCALE  # a bound, never reached when it works
+BREAKER_THRESHOLD = 5  # failed batches in a row that open it (REDIS_STORE_BREAKER_THRESHOLD_DEFAULT)
+
+
+def missing():
+    return redisfix is None or redisfix.missing()
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class BreakerIdle(harness.DaemonTestCase):
+    def backend(self, port):
+        return harness.prometheus_samples(harness.http_get(port)[2])
+
+    def test_breaker_closes_without_requests(self):
+        with redisfix.RedisServer() as redis:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % redis.url(), "--backend-timeout=200",
+                                                "--http-port=%d" % http])
+            u = "idle-%d" % os.getpid()
+            self.assertHit(d.request("HIT type=allow u=%s" % u), True, 1, (59, 60))  # in Redis
+            redisfix.wait_until(lambda: self.backend(http).get("divvyd_backend_up") == 1, harness.IO_TIMEOUT,
+                                "divvyd_backend_up 1", d.log_tail)
+
+            # Down: each request, a batch of its own, answered by its policy (allow: the
+            # limit's credit) until the breaker opens and after.
+            redis.kill()
+            killed = d.last_seq()
+            for _ in range(2 * BREAKER_THRESHOLD):
+                self.assertEqual(d.request("HIT type=allow u=%s" % u), "OK true 2 60")
+            self.assertEqual(self.backend(http).get("divvyd_backend_up"), 0)  # published at once
+            redisfix.wait_until(  # the counters with each sweep (every second)
+                lambda: self.backend(http).get('divvyd_backend_fallbacks_total{policy="allow"}') ==
+                2 * BREAKER_THRESHOLD, harness.IO_TIMEOUT, "%d fallbacks counted" % (2 * BREAKER_THRESHOLD),
+                d.log_tail)
+            d.wait_note(re.compile(r"^STATUS=Serving .*, redis breaker-open \("),
+                        after=killed, what="STATUS saying breaker-open")
+
+            # Back, and no request from now on: the store finds out by itself.
+            redis.start()
+            back = d.last_seq()
+
+            def up():
+                d.drain_notes(0)  # sd_notify() must not block on a full queue meanwhile
+                return self.backend(http).get("divvyd_backend_up") == 1
+
+            redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+            self.assertEqual(len(re.findall(r"Store redis://\S+ is up \(127\.0\.0\.1:%d\)" % redis.port,
+                                            d.log_text())), 2, d.log_tail())
+            d.wait_note(re.compile(r"^STATUS=Serving .*, redis 127\.0\.0\.1:%d up, %d fallbacks$" %
+                                   (redis.port, 2 * BREAKER_THRESHOLD)), after=back,
+                        what="STATUS saying up")
+            # Not a request in disguise: no script call reached the new server yet.
+            stats = redis.client().info("commandstats")
+            self.assertFalse([k for k in stats if k in ("cmdstat_evalsha", "cmdstat_eval")], stats)
+
+            # And the next request is counted in Redis (a new, empty server), not refused.
+            self.assertHit(d.request("HIT type=allow u=%s" % u), True, 1, (59, 60))
+            self.assertIn("cmdstat_evalsha", redis.client().info("commandstats"))
+
+
+if __name__ == "__main__":
+    harness.main()
