@@ -446,6 +446,22 @@ bool divvy_string_is_valid(const char *s, bool is_key) {
         return string_wire_len(s, &why) >= 0;
 }
 
+/* A key's wire length: string_wire_len(), and quoted when it starts with '@' in a request of a
+ * version 2 verb, where divvyd reads an unquoted "@..." after the count as a client timestamp
+ * ("TAKE 1 @user=x" is ERR bad-time) while "@user"=x is the key @user. HIT has no timestamp,
+ * and its bytes stay as they always were. */
+static ssize_t key_wire_len(const char *key, bool v2, const char **ret_why) {
+        ssize_t n = string_wire_len(key, ret_why);
+
+        if (n >= 0 && v2 && key[0] == '@' && (size_t) n == strlen(key))
+                n += 2;
+        return n;
+}
+
+static bool is_v2_head(const char *head) {
+        return strcmp(head, "HIT") != 0;
+}
+
 static char *put_string(char *p, const char *s, size_t wire_len) {
         size_t len = strlen(s);
         bool quote = wire_len != len;
@@ -463,6 +479,7 @@ static char *put_string(char *p, const char *s, size_t wire_len) {
  * "TAKE 5", ...), or a negative errno. */
 static ssize_t request_len(divvy *d, const char *head, const divvy_pair *pairs, size_t n_pairs) {
         size_t total = strlen(head);
+        bool v2 = is_v2_head(head);
         const char *why = NULL;
         ssize_t k, v;
 
@@ -477,7 +494,7 @@ static ssize_t request_len(divvy *d, const char *head, const divvy_pair *pairs, 
                                          i);
                 if (pairs[i].key[0] == '\0')
                         return set_error(d, -EINVAL, "Invalid key in pair %zu: empty", i);
-                k = string_wire_len(pairs[i].key, &why);
+                k = key_wire_len(pairs[i].key, v2, &why);
                 if (k < 0)
                         return set_error(d, (int) k, "Invalid key '%.64s': %s", pairs[i].key, why);
                 v = string_wire_len(pairs[i].value, &why);
@@ -492,13 +509,14 @@ static ssize_t request_len(divvy *d, const char *head, const divvy_pair *pairs, 
 
 static void format_request(char *p, const char *head, const divvy_pair *pairs, size_t n_pairs) {
         size_t head_len = strlen(head);
+        bool v2 = is_v2_head(head);
         const char *why;
 
         memcpy(p, head, head_len);
         p += head_len;
         for (size_t i = 0; i < n_pairs; i++) {
                 *p++ = ' ';
-                p = put_string(p, pairs[i].key, (size_t) string_wire_len(pairs[i].key, &why));
+                p = put_string(p, pairs[i].key, (size_t) key_wire_len(pairs[i].key, v2, &why));
                 *p++ = '=';
                 p = put_string(p, pairs[i].value, (size_t) string_wire_len(pairs[i].value, &why));
         }

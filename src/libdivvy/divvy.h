@@ -65,7 +65,8 @@ extern "C" {
 typedef struct divvy divvy;
 
 /* One key=value pair of an operation. Both are NUL-terminated UTF-8; the library quotes a
- * string when it must (spaces, tabs, '=', empty value). */
+ * string when it must (spaces, tabs, '=', empty value; a key starting with '@' in a version 2
+ * request, where an unquoted one would read as a client timestamp). */
 typedef struct divvy_pair {
         const char *key;
         const char *value;
