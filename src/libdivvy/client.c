@@ -869,17 +869,16 @@ int divvy_send_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs) {
         return send_request(d, "HIT", pairs, n_pairs);
 }
 
-int divvy_read_result(divvy *d, divvy_result *ret) {
-        uint64_t deadline;
+/* divvy_read_result() until deadline; 0: the handle's timeout from now. */
+static int read_result(divvy *d, divvy_result *ret, uint64_t deadline) {
         int r;
 
-        if (!d || !ret)
-                return -EINVAL;
         if (d->pending == 0)
                 return set_error(d, -ENOMSG, "No result pending");
 
         if (d->ring_count == 0 && d->broken == 0) {
-                deadline = deadline_of(d);
+                if (deadline == 0)
+                        deadline = deadline_of(d);
                 r = flush(d, deadline);
                 while (r >= 0 && d->ring_count == 0) {
                         r = wait_fd(d, POLLIN, deadline);
@@ -920,6 +919,12 @@ int divvy_read_result(divvy *d, divvy_result *ret) {
         if (d->pending == 0)
                 d->broken = 0;
         return r;
+}
+
+int divvy_read_result(divvy *d, divvy_result *ret) {
+        if (!d || !ret)
+                return -EINVAL;
+        return read_result(d, ret, 0);
 }
 
 int divvy_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs, divvy_result *ret) {
@@ -1165,20 +1170,22 @@ static int take_hello(divvy *d) {
 
 /* Reads the result of the request after a failed one, so that nothing stays pending; keeps
  * last_error. */
-static void drain(divvy *d) {
+static void drain(divvy *d, uint64_t deadline) {
         char saved[ERROR_MAX];
         divvy_result ignored;
 
         memcpy(saved, d->last_error, sizeof saved);
         while (d->pending > 0)
-                (void) divvy_read_result(d, &ignored);
+                (void) read_result(d, &ignored, deadline);
         memcpy(d->last_error, saved, sizeof saved);
 }
 
 /* Sends "<head> pairs" (after HELLO if this connection has not had one) and waits for its
- * reply. Returns 0 with the OK line in d->raw[d->raw_count - 1], or a negative errno. */
+ * reply, the whole call bounded by one timeout (as one divvy_hit() is). Returns 0 with the OK line in
+ * d->raw[d->raw_count - 1], or a negative errno. */
 static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n_pairs) {
         bool hello = strcmp(head, "HELLO") == 0, probe;
+        uint64_t deadline = deadline_of(d); /* one for the call: HELLO's reply and the verb's */
         divvy_result ignored;
         ssize_t len;
         int r;
@@ -1205,7 +1212,7 @@ static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n
                 goto finish;
 
         if (probe) {
-                r = divvy_read_result(d, &ignored);
+                r = read_result(d, &ignored, deadline);
                 if (r == -EPROTO && strcmp(d->server_code, "unknown-command") == 0) {
                         r = set_error(
                                 d, -EPROTONOSUPPORT,
@@ -1220,13 +1227,13 @@ static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n
                 if (r < 0 || hello)
                         goto finish;
         }
-        r = divvy_read_result(d, &ignored);
+        r = read_result(d, &ignored, deadline);
         if (r >= 0 && !fields_ok(d->raw[d->raw_count - 1], d->raw_len[d->raw_count - 1]))
                 r = bad_v2_reply(d, d->raw[d->raw_count - 1], d->raw_len[d->raw_count - 1]);
 
 finish:
         if (d->pending > 0)
-                drain(d);
+                drain(d, deadline);
         d->raw_mode = false;
         if (r == -EBADMSG || r == -EPROTONOSUPPORT)
                 close_fd(d); /* the connection's state is unknown: never reuse it */

@@ -118,8 +118,9 @@ int divvy_new(const char *address, divvy **ret);
  * are dropped. */
 divvy *divvy_free(divvy *d);
 
-/* Sets the timeout for each later call (connect, send, and each wait for a reply), in
- * microseconds; 0 means wait forever. Default DIVVY_TIMEOUT_DEFAULT_USEC. */
+/* Sets the timeout for each later call (connect, send, and each wait for a reply; a version 2
+ * call's HELLO and request share one), in microseconds; 0 means wait forever. Default
+ * DIVVY_TIMEOUT_DEFAULT_USEC. */
 int divvy_set_timeout(divvy *d, uint64_t usec);
 
 /* Connects now if not connected (otherwise requests connect lazily). Returns 0 or the
