@@ -1203,6 +1203,10 @@ static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n
                 close_fd(d);
         probe = hello || !d->hello_ok;
 
+        if (probe) { /* what an earlier HELLO said no longer holds, whatever this one says */
+                d->server_proto = 0;
+                d->server_name[0] = '\0';
+        }
         d->raw_mode = true;
         d->raw_count = 0;
         r = probe ? send_request(d, "HELLO", NULL, 0) : 0;

@@ -470,6 +470,33 @@ START_TEST (test_at_key_quoted) {
 }
 END_TEST
 
+/* divvy_server_name() is the name of the last successful HELLO, else "": a HELLO that fails
+ * (an old server behind the same address now, a broken connection) clears the name the one
+ * before it gave, instead of still naming a server that no longer answers. */
+START_TEST (test_server_name_after_failed_hello) {
+        static const Step steps[] = {
+                { "HELLO", "OK proto=2 server=divvyd/1\n" },
+                { "HELLO", "ERR unknown-command\n" },
+                { "HELLO", "OK proto=2 server=divvyd/2\n" },
+                { "HELLO", NULL },
+        };
+        Fake f;
+        divvy *d;
+
+        fake_start(&f, steps, sizeof steps / sizeof steps[0]);
+        d = handle(&f);
+        ck_assert_int_eq(divvy_hello(d), 2);
+        ck_assert_str_eq(divvy_server_name(d), "divvyd/1");
+        ck_assert_int_eq(divvy_hello(d), -EPROTONOSUPPORT);
+        ck_assert_str_eq(divvy_server_name(d), "");
+        ck_assert_int_eq(divvy_hello(d), 2);
+        ck_assert_str_eq(divvy_server_name(d), "divvyd/2");
+        ck_assert_int_eq(divvy_hello(d), -ECONNRESET);
+        ck_assert_str_eq(divvy_server_name(d), "");
+        fake_finish(&f, d, 2);
+}
+END_TEST
+
 static Suite *client_v2_suite(void) {
         Suite *s = suite_create("client-v2");
         TCase *tc = tcase_create("fake");
@@ -485,6 +512,7 @@ static Suite *client_v2_suite(void) {
         tcase_add_test(tc, test_explain_replies);
         tcase_add_test(tc, test_invalid_arguments);
         tcase_add_test(tc, test_at_key_quoted);
+        tcase_add_test(tc, test_server_name_after_failed_hello);
         suite_add_tcase(s, tc);
         return s;
 }
