@@ -609,8 +609,15 @@ int main(int argc, char **argv) {
                 return EXIT_ERROR;
 
         r = divvy_new(address, &d);
-        if (r < 0)
-                return fail("Invalid address '%s': %s", address, strerror(-r));
+        if (r < 0) {
+                /* Name the variable: an operator who passed no address may not know it is set. */
+                const char *env = getenv("DIVVY_ADDRESS");
+                return fail("Invalid address '%s'%s: %s", address,
+                            env && address == env ? " (from $DIVVY_ADDRESS)" : "",
+                            r == -EINVAL ? "expected unix:PATH, /PATH, tcp:HOST[:PORT] or HOST[:PORT] "
+                                           "(PORT 1 to 65535, IPv6 in brackets)"
+                                         : strerror(-r));
+        }
         if (a.timeout >= 0)
                 (void) divvy_set_timeout(d, a.timeout == 0 ? 0 : (uint64_t) (a.timeout * 1e6) + 1);
 

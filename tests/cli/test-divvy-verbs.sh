@@ -228,4 +228,29 @@ for args in "take" "take a=b" "take 0" "take -1" "take 1x" "take 900719925474099
 	fi
 done
 
+# ---- keys starting with '@' ----------------------------------------------------------------------
+
+# divvyd reads an unquoted "@..." after the count as a client timestamp (ERR bad-time): the key
+# goes out quoted on the new verbs, as it is on HIT unquoted (HIT has no timestamp).
+serve "HELLO$TAB$HELLO_OK" "TAKE 1 \"@user\"=x$TAB""OK allowed=true credit=4 limit=5 reset=60 retry=0 rule=at"
+run take 1 @user=x
+check "take 1 @user=x: the key quoted" 0 "allowed=true credit=4 limit=5 reset=60 retry=0 rule=at" \
+	"CONNECT${nl}HELLO${nl}TAKE 1 \"@user\"=x"
+serve "HELLO$TAB$HELLO_OK" "EXPLAIN \"@user\"=x$TAB""OK rule=at index=0 policy=stop actor=\"x\" algorithm=fixed-window canaries=- continue=-"
+run explain @user=x
+check "explain @user=x: the key quoted" 0 'rule=at index=0 policy=stop actor="x" algorithm=fixed-window canaries=- continue=-' \
+	"CONNECT${nl}HELLO${nl}EXPLAIN \"@user\"=x"
+
+# ---- an invalid address from $DIVVY_ADDRESS ------------------------------------------------------
+
+# The message names the variable (the operator passed no address) and the forms expected,
+# not "Invalid argument".
+DIVVY_ADDRESS='tcp:::1' "$divvy" hit a=b >"$tmp/out" 2>"$tmp/err"
+status=$?
+if [ "$status" -eq 2 ] && [ ! -s "$tmp/out" ]; then pass "bad \$DIVVY_ADDRESS: exit 2"; else fail "bad \$DIVVY_ADDRESS: exit 2 (got $status)"; fi
+stderr_has "Invalid address 'tcp:::1' (from \$DIVVY_ADDRESS): expected unix:PATH" "bad \$DIVVY_ADDRESS: named, with the forms"
+"$divvy" --address='localhost:99999' hit a=b >"$tmp/out" 2>"$tmp/err"
+stderr_has "Invalid address 'localhost:99999': expected" "bad --address: the forms, no \$DIVVY_ADDRESS"
+if grep -q 'DIVVY_ADDRESS' "$tmp/err"; then fail "bad --address: does not blame \$DIVVY_ADDRESS"; else pass "bad --address: does not blame \$DIVVY_ADDRESS"; fi
+
 finish
