@@ -340,7 +340,10 @@ static int pick_address(const Args *a, char *buf, size_t size, const char **ret)
                 *ret = buf;
         } else if ((env = getenv("DIVVY_ADDRESS")) && *env)
                 *ret = env;
-        else if (access(PACKAGED_SOCKET, F_OK) == 0)
+        else if (access(PACKAGED_SOCKET, F_OK) == 0 || errno == EACCES)
+                /* EACCES: /run/divvyd (0750) hides it from users outside the divvy group. Falling
+                 * back to TCP would report "connection refused" on 127.0.0.1; connecting reports
+                 * the real reason, "Permission denied". */
                 *ret = "unix:" PACKAGED_SOCKET;
         else
                 *ret = FALLBACK_ADDRESS;

@@ -19,8 +19,10 @@ command -v python3 >/dev/null || exit 77
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-divvy-verbs.XXXXXX") || exit 99
 fake_pid=
+made_run_dir=false
 cleanup() {
 	[ -n "$fake_pid" ] && kill "$fake_pid" 2>/dev/null
+	$made_run_dir && rmdir /run/divvyd 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -252,5 +254,28 @@ stderr_has "Invalid address 'tcp:::1' (from \$DIVVY_ADDRESS): expected unix:PATH
 "$divvy" --address='localhost:99999' hit a=b >"$tmp/out" 2>"$tmp/err"
 stderr_has "Invalid address 'localhost:99999': expected" "bad --address: the forms, no \$DIVVY_ADDRESS"
 if grep -q 'DIVVY_ADDRESS' "$tmp/err"; then fail "bad --address: does not blame \$DIVVY_ADDRESS"; else pass "bad --address: does not blame \$DIVVY_ADDRESS"; fi
+
+# ---- the packaged socket in a directory the user cannot search --------------------------------
+
+# /run/divvyd is 0750: for a user outside the divvy group, access() says EACCES, not ENOENT.
+# The command fell back to 127.0.0.1:8321 and reported "connection refused" there; it must try
+# the socket and report "Permission denied". Only as root on a machine without /run/divvyd
+# (nothing installed), where the directory can be made and removed; skipped otherwise.
+if [ "$(id -u)" -eq 0 ] && [ ! -e /run/divvyd ] && command -v setpriv >/dev/null &&
+	mkdir -m 0750 /run/divvyd 2>/dev/null; then
+	made_run_dir=true
+	env -u DIVVY_ADDRESS setpriv --reuid=65534 --regid=65534 --clear-groups "$divvy" hit a=b >"$tmp/out" 2>"$tmp/err"
+	status=$?
+	rmdir /run/divvyd
+	made_run_dir=false
+	if [ "$status" -eq 2 ] &&
+		grep -qxF 'divvy: Failed to connect to unix:/run/divvyd/divvyd.sock: Permission denied' "$tmp/err"; then
+		pass "packaged socket not searchable: tried, Permission denied"
+	else
+		fail "packaged socket not searchable: tried, Permission denied (status $status)"
+	fi
+else
+	echo "skipped: packaged socket not searchable (needs root, setpriv and no /run/divvyd)"
+fi
 
 finish
