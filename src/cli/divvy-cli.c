@@ -340,7 +340,10 @@ static int pick_address(const Args *a, char *buf, size_t size, const char **ret)
                 *ret = buf;
         } else if ((env = getenv("DIVVY_ADDRESS")) && *env)
                 *ret = env;
-        else if (access(PACKAGED_SOCKET, F_OK) == 0)
+        else if (access(PACKAGED_SOCKET, F_OK) == 0 || errno == EACCES)
+                /* EACCES: /run/divvyd (0750) hides it from users outside the divvy group. Falling
+                 * back to TCP would report "connection refused" on 127.0.0.1; connecting reports
+                 * the real reason, "Permission denied". */
                 *ret = "unix:" PACKAGED_SOCKET;
         else
                 *ret = FALLBACK_ADDRESS;
@@ -609,8 +612,15 @@ int main(int argc, char **argv) {
                 return EXIT_ERROR;
 
         r = divvy_new(address, &d);
-        if (r < 0)
-                return fail("Invalid address '%s': %s", address, strerror(-r));
+        if (r < 0) {
+                /* Name the variable: an operator who passed no address may not know it is set. */
+                const char *env = getenv("DIVVY_ADDRESS");
+                return fail("Invalid address '%s'%s: %s", address,
+                            env && address == env ? " (from $DIVVY_ADDRESS)" : "",
+                            r == -EINVAL ? "expected unix:PATH, /PATH, tcp:HOST[:PORT] or HOST[:PORT] "
+                                           "(PORT 1 to 65535, IPv6 in brackets)"
+                                         : strerror(-r));
+        }
         if (a.timeout >= 0)
                 (void) divvy_set_timeout(d, a.timeout == 0 ? 0 : (uint64_t) (a.timeout * 1e6) + 1);
 

@@ -446,6 +446,22 @@ bool divvy_string_is_valid(const char *s, bool is_key) {
         return string_wire_len(s, &why) >= 0;
 }
 
+/* A key's wire length: string_wire_len(), and quoted when it starts with '@' in a request of a
+ * version 2 verb, where divvyd reads an unquoted "@..." after the count as a client timestamp
+ * ("TAKE 1 @user=x" is ERR bad-time) while "@user"=x is the key @user. HIT has no timestamp,
+ * and its bytes stay as they always were. */
+static ssize_t key_wire_len(const char *key, bool v2, const char **ret_why) {
+        ssize_t n = string_wire_len(key, ret_why);
+
+        if (n >= 0 && v2 && key[0] == '@' && (size_t) n == strlen(key))
+                n += 2;
+        return n;
+}
+
+static bool is_v2_head(const char *head) {
+        return strcmp(head, "HIT") != 0;
+}
+
 static char *put_string(char *p, const char *s, size_t wire_len) {
         size_t len = strlen(s);
         bool quote = wire_len != len;
@@ -463,6 +479,7 @@ static char *put_string(char *p, const char *s, size_t wire_len) {
  * "TAKE 5", ...), or a negative errno. */
 static ssize_t request_len(divvy *d, const char *head, const divvy_pair *pairs, size_t n_pairs) {
         size_t total = strlen(head);
+        bool v2 = is_v2_head(head);
         const char *why = NULL;
         ssize_t k, v;
 
@@ -477,7 +494,7 @@ static ssize_t request_len(divvy *d, const char *head, const divvy_pair *pairs, 
                                          i);
                 if (pairs[i].key[0] == '\0')
                         return set_error(d, -EINVAL, "Invalid key in pair %zu: empty", i);
-                k = string_wire_len(pairs[i].key, &why);
+                k = key_wire_len(pairs[i].key, v2, &why);
                 if (k < 0)
                         return set_error(d, (int) k, "Invalid key '%.64s': %s", pairs[i].key, why);
                 v = string_wire_len(pairs[i].value, &why);
@@ -492,13 +509,14 @@ static ssize_t request_len(divvy *d, const char *head, const divvy_pair *pairs, 
 
 static void format_request(char *p, const char *head, const divvy_pair *pairs, size_t n_pairs) {
         size_t head_len = strlen(head);
+        bool v2 = is_v2_head(head);
         const char *why;
 
         memcpy(p, head, head_len);
         p += head_len;
         for (size_t i = 0; i < n_pairs; i++) {
                 *p++ = ' ';
-                p = put_string(p, pairs[i].key, (size_t) string_wire_len(pairs[i].key, &why));
+                p = put_string(p, pairs[i].key, (size_t) key_wire_len(pairs[i].key, v2, &why));
                 *p++ = '=';
                 p = put_string(p, pairs[i].value, (size_t) string_wire_len(pairs[i].value, &why));
         }
@@ -851,17 +869,16 @@ int divvy_send_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs) {
         return send_request(d, "HIT", pairs, n_pairs);
 }
 
-int divvy_read_result(divvy *d, divvy_result *ret) {
-        uint64_t deadline;
+/* divvy_read_result() until deadline; 0: the handle's timeout from now. */
+static int read_result(divvy *d, divvy_result *ret, uint64_t deadline) {
         int r;
 
-        if (!d || !ret)
-                return -EINVAL;
         if (d->pending == 0)
                 return set_error(d, -ENOMSG, "No result pending");
 
         if (d->ring_count == 0 && d->broken == 0) {
-                deadline = deadline_of(d);
+                if (deadline == 0)
+                        deadline = deadline_of(d);
                 r = flush(d, deadline);
                 while (r >= 0 && d->ring_count == 0) {
                         r = wait_fd(d, POLLIN, deadline);
@@ -902,6 +919,12 @@ int divvy_read_result(divvy *d, divvy_result *ret) {
         if (d->pending == 0)
                 d->broken = 0;
         return r;
+}
+
+int divvy_read_result(divvy *d, divvy_result *ret) {
+        if (!d || !ret)
+                return -EINVAL;
+        return read_result(d, ret, 0);
 }
 
 int divvy_hit(divvy *d, const divvy_pair *pairs, size_t n_pairs, divvy_result *ret) {
@@ -1147,20 +1170,22 @@ static int take_hello(divvy *d) {
 
 /* Reads the result of the request after a failed one, so that nothing stays pending; keeps
  * last_error. */
-static void drain(divvy *d) {
+static void drain(divvy *d, uint64_t deadline) {
         char saved[ERROR_MAX];
         divvy_result ignored;
 
         memcpy(saved, d->last_error, sizeof saved);
         while (d->pending > 0)
-                (void) divvy_read_result(d, &ignored);
+                (void) read_result(d, &ignored, deadline);
         memcpy(d->last_error, saved, sizeof saved);
 }
 
 /* Sends "<head> pairs" (after HELLO if this connection has not had one) and waits for its
- * reply. Returns 0 with the OK line in d->raw[d->raw_count - 1], or a negative errno. */
+ * reply, the whole call bounded by one timeout (as one divvy_hit() is). Returns 0 with the OK line in
+ * d->raw[d->raw_count - 1], or a negative errno. */
 static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n_pairs) {
         bool hello = strcmp(head, "HELLO") == 0, probe;
+        uint64_t deadline = deadline_of(d); /* one for the call: HELLO's reply and the verb's */
         divvy_result ignored;
         ssize_t len;
         int r;
@@ -1178,6 +1203,10 @@ static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n
                 close_fd(d);
         probe = hello || !d->hello_ok;
 
+        if (probe) { /* what an earlier HELLO said no longer holds, whatever this one says */
+                d->server_proto = 0;
+                d->server_name[0] = '\0';
+        }
         d->raw_mode = true;
         d->raw_count = 0;
         r = probe ? send_request(d, "HELLO", NULL, 0) : 0;
@@ -1187,7 +1216,7 @@ static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n
                 goto finish;
 
         if (probe) {
-                r = divvy_read_result(d, &ignored);
+                r = read_result(d, &ignored, deadline);
                 if (r == -EPROTO && strcmp(d->server_code, "unknown-command") == 0) {
                         r = set_error(
                                 d, -EPROTONOSUPPORT,
@@ -1202,13 +1231,13 @@ static int call_v2(divvy *d, const char *head, const divvy_pair *pairs, size_t n
                 if (r < 0 || hello)
                         goto finish;
         }
-        r = divvy_read_result(d, &ignored);
+        r = read_result(d, &ignored, deadline);
         if (r >= 0 && !fields_ok(d->raw[d->raw_count - 1], d->raw_len[d->raw_count - 1]))
                 r = bad_v2_reply(d, d->raw[d->raw_count - 1], d->raw_len[d->raw_count - 1]);
 
 finish:
         if (d->pending > 0)
-                drain(d);
+                drain(d, deadline);
         d->raw_mode = false;
         if (r == -EBADMSG || r == -EPROTONOSUPPORT)
                 close_fd(d); /* the connection's state is unknown: never reuse it */

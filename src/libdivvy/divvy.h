@@ -65,7 +65,8 @@ extern "C" {
 typedef struct divvy divvy;
 
 /* One key=value pair of an operation. Both are NUL-terminated UTF-8; the library quotes a
- * string when it must (spaces, tabs, '=', empty value). */
+ * string when it must (spaces, tabs, '=', empty value; a key starting with '@' in a version 2
+ * request, where an unquoted one would read as a client timestamp). */
 typedef struct divvy_pair {
         const char *key;
         const char *value;
@@ -117,8 +118,9 @@ int divvy_new(const char *address, divvy **ret);
  * are dropped. */
 divvy *divvy_free(divvy *d);
 
-/* Sets the timeout for each later call (connect, send, and each wait for a reply), in
- * microseconds; 0 means wait forever. Default DIVVY_TIMEOUT_DEFAULT_USEC. */
+/* Sets the timeout for each later call (connect, send, and each wait for a reply; a version 2
+ * call's HELLO and request share one), in microseconds; 0 means wait forever. Default
+ * DIVVY_TIMEOUT_DEFAULT_USEC. */
 int divvy_set_timeout(divvy *d, uint64_t usec);
 
 /* Connects now if not connected (otherwise requests connect lazily). Returns 0 or the

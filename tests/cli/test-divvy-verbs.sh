@@ -19,8 +19,10 @@ command -v python3 >/dev/null || exit 77
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-divvy-verbs.XXXXXX") || exit 99
 fake_pid=
+made_run_dir=false
 cleanup() {
 	[ -n "$fake_pid" ] && kill "$fake_pid" 2>/dev/null
+	$made_run_dir && rmdir /run/divvyd 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -227,5 +229,53 @@ for args in "take" "take a=b" "take 0" "take -1" "take 1x" "take 900719925474099
 		fail "refused: divvy $args"
 	fi
 done
+
+# ---- keys starting with '@' ----------------------------------------------------------------------
+
+# divvyd reads an unquoted "@..." after the count as a client timestamp (ERR bad-time): the key
+# goes out quoted on the new verbs, as it is on HIT unquoted (HIT has no timestamp).
+serve "HELLO$TAB$HELLO_OK" "TAKE 1 \"@user\"=x$TAB""OK allowed=true credit=4 limit=5 reset=60 retry=0 rule=at"
+run take 1 @user=x
+check "take 1 @user=x: the key quoted" 0 "allowed=true credit=4 limit=5 reset=60 retry=0 rule=at" \
+	"CONNECT${nl}HELLO${nl}TAKE 1 \"@user\"=x"
+serve "HELLO$TAB$HELLO_OK" "EXPLAIN \"@user\"=x$TAB""OK rule=at index=0 policy=stop actor=\"x\" algorithm=fixed-window canaries=- continue=-"
+run explain @user=x
+check "explain @user=x: the key quoted" 0 'rule=at index=0 policy=stop actor="x" algorithm=fixed-window canaries=- continue=-' \
+	"CONNECT${nl}HELLO${nl}EXPLAIN \"@user\"=x"
+
+# ---- an invalid address from $DIVVY_ADDRESS ------------------------------------------------------
+
+# The message names the variable (the operator passed no address) and the forms expected,
+# not "Invalid argument".
+DIVVY_ADDRESS='tcp:::1' "$divvy" hit a=b >"$tmp/out" 2>"$tmp/err"
+status=$?
+if [ "$status" -eq 2 ] && [ ! -s "$tmp/out" ]; then pass "bad \$DIVVY_ADDRESS: exit 2"; else fail "bad \$DIVVY_ADDRESS: exit 2 (got $status)"; fi
+stderr_has "Invalid address 'tcp:::1' (from \$DIVVY_ADDRESS): expected unix:PATH" "bad \$DIVVY_ADDRESS: named, with the forms"
+"$divvy" --address='localhost:99999' hit a=b >"$tmp/out" 2>"$tmp/err"
+stderr_has "Invalid address 'localhost:99999': expected" "bad --address: the forms, no \$DIVVY_ADDRESS"
+if grep -q 'DIVVY_ADDRESS' "$tmp/err"; then fail "bad --address: does not blame \$DIVVY_ADDRESS"; else pass "bad --address: does not blame \$DIVVY_ADDRESS"; fi
+
+# ---- the packaged socket in a directory the user cannot search --------------------------------
+
+# /run/divvyd is 0750: for a user outside the divvy group, access() says EACCES, not ENOENT.
+# The command fell back to 127.0.0.1:8321 and reported "connection refused" there; it must try
+# the socket and report "Permission denied". Only as root on a machine without /run/divvyd
+# (nothing installed), where the directory can be made and removed; skipped otherwise.
+if [ "$(id -u)" -eq 0 ] && [ ! -e /run/divvyd ] && command -v setpriv >/dev/null &&
+	mkdir -m 0750 /run/divvyd 2>/dev/null; then
+	made_run_dir=true
+	env -u DIVVY_ADDRESS setpriv --reuid=65534 --regid=65534 --clear-groups "$divvy" hit a=b >"$tmp/out" 2>"$tmp/err"
+	status=$?
+	rmdir /run/divvyd
+	made_run_dir=false
+	if [ "$status" -eq 2 ] &&
+		grep -qxF 'divvy: Failed to connect to unix:/run/divvyd/divvyd.sock: Permission denied' "$tmp/err"; then
+		pass "packaged socket not searchable: tried, Permission denied"
+	else
+		fail "packaged socket not searchable: tried, Permission denied (status $status)"
+	fi
+else
+	echo "skipped: packaged socket not searchable (needs root, setpriv and no /run/divvyd)"
+fi
 
 finish

@@ -437,6 +437,66 @@ START_TEST (test_invalid_arguments) {
 }
 END_TEST
 
+/* A key starting with '@' is quoted in a version 2 request: divvyd reads an unquoted "@..."
+ * token after the count as a client timestamp (TAKE 1 @user=x got ERR bad-time, EXPLAIN
+ * @user=x "only TAKE, PEEK and CHARGE take a timestamp"). HIT has none: its bytes are kept. */
+START_TEST (test_at_key_quoted) {
+        static const Step steps[] = {
+                { "HELLO", HELLO_OK },
+                { "TAKE 1 \"@user\"=x a=@b", "OK allowed=true credit=4 limit=5 reset=60 retry=0 rule=at\n" },
+                { "PEEK 0 \"@user\"=x", "OK allowed=true credit=4 limit=5 reset=60 retry=0 rule=at\n" },
+                { "RESET \"@user\"=x", "OK reset=1\n" },
+                { "EXPLAIN \"@ x\"=y \"@user\"=x", "OK rule=at index=0 policy=stop actor=\"x\" "
+                                                   "algorithm=fixed-window canaries=- continue=-\n" },
+                { "HIT @user=x", "OK true 3 60\n" },
+        };
+        divvy_decision r;
+        divvy_explanation e;
+        divvy_result h;
+        Fake f;
+        divvy *d;
+
+        fake_start(&f, steps, sizeof steps / sizeof steps[0]);
+        d = handle(&f);
+        ck_assert_int_eq(divvy_take(d, 1, PAIRS({ "@user", "x" }, { "a", "@b" }), &r), 0);
+        assert_decision(&r, true, 4, 5, 60, 0, "at");
+        ck_assert_int_eq(divvy_peek(d, 0, PAIRS({ "@user", "x" }), &r), 0);
+        ck_assert_int_eq(divvy_reset(d, PAIRS({ "@user", "x" }), NULL), 0);
+        ck_assert_int_eq(divvy_explain(d, PAIRS({ "@ x", "y" }, { "@user", "x" }), &e), 0);
+        ck_assert_str_eq(e.actor, "x");
+        ck_assert_int_eq(divvy_hit(d, PAIRS({ "@user", "x" }), &h), 0);
+        ck_assert(h.allowed && h.credit == 3);
+        fake_finish(&f, d, 1);
+}
+END_TEST
+
+/* divvy_server_name() is the name of the last successful HELLO, else "": a HELLO that fails
+ * (an old server behind the same address now, a broken connection) clears the name the one
+ * before it gave, instead of still naming a server that no longer answers. */
+START_TEST (test_server_name_after_failed_hello) {
+        static const Step steps[] = {
+                { "HELLO", "OK proto=2 server=divvyd/1\n" },
+                { "HELLO", "ERR unknown-command\n" },
+                { "HELLO", "OK proto=2 server=divvyd/2\n" },
+                { "HELLO", NULL },
+        };
+        Fake f;
+        divvy *d;
+
+        fake_start(&f, steps, sizeof steps / sizeof steps[0]);
+        d = handle(&f);
+        ck_assert_int_eq(divvy_hello(d), 2);
+        ck_assert_str_eq(divvy_server_name(d), "divvyd/1");
+        ck_assert_int_eq(divvy_hello(d), -EPROTONOSUPPORT);
+        ck_assert_str_eq(divvy_server_name(d), "");
+        ck_assert_int_eq(divvy_hello(d), 2);
+        ck_assert_str_eq(divvy_server_name(d), "divvyd/2");
+        ck_assert_int_eq(divvy_hello(d), -ECONNRESET);
+        ck_assert_str_eq(divvy_server_name(d), "");
+        fake_finish(&f, d, 2);
+}
+END_TEST
+
 static Suite *client_v2_suite(void) {
         Suite *s = suite_create("client-v2");
         TCase *tc = tcase_create("fake");
@@ -451,6 +511,8 @@ static Suite *client_v2_suite(void) {
                             sizeof decision_replies / sizeof decision_replies[0]);
         tcase_add_test(tc, test_explain_replies);
         tcase_add_test(tc, test_invalid_arguments);
+        tcase_add_test(tc, test_at_key_quoted);
+        tcase_add_test(tc, test_server_name_after_failed_hello);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -392,6 +392,60 @@ START_TEST (test_no_fd_leak) {
 }
 END_TEST
 
+/* ---- one timeout for HELLO and the request after it ------------------------------------------ */
+
+/* Answers HELLO after 750 ms and the TAKE after 1500 ms, counted from the requests. */
+static void *slow_v2_run(void *userdata) {
+        Fake *f = userdata;
+        struct pollfd pfd = { .events = POLLIN };
+        const struct timespec step = { .tv_nsec = 750 * 1000 * 1000 };
+        static const char hello[] = "OK proto=2\n",
+                          take[] = "OK allowed=true credit=1 limit=2 reset=3 retry=0 rule=#0\n";
+        char buf[4096];
+        size_t lines = 0;
+        ssize_t n;
+        int fd;
+
+        pfd.fd = f->listen_fd;
+        if (poll(&pfd, 1, WAIT_MS) != 1 || (fd = accept(f->listen_fd, NULL, NULL)) < 0)
+                return NULL;
+        pfd.fd = fd;
+        while (lines < 2 && poll(&pfd, 1, WAIT_MS) == 1 && (n = read(fd, buf, sizeof buf)) > 0)
+                for (ssize_t i = 0; i < n; i++)
+                        lines += buf[i] == '\n';
+        (void) nanosleep(&step, NULL);
+        (void) send(fd, hello, sizeof hello - 1, MSG_NOSIGNAL);
+        (void) nanosleep(&step, NULL);
+        (void) send(fd, take, sizeof take - 1, MSG_NOSIGNAL);
+        while (poll(&pfd, 1, WAIT_MS) == 1 && read(fd, buf, sizeof buf) > 0)
+                ;
+        close(fd);
+        return NULL;
+}
+
+/* A version 2 call is bounded by one timeout, as divvy_hit() is and as divvy(1) promises for
+ * --timeout ("bound on each request, connect included"): each wait had its own, so a server
+ * answering HELLO just in time stretched `divvy --timeout 1 take` to almost 2 s. With a 1 s
+ * timeout the TAKE's reply (at 1.5 s at the earliest) must come too late; any delay of the
+ * fake only makes it later. */
+START_TEST (test_v2_call_one_timeout) {
+        divvy_decision dec;
+        divvy *d;
+        int r;
+        Fake f = { 0 };
+
+        f.listen_fd = listen_unix(4);
+        ck_assert_int_eq(pthread_create(&f.thread, NULL, slow_v2_run, &f), 0);
+        d = handle();
+        ck_assert_int_eq(divvy_set_timeout(d, 1000 * 1000), 0);
+        r = divvy_take(d, 1, pair, 1, &dec);
+        ck_assert_msg(r == -ETIMEDOUT, "take: %d (%s)", r, divvy_last_error(d));
+        ck_assert_int_eq(divvy_pending(d), 0);
+        divvy_free(d);
+        fake_stop(&f);
+}
+END_TEST
+
 static Suite *edges_suite(void) {
         Suite *s = suite_create("client-edges");
         TCase *tc = tcase_create("edges");
@@ -405,6 +459,7 @@ static Suite *edges_suite(void) {
         tcase_add_test(tc, test_bytewise_replies);
         tcase_add_loop_test(tc, test_endless_reply_line, 0, 3);
         tcase_add_test(tc, test_no_fd_leak);
+        tcase_add_test(tc, test_v2_call_one_timeout);
         suite_add_tcase(s, tc);
         return s;
 }
