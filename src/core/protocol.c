@@ -296,8 +296,14 @@ static int parse_count(const uint8_t **pp, const uint8_t *end, ProtoRequest *req
         }
 
         if (req->verb == PROTO_VERB_HELLO || req->verb == PROTO_VERB_RESET ||
-            req->verb == PROTO_VERB_EXPLAIN)
+            req->verb == PROTO_VERB_EXPLAIN) {
+                /* A number is a count they do not take; any other word is a pair without its
+                 * '=' (parse_pairs() says so), as RESP's check (resp_to_request()) decides. */
+                for (const uint8_t *q = tok; q < p; q++)
+                        if (*q < '0' || *q > '9')
+                                return 0;
                 return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_NONE);
+        }
         r = proto_parse_count_token(tok, (size_t) (p - tok), req);
         if (r < 0)
                 return r;

@@ -1427,6 +1427,37 @@ START_TEST (test_fuzz_frame) {
 }
 END_TEST
 
+/* HELLO, RESET and EXPLAIN take no count: a number there is refused as one ("take no count"),
+ * but a word that is no number is a pair that lost its '=' (as on RESP, where it is an odd
+ * argument), not a count, and is refused as such. */
+START_TEST (test_no_count_verbs_word_is_a_pair) {
+        static const struct {
+                const char *line;
+                ProtoErrorCode code;
+                const char *reason;
+        } cases[] = {
+                { "RESET user", PROTO_ERROR_UNKNOWN, "expected '=' after key" },
+                { "EXPLAIN method", PROTO_ERROR_UNKNOWN, "expected '=' after key" },
+                { "HELLO client", PROTO_ERROR_UNKNOWN, "expected '=' after key" },
+                { "RESET 1x a=b", PROTO_ERROR_UNKNOWN, "expected '=' after key" },
+                { "RESET 12 a=b", PROTO_ERROR_BAD_COUNT, "take no count" },
+                { "EXPLAIN 0", PROTO_ERROR_BAD_COUNT, "take no count" },
+                { "HELLO 2", PROTO_ERROR_BAD_COUNT, "take no count" },
+        };
+        ProtoRequest req;
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                ck_assert_int_eq(
+                        proto_parse_request(cases[i].line, strlen(cases[i].line), PROTO_PAIRS_MAX, &req),
+                        -EBADMSG);
+                ck_assert_msg(req.error_code == cases[i].code, "%s: %s", cases[i].line,
+                              proto_error_code_to_string(req.error_code));
+                ck_assert_msg(strstr(req.error_reason, cases[i].reason), "%s: \"%s\"", cases[i].line,
+                              req.error_reason);
+        }
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("protocol");
         TCase *tc;
@@ -1449,6 +1480,7 @@ int main(void) {
         tcase_add_test(tc, test_format_hello_reset);
         tcase_add_test(tc, test_format_explain);
         tcase_add_test(tc, test_format_explain_bounds);
+        tcase_add_test(tc, test_no_count_verbs_word_is_a_pair);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("frame");
