@@ -296,8 +296,14 @@ static int parse_count(const uint8_t **pp, const uint8_t *end, ProtoRequest *req
         }
 
         if (req->verb == PROTO_VERB_HELLO || req->verb == PROTO_VERB_RESET ||
-            req->verb == PROTO_VERB_EXPLAIN)
+            req->verb == PROTO_VERB_EXPLAIN) {
+                /* A number is a count they do not take; any other word is a pair without its
+                 * '=' (parse_pairs() says so), as RESP's check (resp_to_request()) decides. */
+                for (const uint8_t *q = tok; q < p; q++)
+                        if (*q < '0' || *q > '9')
+                                return 0;
                 return proto_request_fail(req, PROTO_ERROR_BAD_COUNT, REASON_COUNT_NONE);
+        }
         r = proto_parse_count_token(tok, (size_t) (p - tok), req);
         if (r < 0)
                 return r;
@@ -327,8 +333,9 @@ int proto_parse_count_token(const uint8_t *tok, size_t len, ProtoRequest *req) {
         return 0;
 }
 
-/* The client's timestamp, if the token at *pp (after blanks) starts with '@': moves *pp past
- * it. Returns 0, or -EBADMSG after proto_request_fail(). */
+/* The client's timestamp, if the token at *pp (after blanks) starts with '@' and holds neither
+ * '=' nor '"' (else it is a pair, as for the count): moves *pp past it. Returns 0, or -EBADMSG
+ * after proto_request_fail(). */
 static int parse_time(const uint8_t **pp, const uint8_t *end, ProtoRequest *req) {
         const uint8_t *p = *pp, *tok;
         int r;
@@ -338,7 +345,8 @@ static int parse_time(const uint8_t **pp, const uint8_t *end, ProtoRequest *req)
         if (p >= end || *p != '@')
                 return 0;
         for (tok = p; p < end && !is_blank(*p); p++)
-                ;
+                if (*p == '=' || *p == '"')
+                        return 0; /* a pair whose key starts with '@': no key is reserved */
         r = proto_parse_time_token(tok, (size_t) (p - tok), req);
         if (r < 0)
                 return r;

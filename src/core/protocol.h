@@ -122,8 +122,9 @@ int proto_next_line(const char *buf, size_t len, size_t line_max, ProtoSlice *re
  * line that starts with a blank with "unknown-command", and so do we). HIT is parsed exactly as
  * proto_parse_line() does (it never takes a count). For the other verbs, the first token after
  * the verb that holds neither '=' nor '"' is the count: TAKE, CHARGE and REFUND need one >= 1,
- * PEEK may have one >= 0 (default 1), HELLO, RESET and EXPLAIN have none. A bad, missing or
- * unexpected count is PROTO_ERROR_BAD_COUNT; everything else fails as in proto_parse_line().
+ * PEEK may have one >= 0 (default 1), HELLO, RESET and EXPLAIN have none (there a number is
+ * an unexpected count, any other word a pair without its '='). A bad, missing or unexpected
+ * count is PROTO_ERROR_BAD_COUNT; everything else fails as in proto_parse_line().
  * The daemon calls this one once it answers version 2. */
 int proto_parse_request(const char *line, size_t len, size_t max_pairs, ProtoRequest *ret);
 

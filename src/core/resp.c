@@ -322,7 +322,10 @@ int resp_to_request(ProtoVerb verb, const ProtoSlice *argv, size_t argc, ProtoRe
         default:
                 break;
         }
-        if (i < argc && (argc - i) % 2 == 1 && argv[i].len > 0 && argv[i].ptr[0] == '@')
+        /* Not on HIT: as on a line, its arguments are pairs only, and its errors divvy's codes
+         * (an odd "@..." first is an odd count, not bad-time). */
+        if (verb != PROTO_VERB_HIT && i < argc && (argc - i) % 2 == 1 && argv[i].len > 0 &&
+            argv[i].ptr[0] == '@')
                 if (parse_time(argv[i++], ret) < 0)
                         return -EBADMSG;
         if ((argc - i) % 2 == 1)

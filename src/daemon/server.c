@@ -31,7 +31,8 @@ typedef struct Server Server;
 typedef struct ServerBatch {
         Server *server;
         Batch *batch;
-        Connection **conns; /* BATCH_REQUESTS_MAX: a connection gives a batch one request at least */
+        Connection **conns; /* BATCH_REQUESTS_MAX: the connections a batch took, with or without a
+                             * request */
         size_t n_conns;
         bool in_flight; /* pending in a store that completes later */
 } ServerBatch;
@@ -454,7 +455,11 @@ static void server_run_batch(Server *s) {
                 if (!sb)
                         return; /* a batch that completes takes the rest */
                 sb->n_conns = 0;
-                for (c = s->ready_head; c && batch_has_room(sb->batch); c = s->ready_head) {
+                /* Bounded by conns[] too: a connection may give no request (its replies reached
+                 * the output limit since it was queued, or its EOF cut a RESP request short),
+                 * so the batch's room alone does not bound the walk. */
+                for (c = s->ready_head; c && sb->n_conns < BATCH_REQUESTS_MAX && batch_has_room(sb->batch);
+                     c = s->ready_head) {
                         batch_take(sb->batch, c);
                         ready_remove(s, c);
                         sb->conns[sb->n_conns++] = c;

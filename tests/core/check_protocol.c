@@ -783,7 +783,7 @@ static const TimeCase time_cases[] = {
         { "TAKE 1 @99999999999999999999999", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
         { "TAKE 1 @-1", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
         { "TAKE 1 @1x a=b", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
-        { "TAKE 1 @1=2", PROTO_ERROR_BAD_TIME, 0, 0, 0 },
+        { "TAKE 1 @1=2", -1, UINT64_MAX, 1, 1 }, /* '=': a pair, its key "@1" (none is reserved) */
 };
 
 START_TEST (test_parse_time) {
@@ -1427,6 +1427,62 @@ START_TEST (test_fuzz_frame) {
 }
 END_TEST
 
+/* HELLO, RESET and EXPLAIN take no count: a number there is refused as one ("take no count"),
+ * but a word that is no number is a pair that lost its '=' (as on RESP, where it is an odd
+ * argument), not a count, and is refused as such. */
+START_TEST (test_no_count_verbs_word_is_a_pair) {
+        static const struct {
+                const char *line;
+                ProtoErrorCode code;
+                const char *reason;
+        } cases[] = {
+                { "RESET user", PROTO_ERROR_UNKNOWN, "expected '=' after key" },
+                { "EXPLAIN method", PROTO_ERROR_UNKNOWN, "expected '=' after key" },
+                { "HELLO client", PROTO_ERROR_UNKNOWN, "expected '=' after key" },
+                { "RESET 1x a=b", PROTO_ERROR_UNKNOWN, "expected '=' after key" },
+                { "RESET 12 a=b", PROTO_ERROR_BAD_COUNT, "take no count" },
+                { "EXPLAIN 0", PROTO_ERROR_BAD_COUNT, "take no count" },
+                { "HELLO 2", PROTO_ERROR_BAD_COUNT, "take no count" },
+        };
+        ProtoRequest req;
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                ck_assert_int_eq(
+                        proto_parse_request(cases[i].line, strlen(cases[i].line), PROTO_PAIRS_MAX, &req),
+                        -EBADMSG);
+                ck_assert_msg(req.error_code == cases[i].code, "%s: %s", cases[i].line,
+                              proto_error_code_to_string(req.error_code));
+                ck_assert_msg(strstr(req.error_reason, cases[i].reason), "%s: \"%s\"", cases[i].line,
+                              req.error_reason);
+        }
+}
+END_TEST
+
+/* A pair whose key starts with '@' is a pair wherever it stands, first after the verb and
+ * count included: README says no request key is reserved, a timestamp is a bare "@..." token
+ * (no '=', as the count), and HIT, a later position and RESP all took it as a pair. */
+START_TEST (test_at_key_is_a_pair) {
+        static const char *const lines[] = {
+                "TAKE 1 @src=x path=/x", "PEEK @src=x",        "CHARGE 2 @1=x",
+                "EXPLAIN @src=x",        "RESET @src=\"x y\"", "PEEK 0 \"@src\"=x",
+        };
+        ProtoRequest req;
+
+        for (size_t i = 0; i < ELEMENTSOF(lines); i++) {
+                ck_assert_msg(proto_parse_request(lines[i], strlen(lines[i]), PROTO_PAIRS_MAX, &req) == 0,
+                              "%s: %s", lines[i], req.error_reason);
+                ck_assert(!req.has_at);
+                ck_assert_ptr_nonnull(proto_request_get(&req, lines[i][0] == 'C' ? "@1" : "@src",
+                                                        lines[i][0] == 'C' ? 2 : 4));
+        }
+        /* a bare "@..." stays a timestamp, with a pair after it */
+        ck_assert_int_eq(proto_parse_request("TAKE 1 @12 @src=x", 17, PROTO_PAIRS_MAX, &req), 0);
+        ck_assert(req.has_at);
+        ck_assert_uint_eq(req.at_usec, 12000000);
+        ck_assert_ptr_nonnull(proto_request_get(&req, "@src", 4));
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("protocol");
         TCase *tc;
@@ -1449,6 +1505,8 @@ int main(void) {
         tcase_add_test(tc, test_format_hello_reset);
         tcase_add_test(tc, test_format_explain);
         tcase_add_test(tc, test_format_explain_bounds);
+        tcase_add_test(tc, test_no_count_verbs_word_is_a_pair);
+        tcase_add_test(tc, test_at_key_is_a_pair);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("frame");

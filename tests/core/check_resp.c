@@ -208,7 +208,8 @@ static const struct {
         { "TAKE|1|@1.1234567|a|b", NULL, PROTO_ERROR_BAD_TIME, "@<seconds>" },
         { "TAKE|1|@123456789012|a|b", NULL, PROTO_ERROR_BAD_TIME, "@<seconds>" },
         { "REFUND|1|@1|a|b", NULL, PROTO_ERROR_BAD_TIME, "only TAKE" },
-        { "HIT|@1|a|b", NULL, PROTO_ERROR_BAD_TIME, "only TAKE" },
+        { "HIT|@1|a|b", NULL, PROTO_ERROR_UNKNOWN, "odd number" }, /* HIT: divvy's codes only */
+        { "HIT|@1|a", "HIT @1=a", 0, NULL },
         { "HIT|a", NULL, PROTO_ERROR_UNKNOWN, "odd number" },
         { "TAKE|1|a|b|c", NULL, PROTO_ERROR_UNKNOWN, "odd number" },
         { "HIT||x", NULL, PROTO_ERROR_UNKNOWN, "empty key" },
@@ -367,6 +368,27 @@ START_TEST (test_format) {
 }
 END_TEST
 
+/* HIT's errors are divvy's two codes in either syntax (README: bad-count, bad-time and
+ * forbidden are for the new verbs only): whatever its arguments, a HIT that fails says
+ * unknown, as the same words on a line do. */
+START_TEST (test_hit_errors_keep_divvy_codes) {
+        static const char *const cases[] = {
+                "HIT|@1",    "HIT|@1|a|b", "HIT|@1700000000.5|a|b", "HIT|@x|a|b", "HIT|5",
+                "HIT|5|a|b", "HIT|0|a|b",
+        };
+        ProtoSlice argv[8];
+        ProtoRequest req;
+
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+                size_t argc = split_args(cases[k], argv, 8);
+
+                ck_assert_int_eq(resp_to_request(PROTO_VERB_HIT, argv, argc, &req), -EBADMSG);
+                ck_assert_msg(req.error_code == PROTO_ERROR_UNKNOWN, "%s: %s", cases[k],
+                              proto_error_code_to_string(req.error_code));
+        }
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("resp");
         TCase *tc = tcase_create("parse");
@@ -379,6 +401,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_to_request, 0, sizeof request_cases / sizeof request_cases[0]);
         tcase_add_test(tc, test_to_request_pairs_max);
         tcase_add_test(tc, test_parse_int);
+        tcase_add_test(tc, test_hit_errors_keep_divvy_codes);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("format");

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* connection.c: the input buffer and its framing, the output buffer, and the socket calls,
- * over a socketpair. */
+ * over a socketpair; and connections as the server walks them into a batch. */
 
 #include <check.h>
 #include <errno.h>
@@ -8,10 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/config.h"
+#include "daemon/batch.h"
 #include "daemon/connection.h"
+#include "daemon/server.h"
 #include "check-run.h"
 
 static Connection *conn;
@@ -228,6 +232,105 @@ START_TEST (test_set_events) {
 }
 END_TEST
 
+/* ---- connections that give a batch no request ---- */
+
+/* A connection on the ready list may give a batch nothing: its unsent replies reached the
+ * output limit since it was queued (it is then marked blocked), or its peer's EOF cut a RESP
+ * request short. A batch walked the ready list for as long as its room lasted, and such
+ * connections take none, so with more than BATCH_REQUESTS_MAX of them queued at once it wrote
+ * past the batch's array of connections. Here: BATCH_REQUESTS_MAX + 64 clients pipeline
+ * requests and read nothing, every one reaches the output limit in the same round of batches,
+ * and the next batch met them all. Every reply must still arrive once the clients read. */
+#define MANY_CLIENTS   (BATCH_REQUESTS_MAX + 256)
+#define MANY_REQUESTS  1000 /* per client: "HIT\n", enough rounds of 64 to fill the socket */
+#define MANY_REPLY     "OK true 5 0\n"
+#define MANY_STEPS_MAX 200000
+
+START_TEST (test_batch_walks_many_blocked_connections) {
+        static const char rules_text[] = "[default]\ncreditLimit = 5\nresetSeconds = 0\n";
+        static int clients[MANY_CLIENTS];
+        static size_t received[MANY_CLIENTS];
+        static char input[4 * MANY_REQUESTS];
+        ServerSettings settings = { .max_connections = MANY_CLIENTS + 8, .output_limit = 4096 };
+        const size_t want = MANY_REQUESTS * (sizeof MANY_REPLY - 1);
+        struct rlimit rl;
+        sd_event *e = NULL;
+        Server *srv = NULL;
+        RuleSet *rs = NULL;
+        size_t done = 0;
+        Diag diag;
+
+        /* two fds per client */
+        ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+        if (rl.rlim_cur < 2 * MANY_CLIENTS + 64) {
+                rl.rlim_cur = rl.rlim_max;
+                if (rl.rlim_max < 2 * MANY_CLIENTS + 64 || setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+                        printf("SKIP: %s: needs %d file descriptors\n", __func__, 2 * MANY_CLIENTS + 64);
+                        return;
+                }
+        }
+
+        diag_init(&diag, "rules.ini");
+        ck_assert_int_eq(ruleset_new("rules.ini", &rs), 0);
+        ck_assert_int_eq(config_ini_parse(rules_text, sizeof rules_text - 1, rs, &diag), 0);
+        ck_assert_int_eq(ruleset_finalize(rs, &diag), 0);
+        diag_done(&diag);
+        ck_assert_int_eq(sd_event_new(&e), 0);
+        ck_assert_int_eq(server_new(e, &settings, &srv), 0);
+        server_set_rules(srv, rs); /* resetSeconds = 0 allows without a counter: no store */
+
+        for (size_t i = 0; i < MANY_REQUESTS; i++)
+                memcpy(input + 4 * i, "HIT\n", 4);
+        for (size_t i = 0; i < MANY_CLIENTS; i++) {
+                int sv[2];
+
+                ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+                /* the smallest send buffer: replies back up into the output buffer soon */
+                ck_assert_int_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &(int){ 1 }, sizeof(int)), 0);
+                ck_assert_int_eq(send(sv[1], input, sizeof input, MSG_NOSIGNAL), (ssize_t) sizeof input);
+                server_accept(sv[0], false, false, srv);
+                clients[i] = sv[1];
+        }
+        ck_assert_uint_eq(server_counters(srv)->connections_current, MANY_CLIENTS);
+
+        /* Until every client is blocked: nothing left to dispatch. */
+        for (unsigned step = 0, idle = 0; idle < 3; step++) {
+                ck_assert_uint_lt(step, MANY_STEPS_MAX);
+                int r = sd_event_run(e, 0);
+                ck_assert_int_ge(r, 0);
+                idle = r == 0 ? idle + 1 : 0;
+        }
+
+        /* The clients read; every reply arrives, in full. */
+        for (unsigned step = 0; done < MANY_CLIENTS; step++) {
+                ck_assert_uint_lt(step, MANY_STEPS_MAX);
+                for (size_t i = 0; i < MANY_CLIENTS; i++) {
+                        char buf[16384];
+                        ssize_t n;
+
+                        if (received[i] == want)
+                                continue;
+                        while ((n = recv(clients[i], buf, sizeof buf, 0)) > 0) {
+                                ck_assert(memcmp(buf, MANY_REPLY, sizeof MANY_REPLY - 1) == 0 ||
+                                          received[i] % (sizeof MANY_REPLY - 1) != 0);
+                                received[i] += (size_t) n;
+                        }
+                        ck_assert_uint_le(received[i], want);
+                        if (received[i] == want)
+                                done++;
+                }
+                ck_assert_int_ge(sd_event_run(e, 0), 0);
+        }
+        ck_assert_uint_eq(server_counters(srv)->batch_requests, (uint64_t) MANY_CLIENTS * MANY_REQUESTS);
+
+        for (size_t i = 0; i < MANY_CLIENTS; i++)
+                close(clients[i]);
+        srv = server_free(srv);
+        e = sd_event_unref(e);
+        rs = ruleset_free(rs);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("connection");
         TCase *tc = tcase_create("connection");
@@ -243,6 +346,11 @@ int main(void) {
         tcase_add_test(tc, test_flush_peer_gone);
         tcase_add_test(tc, test_discard_input);
         tcase_add_test(tc, test_set_events);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("server");
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_batch_walks_many_blocked_connections);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);
