@@ -1442,6 +1442,15 @@ static void run_due(RedisStore *s, uint64_t now) {
         case REDIS_MODE_CLUSTER:
                 if (!s->have_map || s->map_stale)
                         map_refresh(s, now);
+                /* a node lost to a failure is reconnected on its own, as a single server is: else
+                 * an idle daemon would call the store down until a call went there */
+                for (size_t i = 0; i < s->n_nodes; i++) {
+                        Node *n = s->nodes[i];
+
+                        if (n && n->failed && n->have_addr && now >= n->retry_at &&
+                            redis_conn_state(n->conn) == REDIS_CONN_CLOSED)
+                                (void) node_connect(n, now);
+                }
                 break;
         default:
                 break;
@@ -1469,7 +1478,9 @@ static void run_due(RedisStore *s, uint64_t now) {
                         continue;
                 if (redis_conn_state(n->conn) != REDIS_CONN_CLOSED && !n->healthy)
                         consider_deadline(&next, n->connect_deadline);
-                if (s->url.mode == REDIS_MODE_SINGLE && redis_conn_state(n->conn) == REDIS_CONN_CLOSED)
+                if ((s->url.mode == REDIS_MODE_SINGLE ||
+                     (s->url.mode == REDIS_MODE_CLUSTER && n->failed && n->have_addr)) &&
+                    redis_conn_state(n->conn) == REDIS_CONN_CLOSED)
                         consider_deadline(&next, n->retry_at > now ? n->retry_at : now + 1);
         }
         if (s->sentinel && redis_conn_state(s->sentinel->conn) != REDIS_CONN_CLOSED)

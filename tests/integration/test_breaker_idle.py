@@ -9,6 +9,12 @@ redis-server on loopback (tests/integration/redisfix.py).
   daemon said "breaker-open" (STATUS, log, divvyd_backend_up 0) long after Redis was back.
   Now the store probes on its own (PING) once the open period is over: the store is up again
   (metrics, log, STATUS) with no request, and no script call reached the new Redis before.
+- test_cluster_node_back_without_requests: a Redis Cluster node killed under requests for its
+  slots (the breaker opens, its probe is answered by the other nodes: the store is "down"),
+  then started again, and no request comes. Nothing reconnected a cluster node but a call
+  routed to it (a single server is reconnected on its own), so an idle daemon said "down"
+  (STATUS, divvyd_backend_up 0) for ever. Now a cluster node lost to a failure is reconnected
+  with the same backoff: the store is up again with no request.
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_breaker_idle.py BreakerIdle.test_breaker_closes_without_requests
@@ -87,6 +93,47 @@ class BreakerIdle(harness.DaemonTestCase):
             # And the next request is counted in Redis (a new, empty server), not refused.
             self.assertHit(d.request("HIT type=allow u=%s" % u), True, 1, (59, 60))
             self.assertIn("cmdstat_evalsha", redis.client().info("commandstats"))
+
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class ClusterBreakerIdle(harness.DaemonTestCase):
+    def backend(self, port):
+        return harness.prometheus_samples(harness.http_get(port)[2])
+
+    def actor_on(self, cl, node):
+        return next(x for x in ("cb-%d-%d" % (os.getpid(), i) for i in range(10000))
+                    if cl.node_for_key("{%s}" % x) is node)
+
+    def test_cluster_node_back_without_requests(self):
+        with redisfix.Cluster() as cl:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=200",
+                                                "--http-port=%d" % http])
+            actors = [self.actor_on(cl, n) for n in cl.nodes]
+            for a in actors:  # every node's connection is open
+                self.assertHit(d.request("HIT type=allow u=%s" % a), True, 1, (59, 60))
+            redisfix.wait_until(lambda: self.backend(http).get("divvyd_backend_up") == 1, harness.IO_TIMEOUT,
+                                "divvyd_backend_up 1", d.log_tail)
+
+            victim = cl.nodes[1]
+            victim.kill()
+            for _ in range(2 * BREAKER_THRESHOLD):
+                self.assertEqual(d.request("HIT type=allow u=%s" % actors[1]), "OK true 2 60")
+            self.assertEqual(self.backend(http).get("divvyd_backend_up"), 0)
+            killed = d.last_seq()
+            d.wait_note(re.compile(r"^STATUS=Serving .*, redis down \("), after=killed,
+                        what="STATUS saying down (the probe answered by the other nodes)")
+
+            victim.start()
+            cl.wait_ok()
+
+            def up():
+                d.drain_notes(0)
+                return self.backend(http).get("divvyd_backend_up") == 1
+
+            redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+            self.assertHit(d.request("HIT type=allow u=%s" % actors[1]), True, 1, (59, 60))
 
 
 if __name__ == "__main__":
