@@ -67,6 +67,7 @@ struct Node {
         bool healthy;              /* a reply came since the connect */
         bool failed;               /* closed by a failure, no reply since: reconnecting is an outage */
         bool dirty;                /* commands queued since the last flush */
+        bool serving;              /* cluster: the map names it for a slot (cluster_mark_serving()) */
         bool pinging;              /* the breaker's own probe (a PING) awaits its reply here */
         uint64_t ping_seq;         /* its command on conn (redis_conn_abandon()) */
         uint64_t connect_deadline; /* connecting, no reply yet: give up then (0: none) */
@@ -916,6 +917,26 @@ static int cluster_nodes_sync(RedisStore *s) {
         return 0;
 }
 
+/* Which nodes serve a slot now: only they make the store down when they are (a node that died
+ * and gave its slots to another, a failover or a removal, is no outage), only they are
+ * reconnected on their own and probed. */
+static void cluster_mark_serving(RedisStore *s) {
+        for (size_t i = 0; i < s->n_nodes; i++)
+                if (s->nodes[i])
+                        s->nodes[i]->serving = false;
+        for (size_t slot = 0; slot < CLUSTER_SLOTS; slot++) {
+                uint16_t idx = s->map.slot_node[slot];
+
+                if (idx != CLUSTER_NODE_NONE && idx < s->n_nodes && s->nodes[idx])
+                        s->nodes[idx]->serving = true;
+        }
+}
+
+/* A node a call may need: every node before the first map, then those serving a slot. */
+static bool node_in_use(const RedisStore *s, const Node *n) {
+        return s->url.mode != REDIS_MODE_CLUSTER || !s->have_map || n->serving;
+}
+
 static void slots_reply(void *userdata, redisReply *r, int error) {
         Node *n = userdata;
         RedisStore *s = n->s;
@@ -942,6 +963,7 @@ static void slots_reply(void *userdata, redisReply *r, int error) {
         s->map_stale = false;
         if (cluster_nodes_sync(s) < 0)
                 set_error(s, "out of memory for the cluster's nodes");
+        cluster_mark_serving(s);
         dispatch_parked(s, now);
 }
 
@@ -1014,6 +1036,8 @@ static void cluster_redirect(Call *c, Node *n, redisReply *r, uint64_t now) {
                         call_finish(c, -EIO);
                         return;
                 }
+                if (kind == CLUSTER_REDIRECT_MOVED && (size_t) idx < s->n_nodes && s->nodes[idx])
+                        s->nodes[idx]->serving = true;
                 c->node = NULL;
                 call_send(c, now);
                 return;
@@ -1259,7 +1283,7 @@ static void probe_start(RedisStore *s, uint64_t now) {
         for (size_t i = 0; i < s->n_nodes; i++) {
                 Node *n = s->nodes[i];
 
-                if (!n || !n->have_addr || n->pinging ||
+                if (!n || !n->have_addr || n->pinging || !node_in_use(s, n) ||
                     (s->url.mode == REDIS_MODE_CLUSTER && !n->attempted))
                         continue;
                 if (redis_conn_state(n->conn) == REDIS_CONN_CLOSED && node_connect(n, now) < 0)
@@ -1447,7 +1471,7 @@ static void run_due(RedisStore *s, uint64_t now) {
                 for (size_t i = 0; i < s->n_nodes; i++) {
                         Node *n = s->nodes[i];
 
-                        if (n && n->failed && n->have_addr && now >= n->retry_at &&
+                        if (n && n->failed && n->have_addr && node_in_use(s, n) && now >= n->retry_at &&
                             redis_conn_state(n->conn) == REDIS_CONN_CLOSED)
                                 (void) node_connect(n, now);
                 }
@@ -1478,8 +1502,8 @@ static void run_due(RedisStore *s, uint64_t now) {
                         continue;
                 if (redis_conn_state(n->conn) != REDIS_CONN_CLOSED && !n->healthy)
                         consider_deadline(&next, n->connect_deadline);
-                if ((s->url.mode == REDIS_MODE_SINGLE ||
-                     (s->url.mode == REDIS_MODE_CLUSTER && n->failed && n->have_addr)) &&
+                if ((s->url.mode == REDIS_MODE_SINGLE || (s->url.mode == REDIS_MODE_CLUSTER && n->failed &&
+                                                          n->have_addr && node_in_use(s, n))) &&
                     redis_conn_state(n->conn) == REDIS_CONN_CLOSED)
                         consider_deadline(&next, n->retry_at > now ? n->retry_at : now + 1);
         }
@@ -1629,7 +1653,7 @@ RedisStoreState redis_store_state(const RedisStore *s) {
         for (size_t i = 0; i < s->n_nodes; i++) {
                 const Node *n = s->nodes[i];
 
-                if (!n || (!n->attempted && s->url.mode == REDIS_MODE_CLUSTER))
+                if (!n || (!n->attempted && s->url.mode == REDIS_MODE_CLUSTER) || !node_in_use(s, n))
                         continue;
                 if (n->healthy)
                         any_healthy = true;

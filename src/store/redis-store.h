@@ -161,7 +161,7 @@ typedef struct RedisStoreOptions {
 typedef enum RedisStoreState {
         REDIS_STORE_CONNECTING,   /* no usable connection yet: connecting, or asking the sentinels
                                    * / the cluster where to go; batches wait (up to their deadline) */
-        REDIS_STORE_CONNECTED,    /* the primary (every node we needed, in cluster mode) answers */
+        REDIS_STORE_CONNECTED,    /* the primary (cluster: every node used that serves a slot) answers */
         REDIS_STORE_DOWN,         /* the connection failed; waiting for the next reconnect */
         REDIS_STORE_BREAKER_OPEN, /* the breaker is open (or half-open, its probe in flight) */
         _REDIS_STORE_STATE_MAX,

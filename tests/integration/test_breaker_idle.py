@@ -15,6 +15,10 @@ redis-server on loopback (tests/integration/redisfix.py).
   routed to it (a single server is reconnected on its own), so an idle daemon said "down"
   (STATUS, divvyd_backend_up 0) for ever. Now a cluster node lost to a failure is reconnected
   with the same backoff: the store is up again with no request.
+- test_cluster_node_removed_while_down: a cluster node dies for good and its slots go to
+  another node (what a failover or redis-cli --cluster del-node does). Every slot was served
+  again, yet the dead node, still in the store's list, made it "down" for ever. Only nodes
+  that serve a slot in the current map count (and are reconnected and probed).
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_breaker_idle.py BreakerIdle.test_breaker_closes_without_requests
@@ -134,6 +138,41 @@ class ClusterBreakerIdle(harness.DaemonTestCase):
 
             redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
             self.assertHit(d.request("HIT type=allow u=%s" % actors[1]), True, 1, (59, 60))
+
+    def test_cluster_node_removed_while_down(self):
+        with redisfix.Cluster() as cl:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=200",
+                                                "--http-port=%d" % http])
+            actors = [self.actor_on(cl, n) for n in cl.nodes]
+            for a in actors:  # every node's connection is open
+                self.assertHit(d.request("HIT type=allow u=%s" % a), True, 1, (59, 60))
+            redisfix.wait_until(lambda: self.backend(http).get("divvyd_backend_up") == 1, harness.IO_TIMEOUT,
+                                "divvyd_backend_up 1", d.log_tail)
+
+            # The node dies for good; its slots go to another (what a failover or del-node does).
+            victim, heir, other = cl.nodes[2], cl.nodes[0], cl.nodes[1]
+            ranges = [r for r, port in cl.slots().items() if port == victim.port]
+            victim_id = cl.node_id(victim)
+            victim.kill()
+            self.assertEqual(d.request("HIT type=allow u=%s" % actors[2]), "OK true 2 60")
+            killed = d.last_seq()
+            d.wait_note(re.compile(r"^STATUS=Serving .*, redis down \("), after=killed, what="STATUS saying down")
+            for n in (heir, other):
+                cl._ask(n, "CLUSTER FORGET", victim_id)
+            for start, end in ranges:
+                cl._ask(heir, "CLUSTER ADDSLOTSRANGE", start, end)
+            cl.wait_ok()
+
+            # Every slot is served again: the store is up with no request, and the actor's next
+            # hit is counted on its new node (an empty counter there).
+            def up():
+                d.drain_notes(0)
+                return self.backend(http).get("divvyd_backend_up") == 1
+
+            redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+            self.assertHit(d.request("HIT type=allow u=%s" % actors[2]), True, 1, (59, 60))
+            self.assertEqual(cl.node_for_key("{%s}" % actors[2]), heir)
 
 
 if __name__ == "__main__":
