@@ -175,5 +175,37 @@ class ClusterBreakerIdle(harness.DaemonTestCase):
             self.assertEqual(cl.node_for_key("{%s}" % actors[2]), heir)
 
 
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class SentinelBreakerIdle(harness.DaemonTestCase):
+    def backend(self, port):
+        return harness.prometheus_samples(harness.http_get(port)[2])
+
+    def test_failover_during_outage_without_requests(self):
+        with redisfix.Sentinels() as sg:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % sg.url(), "--backend-timeout=200",
+                                                "--http-port=%d" % http])
+            u = "sf-%d" % os.getpid()
+            self.assertHit(d.request("HIT type=allow u=%s" % u), True, 1, (59, 60))
+            redisfix.wait_until(lambda: self.backend(http).get("divvyd_backend_up") == 1, harness.IO_TIMEOUT,
+                                "divvyd_backend_up 1", d.log_tail)
+            old = sg.primary_address()
+            old_srv = sg.server_at(old)
+            old_srv.kill()
+            for _ in range(2 * BREAKER_THRESHOLD):
+                self.assertEqual(d.request("HIT type=allow u=%s" % u)[:8], "OK true ")
+            self.assertEqual(self.backend(http).get("divvyd_backend_up"), 0)
+            new = sg.wait_primary(old)
+
+            def up():
+                d.drain_notes(0)
+                return self.backend(http).get("divvyd_backend_up") == 1
+
+            redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+            d.wait_note(re.compile(r"^STATUS=Serving .*, redis 127\.0\.0\.1:%d up, " % new[1]),
+                        after=0, what="STATUS naming the new primary")
+            self.assertTrue(d.request("HIT type=allow u=%s" % u).startswith("OK true "))
+
+
 if __name__ == "__main__":
     harness.main()
