@@ -50,9 +50,10 @@ struct Batch {
         uint64_t deadline;
         Call *calls;
         size_t calls_left;
-        bool failed;  /* a hit failed for a connection error or a timeout (the breaker's) */
-        bool refused; /* refused at once by the breaker (not counted by it) */
-        bool probe;   /* the half-open breaker's probe */
+        bool failed;   /* a hit failed for a connection error or a timeout (the breaker's) */
+        bool answered; /* a call had a reply (an error reply too): the store answers */
+        bool refused;  /* refused at once by the breaker (not counted by it) */
+        bool probe;    /* the half-open breaker's probe */
 };
 
 struct Node {
@@ -845,6 +846,7 @@ static void call_reply(void *userdata, redisReply *r, int error) {
         }
         if (n)
                 node_healthy(n);
+        c->batch->answered = true;
         if (r->type == REDIS_REPLY_ERROR) {
                 if (strncmp(r->str, "NOSCRIPT", 8) == 0 && !c->eval) {
                         s->st.noscript_reloads++;
@@ -1328,7 +1330,10 @@ static void probe_expire(RedisStore *s, uint64_t now) {
 static void breaker_account(RedisStore *s, const Batch *b, uint64_t now) {
         if (b->refused)
                 return;
-        if (!b->failed) {
+        /* A batch a server answered is no failure of the store, though some of its hits failed:
+         * in a cluster, one node down must not open the breaker on the others' hits (every batch
+         * under load has one for it). */
+        if (!b->failed || b->answered) {
                 s->fail_streak = 0;
                 if (b->probe || s->breaker != BREAKER_CLOSED)
                         breaker_close(s);

@@ -15,6 +15,11 @@ redis-server on loopback (tests/integration/redisfix.py).
   routed to it (a single server is reconnected on its own), so an idle daemon said "down"
   (STATUS, divvyd_backend_up 0) for ever. Now a cluster node lost to a failure is reconnected
   with the same backoff: the store is up again with no request.
+- test_cluster_node_down_does_not_open_breaker_on_the_others: one cluster node of three
+  down, and every batch carries a hit for it (as every batch under load does). Each batch
+  counted as failed, so the breaker opened after 5 and refused the hits of the nodes that
+  answer too (395 of 400 such hits decided by policy in a measure): a third of the cluster
+  down made all of it down. A batch a server answered is no failure of the store now.
 - test_cluster_node_removed_while_down: a cluster node dies for good and its slots go to
   another node (what a failover or redis-cli --cluster del-node does). Every slot was served
   again, yet the dead node, still in the store's list, made it "down" for ever. Only nodes
@@ -31,6 +36,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from harness import parse_ok  # noqa: E402
 
 try:
     import redisfix  # noqa: E402
@@ -173,6 +179,28 @@ class ClusterBreakerIdle(harness.DaemonTestCase):
             redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
             self.assertHit(d.request("HIT type=allow u=%s" % actors[2]), True, 1, (59, 60))
             self.assertEqual(cl.node_for_key("{%s}" % actors[2]), heir)
+
+    def test_cluster_node_down_does_not_open_breaker_on_the_others(self):
+        with redisfix.Cluster() as cl:
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=200"])
+            actors = {n.port: [] for n in cl.nodes}
+            for i in range(5000):  # bounded
+                a = "nd-%d-%d" % (os.getpid(), i)
+                actors[cl.node_for_key("{%s}" % a).port].append(a)
+            for n in cl.nodes:  # every node's connection is open
+                self.assertHit(d.request("HIT type=deny u=%s" % actors[n.port][0]), True, 1, (59, 60))
+            victim = cl.nodes[2]
+            victim.kill()
+            dead = actors[victim.port]
+            healthy = actors[cl.nodes[0].port][1:] + actors[cl.nodes[1].port][1:]
+            rounds = 6 * BREAKER_THRESHOLD
+            with d.connect("unix") as c:
+                for i in range(rounds):
+                    # one batch (one write) with a hit for the dead node and one for a live one
+                    c.send("HIT type=deny u=%s\nHIT type=deny u=%s\n" % (dead[i], healthy[i]))
+                    self.assertEqual(parse_ok(c.readline())[:2], (False, 0))  # deny: its policy
+                    # counted in Redis (a new actor: 1 left of 2), not refused by the breaker
+                    self.assertEqual(parse_ok(c.readline())[:2], (True, 1), d.log_tail())
 
 
 @unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
