@@ -1688,6 +1688,8 @@ int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret) {
         else if (s->url.mode == REDIS_MODE_CLUSTER) {
                 const Node *n = s->last_node;
 
+                if (n && !n->healthy)
+                        n = NULL; /* it died since (and may serve nothing now): one that answers */
                 for (size_t i = 0; i < s->n_nodes && !n; i++)
                         if (s->nodes[i] && s->nodes[i]->healthy)
                                 n = s->nodes[i]; /* no call yet: the node that answered */

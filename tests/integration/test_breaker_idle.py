@@ -23,7 +23,8 @@ redis-server on loopback (tests/integration/redisfix.py).
 - test_cluster_node_removed_while_down: a cluster node dies for good and its slots go to
   another node (what a failover or redis-cli --cluster del-node does). Every slot was served
   again, yet the dead node, still in the store's list, made it "down" for ever. Only nodes
-  that serve a slot in the current map count (and are reconnected and probed).
+  that serve a slot in the current map count (and are reconnected and probed). And the log's
+  "is up (ADDRESS)" named the dead node (the last a call went to): now a node that answers.
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_breaker_idle.py BreakerIdle.test_breaker_closes_without_requests
@@ -179,6 +180,10 @@ class ClusterBreakerIdle(harness.DaemonTestCase):
             redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
             self.assertHit(d.request("HIT type=allow u=%s" % actors[2]), True, 1, (59, 60))
             self.assertEqual(cl.node_for_key("{%s}" % actors[2]), heir)
+            # the address it names is one that answers, not the dead node's
+            up_lines = re.findall(r"Store redis\+cluster://\S+ is up \((\S+)\)", d.log_text())
+            self.assertEqual(len(up_lines), 2, d.log_tail())
+            self.assertNotEqual(up_lines[-1], victim.address, d.log_tail())
 
     def test_cluster_node_down_does_not_open_breaker_on_the_others(self):
         with redisfix.Cluster() as cl:
