@@ -452,6 +452,14 @@ static void script_load_reply(void *userdata, redisReply *r, int error) {
 
         if (error < 0 || !r)
                 return;
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "LOADING", 7) == 0) {
+                /* Restarted, reading its dataset: it answers every command so until done. It is
+                 * not up: closed (the calls queued behind fail as refused) and retried with the
+                 * backoff, as a server that does not accept yet. */
+                redis_conn_disconnect(n->conn, -ECONNREFUSED);
+                set_error(n->s, "%s: %.200s", n->addr.name, r->str);
+                return;
+        }
         if (r->type == REDIS_REPLY_ERROR)
                 set_error(n->s, "%s: SCRIPT LOAD failed: %.200s", n->addr.name, r->str);
         else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, redis_script_sha1) != 0)

@@ -26,6 +26,11 @@ regression test (real redis-server processes on loopback, tests/integration/redi
   node past the 64th failed to connect ("Too many open files"), its hits were decided by their
   policy for ever and the breaker opened. The daemon now watches as many sockets as the store
   has.
+- test_loading_server_is_not_up: a Redis restarted and still reading its dataset answers
+  every command -LOADING; its SCRIPT LOAD's error reply made the connection healthy, so the
+  log said "is up" and divvyd_backend_up was 1 while every hit was decided by its policy. A
+  LOADING reply to SCRIPT LOAD now closes the connection (retried with the backoff), STATUS
+  says why, and the store is up once the server has loaded.
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_fleet_edges.py Shutdown.test_stop_with_local_fallback_in_flight
@@ -33,6 +38,7 @@ Rules: tests/data/redis.ini. Run one test:
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -162,6 +168,7 @@ class FakeCluster:
         self.listeners = []
         self.ranges = []
         self.called = set()  # the ports that received a script call
+        self.loading = False  # True: every command answers -LOADING (a restart reading its RDB)
 
     def __enter__(self):
         import selectors
@@ -203,6 +210,8 @@ class FakeCluster:
 
     def answer(self, argv):
         cmd = [a.upper() for a in argv[:2]]
+        if self.loading:
+            return b"-LOADING Redis is loading the dataset in memory\r\n"
         if cmd == [b"CLUSTER", b"SLOTS"]:
             out = b"*%d\r\n" % len(self.ranges)
             for start, end, port in self.ranges:
@@ -283,6 +292,25 @@ class ManyNodes(harness.DaemonTestCase):
             # each hit's call reached its node before its answer
             self.assertEqual(sorted(fc.called), sorted(actors), d.log_tail())
             self.assertNotIn("Too many open files", d.log_text())
+
+    def test_loading_server_is_not_up(self):
+        with FakeCluster(1) as fake:  # one port: a single server for redis://
+            fake.loading = True
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=redis://127.0.0.1:%d" % fake.ranges[0][2],
+                                                "--backend-timeout=2000", "--http-port=%d" % http])
+            u = uid()
+            self.assertEqual(parse_ok(d.request("HIT type=deny u=%s" % u))[:2], (False, 0))  # policy
+            samples = harness.prometheus_samples(harness.http_get(http)[2])
+            self.assertEqual(samples.get("divvyd_backend_up"), 0, d.log_tail())
+            self.assertNotRegex(d.log_text(), r"Store \S+ is up", d.log_tail())
+            d.wait_note(re.compile(r"^STATUS=Serving .*, redis (down|connecting) \(.*: LOADING "), after=0,
+                        what="STATUS saying why")
+            # loaded: the store is up again on its own, and counts
+            fake.loading = False
+            redisfix.wait_until(lambda: harness.prometheus_samples(harness.http_get(http)[2]).get(
+                "divvyd_backend_up") == 1, 10 * harness.IO_TIMEOUT, "divvyd_backend_up 1", d.log_tail)
+            self.assertRegex(d.log_text(), r"Store \S+ is up", d.log_tail())
 
 
 if __name__ == "__main__":
