@@ -17,8 +17,6 @@
 #include "store/redis-store.h"
 #include "store/store-fallback.h"
 
-#define REMOTE_WATCH_MAX 64 /* sockets at once: a cluster's nodes, sentinels, one spare each */
-
 typedef struct RemoteWatch {
         int fd; /* -1: free */
         sd_event_source *source;
@@ -31,7 +29,8 @@ struct Remote {
         RedisIo io;      /* must outlive the RedisStore */
         RedisStore *redis;
         StoreFallback *fallback;
-        RemoteWatch watches[REMOTE_WATCH_MAX];
+        RemoteWatch *watches; /* one per socket the store watches (a cluster's nodes, a sentinel) */
+        size_t n_watches;
         sd_event_source *timer;
         RedisStoreState state; /* as last logged */
         bool state_known;
@@ -64,7 +63,7 @@ static int remote_watch(void *userdata, int fd, uint32_t events) {
         RemoteWatch *w = NULL, *free_slot = NULL;
         int k;
 
-        for (size_t i = 0; i < REMOTE_WATCH_MAX; i++) {
+        for (size_t i = 0; i < r->n_watches; i++) {
                 if (r->watches[i].fd == fd) {
                         w = r->watches + i;
                         break;
@@ -81,8 +80,19 @@ static int remote_watch(void *userdata, int fd, uint32_t events) {
         }
         if (w)
                 return sd_event_source_set_io_events(w->source, events);
-        if (!free_slot)
-                return -EMFILE;
+        if (!free_slot) {
+                /* as many as the store has sockets: a cluster of many primaries has one each */
+                size_t n = r->n_watches ? r->n_watches * 2 : 8;
+                RemoteWatch *p = realloc(r->watches, n * sizeof *p);
+
+                if (!p)
+                        return -ENOMEM;
+                for (size_t i = r->n_watches; i < n; i++)
+                        p[i] = (RemoteWatch){ .fd = -1 };
+                r->watches = p;
+                free_slot = p + r->n_watches;
+                r->n_watches = n;
+        }
         k = sd_event_add_io(r->event, &free_slot->source, fd, events, remote_io_handler, r);
         if (k < 0)
                 return k;
@@ -119,8 +129,6 @@ int remote_new(sd_event *event, const RemoteSettings *settings, Store *local, Me
         r->metrics = metrics;
         r->url = settings->url;
         r->io = (RedisIo){ .userdata = r, .watch = remote_watch, .timer = remote_timer };
-        for (size_t i = 0; i < REMOTE_WATCH_MAX; i++)
-                r->watches[i].fd = -1;
 
         RedisStoreOptions o = {
                 .url = settings->url,
@@ -166,8 +174,9 @@ Remote *remote_free(Remote *r) {
                 return NULL;
         remote_close(r);
         store_fallback_free(r->fallback);
-        for (size_t i = 0; i < REMOTE_WATCH_MAX; i++)
+        for (size_t i = 0; i < r->n_watches; i++)
                 sd_event_source_disable_unref(r->watches[i].source);
+        free(r->watches);
         sd_event_source_disable_unref(r->timer);
         free(r);
         return NULL;

@@ -50,9 +50,10 @@ struct Batch {
         uint64_t deadline;
         Call *calls;
         size_t calls_left;
-        bool failed;  /* a hit failed for a connection error or a timeout (the breaker's) */
-        bool refused; /* refused at once by the breaker (not counted by it) */
-        bool probe;   /* the half-open breaker's probe */
+        bool failed;   /* a hit failed for a connection error or a timeout (the breaker's) */
+        bool answered; /* a call had a reply (an error reply too): the store answers */
+        bool refused;  /* refused at once by the breaker (not counted by it) */
+        bool probe;    /* the half-open breaker's probe */
 };
 
 struct Node {
@@ -67,6 +68,7 @@ struct Node {
         bool healthy;              /* a reply came since the connect */
         bool failed;               /* closed by a failure, no reply since: reconnecting is an outage */
         bool dirty;                /* commands queued since the last flush */
+        bool serving;              /* cluster: the map names it for a slot (cluster_mark_serving()) */
         bool pinging;              /* the breaker's own probe (a PING) awaits its reply here */
         uint64_t ping_seq;         /* its command on conn (redis_conn_abandon()) */
         uint64_t connect_deadline; /* connecting, no reply yet: give up then (0: none) */
@@ -450,6 +452,14 @@ static void script_load_reply(void *userdata, redisReply *r, int error) {
 
         if (error < 0 || !r)
                 return;
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "LOADING", 7) == 0) {
+                /* Restarted, reading its dataset: it answers every command so until done. It is
+                 * not up: closed (the calls queued behind fail as refused) and retried with the
+                 * backoff, as a server that does not accept yet. */
+                redis_conn_disconnect(n->conn, -ECONNREFUSED);
+                set_error(n->s, "%s: %.200s", n->addr.name, r->str);
+                return;
+        }
         if (r->type == REDIS_REPLY_ERROR)
                 set_error(n->s, "%s: SCRIPT LOAD failed: %.200s", n->addr.name, r->str);
         else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, redis_script_sha1) != 0)
@@ -844,6 +854,7 @@ static void call_reply(void *userdata, redisReply *r, int error) {
         }
         if (n)
                 node_healthy(n);
+        c->batch->answered = true;
         if (r->type == REDIS_REPLY_ERROR) {
                 if (strncmp(r->str, "NOSCRIPT", 8) == 0 && !c->eval) {
                         s->st.noscript_reloads++;
@@ -916,6 +927,26 @@ static int cluster_nodes_sync(RedisStore *s) {
         return 0;
 }
 
+/* Which nodes serve a slot now: only they make the store down when they are (a node that died
+ * and gave its slots to another, a failover or a removal, is no outage), only they are
+ * reconnected on their own and probed. */
+static void cluster_mark_serving(RedisStore *s) {
+        for (size_t i = 0; i < s->n_nodes; i++)
+                if (s->nodes[i])
+                        s->nodes[i]->serving = false;
+        for (size_t slot = 0; slot < CLUSTER_SLOTS; slot++) {
+                uint16_t idx = s->map.slot_node[slot];
+
+                if (idx != CLUSTER_NODE_NONE && idx < s->n_nodes && s->nodes[idx])
+                        s->nodes[idx]->serving = true;
+        }
+}
+
+/* A node a call may need: every node before the first map, then those serving a slot. */
+static bool node_in_use(const RedisStore *s, const Node *n) {
+        return s->url.mode != REDIS_MODE_CLUSTER || !s->have_map || n->serving;
+}
+
 static void slots_reply(void *userdata, redisReply *r, int error) {
         Node *n = userdata;
         RedisStore *s = n->s;
@@ -942,6 +973,7 @@ static void slots_reply(void *userdata, redisReply *r, int error) {
         s->map_stale = false;
         if (cluster_nodes_sync(s) < 0)
                 set_error(s, "out of memory for the cluster's nodes");
+        cluster_mark_serving(s);
         dispatch_parked(s, now);
 }
 
@@ -1014,6 +1046,8 @@ static void cluster_redirect(Call *c, Node *n, redisReply *r, uint64_t now) {
                         call_finish(c, -EIO);
                         return;
                 }
+                if (kind == CLUSTER_REDIRECT_MOVED && (size_t) idx < s->n_nodes && s->nodes[idx])
+                        s->nodes[idx]->serving = true;
                 c->node = NULL;
                 call_send(c, now);
                 return;
@@ -1259,7 +1293,7 @@ static void probe_start(RedisStore *s, uint64_t now) {
         for (size_t i = 0; i < s->n_nodes; i++) {
                 Node *n = s->nodes[i];
 
-                if (!n || !n->have_addr || n->pinging ||
+                if (!n || !n->have_addr || n->pinging || !node_in_use(s, n) ||
                     (s->url.mode == REDIS_MODE_CLUSTER && !n->attempted))
                         continue;
                 if (redis_conn_state(n->conn) == REDIS_CONN_CLOSED && node_connect(n, now) < 0)
@@ -1304,7 +1338,10 @@ static void probe_expire(RedisStore *s, uint64_t now) {
 static void breaker_account(RedisStore *s, const Batch *b, uint64_t now) {
         if (b->refused)
                 return;
-        if (!b->failed) {
+        /* A batch a server answered is no failure of the store, though some of its hits failed:
+         * in a cluster, one node down must not open the breaker on the others' hits (every batch
+         * under load has one for it). */
+        if (!b->failed || b->answered) {
                 s->fail_streak = 0;
                 if (b->probe || s->breaker != BREAKER_CLOSED)
                         breaker_close(s);
@@ -1442,6 +1479,15 @@ static void run_due(RedisStore *s, uint64_t now) {
         case REDIS_MODE_CLUSTER:
                 if (!s->have_map || s->map_stale)
                         map_refresh(s, now);
+                /* a node lost to a failure is reconnected on its own, as a single server is: else
+                 * an idle daemon would call the store down until a call went there */
+                for (size_t i = 0; i < s->n_nodes; i++) {
+                        Node *n = s->nodes[i];
+
+                        if (n && n->failed && n->have_addr && node_in_use(s, n) && now >= n->retry_at &&
+                            redis_conn_state(n->conn) == REDIS_CONN_CLOSED)
+                                (void) node_connect(n, now);
+                }
                 break;
         default:
                 break;
@@ -1469,7 +1515,9 @@ static void run_due(RedisStore *s, uint64_t now) {
                         continue;
                 if (redis_conn_state(n->conn) != REDIS_CONN_CLOSED && !n->healthy)
                         consider_deadline(&next, n->connect_deadline);
-                if (s->url.mode == REDIS_MODE_SINGLE && redis_conn_state(n->conn) == REDIS_CONN_CLOSED)
+                if ((s->url.mode == REDIS_MODE_SINGLE || (s->url.mode == REDIS_MODE_CLUSTER && n->failed &&
+                                                          n->have_addr && node_in_use(s, n))) &&
+                    redis_conn_state(n->conn) == REDIS_CONN_CLOSED)
                         consider_deadline(&next, n->retry_at > now ? n->retry_at : now + 1);
         }
         if (s->sentinel && redis_conn_state(s->sentinel->conn) != REDIS_CONN_CLOSED)
@@ -1618,7 +1666,7 @@ RedisStoreState redis_store_state(const RedisStore *s) {
         for (size_t i = 0; i < s->n_nodes; i++) {
                 const Node *n = s->nodes[i];
 
-                if (!n || (!n->attempted && s->url.mode == REDIS_MODE_CLUSTER))
+                if (!n || (!n->attempted && s->url.mode == REDIS_MODE_CLUSTER) || !node_in_use(s, n))
                         continue;
                 if (n->healthy)
                         any_healthy = true;
@@ -1648,6 +1696,8 @@ int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret) {
         else if (s->url.mode == REDIS_MODE_CLUSTER) {
                 const Node *n = s->last_node;
 
+                if (n && !n->healthy)
+                        n = NULL; /* it died since (and may serve nothing now): one that answers */
                 for (size_t i = 0; i < s->n_nodes && !n; i++)
                         if (s->nodes[i] && s->nodes[i]->healthy)
                                 n = s->nodes[i]; /* no call yet: the node that answered */

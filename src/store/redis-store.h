@@ -60,24 +60,23 @@
  * reply); in between, calls to it fail at once with -ECONNREFUSED. A connection whose calls
  * time out breaker_threshold batches in a row is closed and reconnected (Sentinel: the primary
  * is looked up again). Circuit breaker: after breaker_threshold consecutive failed batches
- * (a hit failed for a connection error or a timeout) the breaker OPENS: every batch fails at
- * once with -ECONNREFUSED for a backoff interval (jittered, doubling up to backoff_max); then
- * the store probes on its own, from its timer, so that an idle daemon sees the server come
- * back: a PING to each node (single, Sentinel: the primary, looked up first if unknown;
- * cluster: every node used so far), reconnecting a closed one. The first reply closes the
- * breaker; every PING failing, or none answered within connect_timeout (those connections are
- * then closed), opens it again for the next, doubled, interval. A batch submitted when the
- * interval is over before the timer ran is the probe instead: if none of its hits fail it
- * closes the breaker, otherwise it opens again. One probe at a time: batches are refused at
- * once while one is in flight (half-open).
- * Sentinel: the sentinels are asked in turn (SENTINEL get-master-addr-by-name), the one that
- * answered first next time; the primary is looked up again when its connection fails, on a
- * READONLY reply, on a timeout streak, and when ROLE does not say master.
- * Cluster: CLUSTER SLOTS from a seed (then from any connected node) gives the slot map; one
- * connection per primary, opened when a call needs it; MOVED updates the map, resends the call
- * there and refreshes the whole map; ASK sends ASKING + the call to the node named, once;
- * TRYAGAIN resends after REDIS_STORE_TRYAGAIN_DELAY_USEC (at most REDIS_STORE_TRYAGAIN_MAX
- * times); CLUSTERDOWN fails the call (-EAGAIN) and refreshes the map.
+ * (a hit failed for a connection error or a timeout, and no call of the batch had a reply: in
+ * a cluster, a node down does not fail the batches the others answer) the breaker OPENS: every batch fails
+ * at once with -ECONNREFUSED for a backoff interval (jittered, doubling up to backoff_max); then the store
+ * probes on its own, from its timer, so that an idle daemon sees the server come back: a PING to each node
+ * (single, Sentinel: the primary, looked up first if unknown; cluster: every node used so far), reconnecting
+ * a closed one. The first reply closes the breaker; every PING failing, or none answered within
+ * connect_timeout (those connections are then closed), opens it again for the next, doubled, interval. A
+ * batch submitted when the interval is over before the timer ran is the probe instead: if none of its hits
+ * fail it closes the breaker, otherwise it opens again. One probe at a time: batches are refused at once
+ * while one is in flight (half-open). Sentinel: the sentinels are asked in turn (SENTINEL
+ * get-master-addr-by-name), the one that answered first next time; the primary is looked up again when its
+ * connection fails, on a READONLY reply, on a timeout streak, and when ROLE does not say master. Cluster:
+ * CLUSTER SLOTS from a seed (then from any connected node) gives the slot map; one connection per primary,
+ * opened when a call needs it; MOVED updates the map, resends the call there and refreshes the whole map;
+ * ASK sends ASKING + the call to the node named, once; TRYAGAIN resends after
+ * REDIS_STORE_TRYAGAIN_DELAY_USEC (at most REDIS_STORE_TRYAGAIN_MAX times); CLUSTERDOWN fails the call
+ * (-EAGAIN) and refreshes the map.
  *
  * Event loop: the store never blocks and never touches sd-event. It asks the daemon to watch
  * its sockets and to arm one timer (RedisIo, redis-conn.h); the daemon calls
@@ -161,7 +160,7 @@ typedef struct RedisStoreOptions {
 typedef enum RedisStoreState {
         REDIS_STORE_CONNECTING,   /* no usable connection yet: connecting, or asking the sentinels
                                    * / the cluster where to go; batches wait (up to their deadline) */
-        REDIS_STORE_CONNECTED,    /* the primary (every node we needed, in cluster mode) answers */
+        REDIS_STORE_CONNECTED,    /* the primary (cluster: every node used that serves a slot) answers */
         REDIS_STORE_DOWN,         /* the connection failed; waiting for the next reconnect */
         REDIS_STORE_BREAKER_OPEN, /* the breaker is open (or half-open, its probe in flight) */
         _REDIS_STORE_STATE_MAX,

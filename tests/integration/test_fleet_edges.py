@@ -21,14 +21,27 @@ regression test (real redis-server processes on loopback, tests/integration/redi
   divvyd_backend_up fell to 0 at every start, though no hit was decided by a policy. A node's
   first connection no longer counts as the store's; a reconnect after a failure still does.
   (And the first "is up" named no address: "is up ()".)
+- test_cluster_of_more_than_64_nodes: the daemon watched at most 64 sockets of the store, so
+  in a cluster of more primaries (a fake one here, FakeCluster: 70 ports of one thread) every
+  node past the 64th failed to connect ("Too many open files"), its hits were decided by their
+  policy for ever and the breaker opened. The daemon now watches as many sockets as the store
+  has.
+- test_loading_server_is_not_up: a Redis restarted and still reading its dataset answers
+  every command -LOADING; its SCRIPT LOAD's error reply made the connection healthy, so the
+  log said "is up" and divvyd_backend_up was 1 while every hit was decided by its policy. A
+  LOADING reply to SCRIPT LOAD now closes the connection (retried with the backoff), STATUS
+  says why, and the store is up once the server has loaded.
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_fleet_edges.py Shutdown.test_stop_with_local_fallback_in_flight
 """
 
+import hashlib
 import os
+import re
 import shutil
 import signal
+import socket
 import sys
 import unittest
 
@@ -142,6 +155,162 @@ class Shutdown(harness.DaemonTestCase):
             # the local store decided them (2 per 60 s: one was taken above, in Redis)
             self.assertEqual([parse_ok(x)[:2] if parse_ok(x) else x for x in replies],
                              [(True, 1), (True, 0), (False, 0)], d.log_tail())
+
+
+class FakeCluster:
+    """A Redis Cluster of n primaries faked by one thread on n loopback ports: CLUSTER SLOTS
+    gives each port an equal share of the slots, SCRIPT LOAD the text's SHA1, PING PONG, and a
+    script call an error reply (a hit is then decided by its policy: only the connections
+    matter here). Stopped (its thread joined) on exit."""
+
+    def __init__(self, n):
+        self.n = n
+        self.listeners = []
+        self.ranges = []
+        self.called = set()  # the ports that received a script call
+        self.loading = False  # True: every command answers -LOADING (a restart reading its RDB)
+
+    def __enter__(self):
+        import selectors
+        import threading
+        self.sel = selectors.DefaultSelector()
+        for _ in range(self.n):
+            ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(16)
+            ls.setblocking(False)
+            self.listeners.append(ls)
+            self.sel.register(ls, selectors.EVENT_READ, None)
+        per = redisfix.CLUSTER_SLOTS // self.n
+        for i, ls in enumerate(self.listeners):
+            end = redisfix.CLUSTER_SLOTS - 1 if i == self.n - 1 else (i + 1) * per - 1
+            self.ranges.append((i * per, end, ls.getsockname()[1]))
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.thread.join(harness.IO_TIMEOUT)
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+        self.sel.close()
+
+    def url(self):
+        return "redis+cluster://127.0.0.1:%d" % self.ranges[0][2]
+
+    def port_of(self, slot):
+        return next(port for start, end, port in self.ranges if start <= slot <= end)
+
+    @staticmethod
+    def bulk(b):
+        return b"$%d\r\n%s\r\n" % (len(b), b)
+
+    def answer(self, argv):
+        cmd = [a.upper() for a in argv[:2]]
+        if self.loading:
+            return b"-LOADING Redis is loading the dataset in memory\r\n"
+        if cmd == [b"CLUSTER", b"SLOTS"]:
+            out = b"*%d\r\n" % len(self.ranges)
+            for start, end, port in self.ranges:
+                out += b"*3\r\n:%d\r\n:%d\r\n*2\r\n%s:%d\r\n" % (start, end, self.bulk(b"127.0.0.1"), port)
+            return out
+        if cmd == [b"SCRIPT", b"LOAD"]:
+            return self.bulk(hashlib.sha1(argv[2]).hexdigest().encode())
+        if cmd[:1] == [b"PING"]:
+            return b"+PONG\r\n"
+        return b"-ERR a fake cluster node\r\n"
+
+    @staticmethod
+    def parse(buf):
+        """(argv, rest) of the first whole command in buf, or (None, buf)."""
+        if not buf.startswith(b"*") or b"\r\n" not in buf:
+            return None, buf
+        head, rest = buf.split(b"\r\n", 1)
+        argv = []
+        for _ in range(int(head[1:])):
+            if b"\r\n" not in rest:
+                return None, buf
+            h, rest = rest.split(b"\r\n", 1)
+            k = int(h[1:])
+            if len(rest) < k + 2:
+                return None, buf
+            argv.append(rest[:k])
+            rest = rest[k + 2:]
+        return argv, rest
+
+    def run(self):
+        import selectors
+        while not self.stop:
+            for key, _ in self.sel.select(0.05):
+                if key.data is None:
+                    try:
+                        c, _ = key.fileobj.accept()
+                    except BlockingIOError:
+                        continue
+                    c.setblocking(True)
+                    self.sel.register(c, selectors.EVENT_READ, [b"", key.fileobj.getsockname()[1]])
+                    continue
+                try:
+                    data = key.fileobj.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    self.sel.unregister(key.fileobj)
+                    key.fileobj.close()
+                    continue
+                key.data[0] += data
+                for _ in range(10000):  # bounded: each round takes one command
+                    argv, key.data[0] = self.parse(key.data[0])
+                    if argv is None:
+                        break
+                    if argv[0].upper() in (b"EVALSHA", b"EVAL"):
+                        self.called.add(key.data[1])
+                    key.fileobj.sendall(self.answer(argv))
+
+
+@unittest.skipIf(redisfix is None, "python3-redis missing")
+class ManyNodes(harness.DaemonTestCase):
+    def test_cluster_of_more_than_64_nodes(self):
+        n = 70
+        with FakeCluster(n) as fc:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % fc.url(), "--backend-timeout=2000",
+                                                "--http-port=%d" % http])
+            # one actor on each node, so that the store opens a connection to every one
+            actors = {}
+            for i in range(200000):  # bounded: about n * log(n) * 16384 / n tries
+                a = "m-%d-%d" % (os.getpid(), i)
+                actors.setdefault(fc.port_of(redisfix.key_slot("{%s}" % a)), a)
+                if len(actors) == n:
+                    break
+            self.assertEqual(len(actors), n)
+            for a in actors.values():  # the fake answers errors: decided by policy (deny)
+                self.assertEqual(parse_ok(d.request("HIT type=deny u=%s" % a))[:2], (False, 0))
+            # each hit's call reached its node before its answer
+            self.assertEqual(sorted(fc.called), sorted(actors), d.log_tail())
+            self.assertNotIn("Too many open files", d.log_text())
+
+    def test_loading_server_is_not_up(self):
+        with FakeCluster(1) as fake:  # one port: a single server for redis://
+            fake.loading = True
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=redis://127.0.0.1:%d" % fake.ranges[0][2],
+                                                "--backend-timeout=2000", "--http-port=%d" % http])
+            u = uid()
+            self.assertEqual(parse_ok(d.request("HIT type=deny u=%s" % u))[:2], (False, 0))  # policy
+            samples = harness.prometheus_samples(harness.http_get(http)[2])
+            self.assertEqual(samples.get("divvyd_backend_up"), 0, d.log_tail())
+            self.assertNotRegex(d.log_text(), r"Store \S+ is up", d.log_tail())
+            d.wait_note(re.compile(r"^STATUS=Serving .*, redis (down|connecting) \(.*: LOADING "), after=0,
+                        what="STATUS saying why")
+            # loaded: the store is up again on its own, and counts
+            fake.loading = False
+            redisfix.wait_until(lambda: harness.prometheus_samples(harness.http_get(http)[2]).get(
+                "divvyd_backend_up") == 1, 10 * harness.IO_TIMEOUT, "divvyd_backend_up 1", d.log_tail)
+            self.assertRegex(d.log_text(), r"Store \S+ is up", d.log_tail())
 
 
 if __name__ == "__main__":
