@@ -1005,6 +1005,16 @@ static void *job_thread(void *userdata) {
         return NULL;
 }
 
+/* A checkpoint failed, or could not start: the next attempt after 1 s, then 2, 4, ... up to
+ * STORE_CHECKPOINT_RETRY_MAX_USEC, until one succeeds. */
+static void checkpoint_backoff(Store *s) {
+        s->ckpt_failures++;
+        s->backoff_usec = s->backoff_usec ? s->backoff_usec * 2 : STORE_CHECKPOINT_RETRY_MIN_USEC;
+        if (s->backoff_usec > STORE_CHECKPOINT_RETRY_MAX_USEC)
+                s->backoff_usec = STORE_CHECKPOINT_RETRY_MAX_USEC;
+        s->retry_usec = clock_usec(CLOCK_MONOTONIC) + s->backoff_usec;
+}
+
 /* Joins a job that is done (or, with wait, waits for it) and takes its result. Returns 1 if
  * one was reaped, 0 if none. */
 static int job_reap(Store *s, bool wait) {
@@ -1039,11 +1049,7 @@ static int job_reap(Store *s, bool wait) {
         if (!j->error[0])
                 set_error(j->error, sizeof j->error, "checkpoint failed: %s", strerror(-j->result));
         memcpy(s->ckpt_error, j->error, sizeof s->ckpt_error);
-        s->ckpt_failures++;
-        s->backoff_usec = s->backoff_usec ? s->backoff_usec * 2 : STORE_CHECKPOINT_RETRY_MIN_USEC;
-        if (s->backoff_usec > STORE_CHECKPOINT_RETRY_MAX_USEC)
-                s->backoff_usec = STORE_CHECKPOINT_RETRY_MAX_USEC;
-        s->retry_usec = clock_usec(CLOCK_MONOTONIC) + s->backoff_usec;
+        checkpoint_backoff(s);
         return 1;
 }
 
@@ -1124,9 +1130,9 @@ int store_maintain(Store *s, uint64_t now_usec) {
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
                                   wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
-                        s->ckpt_failures++;
-                        s->backoff_usec = STORE_CHECKPOINT_RETRY_MIN_USEC;
-                        s->retry_usec = now + s->backoff_usec;
+                        /* backing off as after a failed checkpoint: a full disk is not retried,
+                         * counted and a segment fallocate()d every second for ever */
+                        checkpoint_backoff(s);
                         return r;
                 }
                 if (r > 0)

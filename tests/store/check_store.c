@@ -1362,6 +1362,53 @@ START_TEST (test_group_commit_rotations) {
 }
 END_TEST
 
+/* A checkpoint that cannot start (the journal's next segment cannot be made: a full disk) is
+ * retried after 1 s, then 2, 4, ... as README's "Checkpoints" says of any failed one. Bug: a
+ * failed start set the backoff back to 1 s, so a full disk was retried, counted in
+ * divvyd_checkpoint_failures_total and a 64 MiB segment fallocate()d every second for ever. */
+START_TEST (test_checkpoint_start_failure_backoff) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        uint64_t t1 = 0, t2 = 0;
+        Store *s;
+
+        o.checkpoint_interval_usec = 1;
+        s = open_with(&o);
+        hit_many(s, "bk-", 0, 10, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0); /* takes the segment made in advance */
+        hit_many(s, "bk-", 0, 10, 3600, T0, 0);
+        disk_full = true;
+        ck_assert_int_eq(store_maintain(s, T0), -ENOSPC);
+        ck_assert_uint_eq(stats(s).checkpoint_failures, 1);
+        ck_assert(stats(s).checkpoint_failing);
+        ck_assert_msg(strstr(store_checkpoint_error(s), "cannot start a checkpoint"), "%s",
+                      store_checkpoint_error(s));
+
+        /* the attempts: the 2nd after 1 s, the 3rd no sooner than 2 s after it (a lower bound:
+         * a slow machine only makes it later) */
+        for (unsigned i = 0; i < 1000 && stats(s).checkpoint_failures < 3; i++) {
+                uint64_t before = stats(s).checkpoint_failures;
+
+                nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+                (void) store_maintain(s, T0);
+                if (before == 1 && stats(s).checkpoint_failures == 2)
+                        t1 = clock_usec(CLOCK_MONOTONIC);
+                else if (before == 2 && stats(s).checkpoint_failures == 3)
+                        t2 = clock_usec(CLOCK_MONOTONIC);
+        }
+        ck_assert_uint_eq(stats(s).checkpoint_failures, 3);
+        ck_assert_uint_gt(t1, 0);
+        ck_assert_msg(t2 - t1 >= STORE_CHECKPOINT_RETRY_MIN_USEC * 2 - 50000,
+                      "3rd attempt %llu us after the 2nd", (unsigned long long) (t2 - t1));
+
+        disk_full = false;
+        store_close(s);
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), 10);
+        expect_hit(s, RULE_A, "bk-1", 4, 5, 3600, T0, true, 2, 3600);
+        store_close(s);
+}
+END_TEST
+
 /* A run of steps that each ask for the next one soon sweeps every expired counter: the
  * manager then waits --sweep-interval. Bug: once 3/4 of a large table had been swept, it
  * shrank, and the shrink's migration (which the sweeper's steps carry on, dropping the expired
@@ -1434,6 +1481,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_group_commit_sync_failure);
         tcase_add_test(tc, test_group_commit_close_drains);
         tcase_add_test(tc, test_group_commit_rotations);
+        tcase_add_test(tc, test_checkpoint_start_failure_backoff);
         tcase_add_test(tc, test_sweep_shrink_no_stall);
         tcase_add_test(tc, test_open_errors);
         tcase_add_test(tc, test_dir_created);
