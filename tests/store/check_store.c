@@ -1362,6 +1362,39 @@ START_TEST (test_group_commit_rotations) {
 }
 END_TEST
 
+/* A directory without lock.mdb (README: a hot copy by mdb_copy "is a valid store on its own")
+ * gets one from the read-through check, the first to open it: it must be the daemon's to open
+ * afterwards. Bug: the check's child opened the environment with mode 0, so lock.mdb was
+ * created ---------- and divvyd, as any user but root, failed to start ("cannot open LMDB
+ * environment: Permission denied"), then and at every later start. A lock.mdb left with mode 0
+ * by that bug is given data.mdb's mode back. */
+START_TEST (test_verify_creates_usable_lock) {
+        char path[PATH_MAX], lock[PATH_MAX], data[PATH_MAX], err[ERRBUF] = "";
+        struct stat st_lock, st_data;
+        Store *s = open_store();
+
+        hit_many(s, "lk-", 0, 10, 3600, T0, 0);
+        store_close(s);
+        db_path(lock, sizeof lock, "lock.mdb");
+        db_path(data, sizeof data, "data.mdb");
+
+        for (unsigned k = 0; k < 2; k++) {
+                if (k == 0)
+                        ck_assert_int_eq(unlink(lock), 0); /* the copy of a hot backup */
+                else
+                        ck_assert_int_eq(chmod(lock, 0), 0); /* what the bug left */
+                ck_assert_int_eq(store_verify(db_path(path, sizeof path, NULL), err, sizeof err), 0);
+                ck_assert_int_eq(stat(lock, &st_lock), 0);
+                ck_assert_int_eq(stat(data, &st_data), 0);
+                ck_assert_uint_ne(st_lock.st_mode & 0777, 0);
+                ck_assert_uint_eq(st_lock.st_mode & 0777, st_data.st_mode & 0777);
+                s = open_store();
+                ck_assert_uint_eq(stat_counters(s), 10);
+                store_close(s);
+        }
+}
+END_TEST
+
 /* A checkpoint that cannot start (the journal's next segment cannot be made: a full disk) is
  * retried after 1 s, then 2, 4, ... as README's "Checkpoints" says of any failed one. Bug: a
  * failed start set the backoff back to 1 s, so a full disk was retried, counted in
@@ -1481,6 +1514,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_group_commit_sync_failure);
         tcase_add_test(tc, test_group_commit_close_drains);
         tcase_add_test(tc, test_group_commit_rotations);
+        tcase_add_test(tc, test_verify_creates_usable_lock);
         tcase_add_test(tc, test_checkpoint_start_failure_backoff);
         tcase_add_test(tc, test_sweep_shrink_no_stall);
         tcase_add_test(tc, test_open_errors);
