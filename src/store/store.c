@@ -762,13 +762,13 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
          * seen every counter, and whatever expires from now on waits for the next pass. Were
          * it otherwise, counters that live for less than a step's gap (a token bucket refilled
          * within a millisecond) would keep the sweeper busy, and every hit after a deletion
-         * would insert its counter anew. A migration in progress is the middle of a pass,
-         * whatever the step deleted: a shrink starts once 3/4 of the table is swept, and its
-         * first steps go over the part of the old array already swept, empty; waiting an
-         * interval after each of them left the rest of the expired counters, and both arrays,
-         * for one interval per 2 * max_slots slots of the old array. Each step moves 2 * max_slots
-         * slots, so a migration ends within old capacity / (2 * max_slots) steps. */
-        return (deleted > 0 && examined == max_slots) || table_migrating(s->table);
+         * would insert its counter anew. A migration in progress, and the pass over the new
+         * array after it, are the middle of a pass whatever the step deleted: a shrink starts
+         * once 3/4 of the table is swept, its first steps go over the part of the old array
+         * already swept, empty, and the new array begins with the survivors of that part; a
+         * wait of an interval after each step that found nothing there left the rest of the
+         * expired counters, and both arrays, for one interval per max_slots slots. */
+        return (deleted > 0 && examined == max_slots) || table_expire_unfinished(s->table);
 }
 
 /* ---- the checkpoint thread ---- */
