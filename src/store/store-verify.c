@@ -23,6 +23,9 @@
 
 #define VERIFY_DBS_MAX     64  /* named databases walked; the store has three */
 #define VERIFY_MESSAGE_MAX 256 /* bytes: the child's sentence, through a pipe */
+#define VERIFY_FILE_MODE                                                                                    \
+        0640 /* lock.mdb, when this check is the first to open the directory (a copy of data.mdb            \
+              * alone): checkpoint.c's mode, so that the daemon can open it afterwards */
 
 static volatile uint64_t verify_sink; /* keeps the byte reads from being optimized away */
 
@@ -65,7 +68,7 @@ static int verify_child(const char *path, int fd) {
         if (r == 0)
                 r = mdb_env_set_maxdbs(env, VERIFY_DBS_MAX);
         if (r == 0)
-                r = mdb_env_open(env, path, MDB_RDONLY, 0);
+                r = mdb_env_open(env, path, MDB_RDONLY, VERIFY_FILE_MODE);
         if (r != 0) {
                 mdb_env_close(env);
                 return 2;
@@ -113,6 +116,20 @@ static int verify_child(const char *path, int fd) {
         return 1;
 }
 
+/* Earlier versions of this check created lock.mdb with mode 0 (no access even for its owner,
+ * so every later start failed with EACCES unless run as root): give such a file of ours the
+ * mode of data.mdb. Best effort; any other mode is the operator's. */
+static void repair_lock_mode(const char *path, const struct stat *data_st) {
+        char lock[4096];
+        struct stat st;
+
+        if ((size_t) snprintf(lock, sizeof lock, "%s/lock.mdb", path) >= sizeof lock)
+                return;
+        if (stat(lock, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) == 0 &&
+            st.st_uid == geteuid())
+                (void) chmod(lock, data_st->st_mode & 0666);
+}
+
 int store_verify(const char *path, char *errbuf, size_t errbuf_size) {
         char data[4096], msg[VERIFY_MESSAGE_MAX] = "";
         struct sigaction sa_chld_old = {};
@@ -128,6 +145,7 @@ int store_verify(const char *path, char *errbuf, size_t errbuf_size) {
                 return 0; /* store_open() refuses the path */
         if (stat(data, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
                 return 0; /* nothing to walk yet, or not a file: store_open() explains */
+        repair_lock_mode(path, &st);
 
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return -errno;

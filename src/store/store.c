@@ -762,8 +762,13 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
          * seen every counter, and whatever expires from now on waits for the next pass. Were
          * it otherwise, counters that live for less than a step's gap (a token bucket refilled
          * within a millisecond) would keep the sweeper busy, and every hit after a deletion
-         * would insert its counter anew. */
-        return deleted > 0 && examined == max_slots;
+         * would insert its counter anew. A migration in progress, and the pass over the new
+         * array after it, are the middle of a pass whatever the step deleted: a shrink starts
+         * once 3/4 of the table is swept, its first steps go over the part of the old array
+         * already swept, empty, and the new array begins with the survivors of that part; a
+         * wait of an interval after each step that found nothing there left the rest of the
+         * expired counters, and both arrays, for one interval per max_slots slots. */
+        return (deleted > 0 && examined == max_slots) || table_expire_unfinished(s->table);
 }
 
 /* ---- the checkpoint thread ---- */
@@ -1000,6 +1005,16 @@ static void *job_thread(void *userdata) {
         return NULL;
 }
 
+/* A checkpoint failed, or could not start: the next attempt after 1 s, then 2, 4, ... up to
+ * STORE_CHECKPOINT_RETRY_MAX_USEC, until one succeeds. */
+static void checkpoint_backoff(Store *s) {
+        s->ckpt_failures++;
+        s->backoff_usec = s->backoff_usec ? s->backoff_usec * 2 : STORE_CHECKPOINT_RETRY_MIN_USEC;
+        if (s->backoff_usec > STORE_CHECKPOINT_RETRY_MAX_USEC)
+                s->backoff_usec = STORE_CHECKPOINT_RETRY_MAX_USEC;
+        s->retry_usec = clock_usec(CLOCK_MONOTONIC) + s->backoff_usec;
+}
+
 /* Joins a job that is done (or, with wait, waits for it) and takes its result. Returns 1 if
  * one was reaped, 0 if none. */
 static int job_reap(Store *s, bool wait) {
@@ -1034,11 +1049,7 @@ static int job_reap(Store *s, bool wait) {
         if (!j->error[0])
                 set_error(j->error, sizeof j->error, "checkpoint failed: %s", strerror(-j->result));
         memcpy(s->ckpt_error, j->error, sizeof s->ckpt_error);
-        s->ckpt_failures++;
-        s->backoff_usec = s->backoff_usec ? s->backoff_usec * 2 : STORE_CHECKPOINT_RETRY_MIN_USEC;
-        if (s->backoff_usec > STORE_CHECKPOINT_RETRY_MAX_USEC)
-                s->backoff_usec = STORE_CHECKPOINT_RETRY_MAX_USEC;
-        s->retry_usec = clock_usec(CLOCK_MONOTONIC) + s->backoff_usec;
+        checkpoint_backoff(s);
         return 1;
 }
 
@@ -1119,9 +1130,9 @@ int store_maintain(Store *s, uint64_t now_usec) {
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
                                   wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
-                        s->ckpt_failures++;
-                        s->backoff_usec = STORE_CHECKPOINT_RETRY_MIN_USEC;
-                        s->retry_usec = now + s->backoff_usec;
+                        /* backing off as after a failed checkpoint: a full disk is not retried,
+                         * counted and a segment fallocate()d every second for ever */
+                        checkpoint_backoff(s);
                         return r;
                 }
                 if (r > 0)

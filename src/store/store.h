@@ -260,8 +260,9 @@ int store_sync(Store *s);
 
 /* One bounded step of expiry in the table (at most max_slots slots, see table_expire_step())
  * plus a step of a table migration in progress. Sets *ret_deleted; returns 1 if it deleted
- * something and stopped in the middle of a pass over the table (more may follow soon), 0 if
- * not (nothing expired there, or the pass is over). Expiry in data.mdb is the checkpoint's. */
+ * something and stopped in the middle of a pass over the table, or a migration is still in
+ * progress (more may follow soon), 0 if not (nothing expired there, or the pass is over).
+ * Expiry in data.mdb is the checkpoint's. */
 int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_deleted);
 
 /* The background checkpoint, from a periodic timer (never blocks on LMDB): reaps a finished

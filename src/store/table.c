@@ -62,16 +62,18 @@ typedef struct Slots {
 } Slots;
 
 struct Table {
-        Slots cur;           /* the array new counters go to */
-        Slots old;           /* during a migration, the array being moved; e == NULL otherwise */
-        size_t cur_used;     /* slots in use in cur */
-        size_t old_left;     /* live counters of old not moved yet */
-        size_t mig_pos;      /* next old slot to move: the ones below are dead */
-        size_t mig_skip;     /* the last empty old slot the cursor passed: no live old home below */
-        size_t old_released; /* bytes at the start of old given back to the kernel */
-        size_t expire_pos;   /* expiry cursor in cur (outside migrations) */
-        size_t cap_min;      /* never shrink below: what table_new() was asked for */
-        size_t memory_max;   /* bytes of arrays at once; 0: no cap */
+        Slots cur;             /* the array new counters go to */
+        Slots old;             /* during a migration, the array being moved; e == NULL otherwise */
+        size_t cur_used;       /* slots in use in cur */
+        size_t old_left;       /* live counters of old not moved yet */
+        size_t mig_pos;        /* next old slot to move: the ones below are dead */
+        size_t mig_skip;       /* the last empty old slot the cursor passed: no live old home below */
+        size_t old_released;   /* bytes at the start of old given back to the kernel */
+        size_t expire_pos;     /* expiry cursor in cur (outside migrations) */
+        bool expire_unchecked; /* a migration moved counters into cur without expiry: until the
+                                * pass over cur after it (from its start) ends */
+        size_t cap_min;        /* never shrink below: what table_new() was asked for */
+        size_t memory_max;     /* bytes of arrays at once; 0: no cap */
 };
 
 /* The home slot: fastrange, (hi * cap) / 2^64. Monotonic in hi, any capacity, one multiply. */
@@ -275,6 +277,8 @@ static size_t migration_step(Table *t, size_t max_slots, bool expire, uint64_t n
                 }
                 (void) slots_insert(&t->cur, e);
                 t->cur_used++;
+                if (!expire)
+                        t->expire_unchecked = true;
         }
 
         if (t->mig_pos == t->old.cap) {
@@ -422,6 +426,11 @@ bool table_migrating(const Table *t) {
         return t->old.e;
 }
 
+bool table_expire_unfinished(const Table *t) {
+        assert(t);
+        return t->old.e || t->expire_unchecked;
+}
+
 size_t table_expire_step(Table *t, uint64_t now_usec, size_t max_slots, size_t *ret_deleted) {
         size_t n, n_deleted = 0;
 
@@ -442,9 +451,12 @@ size_t table_expire_step(Table *t, uint64_t now_usec, size_t max_slots, size_t *
                 }
                 if (++t->expire_pos == t->cur.cap) {
                         t->expire_pos = 0;
+                        t->expire_unchecked = false;
                         break; /* a pass is over: the caller decides when the next one starts */
                 }
         }
+        if (!t->old.e && t->cur_used == 0)
+                t->expire_unchecked = false;
 
         maybe_shrink(t);
         if (ret_deleted)

@@ -174,6 +174,13 @@ bool table_migrating(const Table *t);
  * (<= max_slots). */
 size_t table_expire_step(Table *t, uint64_t now_usec, size_t max_slots, size_t *ret_deleted);
 
+/* Whether expiry steps should follow one another without waiting: a migration is in progress,
+ * or one moved counters without examining them (table_migrate_step(), table_put()) and the
+ * pass over the new array since (it starts at its beginning) has not reached its end. Such
+ * expired counters may lie anywhere in the new array, e.g. after the survivors of slots that
+ * were already swept, where steps find nothing to delete before they reach them. */
+bool table_expire_unfinished(const Table *t);
+
 /* Moves at most max_slots slots of the migration in progress, e.g. from idle time, so that
  * the old array is released sooner. Returns the number of slots examined (0: none in
  * progress). */

@@ -1362,6 +1362,120 @@ START_TEST (test_group_commit_rotations) {
 }
 END_TEST
 
+/* A directory without lock.mdb (README: a hot copy by mdb_copy "is a valid store on its own")
+ * gets one from the read-through check, the first to open it: it must be the daemon's to open
+ * afterwards. Bug: the check's child opened the environment with mode 0, so lock.mdb was
+ * created ---------- and divvyd, as any user but root, failed to start ("cannot open LMDB
+ * environment: Permission denied"), then and at every later start. A lock.mdb left with mode 0
+ * by that bug is given data.mdb's mode back. */
+START_TEST (test_verify_creates_usable_lock) {
+        char path[PATH_MAX], lock[PATH_MAX], data[PATH_MAX], err[ERRBUF] = "";
+        struct stat st_lock, st_data;
+        Store *s = open_store();
+
+        hit_many(s, "lk-", 0, 10, 3600, T0, 0);
+        store_close(s);
+        db_path(lock, sizeof lock, "lock.mdb");
+        db_path(data, sizeof data, "data.mdb");
+
+        for (unsigned k = 0; k < 2; k++) {
+                if (k == 0)
+                        ck_assert_int_eq(unlink(lock), 0); /* the copy of a hot backup */
+                else
+                        ck_assert_int_eq(chmod(lock, 0), 0); /* what the bug left */
+                ck_assert_int_eq(store_verify(db_path(path, sizeof path, NULL), err, sizeof err), 0);
+                ck_assert_int_eq(stat(lock, &st_lock), 0);
+                ck_assert_int_eq(stat(data, &st_data), 0);
+                ck_assert_uint_ne(st_lock.st_mode & 0777, 0);
+                ck_assert_uint_eq(st_lock.st_mode & 0777, st_data.st_mode & 0777);
+                s = open_store();
+                ck_assert_uint_eq(stat_counters(s), 10);
+                store_close(s);
+        }
+}
+END_TEST
+
+/* A checkpoint that cannot start (the journal's next segment cannot be made: a full disk) is
+ * retried after 1 s, then 2, 4, ... as README's "Checkpoints" says of any failed one. Bug: a
+ * failed start set the backoff back to 1 s, so a full disk was retried, counted in
+ * divvyd_checkpoint_failures_total and a 64 MiB segment fallocate()d every second for ever. */
+START_TEST (test_checkpoint_start_failure_backoff) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        uint64_t t1 = 0, t2 = 0;
+        Store *s;
+
+        o.checkpoint_interval_usec = 1;
+        s = open_with(&o);
+        hit_many(s, "bk-", 0, 10, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0); /* takes the segment made in advance */
+        hit_many(s, "bk-", 0, 10, 3600, T0, 0);
+        disk_full = true;
+        ck_assert_int_eq(store_maintain(s, T0), -ENOSPC);
+        ck_assert_uint_eq(stats(s).checkpoint_failures, 1);
+        ck_assert(stats(s).checkpoint_failing);
+        ck_assert_msg(strstr(store_checkpoint_error(s), "cannot start a checkpoint"), "%s",
+                      store_checkpoint_error(s));
+
+        /* the attempts: the 2nd after 1 s, the 3rd no sooner than 2 s after it (a lower bound:
+         * a slow machine only makes it later) */
+        for (unsigned i = 0; i < 1000 && stats(s).checkpoint_failures < 3; i++) {
+                uint64_t before = stats(s).checkpoint_failures;
+
+                nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+                (void) store_maintain(s, T0);
+                if (before == 1 && stats(s).checkpoint_failures == 2)
+                        t1 = clock_usec(CLOCK_MONOTONIC);
+                else if (before == 2 && stats(s).checkpoint_failures == 3)
+                        t2 = clock_usec(CLOCK_MONOTONIC);
+        }
+        ck_assert_uint_eq(stats(s).checkpoint_failures, 3);
+        ck_assert_uint_gt(t1, 0);
+        ck_assert_msg(t2 - t1 >= STORE_CHECKPOINT_RETRY_MIN_USEC * 2 - 50000,
+                      "3rd attempt %llu us after the 2nd", (unsigned long long) (t2 - t1));
+
+        disk_full = false;
+        store_close(s);
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), 10);
+        expect_hit(s, RULE_A, "bk-1", 4, 5, 3600, T0, true, 2, 3600);
+        store_close(s);
+}
+END_TEST
+
+/* A run of steps that each ask for the next one soon sweeps every expired counter: the
+ * manager then waits --sweep-interval. Bug: once 3/4 of a large table had been swept, it
+ * shrank, and the shrink's migration (which the sweeper's steps carry on, dropping the expired
+ * counters of the old array) began with the part of the old array already swept, now empty:
+ * those steps deleted nothing, said "no backlog", and the manager waited an interval after
+ * each; after the migration, the new array began with the survivors of the part already swept,
+ * and the same again. The last quarter of the expired counters (and the old array's memory)
+ * stayed for an interval per 4,096 to 8,192 of those slots: 1.5 s for 50,000 counters at
+ * --sweep-interval=200. */
+START_TEST (test_sweep_shrink_no_stall) {
+        Store *s = open_store();
+        size_t d = 0, total = 0;
+        unsigned steps = 0;
+        int r;
+
+        hit_many(s, "mass-", 0, 50000, 5, T0, 0);
+        hit_many(s, "live-", 0, 100, 3600, T0, 0);
+        ck_assert_uint_eq(stat_counters(s), 50100);
+
+        /* never swept: the run starts at the beginning of the table (or of the last growth's
+         * migration), so it is one whole pass, migrations included */
+
+        do {
+                r = store_sweep(s, T0 + 5 * SEC, STORE_SWEEP_CHUNK_DEFAULT, &d);
+                ck_assert_int_ge(r, 0);
+                total += d;
+        } while (r > 0 && ++steps < 10000);
+        ck_assert_uint_lt(steps, 10000);
+        ck_assert_uint_eq(total, 50000);
+        ck_assert_uint_eq(stat_counters(s), 100);
+        store_close(s);
+}
+END_TEST
+
 static Suite *store_suite(void) {
         Suite *su = suite_create("store");
         TCase *tc = tcase_create("core");
@@ -1402,6 +1516,9 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_group_commit_sync_failure);
         tcase_add_test(tc, test_group_commit_close_drains);
         tcase_add_test(tc, test_group_commit_rotations);
+        tcase_add_test(tc, test_verify_creates_usable_lock);
+        tcase_add_test(tc, test_checkpoint_start_failure_backoff);
+        tcase_add_test(tc, test_sweep_shrink_no_stall);
         tcase_add_test(tc, test_open_errors);
         tcase_add_test(tc, test_dir_created);
         suite_add_tcase(su, tc);

@@ -631,6 +631,41 @@ START_TEST (test_model) {
 }
 END_TEST
 
+/* table_expire_unfinished(): true during a migration, and after one that moved counters
+ * without examining them until the pass over the new array ends; a migration with expiry
+ * only (every counter examined as it moved) leaves nothing to catch up on. */
+START_TEST (test_expire_unfinished) {
+        _cleanup_table_ Table *t = new_table(0);
+        size_t n = 0, passes = 0;
+
+        rng_state = SEED;
+        expect(!table_expire_unfinished(t));
+        while (!table_migrating(t))
+                put_new(t, id_random(), 100 + n++ % 2 * 1000, 1); /* every other one expires at 100 */
+        expect(table_expire_unfinished(t));
+        while (table_migrating(t))
+                (void) table_migrate_step(t, 8); /* moved without expiry */
+        ck_assert(table_expire_unfinished(t));   /* expired counters may be anywhere in it */
+
+        /* steps over the new array: unfinished until one reaches its end */
+        for (unsigned i = 0; i < 1000 && table_expire_unfinished(t); i++) {
+                size_t step = table_expire_step(t, 500, 8, NULL);
+
+                passes += step < 8;
+        }
+        ck_assert(!table_expire_unfinished(t));
+        ck_assert_uint_le(passes, 1);
+        ck_assert_uint_eq(table_count(t), n / 2);
+
+        /* a growth moved by expiry steps alone: nothing unexamined */
+        while (!table_migrating(t))
+                put_new(t, id_random(), 2000, 1);
+        while (table_migrating(t))
+                (void) table_expire_step(t, 500, 8, NULL);
+        ck_assert(!table_expire_unfinished(t));
+}
+END_TEST
+
 static Suite *table_suite(void) {
         const struct {
                 const char *name;
@@ -648,6 +683,7 @@ static Suite *table_suite(void) {
                 { "enomem", test_enomem },
                 { "release", test_release },
                 { "model", test_model },
+                { "expire_unfinished", test_expire_unfinished },
         };
         Suite *s = suite_create("table");
 
