@@ -50,15 +50,18 @@ RECOVERY_TIMEOUT = 10 * BACKOFF_MAX * harness.TIMEOUT_SCALE  # a bound, never re
 BREAKER_THRESHOLD = 5  # failed batches in a row that open it (REDIS_STORE_BREAKER_THRESHOLD_DEFAULT)
 
 
+class BreakerCase(harness.DaemonTestCase):
+    def backend(self, port):
+        """The metrics endpoint's samples (divvyd_backend_up and the fallback counters)."""
+        return harness.prometheus_samples(harness.http_get(port)[2])
+
+
 def missing():
     return redisfix is None or redisfix.missing()
 
 
 @unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
-class BreakerIdle(harness.DaemonTestCase):
-    def backend(self, port):
-        return harness.prometheus_samples(harness.http_get(port)[2])
-
+class BreakerIdle(BreakerCase):
     def test_breaker_closes_without_requests(self):
         with redisfix.RedisServer() as redis:
             http = harness.free_tcp_port()
@@ -108,10 +111,7 @@ class BreakerIdle(harness.DaemonTestCase):
 
 
 @unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
-class ClusterBreakerIdle(harness.DaemonTestCase):
-    def backend(self, port):
-        return harness.prometheus_samples(harness.http_get(port)[2])
-
+class ClusterBreakerIdle(BreakerCase):
     def actor_on(self, cl, node):
         return next(x for x in ("cb-%d-%d" % (os.getpid(), i) for i in range(10000))
                     if cl.node_for_key("{%s}" % x) is node)
@@ -209,10 +209,7 @@ class ClusterBreakerIdle(harness.DaemonTestCase):
 
 
 @unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
-class SentinelBreakerIdle(harness.DaemonTestCase):
-    def backend(self, port):
-        return harness.prometheus_samples(harness.http_get(port)[2])
-
+class SentinelBreakerIdle(BreakerCase):
     def test_failover_during_outage_without_requests(self):
         with redisfix.Sentinels() as sg:
             http = harness.free_tcp_port()
