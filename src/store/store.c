@@ -122,6 +122,8 @@ struct Store {
         uint64_t last_checkpoint_usec; /* CLOCK_MONOTONIC: last success, or open */
         uint64_t retry_usec;           /* CLOCK_MONOTONIC: no new attempt before */
         uint64_t backoff_usec;         /* after the last failure (0: none) */
+        uint64_t release_seq;          /* the last checkpoint's segments could not all be deleted:
+                                        * retried up to this one by store_maintain() (0: none) */
         CheckpointStats ckpt_stats;    /* cached at the last reap */
         char ckpt_error[STORE_ERROR_MAX];
         uint64_t ckpt_failures, ckpt_ok;
@@ -1036,8 +1038,11 @@ static int job_reap(Store *s, bool wait) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error,
                                   "checkpoint written, but deleting the journal it covers failed: %s",
                                   wal_error(s->wal));
-                } else
+                        s->release_seq = j->last_seq;
+                } else {
                         s->ckpt_error[0] = 0;
+                        s->release_seq = 0;
+                }
                 s->covered_lsn = j->last_lsn;
                 s->ckpt_duration_usec = j->duration_usec;
                 s->ckpt_ok++;
@@ -1121,6 +1126,14 @@ int store_maintain(Store *s, uint64_t now_usec) {
         reaped = job_reap(s, false);
         if (s->job_running)
                 return reaped;
+        if (s->release_seq > 0 && wal_release(s->wal, s->release_seq) >= 0) {
+                /* The covered segments are gone at last: on an idle daemon no checkpoint would
+                 * come to clear the error, and STATUS said "failing" for good. Another failure
+                 * since (backoff_usec) keeps its own error. */
+                s->release_seq = 0;
+                if (s->backoff_usec == 0)
+                        s->ckpt_error[0] = 0;
+        }
         pending = journal_pending(s);
         if (pending > 0 && now >= s->retry_usec &&
             (pending >= checkpoint_threshold(s) ||

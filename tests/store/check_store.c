@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <sys/wait.h>
@@ -1442,6 +1445,82 @@ START_TEST (test_checkpoint_start_failure_backoff) {
 }
 END_TEST
 
+/* Sets or clears the immutable attribute of path (root, a file system that has it). Returns 0
+ * or -errno. */
+static int set_immutable(const char *path, bool on) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC), flags = 0, r = 0;
+
+        if (fd < 0)
+                return -errno;
+        if (ioctl(fd, FS_IOC_GETFLAGS, &flags) < 0 ||
+            ioctl(fd, FS_IOC_SETFLAGS, &(int){ on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL }) <
+                    0)
+                r = -errno;
+        close(fd);
+        return r;
+}
+
+/* The oldest journal segment in dir (its full path into buf), or false. */
+static bool oldest_segment(const char *dir, char *buf, size_t size) {
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        char best[256] = "";
+
+        ck_assert_ptr_nonnull(d);
+        while ((de = readdir(d)))
+                if (strncmp(de->d_name, "wal-", 4) == 0 && strlen(de->d_name) > 7 &&
+                    strcmp(de->d_name + strlen(de->d_name) - 7, ".divvyd") == 0 &&
+                    (!best[0] || strcmp(de->d_name, best) < 0))
+                        snprintf(best, sizeof best, "%s", de->d_name);
+        closedir(d);
+        if (best[0])
+                snprintf(buf, size, "%s/%s", dir, best);
+        return best[0];
+}
+
+/* A checkpoint written whose covered journal segments cannot be deleted (immutable here; a
+ * directory turned read-only does the same to an unprivileged daemon) shows in STATUS as
+ * "checkpoint failing". Bug: only the next checkpoint tried the deletion again, and an idle
+ * daemon has none: STATUS said "failing" for good. store_maintain() retries it. */
+START_TEST (test_checkpoint_release_retried) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        char seg[PATH_MAX];
+        int r = 0;
+        Store *s;
+
+        o.checkpoint_interval_usec = 1;
+        s = open_with(&o);
+        hit_many(s, "rl-", 0, 10, 3600, T0, 0);
+        ck_assert_int_eq(store_maintain(s, T0), 0); /* the job started: the segment is sealed */
+        ck_assert(oldest_segment(o.path, seg, sizeof seg));
+        r = set_immutable(seg, true);
+        if (r < 0) {
+                printf("SKIP: %s: cannot make %s immutable: %s\n", __func__, seg, strerror(-r));
+                (void) store_checkpoint(s, T0);
+                store_close(s);
+                return;
+        }
+        for (unsigned i = 0; i < 1000 && store_maintain(s, T0) == 0; i++) /* until reaped */
+                nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+        bool failing = stats(s).checkpoint_failing;
+        bool said = strstr(store_checkpoint_error(s), "deleting the journal it covers failed");
+        (void) store_maintain(s, T0); /* nothing new to checkpoint; still undeletable */
+        bool still = stats(s).checkpoint_failing, kept = access(seg, F_OK) == 0;
+
+        /* first undone, so that a failed check leaves no file the fixture cannot delete */
+        ck_assert_int_eq(set_immutable(seg, false), 0);
+        ck_assert(failing && said && still && kept);
+        (void) store_maintain(s, T0); /* no new record: no checkpoint, the deletion again */
+        ck_assert_msg(!stats(s).checkpoint_failing, "%s", store_checkpoint_error(s));
+        ck_assert_int_eq(access(seg, F_OK), -1);
+        ck_assert_uint_eq(stats(s).checkpoint_failures, 0);
+        store_close(s);
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), 10);
+        store_close(s);
+}
+END_TEST
+
 /* A run of steps that each ask for the next one soon sweeps every expired counter: the
  * manager then waits --sweep-interval. Bug: once 3/4 of a large table had been swept, it
  * shrank, and the shrink's migration (which the sweeper's steps carry on, dropping the expired
@@ -1518,6 +1597,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_group_commit_rotations);
         tcase_add_test(tc, test_verify_creates_usable_lock);
         tcase_add_test(tc, test_checkpoint_start_failure_backoff);
+        tcase_add_test(tc, test_checkpoint_release_retried);
         tcase_add_test(tc, test_sweep_shrink_no_stall);
         tcase_add_test(tc, test_open_errors);
         tcase_add_test(tc, test_dir_created);
