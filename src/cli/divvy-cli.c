@@ -508,10 +508,11 @@ static int run_decision(const Args *a, divvy *d) {
                         break;
                 if (res.retry_seconds < 0) {
                         print_decision(a, &res);
-                        fail("Denied, and %s %" PRIu64
-                             " can never pass under the server's rules (retry=-1): not "
-                             "waiting",
-                             verbs[a->verb].name, a->count);
+                        if (!a->quiet) /* a denial, not an error: -q prints none */
+                                fail("Denied, and %s %" PRIu64
+                                     " can never pass under the server's rules (retry=-1): not "
+                                     "waiting",
+                                     verbs[a->verb].name, a->count);
                         return EXIT_DENIED;
                 }
                 if (a->tries > 0 && tries >= a->tries)

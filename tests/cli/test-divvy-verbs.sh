@@ -195,6 +195,15 @@ check "take --wait, retry=-1: no waiting, exit 1" 1 "allowed=false credit=2 limi
 	"CONNECT${nl}HELLO${nl}TAKE 5 a=b"
 stderr_has 'can never pass' "take --wait, retry=-1: says why"
 
+# -q: a denial that can never pass is still a denial (exit 1), and -q prints nothing: a cron
+# job mails whatever a command prints
+serve "HELLO$TAB$HELLO_OK" "TAKE 5 a=b$TAB""OK allowed=false credit=2 limit=2 reset=0 retry=-1 rule=r"
+run -q --wait take 5 a=b
+if [ -s "$tmp/err" ]; then quiet_err=$(cat "$tmp/err"); else quiet_err=; fi
+check "take -q --wait, retry=-1: exit 1, nothing on stdout" 1 "" "CONNECT${nl}HELLO${nl}TAKE 5 a=b"
+if [ -z "$quiet_err" ]; then pass "take -q --wait, retry=-1: nothing on stderr"; else
+	fail "take -q --wait, retry=-1: nothing on stderr (got: $quiet_err)"; fi
+
 serve "HELLO$TAB$HELLO_OK" \
 	"TAKE 1$TAB""OK allowed=false credit=0 limit=1 reset=1 retry=1 rule=r" \
 	"TAKE 1$TAB""OK allowed=false credit=0 limit=1 reset=1 retry=1 rule=r"
