@@ -55,6 +55,15 @@ class BreakerCase(harness.DaemonTestCase):
         """The metrics endpoint's samples (divvyd_backend_up and the fallback counters)."""
         return harness.prometheus_samples(harness.http_get(port)[2])
 
+    def wait_up_without_requests(self, d, http):
+        """Waits (bounded by RECOVERY_TIMEOUT) until divvyd_backend_up is 1, sending no request;
+        drains the daemon's notes meanwhile, so that sd_notify() never blocks on a full queue."""
+        def up():
+            d.drain_notes(0)
+            return self.backend(http).get("divvyd_backend_up") == 1
+
+        redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+
 
 def missing():
     return redisfix is None or redisfix.missing()
@@ -90,11 +99,7 @@ class BreakerIdle(BreakerCase):
             redis.start()
             back = d.last_seq()
 
-            def up():
-                d.drain_notes(0)  # sd_notify() must not block on a full queue meanwhile
-                return self.backend(http).get("divvyd_backend_up") == 1
-
-            redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+            self.wait_up_without_requests(d, http)
             self.assertEqual(len(re.findall(r"Store redis://\S+ is up \(127\.0\.0\.1:%d\)" % redis.port,
                                             d.log_text())), 2, d.log_tail())
             d.wait_note(re.compile(r"^STATUS=Serving .*, redis 127\.0\.0\.1:%d up, %d fallbacks$" %
@@ -116,16 +121,22 @@ class ClusterBreakerIdle(BreakerCase):
         return next(x for x in ("cb-%d-%d" % (os.getpid(), i) for i in range(10000))
                     if cl.node_for_key("{%s}" % x) is node)
 
+    def start_on(self, cl):
+        """divvyd on cluster cl with metrics, one actor per node (in node order), each node's
+        connection open and the store up. Returns (daemon, http port, actors)."""
+        http = harness.free_tcp_port()
+        d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=200",
+                                            "--http-port=%d" % http])
+        actors = [self.actor_on(cl, n) for n in cl.nodes]
+        for a in actors:
+            self.assertHit(d.request("HIT type=allow u=%s" % a), True, 1, (59, 60))
+        redisfix.wait_until(lambda: self.backend(http).get("divvyd_backend_up") == 1, harness.IO_TIMEOUT,
+                            "divvyd_backend_up 1", d.log_tail)
+        return d, http, actors
+
     def test_cluster_node_back_without_requests(self):
         with redisfix.Cluster() as cl:
-            http = harness.free_tcp_port()
-            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=200",
-                                                "--http-port=%d" % http])
-            actors = [self.actor_on(cl, n) for n in cl.nodes]
-            for a in actors:  # every node's connection is open
-                self.assertHit(d.request("HIT type=allow u=%s" % a), True, 1, (59, 60))
-            redisfix.wait_until(lambda: self.backend(http).get("divvyd_backend_up") == 1, harness.IO_TIMEOUT,
-                                "divvyd_backend_up 1", d.log_tail)
+            d, http, actors = self.start_on(cl)
 
             victim = cl.nodes[1]
             victim.kill()
@@ -139,23 +150,12 @@ class ClusterBreakerIdle(BreakerCase):
             victim.start()
             cl.wait_ok()
 
-            def up():
-                d.drain_notes(0)
-                return self.backend(http).get("divvyd_backend_up") == 1
-
-            redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+            self.wait_up_without_requests(d, http)
             self.assertHit(d.request("HIT type=allow u=%s" % actors[1]), True, 1, (59, 60))
 
     def test_cluster_node_removed_while_down(self):
         with redisfix.Cluster() as cl:
-            http = harness.free_tcp_port()
-            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=200",
-                                                "--http-port=%d" % http])
-            actors = [self.actor_on(cl, n) for n in cl.nodes]
-            for a in actors:  # every node's connection is open
-                self.assertHit(d.request("HIT type=allow u=%s" % a), True, 1, (59, 60))
-            redisfix.wait_until(lambda: self.backend(http).get("divvyd_backend_up") == 1, harness.IO_TIMEOUT,
-                                "divvyd_backend_up 1", d.log_tail)
+            d, http, actors = self.start_on(cl)
 
             # The node dies for good; its slots go to another (what a failover or del-node does).
             victim, heir, other = cl.nodes[2], cl.nodes[0], cl.nodes[1]
@@ -173,11 +173,7 @@ class ClusterBreakerIdle(BreakerCase):
 
             # Every slot is served again: the store is up with no request, and the actor's next
             # hit is counted on its new node (an empty counter there).
-            def up():
-                d.drain_notes(0)
-                return self.backend(http).get("divvyd_backend_up") == 1
-
-            redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+            self.wait_up_without_requests(d, http)
             self.assertHit(d.request("HIT type=allow u=%s" % actors[2]), True, 1, (59, 60))
             self.assertEqual(cl.node_for_key("{%s}" % actors[2]), heir)
             # the address it names is one that answers, not the dead node's
@@ -227,11 +223,7 @@ class SentinelBreakerIdle(BreakerCase):
             self.assertEqual(self.backend(http).get("divvyd_backend_up"), 0)
             new = sg.wait_primary(old)
 
-            def up():
-                d.drain_notes(0)
-                return self.backend(http).get("divvyd_backend_up") == 1
-
-            redisfix.wait_until(up, RECOVERY_TIMEOUT, "divvyd_backend_up 1 with no request", d.log_tail)
+            self.wait_up_without_requests(d, http)
             d.wait_note(re.compile(r"^STATUS=Serving .*, redis 127\.0\.0\.1:%d up, " % new[1]),
                         after=0, what="STATUS naming the new primary")
             self.assertTrue(d.request("HIT type=allow u=%s" % u).startswith("OK true "))
