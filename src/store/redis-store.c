@@ -133,8 +133,7 @@ struct RedisStore {
         /* The breaker's own probe, so that an idle daemon sees Redis come back: once the open
          * period is over and no batch came to be the probe, a PING to each node (breaker HALF_OPEN
          * meanwhile; batches are refused as during any probe). */
-        bool probing;            /* PINGs in flight */
-        unsigned probe_pings;    /* of them, still unanswered */
+        unsigned probe_pings;    /* its PINGs still unanswered (0: no probe under way) */
         uint64_t probe_deadline; /* no reply by then: the probe failed */
         uint64_t rng;
 
@@ -1216,7 +1215,7 @@ static void batch_release(RedisStore *s, Batch *b) {
 /* Ends the breaker's own probe, if one is in flight: the PINGs still unanswered are abandoned
  * (their replies are read and dropped). */
 static void probe_cancel(RedisStore *s) {
-        if (!s->probing)
+        if (s->probe_pings == 0)
                 return;
         for (size_t i = 0; i < s->n_nodes; i++) {
                 Node *n = s->nodes[i];
@@ -1226,7 +1225,6 @@ static void probe_cancel(RedisStore *s) {
                         n->pinging = false;
                 }
         }
-        s->probing = false;
         s->probe_pings = 0;
 }
 
@@ -1267,10 +1265,8 @@ static void ping_reply(void *userdata, redisReply *r, int error) {
                 breaker_close(s);
                 return;
         }
-        if (--s->probe_pings == 0) {
-                s->probing = false;
+        if (--s->probe_pings == 0)
                 probe_failed(s, now_usec());
-        }
 }
 
 /* The open period is over and no batch came to be the probe: the store probes on its own, so an
@@ -1310,7 +1306,6 @@ static void probe_start(RedisStore *s, uint64_t now) {
                 return;
         }
         s->breaker = BREAKER_HALF_OPEN; /* batches are refused until it is decided */
-        s->probing = true;
         s->probe_pings = sent;
         s->probe_deadline = now + s->o.connect_timeout_usec;
         s->st.breaker_probes++;
@@ -1330,7 +1325,6 @@ static void probe_expire(RedisStore *s, uint64_t now) {
                 set_error(s, "%s: no reply to PING within %" PRIu64 " ms", n->addr.name,
                           s->o.connect_timeout_usec / 1000);
         }
-        s->probing = false;
         s->probe_pings = 0;
         probe_failed(s, now);
 }
@@ -1492,7 +1486,7 @@ static void run_due(RedisStore *s, uint64_t now) {
         default:
                 break;
         }
-        if (s->probing && now >= s->probe_deadline)
+        if (s->probe_pings > 0 && now >= s->probe_deadline)
                 probe_expire(s, now);
         if (s->breaker == BREAKER_OPEN && now >= s->breaker_until)
                 probe_start(s, now);
@@ -1532,7 +1526,7 @@ static void run_due(RedisStore *s, uint64_t now) {
          * passed: a Sentinel lookup is on its way, its reply brings us back), its deadline */
         if (s->breaker == BREAKER_OPEN && s->breaker_until > now)
                 consider_deadline(&next, s->breaker_until);
-        if (s->probing)
+        if (s->probe_pings > 0)
                 consider_deadline(&next, s->probe_deadline);
         if (next != s->armed) {
                 s->armed = next;
