@@ -14,8 +14,10 @@
 # The matrix (default; skipped by --only-10m and --only-big): (connections,pipeline) =
 # 1,1 16,1 64,1 16,16 at 10,000 actors against redis (INCR key<actor>), divvyd over TCP and
 # divvyd over its Unix socket (--sync MODE, default periodic), N times each (medians).
-# Then --sync=periodic and --sync=always at 16,16 on fresh databases, back to back
-# (--no-sync-compare skips it). Then the algorithms (issue #15) on one daemon at 16,16 over TCP:
+# Then --sync=periodic and --sync=always at 16,16 on fresh databases, back to back, and beside
+# them redis-server with an append-only file (--appendfsync everysec, then always) in fresh
+# directories: fsync-before-reply on the same disk in the same minutes, reported beside the
+# ratio (--no-sync-compare skips it all). Then the algorithms (issue #15) on one daemon at 16,16 over TCP:
 # HIT on a fixed window, a token bucket and a sliding window, and TAKE 3 on the fixed window,
 # each beside the fixed-window HIT (--no-algorithms skips it), after 6 s of unmeasured load,
 # each run starting one row later than the one before. --before PATH also measures an older divvyd at 16,1 and
@@ -234,11 +236,19 @@ wait_for() {
 	done
 }
 
+# start_redis [DIR APPENDFSYNC]: persistence off; with DIR, an append-only file there (a fresh
+# directory: it is created) synced by --appendfsync APPENDFSYNC (always, everysec)
 start_redis() {
 	redis_port=$(free_port)
 	redis_sock=$tmp/redis.sock
+	if [ $# -gt 0 ]; then
+		mkdir -p "$1"
+		set -- --dir "$1" --appendonly yes --appendfsync "$2"
+	else
+		set -- --dir "$tmp" --appendonly no
+	fi
 	redis-server --port "$redis_port" --bind 127.0.0.1 --unixsocket "$redis_sock" --save '' \
-		--appendonly no --dir "$tmp" --daemonize no --logfile "$tmp/redis.log" &
+		"$@" --daemonize no --logfile "$tmp/redis.log" &
 	redis_pid=$!
 	wait_for redis "$redis_pid" --redis "unix:$redis_sock"
 }
@@ -467,7 +477,8 @@ if [ "$with_matrix" = yes ]; then
 	redis_pid=""
 
 	if [ "$sync_compare" = yes ]; then
-		echo "--sync=periodic and --sync=always, 16,16, $actors actors, fresh databases:"
+		echo "--sync=periodic and --sync=always, 16,16, $actors actors, fresh databases; beside them"
+		echo "redis-server with an append-only file, --appendfsync everysec and always, fresh directories:"
 		run=1
 		while [ $run -le "$runs" ]; do
 			for mode in periodic always; do
@@ -475,6 +486,13 @@ if [ "$with_matrix" = yes ]; then
 				measure "sync-$mode" 16 16 -k "$actors" "tcp:127.0.0.1:$divvyd_port"
 				stop "$divvyd_pid"
 				divvyd_pid=""
+			done
+			for mode in everysec always; do
+				start_redis "$tmp/aof-$mode-$run" "$mode"
+				measure "aof-$mode" 16 16 -k "$actors" --redis "tcp:127.0.0.1:$redis_port"
+				stop "$redis_pid"
+				redis_pid=""
+				rm -rf "$tmp/aof-$mode-$run"
 			done
 			run=$((run + 1))
 		done
@@ -547,6 +565,13 @@ if [ "$with_matrix" = yes ]; then
 	if [ "$sync_compare" = yes ]; then
 		a=$(median sync-always 16 16 4) p=$(median sync-periodic 16 16 4)
 		row "$k, 16×16: --sync=always ÷ --sync=periodic" "$(ratio "$a" "$p")" ">=" 0.5 "$a ÷ $p req/s"
+		ra=$(median aof-always 16 16 4) re=$(median aof-everysec 16 16 4)
+		row "$k, 16×16: redis --appendfsync always ÷ everysec (the same disk's reference)" \
+			"$(ratio "$ra" "$re")" - "" "$ra ÷ $re req/s"
+		row "$k, 16×16: divvyd --sync=always ÷ redis --appendfsync always" "$(ratio "$a" "$ra")" - "" \
+			"p99 $(median sync-always 16 16 6) / $(median aof-always 16 16 6) us"
+		row "$k, 16×16: divvyd --sync=periodic ÷ redis --appendfsync everysec" "$(ratio "$p" "$re")" - "" \
+			"p99 $(median sync-periodic 16 16 6) / $(median aof-everysec 16 16 6) us"
 	fi
 	if [ "$algorithms" = yes ]; then
 		f=$(median algo-fixed 16 16 4)
