@@ -1446,16 +1446,26 @@ START_TEST (test_checkpoint_start_failure_backoff) {
 END_TEST
 
 /* Sets or clears the immutable attribute of path (root, a file system that has it). Returns 0
- * or -errno. */
+ * or -errno. The kernel reads and writes an int, but the ioctl numbers are declared with a
+ * long's size, which valgrind checks: the int is the first member of a zeroed long-sized
+ * union, so that it is at the address on any byte order and every byte valgrind looks at is
+ * set. */
 static int set_immutable(const char *path, bool on) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC), flags = 0, r = 0;
+        union {
+                int flags;
+                long size;
+        } u = { .size = 0 };
+        int fd = open(path, O_RDONLY | O_CLOEXEC), r = 0;
 
         if (fd < 0)
                 return -errno;
-        if (ioctl(fd, FS_IOC_GETFLAGS, &flags) < 0 ||
-            ioctl(fd, FS_IOC_SETFLAGS, &(int){ on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL }) <
-                    0)
+        if (ioctl(fd, FS_IOC_GETFLAGS, &u) < 0)
                 r = -errno;
+        else {
+                u.flags = on ? u.flags | FS_IMMUTABLE_FL : u.flags & ~FS_IMMUTABLE_FL;
+                if (ioctl(fd, FS_IOC_SETFLAGS, &u) < 0)
+                        r = -errno;
+        }
         close(fd);
         return r;
 }
