@@ -17,11 +17,12 @@
 # Then --sync=periodic and --sync=always at 16,16 on fresh databases, back to back, and beside
 # them redis-server with an append-only file (--appendfsync everysec, then always) in fresh
 # directories: fsync-before-reply on the same disk in the same minutes, reported beside the
-# ratio (--no-sync-compare skips it all). Then the algorithms (issue #15) on one daemon at 16,16 over TCP:
-# HIT on a fixed window, a token bucket and a sliding window, and TAKE 3 on the fixed window,
-# each beside the fixed-window HIT (--no-algorithms skips it), after 6 s of unmeasured load,
-# each run starting one row later than the one before. --before PATH also measures an older divvyd at 16,1 and
-# 16,16 in the same run, for "no lower than before" (else the ratios recorded in README).
+# ratio (--no-sync-compare skips it all). Then the algorithms (issue #15) on one daemon at 16,16
+# over TCP: HIT on a fixed window, a token bucket and a sliding window, and TAKE 3 on the fixed
+# window, each beside the fixed-window HIT (--no-algorithms skips it), after 6 s of unmeasured
+# load, each run starting one row later than the one before. --before PATH also measures an
+# older divvyd at 16,1 and 16,16 in the same run, for "no lower than before" (else the ratios
+# recorded in README).
 #
 # A big point (--10m: 10 million counters, or --big-actors N; --50m; --big N, repeatable)
 # uses actors like IPv4 addresses (divvy-benchmark --ipv4). Redis first: it is pre-filled
