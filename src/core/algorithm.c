@@ -426,7 +426,11 @@ static void gcra_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now,
                 return;
         case ALGO_CHARGE: {
                 bool fit = n <= burst && gcra_wait(tat, now, t, tau, n) == 0;
-                uint64_t ntat = tat_add(tat, n, t); /* beyond now + tau: debt */
+                uint64_t ntat = tat_add(tat, n, t);                     /* beyond now + tau: debt */
+                uint64_t most = now + (1 + ALGO_DEBT_MAX_BURSTS) * tau; /* < ALGO_W0_MAX (algorithm.h) */
+
+                if (ntat > most) /* the debt is bounded, but a CHARGE never lowers TAT */
+                        ntat = tat > most ? tat : most;
 
                 ns = ntat > now ? (AlgoState){ .w0 = ntat, .w1 = 0 } : (AlgoState){ 0, 0 };
                 result_set(res, fit, gcra_credit(ntat, now, t, tau), burst, until_full(&ns, now),
@@ -542,8 +546,13 @@ static void bucket_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t no
                 return;
         case ALGO_CHARGE: {
                 bool fit = n <= burst && b.deficit <= burst - n;
+                uint64_t most = (1 + ALGO_DEBT_MAX_BURSTS) * burst; /* < 2^54 */
 
-                b.deficit = b.deficit > UINT64_MAX - n ? UINT64_MAX : b.deficit + n;
+                /* the debt is bounded, but a CHARGE never lowers the deficit */
+                if (n > most || b.deficit > most - n)
+                        b.deficit = b.deficit > most ? b.deficit : most;
+                else
+                        b.deficit += n;
                 ns = tb_store(&b, step, amount);
                 result_set(res, fit, b.deficit < burst ? burst - b.deficit : 0, burst, until_full(&ns, now),
                            fit ? 0 : retry_of(tb_wait(&b, now, burst, step, amount, 1)));

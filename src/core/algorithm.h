@@ -27,6 +27,12 @@
 /* µs (year 3111): sliding window and token bucket take a later now_usec as this one, which keeps
  * every w0 they compute below ALGO_W0_MAX */
 #define ALGO_NOW_MAX (UINT64_C(1) << 55)
+/* capacities: the most debt a CHARGE leaves in a token bucket, whatever its count (up to
+ * PROTO_COUNT_MAX from any client): credits go at most burst below empty, so the bucket is full
+ * again within twice the time it takes to refill burst, and a TAKE 1 passes within the time to
+ * refill burst + 1 credits. Fits: 2 * burst < 2^54 credits, 2 * tau <= 400 years < ALGO_W0_MAX
+ * - ALGO_NOW_MAX µs. */
+#define ALGO_DEBT_MAX_BURSTS 1
 
 typedef enum Algorithm {
         ALGORITHM_FIXED_WINDOW = 0,   /* divvy's: the default */
@@ -56,7 +62,8 @@ int algo_params_prepare(AlgoParams *p, const char **ret_reason);
 typedef enum AlgoOp {
         ALGO_TAKE,   /* consume n iff it fits (HIT is TAKE 1) */
         ALGO_PEEK,   /* the decision TAKE n would make; writes nothing */
-        ALGO_CHARGE, /* consume n unconditionally; windows clamp at 0, a token bucket goes into debt */
+        ALGO_CHARGE, /* consume n unconditionally; windows clamp at 0, a token bucket goes into debt,
+                      * at most ALGO_DEBT_MAX_BURSTS * burst credits below empty */
         ALGO_REFUND, /* give back up to n, capped at capacity; never creates or extends a window */
         _ALGO_OP_MAX,
 } AlgoOp;
@@ -77,7 +84,9 @@ typedef enum AlgoOp {
  *   credits left; above burst it is debt), w0 = u + ceil(d / A) * refillSeconds where u is the
  *   time of the last refill (the refill clock) and A = creditLimit * refillSeconds / resetSeconds
  *   the credits per refill: w0 is the time the bucket is full, and u is recovered from it.
- * Debt is capped so that w0 <= ALGO_W0_MAX.
+ * A CHARGE leaves at most ALGO_DEBT_MAX_BURSTS capacities of debt: TAT <= now + 2 * tau, d <= 2 *
+ * burst (unless the state already held more, after a clock stepped back: a CHARGE never gives
+ * credits back). w0 <= ALGO_W0_MAX always.
  */
 typedef struct AlgoState {
         uint64_t w0; /* wall-clock µs from which the counter equals an absent one; 0 = absent */

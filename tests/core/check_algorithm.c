@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/algorithm.h"
+#include "core/protocol.h"
 #include "check-run.h"
 
 #define SEC       UINT64_C(1000000)
@@ -287,7 +288,11 @@ static const Scenario scenarios[] = {
           0,
           0,
           false,
-          { { 0, ALGO_CHARGE, 25, false, 0, 25, 16 }, /* 15 s of debt: TAKE 1 waits 16 s */
+          { { 0, ALGO_CHARGE, 5, true, 5, 5, 0 },
+            { 0, ALGO_CHARGE, 12, false, 0, 17, 8 },         /* 7 s of debt: TAKE 1 waits 8 s */
+            { 0, ALGO_CHARGE, 25, false, 0, 20, 11 },        /* capped: 10 credits (one burst) of debt */
+            { 5000000, ALGO_CHARGE, 100, false, 0, 20, 11 }, /* capped from now: full at 25 s */
+            { 5000000, ALGO_PEEK, 1, false, 0, 11, 11 },
             { 15000000, ALGO_TAKE, 1, false, 0, 1, 1 },
             { 16000000, ALGO_TAKE, 1, true, 0, 10, 0 },
             { 16000000, ALGO_REFUND, 3, true, 3, 7, 0 },
@@ -345,8 +350,9 @@ static const Scenario scenarios[] = {
             { 30000000, ALGO_TAKE, 6, false, 5, 30, 30 },
             { 59999999, ALGO_TAKE, 2, true, 3, 31, 0 },       /* full at 90 s */
             { 60000000, ALGO_TAKE, 1, true, 7, 30, 0 },       /* refill at 60 s: 8, minus 1; full at 90 s */
-            { 60000000, ALGO_CHARGE, 20, false, 0, 150, 90 }, /* deficit 23: TAKE 1 after 3 refills */
-            { 60000000, ALGO_PEEK, 0, false, 0, 90, 90 },     /* in debt until 3 refills */
+            { 60000000, ALGO_CHARGE, 12, false, 0, 90, 60 },  /* deficit 3 + 12: 5 of debt */
+            { 60000000, ALGO_CHARGE, 20, false, 0, 120, 90 }, /* deficit capped at 20: 10 of debt */
+            { 60000000, ALGO_PEEK, 0, false, 0, 60, 60 },     /* in debt until 2 refills */
             { 60000000, ALGO_REFUND, 4, true, 0, 120, 0 },
             { 60000000, ALGO_REFUND, 40, true, 10, 0, 0 },
             END_STEPS } },
@@ -704,8 +710,9 @@ static Expect meter_model(MeterModel *m, uint64_t t, uint64_t burst, bool strict
                 return (Expect){ false, CREDIT(lv), up(lv + n * t - tau), retry_up(lv + n * t - tau) };
         case ALGO_CHARGE: {
                 bool fit = n <= burst && lv + n * t <= tau;
+                uint64_t most = (1 + ALGO_DEBT_MAX_BURSTS) * tau; /* at most burst of debt */
 
-                lv += n * t;
+                lv = lv + n * t <= most ? lv + n * t : lv > most ? lv : most;
                 *m = (MeterModel){ lv, now };
                 return (Expect){ fit, CREDIT(lv), up(lv), fit ? 0 : retry_up(lv + t - tau) };
         }
@@ -780,8 +787,9 @@ static Expect smyte_model(SmyteModel *m, uint64_t burst_u, uint64_t amount, uint
                 break;
         case ALGO_CHARGE: {
                 bool fit = n <= b.value;
+                int64_t least = -(int64_t) ALGO_DEBT_MAX_BURSTS * burst; /* at most burst of debt */
 
-                b.value -= n;
+                b.value = b.value - n >= least ? b.value - n : b.value < least ? b.value : least;
                 e = (Expect){ fit, CREDIT, smyte_until_full(&b, burst, amount, step, now), 0 };
                 if (!fit) {
                         uint64_t j = ((uint64_t) (1 - b.value) + amount - 1) / amount;
@@ -954,11 +962,11 @@ START_TEST (test_overflow_edges) {
         AlgoState st = { 0, 0 };
         AlgoResult res;
 
-        /* a huge CHARGE: the debt is capped at ALGO_W0_MAX, no wrap */
+        /* a huge CHARGE: one burst of debt (full again after 2 * tau), no wrap */
         algo_apply(&gcra, ALGO_CHARGE, UINT64_MAX, T0, &st, &res);
         ck_assert(!res.allowed && res.write);
-        ck_assert_uint_eq(st.w0, ALGO_W0_MAX);
-        ck_assert_uint_eq(res.reset, up(ALGO_W0_MAX - T0));
+        ck_assert_uint_eq(st.w0, T0 + 2 * gcra.d1);
+        ck_assert_uint_eq(res.reset, 2 * ALGO_RESET_SECONDS_MAX);
         ck_assert_int_ge(res.retry, 1);
         algo_apply(&gcra, ALGO_TAKE, 1, T0 + 1, &st, &res);
         ck_assert(!res.allowed);
@@ -967,11 +975,11 @@ START_TEST (test_overflow_edges) {
 
         st = (AlgoState){ 0, 0 };
         algo_apply(&disc, ALGO_CHARGE, UINT64_MAX, T0, &st, &res);
-        ck_assert(res.write && st.w0 <= ALGO_W0_MAX && st.w0 > T0);
+        ck_assert(res.write && st.w0 == T0 + 2 * SEC && st.w1 == 4); /* 2 credits of debt */
         ck_assert_uint_eq(res.credit, 0);
-        algo_apply(&disc, ALGO_TAKE, 1, T0 + 5 * SEC, &st, &res);
-        ck_assert(!res.allowed && res.retry >= 1);
-        algo_apply(&disc, ALGO_REFUND, UINT64_MAX, T0 + 5 * SEC, &st, &res);
+        algo_apply(&disc, ALGO_TAKE, 1, T0 + SEC, &st, &res);
+        ck_assert(!res.allowed && res.retry == 1);
+        algo_apply(&disc, ALGO_REFUND, UINT64_MAX, T0 + SEC, &st, &res);
         ck_assert(res.allowed && res.credit == 2 && st.w0 == 0 && st.w1 == 0);
 
         /* the sliding window's largest counts and windows */
@@ -993,6 +1001,94 @@ START_TEST (test_overflow_edges) {
         st = (AlgoState){ 0, 0 };
         algo_apply(&gcra, ALGO_TAKE, 1, UINT64_MAX, &st, &res);
         ck_assert(res.allowed && st.w0 == ALGO_NOW_MAX + gcra.d0);
+}
+END_TEST
+
+/* ---- the debt a CHARGE leaves is bounded by the rule --------------------------------------- */
+
+/* The largest count a client may send (PROTO_COUNT_MAX, and beyond it UINT64_MAX) after any start:
+ * the retry of a TAKE 1 and the time until full stay within the bound algorithm.h states (fixed
+ * window: resetSeconds; sliding: 2 * resetSeconds; token bucket: refilling burst + 1 credits, and
+ * full within twice the time to refill burst), and a CHARGE from a fresh counter reaches it. */
+typedef struct ChargeCase {
+        const char *name;
+        Algorithm algorithm;
+        uint64_t limit, reset, burst, refill;
+        bool strict;
+        int64_t fresh_retry; /* s: after CHARGE PROTO_COUNT_MAX on an absent counter */
+        uint64_t fresh_reset;
+        int64_t max_retry; /* s: the bound, from any state */
+        uint64_t max_reset;
+} ChargeCase;
+
+static const ChargeCase charge_cases[] = {
+        { "fixed 5/300", ALGORITHM_FIXED_WINDOW, 5, 300, 0, 0, false, 300, 300, 300, 300 },
+        /* the next window, once the charged one weighs 4 of 5: 300 + 300 / 5 */
+        { "sliding 5/300", ALGORITHM_SLIDING_WINDOW, 5, 300, 0, 0, false, 360, 600, 600, 600 },
+        { "sliding 1/1", ALGORITHM_SLIDING_WINDOW, 1, 1, 0, 0, false, 2, 2, 2, 2 },
+        /* issue #30's rule: T = 60 s; one burst of debt, TAKE 1 after 6 credits */
+        { "gcra 5/300", ALGORITHM_TOKEN_BUCKET, 5, 300, 0, 0, false, 360, 600, 360, 600 },
+        { "gcra 5/300 strict", ALGORITHM_TOKEN_BUCKET, 5, 300, 0, 0, true, 360, 600, 360, 600 },
+        /* T = 428572 µs: 21 T = 9.000012 s, 40 T = 17.14288 s */
+        { "gcra 7/3 burst 20", ALGORITHM_TOKEN_BUCKET, 7, 3, 20, 0, false, 10, 18, 10, 18 },
+        { "gcra 1 per 100 years", ALGORITHM_TOKEN_BUCKET, 1, ALGO_RESET_SECONDS_MAX, 0, 0, false,
+          2 * (int64_t) ALGO_RESET_SECONDS_MAX, 2 * ALGO_RESET_SECONDS_MAX,
+          2 * (int64_t) ALGO_RESET_SECONDS_MAX, 2 * ALGO_RESET_SECONDS_MAX },
+        /* 5 every 30 s: TAKE 1 after ceil(11 / 5) refills, full after 20 / 5 */
+        { "refills 10/60 every 30", ALGORITHM_TOKEN_BUCKET, 10, 60, 0, 30, false, 90, 120, 90, 120 },
+        /* 2 every 1 s: ceil(10 / 2), 18 / 2 */
+        { "refills 4/2 burst 9 strict", ALGORITHM_TOKEN_BUCKET, 4, 2, 9, 1, true, 5, 9, 5, 9 },
+        { "refills 1/1 burst 1", ALGORITHM_TOKEN_BUCKET, 1, 1, 1, 1, false, 2, 2, 2, 2 },
+};
+
+START_TEST (test_charge_bounded) {
+        const ChargeCase *c = charge_cases + _i;
+        AlgoParams p = params(c->algorithm, c->limit, c->reset, c->burst, c->refill, c->strict);
+        /* the state before: absent, emptied, half used, in debt, charged to the bound */
+        static const struct {
+                AlgoOp op;
+                int scale; /* count: 0 none, 1 burst, 2 burst / 2, 3 burst + 1, 4 PROTO_COUNT_MAX */
+        } starts[] = {
+                { ALGO_TAKE, 0 }, { ALGO_TAKE, 1 }, { ALGO_TAKE, 2 }, { ALGO_CHARGE, 3 }, { ALGO_CHARGE, 4 }
+        };
+        static const uint64_t later[] = { 0, 1, 999999, 17 * SEC + 3 };
+
+        for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++)
+                for (size_t j = 0; j < sizeof later / sizeof later[0]; j++)
+                        for (int huge = 0; huge < 2; huge++) {
+                                uint64_t counts[] = { 0, p.burst, p.burst / 2, p.burst + 1,
+                                                      PROTO_COUNT_MAX };
+                                uint64_t now = T0 + later[j], n = huge ? UINT64_MAX : PROTO_COUNT_MAX;
+                                AlgoState st = { 0, 0 }, probe;
+                                AlgoResult res, peek;
+
+                                if (starts[i].scale > 0)
+                                        algo_apply(&p, starts[i].op, counts[starts[i].scale], T0, &st, &res);
+                                algo_apply(&p, ALGO_CHARGE, n, now, &st, &res);
+                                ck_assert_msg(!res.allowed && res.credit == 0 && res.retry >= 1 &&
+                                                      res.retry <= c->max_retry && res.reset <= c->max_reset,
+                                              "%s, start %zu, +%" PRIu64 " us, count %" PRIu64
+                                              ": retry %" PRId64 " reset %" PRIu64 ", bound %" PRId64
+                                              " %" PRIu64,
+                                              c->name, i, later[j], n, res.retry, res.reset, c->max_retry,
+                                              c->max_reset);
+                                if (starts[i].scale == 0)
+                                        ck_assert_msg(res.retry == c->fresh_retry &&
+                                                              res.reset == c->fresh_reset,
+                                                      "%s, fresh: retry %" PRId64 " reset %" PRIu64, c->name,
+                                                      res.retry, res.reset);
+                                ck_assert_uint_le(st.w0, now + c->max_reset * SEC);
+
+                                /* the reply's retry is the wait as it stands: PEEK agrees */
+                                probe = st;
+                                algo_apply(&p, ALGO_PEEK, 1, now, &probe, &peek);
+                                ck_assert(!peek.allowed && peek.retry == res.retry);
+
+                                /* a TAKE 1 passes once the retry has passed */
+                                algo_apply(&p, ALGO_TAKE, 1, now + (uint64_t) res.retry * SEC, &st, &res);
+                                ck_assert_msg(res.allowed, "%s, start %zu: TAKE 1 after the retry denied",
+                                              c->name, i);
+                        }
 }
 END_TEST
 
@@ -1037,6 +1133,7 @@ int main(void) {
         tcase_add_test(tc, test_prepare_null);
         tcase_add_loop_test(tc, test_scenario, 0, sizeof scenarios / sizeof scenarios[0]);
         tcase_add_test(tc, test_overflow_edges);
+        tcase_add_loop_test(tc, test_charge_bounded, 0, sizeof charge_cases / sizeof charge_cases[0]);
         tcase_add_test(tc, test_clock_back);
         suite_add_tcase(s, tc);
 
