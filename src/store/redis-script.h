@@ -28,10 +28,10 @@
  *     this refuses sliding windows of more than 2251799813 s (71 years) and token buckets
  *     whose burst takes more than 142 years to refill; the rules accept up to 100 and 200;
  *   - a count above 2^53 is sent as 2^53 (the same decision for every op: above any capacity);
- *   - DIFFERENCE: the script caps a token bucket's debt at w0 = REDIS_SCRIPT_W0_MAX (2^53 - 1
- *     us, year 2255) where algo_apply() caps at ALGO_W0_MAX (2^56 - 1, year 4253): only a
- *     CHARGE of more than about 230 years of credits reaches it, and then reset and retry
- *     count to 2255 instead of 4253 (both: denied for centuries).
+ *   - DIFFERENCE: the script caps a token bucket's debt also at w0 = REDIS_SCRIPT_W0_MAX
+ *     (2^53 - 1 us, year 2255), where algo_apply() caps it at one burst only (w0 <= now + 2 *
+ *     tau, ALGO_DEBT_MAX_BURSTS): only a bucket whose burst takes more than about 100 years to
+ *     refill reaches it, and then reset and retry count to 2255 instead of now + 2 * tau.
  * For divvy 1.7's keys (compat, fixed-window rules only) the script keeps divvy's layout: the
  * credit left as an integer string with a TTL set once by SETEX at the window's start; a HIT
  * answers exactly as divvy's scripts/pipe.lua (reset = Redis's TTL, which rounds to the

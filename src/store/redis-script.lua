@@ -17,7 +17,8 @@
 -- Numbers are doubles: every value stays an integer below 2^53 (exact) under the limits
 -- redis-script.c enforces (now <= 2^52, a counter's span <= 2^52 - 1 us); products that do
 -- not fit are taken exactly with base-2^24 limbs (mul_div). The one difference from C: w0
--- is capped at 2^53 - 1 (C: 2^56 - 1), which only a token bucket's debt can reach.
+-- is capped at 2^53 - 1 (C: 2^56 - 1), which only the debt of a token bucket whose burst
+-- takes more than about 100 years to refill can reach.
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands) -- Redis < 5: TIME before writes
@@ -298,6 +299,10 @@ local function gcra_apply(p, op, n, now, st)
   elseif op == CHARGE then
     local fit = n <= burst and gcra_wait(tat, now, t, tau, n) == 0
     local ntat = tat_add(tat, n, t)
+    local most = now + 2 * tau -- one burst of debt (ALGO_DEBT_MAX_BURSTS); inexact only above W0_CAP
+    if ntat > most then -- bounded, but a CHARGE never lowers TAT
+      if tat > most then ntat = tat else ntat = most end
+    end
     local ns = tat_state(ntat, now)
     local retry = 0
     if not fit then retry = retry_of(gcra_wait(ntat, now, t, tau, 1)) end
@@ -373,7 +378,12 @@ local function bucket_apply(p, op, n, now, st)
     return ok, c, burst, reset, retry, ns
   elseif op == CHARGE then
     local fit = n <= burst and b.d <= burst - n
-    b.d = b.d + n -- at or above 2^53 only if the true sum is: tb_store caps it
+    local most = 2 * burst -- one burst of debt (ALGO_DEBT_MAX_BURSTS); <= 2^53 as the span is
+    if n > most or b.d > most - n then -- bounded, but a CHARGE never lowers the deficit
+      if b.d < most then b.d = most end
+    else
+      b.d = b.d + n
+    end
     local ns = tb_store(b, step, amount)
     local retry = 0
     if not fit then retry = retry_of(tb_wait(b, now, burst, step, amount, 1)) end

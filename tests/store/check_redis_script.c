@@ -949,9 +949,13 @@ START_TEST (test_mixed_and_server_time) {
 }
 END_TEST
 
-/* The one documented difference: a token bucket's debt is capped at 2^53 - 1 us, not 2^56 - 1. */
+/* A CHARGE leaves at most one burst of debt, in the script as in algo_apply() (ALGO_DEBT_MAX_BURSTS);
+ * the one documented difference: the script caps w0 also at 2^53 - 1 us, which only a bucket whose
+ * burst takes about 100 years to refill reaches. */
 START_TEST (test_debt_cap) {
-        AlgoParams p = prepared(ALGORITHM_TOKEN_BUCKET, 10, 10, 0, 0, false); /* T = 1 s */
+        AlgoParams p = prepared(ALGORITHM_TOKEN_BUCKET, 10, 10, 0, 0, false); /* T = 1 s, tau = 10 s */
+        /* T = 3155760 s, tau = 1427 T just under REDIS_SCRIPT_SPAN_MAX */
+        AlgoParams huge = prepared(ALGORITHM_TOKEN_BUCKET, 1000, ALGO_RESET_SECONDS_MAX, 1427, 0, false);
         redisContext *c = conn();
         uint64_t now = server_now(c) + 86400 * SEC;
         AlgoState st = { 0, 0 }, got;
@@ -964,27 +968,41 @@ START_TEST (test_debt_cap) {
         freeReplyObject(redisCommand(c, "DEL d:tb"));
         run_ok(c, &call, now);
         algo_apply(&p, ALGO_CHARGE, UINT64_C(1) << 40, now, &st, &res);
-        ck_assert_uint_eq(st.w0, ALGO_W0_MAX);
+        ck_assert_uint_eq(st.w0, now + 20 * SEC);
+        parse_state(get(c, "d:tb", v, sizeof v), ALGORITHM_TOKEN_BUCKET, &got);
+        ck_assert_uint_eq(got.w0, st.w0);
+        ck_assert(!call.hits[0].allowed && call.hits[0].credit == 0 && res.credit == 0);
+        ck_assert(call.hits[0].reset_left == 20 && res.reset == 20);
+        ck_assert(call.hits[0].retry == 11 && res.retry == 11);
+
+        st = (AlgoState){ 0, 0 };
+        call = (Call){ .n = 1, .hits = { hit_of(&huge, STORE_CHARGE, UINT64_MAX, 0) }, .keys = { "d:tb" } };
+        freeReplyObject(redisCommand(c, "DEL d:tb"));
+        run_ok(c, &call, now);
+        algo_apply(&huge, ALGO_CHARGE, UINT64_MAX, now, &st, &res);
+        ck_assert_uint_eq(st.w0, now + 2 * huge.d1);
         parse_state(get(c, "d:tb", v, sizeof v), ALGORITHM_TOKEN_BUCKET, &got);
         ck_assert_uint_eq(got.w0, REDIS_SCRIPT_W0_MAX);
         ck_assert(!call.hits[0].allowed && call.hits[0].credit == 0 && res.credit == 0);
         ck_assert_uint_eq(call.hits[0].reset_left, (REDIS_SCRIPT_W0_MAX - now + SEC - 1) / SEC);
-        ck_assert_uint_eq(res.reset, (ALGO_W0_MAX - now + SEC - 1) / SEC);
+        ck_assert_uint_eq(res.reset, (2 * huge.d1 + SEC - 1) / SEC);
 
-        /* discrete refills: the deficit is capped to whole refills before 2^53 - 1 */
+        /* discrete refills: the deficit is capped at two bursts */
         for (int i = 0; i < 2; i++) {
                 AlgoParams d = prepared(ALGORITHM_TOKEN_BUCKET, 10, 60, 0, 6, false); /* 1 per 6 s */
-                uint64_t steps = (REDIS_SCRIPT_W0_MAX - now) / (6 * SEC);
+                uint64_t n = i ? UINT64_MAX : UINT64_C(1) << 52;
 
-                call = (Call){ .n = 1,
-                               .hits = { hit_of(&d, STORE_CHARGE, i ? UINT64_MAX : UINT64_C(1) << 52, 0) },
-                               .keys = { "d:tb" } };
+                st = (AlgoState){ 0, 0 };
+                call = (Call){ .n = 1, .hits = { hit_of(&d, STORE_CHARGE, n, 0) }, .keys = { "d:tb" } };
                 freeReplyObject(redisCommand(c, "DEL d:tb"));
                 run_ok(c, &call, now);
+                algo_apply(&d, ALGO_CHARGE, n, now, &st, &res);
                 parse_state(get(c, "d:tb", v, sizeof v), ALGORITHM_TOKEN_BUCKET, &got);
-                ck_assert_uint_eq(got.w0, now + steps * 6 * SEC);
-                ck_assert_uint_eq(got.w1, steps);
+                ck_assert_uint_eq(got.w0, now + 20 * 6 * SEC);
+                ck_assert_uint_eq(got.w1, 20);
+                ck_assert(got.w0 == st.w0 && got.w1 == st.w1);
                 ck_assert(!call.hits[0].allowed && call.hits[0].credit == 0);
+                ck_assert(call.hits[0].retry == 66 && res.retry == 66); /* 11 refills */
         }
         redisFree(c);
 }
