@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/algorithm.h"
+#include "core/client-limits.h"
 #include "core/protocol.h"
 #include "check-run.h"
 
@@ -1092,6 +1093,42 @@ START_TEST (test_charge_bounded) {
 }
 END_TEST
 
+/* CL.THROTTLE and RL.* never CHARGE: their largest quantities take nothing (redis-cell and divvyd
+ * deny a quantity above the burst with retry -1; Smyte would drain the bucket, divvyd takes
+ * nothing), so no client-limit call leaves debt; a STRICT denial restarts the refill clock only. */
+#define S(x) ((ProtoSlice){ x, sizeof(x) - 1 })
+START_TEST (test_client_limits_leave_no_debt) {
+        const ProtoSlice cl[] = { S("k"), S("4"), S("5"), S("300"), S("9223372036854775807") };
+        const ProtoSlice rl[] = {
+                S("k"), S("5"), S("60"), S("TAKE"), S("9223372036854775807"), S("STRICT")
+        };
+        const ProtoSlice rl1[] = { S("k"), S("5"), S("60"), S("STRICT") };
+        ClientLimit a, b, one;
+        AlgoState st = { 0, 0 };
+        AlgoResult res;
+
+        ck_assert_int_eq(client_limit_parse_throttle(5, cl, &a, NULL), 0);
+        ck_assert_int_eq(a.op, ALGO_TAKE);
+        algo_apply(&a.algo, a.op, a.count, T0, &st, &res);
+        ck_assert(!res.allowed && res.retry == -1 && !res.write && st.w0 == 0);
+
+        ck_assert_int_eq(client_limit_parse_reduce("RL.REDUCE", 6, rl, &b, NULL), 0);
+        ck_assert_int_eq(client_limit_parse_reduce("RL.REDUCE", 4, rl1, &one, NULL), 0);
+        for (int i = 0; i < 5; i++) { /* empty the bucket */
+                algo_apply(&one.algo, one.op, one.count, T0, &st, &res);
+                ck_assert(res.allowed);
+        }
+        algo_apply(&b.algo, b.op, b.count, T0, &st, &res);
+        ck_assert(!res.allowed && res.retry == -1 && !res.write);
+        /* STRICT, hammered: each denial waits one refill from now, never more */
+        for (uint64_t t = T0; t < T0 + 600 * SEC; t += 7 * SEC) {
+                algo_apply(&one.algo, one.op, one.count, t, &st, &res);
+                ck_assert(!res.allowed && res.retry == 60 && st.w0 <= t + 60 * SEC);
+        }
+}
+END_TEST
+#undef S
+
 START_TEST (test_clock_back) {
         /* a wall clock stepped back: never a wrap, never a shorter wait than at the window start */
         AlgoParams sw = params(ALGORITHM_SLIDING_WINDOW, 2, 10, 0, 0, false);
@@ -1134,6 +1171,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_scenario, 0, sizeof scenarios / sizeof scenarios[0]);
         tcase_add_test(tc, test_overflow_edges);
         tcase_add_loop_test(tc, test_charge_bounded, 0, sizeof charge_cases / sizeof charge_cases[0]);
+        tcase_add_test(tc, test_client_limits_leave_no_debt);
         tcase_add_test(tc, test_clock_back);
         suite_add_tcase(s, tc);
 

@@ -11,6 +11,7 @@ Run one test:  tests/integration/test_verbs.py Verbs.test_token_bucket
 import itertools
 import os
 import re
+import signal
 import sys
 import time
 
@@ -274,6 +275,82 @@ class ClientTime(harness.DaemonTestCase):
         off = self.start_daemon(data_path("verbs.ini"))
         self.assertEqual(off.request("PEEK @%d path=/tb user=%s" % (now, u)),
                          'ERR bad-time "client timestamps are off (--client-time-max-age)"')
+
+
+def resp_decision(c, *args):
+    """A RESP TAKE/PEEK/CHARGE on connection c: (allowed, credit, limit, reset, retry, rule)."""
+    c.send(harness.resp_command(*args))
+    head = c.readline()
+    assert head == "*6\r", "not a decision: %r (%r)" % (head, c.buf)
+    ints = []
+    for _ in range(5):
+        line = c.readline()
+        assert line.startswith(":"), line
+        ints.append(int(line[1:-1]))
+    c.readline()  # the rule's bulk string: "$<len>", then the label
+    rule = c.readline()[:-1]
+    return (ints[0] == 1, ints[1], ints[2], ints[3], ints[4], rule)
+
+
+class ChargeDebt(harness.DaemonTestCase):
+    """The largest CHARGE a client may send leaves a bounded wait on every algorithm, over the
+    line protocol and RESP, and the bound survives a restart (after SIGKILL: the journal; after
+    SIGTERM: the checkpoint). tests/data/charge-debt.ini states each rule's bound."""
+
+    COUNT_MAX = 9007199254740991  # PROTO_COUNT_MAX, 2^53 - 1
+    # path: (retry, reset) of a fresh counter after CHARGE COUNT_MAX, which is also the bound
+    BOUNDS = {
+        "/login": (360, 600),  # token bucket 5 per 300 s: 6 credits, and 10 to be full
+        "/strict": (360, 600),
+        "/refill": (3600, 3600),  # 5 every 1800 s: two refills either way
+        "/fixed": (300, 300),
+        "/sliding": (360, 600),  # the next window once the charged one weighs 4 of 5
+    }
+
+    def assertWait(self, got, full, t0, what):
+        lo, hi = harness.elapsed_bounds(full, t0)
+        self.assertTrue(lo <= got <= hi, "%s: %d not in [%d, %d]" % (what, got, lo, hi))
+
+    def test_max_charge_bounded(self):
+        d = self.start_daemon(data_path("charge-debt.ini"), args=["--sync=always"])
+        ip = uid("203.0.113.7")
+        t0 = time.monotonic()
+        actors = []
+        with d.connect() as line, d.connect() as resp:
+            for path, (retry, reset) in sorted(self.BOUNDS.items()):
+                for proto in ("line", "resp"):
+                    actor = "%s-%s" % (ip, proto)
+                    what = "%s %s" % (path, proto)
+                    if proto == "line":
+                        got = decision(line.request("CHARGE %d path=%s ip=%s" %
+                                                    (self.COUNT_MAX, path, actor)))
+                    else:
+                        got = resp_decision(resp, "CHARGE", str(self.COUNT_MAX), "path", path,
+                                            "ip", actor)
+                    self.assertEqual(got[:3], (False, 0, 5), what)
+                    self.assertWait(got[4], retry, t0, what + " CHARGE retry")
+                    self.assertWait(got[3], reset, t0, what + " CHARGE reset")
+                    actors.append((path, actor, retry))
+        # one more is refused: the count above is the largest a client can send
+        self.assertEqual(d.request("CHARGE %d path=/login ip=%s" % (self.COUNT_MAX + 1, ip)),
+                         'ERR bad-count "count above 9007199254740991"')
+
+        for restart in (None, signal.SIGKILL, signal.SIGTERM):
+            if restart is not None:
+                d.stop(restart)
+                d.start()
+            with d.connect() as line:
+                for path, actor, retry in actors:
+                    what = "%s %s after %s" % (path, actor, restart)
+                    ok, credit, limit, reset, wait, rule = decision(
+                        line.request("PEEK 1 path=%s ip=%s" % (path, actor)))
+                    self.assertEqual((ok, credit), (False, 0), what)  # the charge was kept
+                    self.assertWait(wait, retry, t0, what)
+        # divvy's HIT reply on the same counters: denied, reset (the retry-after) within the bound
+        for path, actor, retry in actors:
+            allowed, credit, reset = harness.parse_ok(d.request("HIT path=%s ip=%s" % (path, actor)))
+            self.assertEqual((allowed, credit), (False, 0))
+            self.assertTrue(1 <= reset <= retry, "%s HIT reset %d, bound %d" % (path, reset, retry))
 
 
 class Admin(harness.DaemonTestCase):
