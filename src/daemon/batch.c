@@ -501,8 +501,8 @@ static void batch_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest
 
 /* The checks a parsed request (b->request, its verb in slot) passes before its rules are
  * matched, the same in both protocols: its count, a client's timestamp within
- * --client-time-max-age, REFUND and RESET on admin listeners only. False: slot's error is set;
- * the caller answers it as its protocol does. */
+ * --client-time-max-age, REFUND and RESET on admin listeners only, and with --inspect=admin PEEK
+ * and EXPLAIN too. False: slot's error is set; the caller answers it as its protocol does. */
 static bool batch_admit(Batch *b, BatchSlot *slot, const Connection *c) {
         slot->count = slot->verb == PROTO_VERB_HIT ? 1 : b->request.count;
         if (b->request.has_at) {
@@ -517,6 +517,13 @@ static bool batch_admit(Batch *b, BatchSlot *slot, const Connection *c) {
                 slot_set_error(slot, PROTO_ERROR_FORBIDDEN,
                                slot->verb == PROTO_VERB_RESET ? "RESET needs an admin listener"
                                                               : "REFUND needs an admin listener");
+                return false;
+        }
+        if ((slot->verb == PROTO_VERB_PEEK || slot->verb == PROTO_VERB_EXPLAIN) &&
+            b->settings.inspect_admin && !c->admin) {
+                slot_set_error(slot, PROTO_ERROR_FORBIDDEN,
+                               slot->verb == PROTO_VERB_PEEK ? "PEEK needs an admin listener"
+                                                             : "EXPLAIN needs an admin listener");
                 return false;
         }
         return true;

@@ -43,6 +43,7 @@ typedef struct BatchSettings {
         bool debug;          /* log every request a rule decides (not HELLO, RESET) with that rule */
         uint64_t client_time_max_age_usec; /* TAKE/PEEK/CHARGE @time: how old it may be; 0 refuses it */
         bool allow_client_limits;          /* RESP: CL.THROTTLE and RL.* (limits a client defines) */
+        bool inspect_admin;                /* PEEK and EXPLAIN on admin listeners only (--inspect=admin) */
 } BatchSettings;
 
 typedef struct Batch Batch;

@@ -215,6 +215,16 @@ bool listener_is_admin(const Listener *l) {
         return l->admin;
 }
 
+/* An admin listener on TCP has no mode: every user of this host (and anyone who can reach its
+ * address) may REFUND and RESET any counter. Said once, when it starts listening. */
+static void listener_warn_admin_tcp(const Listener *l) {
+        if (l->admin && l->is_tcp)
+                log_warning("%s: an admin listener on TCP lets every local user REFUND and RESET any "
+                            "counter (and anyone who can reach its address); an admin:unix: socket's "
+                            "mode (--admin-unix-mode) says who may",
+                            l->name);
+}
+
 /* A Unix socket file left behind by a previous run is removed only if nobody
  * listens on it; anything else at that path is left alone. Returns 0 (path free
  * now) or -errno with a reason in errbuf. */
@@ -359,6 +369,7 @@ int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, Server *
                 listener_free(l);
                 return r;
         }
+        listener_warn_admin_tcp(l);
         *ret = l;
         return 0;
 }
@@ -395,6 +406,7 @@ int listener_adopt(sd_event *e, int fd, const char *name, Server *server, Listen
                 listener_free(l);
                 return r;
         }
+        listener_warn_admin_tcp(l);
         *ret = l;
         return 0;
 }

@@ -44,6 +44,8 @@ static void help(void) {
                "      --unix-mode=MODE     Octal mode of Unix sockets we create (default 0%o)\n"
                "      --admin-unix-mode=MODE\n"
                "                           ... of admin Unix sockets (default 0%o)\n"
+               "      --inspect=all|admin  Who may PEEK at counters and EXPLAIN rules: any client\n"
+               "                           (default) or admin listeners only\n"
                "  -d, --db=DIR             Store directory: journal and LMDB checkpoint\n"
                "                           (default $STATE_DIRECTORY, else %s)\n"
                "      --map-size=BYTES     Initial LMDB map size, suffixes K M G (default 64M)\n"
@@ -210,11 +212,21 @@ static int usage_error(const char *option, const char *value) {
         return 2;
 }
 
+/* An option of two words: *ret = true for yes, false for no. Returns 0, or -EINVAL for anything
+ * else (*ret untouched). */
+static int parse_two_words(const char *arg, const char *yes, const char *no, bool *ret) {
+        if (strcmp(arg, yes) != 0 && strcmp(arg, no) != 0)
+                return -EINVAL;
+        *ret = strcmp(arg, yes) == 0;
+        return 0;
+}
+
 enum {
         ARG_VERSION = 0x100,
         ARG_DUMP_CONFIG,
         ARG_UNIX_MODE,
         ARG_ADMIN_UNIX_MODE,
+        ARG_INSPECT,
         ARG_MAP_SIZE,
         ARG_MAP_SIZE_MAX,
         ARG_SYNC,
@@ -289,6 +301,10 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
                         return usage_error("--client-time-max-age (0 .. 31536000, a year)", arg);
                 o->settings.server.client_time_max_age_usec = v * 1000 * 1000;
+                return 0;
+        case ARG_INSPECT:
+                if (parse_two_words(arg, "admin", "all", &o->settings.server.inspect_admin) < 0)
+                        return usage_error("--inspect (all or admin)", arg);
                 return 0;
         case ARG_OUTPUT_LIMIT:
                 if (parse_size(arg, &v) < 0 || v < 1024 || v > (1ULL << 30))
@@ -392,11 +408,7 @@ static int parse_metrics_option(int c, const char *arg, Options *o) {
         }
         /* RESP (issue #17) */
         case ARG_RESP:
-                if (strcmp(arg, "on") == 0)
-                        o->settings.server.resp = true;
-                else if (strcmp(arg, "off") == 0)
-                        o->settings.server.resp = false;
-                else
+                if (parse_two_words(arg, "on", "off", &o->settings.server.resp) < 0)
                         return usage_error("--resp (on or off)", arg);
                 return 0;
         case ARG_ALLOW_CLIENT_LIMITS:
@@ -423,6 +435,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "listen", required_argument, NULL, 'l' },
                 { "unix-mode", required_argument, NULL, ARG_UNIX_MODE },
                 { "admin-unix-mode", required_argument, NULL, ARG_ADMIN_UNIX_MODE },
+                { "inspect", required_argument, NULL, ARG_INSPECT },
                 { "db", required_argument, NULL, 'd' },
                 { "map-size", required_argument, NULL, ARG_MAP_SIZE },
                 { "map-size-max", required_argument, NULL, ARG_MAP_SIZE_MAX },

@@ -563,7 +563,8 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                         &(BatchSettings){ .output_limit = s->settings.output_limit,
                                           .debug = settings->debug,
                                           .client_time_max_age_usec = settings->client_time_max_age_usec,
-                                          .allow_client_limits = settings->allow_client_limits },
+                                          .allow_client_limits = settings->allow_client_limits,
+                                          .inspect_admin = settings->inspect_admin },
                         &sb->batch);
                 sb->conns = calloc(BATCH_REQUESTS_MAX, sizeof *sb->conns);
                 if (r < 0 || !sb->conns) {

@@ -45,6 +45,7 @@ typedef struct ServerSettings {
         uint64_t client_time_max_age_usec; /* how old a TAKE/PEEK/CHARGE @time may be; 0 refuses it */
         bool resp;                         /* a connection whose first byte is '*' speaks RESP (#17) */
         bool allow_client_limits;          /* RESP: CL.THROTTLE and RL.* (limits a client defines) */
+        bool inspect_admin;                /* PEEK and EXPLAIN on admin listeners only (--inspect=admin) */
 } ServerSettings;
 
 /* Counters of the connections and the batches, for STATUS and the tests; monotonic unless

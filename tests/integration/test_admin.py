@@ -2,8 +2,9 @@
 """Admin listeners (issue #15): `--listen admin:unix:PATH` / `admin:tcp:HOST:PORT`, and sockets
 passed by systemd whose name starts with "admin". Only their connections may send REFUND and
 RESET (the verbs' own tests check the refusal elsewhere); here: they are created with the right
-mode (0600 by default, --admin-unix-mode), named as admin in the log, serve HIT like any
-listener on the same counters, and a plain listener is never taken for an admin one."""
+mode (0600 by default, --admin-unix-mode), named as admin in the log (with a warning when one is
+on TCP, which has no mode), serve HIT like any listener on the same counters, a plain listener
+is never taken for an admin one, and --inspect=admin confines PEEK and EXPLAIN to them."""
 
 import os
 import re
@@ -51,6 +52,9 @@ class TestAdminListeners(harness.DaemonTestCase):
     def listening_lines(self, d):
         return [l for l in d.log_text().splitlines() if "Listening on " in l]
 
+    def admin_tcp_warnings(self, d):
+        return [l for l in d.log_text().splitlines() if "admin listener on TCP" in l]
+
     def test_admin_unix_socket_mode_and_hits(self):
         d = self.start_admin_daemon()
         d.start()
@@ -71,6 +75,7 @@ class TestAdminListeners(harness.DaemonTestCase):
         self.assertTrue(admin[0].endswith("Listening on admin:unix:" + d.admin_path), admin)
         self.assertTrue(any(l.endswith("Listening on unix:" + d.unix_path) for l in lines), lines)
         self.assertTrue(any(l.endswith("Listening on tcp:127.0.0.1:%d" % d.port) for l in lines), lines)
+        self.assertEqual(self.admin_tcp_warnings(d), [])  # an admin Unix socket has its mode
         self.assertEqual(d.stop(), 0)
         # Both socket files are removed at exit.
         self.assertFalse(os.path.exists(d.admin_path))
@@ -104,7 +109,50 @@ class TestAdminListeners(harness.DaemonTestCase):
         self.assertEqual(len(lines), 2, lines)
         self.assertTrue(any(l.endswith("Listening on admin:tcp:127.0.0.1:%d" % d.port) for l in lines), lines)
         self.assertTrue(any(l.endswith("Listening on unix:" + d.unix_path) for l in lines), lines)
+        # Every local user may connect to it: said once, as a warning, naming the listener.
+        warnings = self.admin_tcp_warnings(d)
+        self.assertEqual(len(warnings), 1, d.log_text())
+        self.assertTrue(warnings[0].startswith("<4>admin:tcp:127.0.0.1:%d: " % d.port), warnings)
         self.assertEqual(d.stop(), 0)
+
+    def test_inspect_admin(self):
+        """--inspect=admin: PEEK and EXPLAIN get REFUND's refusal off admin listeners, over the
+        line protocol (which then closes, as after any error) and RESP (which goes on); admin
+        listeners answer them, and every other verb is answered everywhere as before."""
+        d = self.start_admin_daemon(args=["--inspect=admin"])
+        d.start()
+        pairs = "path=/probe user=inspect"
+        for verb in ("PEEK", "EXPLAIN", "REFUND 1"):
+            name = verb.split()[0]
+            with d.connect("tcp") as c:
+                self.assertEqual(c.request("%s %s" % (verb, pairs)),
+                                 'ERR forbidden "%s needs an admin listener"' % name)
+                self.assertTrue(c.at_eof())
+            with d.connect("unix") as c:
+                c.send(harness.resp_command(*(verb.split() + ["path", "/probe", "user", "inspect"])))
+                self.assertEqual(c.readline(), "-ERR forbidden %s needs an admin listener\r" % name)
+                c.send(harness.resp_command("PING"))
+                self.assertEqual(c.readline(), "+PONG\r")
+        with d.connect("tcp") as c:
+            self.assertTrue(c.request("TAKE 1 " + pairs).startswith("OK allowed=true credit=9 "))
+            self.assertHit(c.request("HIT " + pairs), True, 8, self.since_start(3600))
+        with d.connect_admin() as c:
+            self.assertTrue(c.request("PEEK " + pairs).startswith("OK allowed=true credit=7 "))
+            self.assertTrue(c.request("EXPLAIN " + pairs).startswith("OK rule="))
+        with d.connect_admin() as c:  # a connection's first byte decides its protocol
+            c.send(harness.resp_command("PEEK", "path", "/probe", "user", "inspect"))
+            self.assertEqual(c.readline(), "*6\r")
+        # all (the default) answers them on every listener
+        d2 = self.start_admin_daemon(args=["--inspect=all"])
+        d2.start()
+        self.assertTrue(d2.request("PEEK " + pairs).startswith("OK allowed=true credit=9 "))
+        self.assertTrue(d2.request("EXPLAIN " + pairs, "unix").startswith("OK rule="))
+        for d_ in (d, d2):
+            self.assertEqual(d_.stop(), 0)
+        bad = self.new_daemon(data_path("itest.ini"), notify=False, args=["--inspect=none"])
+        bad.start(wait_ready=False)
+        self.assertEqual(bad.wait_exit(), 2)
+        self.assertIn("invalid value for --inspect", bad.log_text())
 
     def test_bad_admin_addresses_are_usage_errors(self):
         for bad in ("admin:", "admin:unix:", "admin:udp:127.0.0.1:1", "admin:admin:unix:/x",
