@@ -30,8 +30,9 @@
  *   - a count above 2^53 is sent as 2^53 (the same decision for every op: above any capacity);
  *   - DIFFERENCE: the script caps a token bucket's debt also at w0 = REDIS_SCRIPT_W0_MAX
  *     (2^53 - 1 us, year 2255), where algo_apply() caps it at one burst only (w0 <= now + 2 *
- *     tau, ALGO_DEBT_MAX_BURSTS): only a bucket whose burst takes more than about 100 years to
- *     refill reaches it, and then reset and retry count to 2255 instead of now + 2 * tau.
+ *     tau, ALGO_DEBT_MAX_BURSTS): only a bucket whose burst takes more than (2^53 - now) / 2
+ *     us to refill (114 years in 2026) reaches it, and then reset and retry count to 2255
+ *     instead of now + 2 * tau.
  * For divvy 1.7's keys (compat, fixed-window rules only) the script keeps divvy's layout: the
  * credit left as an integer string with a TTL set once by SETEX at the window's start; a HIT
  * answers exactly as divvy's scripts/pipe.lua (reset = Redis's TTL, which rounds to the

@@ -17,8 +17,8 @@
 -- Numbers are doubles: every value stays an integer below 2^53 (exact) under the limits
 -- redis-script.c enforces (now <= 2^52, a counter's span <= 2^52 - 1 us); products that do
 -- not fit are taken exactly with base-2^24 limbs (mul_div). The one difference from C: w0
--- is capped at 2^53 - 1 (C: 2^56 - 1), which only the debt of a token bucket whose burst
--- takes more than about 100 years to refill can reach.
+-- is also capped at 2^53 - 1, which only the debt of a token bucket whose burst takes more
+-- than (2^53 - now) / 2 us to refill (114 years in 2026) can reach (both: one burst of debt).
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands) -- Redis < 5: TIME before writes
