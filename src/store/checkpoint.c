@@ -61,7 +61,7 @@
 #define CHECKPOINT_MAGIC      "divvyd counter store" /* as version 1's */
 #define CHECKPOINT_DBS        4                      /* meta, counters; v1's expiry while migrating */
 #define CHECKPOINT_VALUE_SIZE 17                     /* bytes: algorithm, w0, w1 */
-#define CHECKPOINT_FILE_MODE  0640
+#define CHECKPOINT_FILE_MODE  0600 /* the user only, whatever the umask: data.mdb holds the id key */
 #define CHECKPOINT_DIR_MODE   0750
 #define CHECKPOINT_RETRIES_MAX                                                                              \
         128 /* attempts of one transaction: each retry follows a growth of the map (at most 64              \

@@ -24,7 +24,7 @@
 #define VERIFY_DBS_MAX     64  /* named databases walked; the store has three */
 #define VERIFY_MESSAGE_MAX 256 /* bytes: the child's sentence, through a pipe */
 #define VERIFY_FILE_MODE                                                                                    \
-        0640 /* lock.mdb, when this check is the first to open the directory (a copy of data.mdb            \
+        0600 /* lock.mdb, when this check is the first to open the directory (a copy of data.mdb            \
               * alone): checkpoint.c's mode, so that the daemon can open it afterwards */
 
 static volatile uint64_t verify_sink; /* keeps the byte reads from being optimized away */

@@ -24,7 +24,7 @@
 
 #define WAL_MAGIC         "DIVVYWAL" /* 8 bytes, no NUL on disk */
 #define WAL_MAGIC_SIZE    8
-#define WAL_FILE_MODE     0640 /* like data.mdb: the daemon's user and group */
+#define WAL_FILE_MODE     0600 /* like data.mdb: the daemon's user only, whatever the umask */
 #define WAL_NAME_PREFIX   "wal-"
 #define WAL_NAME_SUFFIX   ".divvyd"
 #define WAL_NAME_NEW      ".new"
