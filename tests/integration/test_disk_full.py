@@ -8,8 +8,9 @@ These tests stop it there (SIGTERM, and SIGKILL) and start it again on the SAME 
 filesystem (a small tmpfs, mounted as root; whatever the stop freed is filled again): it must
 start without a journal segment, keep every hit acknowledged before the stop, serve what
 needs no journal (PEEK, denied hits, rules without a counter), answer "store full" to what
-does, say so once in the log, and journal again without a restart once space is freed. And
-the files of the database are created 0600 whatever the umask (issue #30, part 7).
+does, say so once in the log, and journal again without a restart once space is freed.
+What truly cannot start there (a database to create, a lock.mdb to make) exits 1 with one
+sentence, never a crash.
 
 Run one test:  tests/integration/test_disk_full.py RestartFull.test_sigkill
 """
@@ -37,6 +38,7 @@ actorField = user
 """ + durability.RULES
 
 PEEK_RE = re.compile(r"^OK allowed=(true|false) credit=(\d+) ")
+SMALL = ["--journal-segment-size", "256K"]  # segments an 8 MiB tmpfs holds
 STORE_FULL = 'ERR unknown "store full"'
 ROOM_LOG = "No room for the journal's first segment"
 
@@ -76,8 +78,7 @@ class RestartFull(durability._Counters, harness.DaemonTestCase):
         os.mkdir(fs)
         faultlib.mount_tmpfs(self, fs)
         db = os.path.join(fs, "db")
-        args = ["--map-size", "1M", "--map-size-max", "64M", "--sync", "always",
-                "--journal-segment-size", "256K"] + durability.FREQUENT
+        args = ["--map-size", "1M", "--map-size-max", "64M", "--sync", "always"] + SMALL + durability.FREQUENT
         d = self.start_daemon(config, listen=("unix",), db=db, args=args)
         hits = {}
         self._new_counters(d, "a", 3000, hits)
@@ -134,6 +135,57 @@ class RestartFull(durability._Counters, harness.DaemonTestCase):
 
     def test_sigkill(self):
         self._restart_full(signal.SIGKILL)
+
+
+class CannotStart(harness.DaemonTestCase):
+    """What truly cannot start on a full disk (a database to create) says so in one sentence
+    and exits 1: never a crash (LMDB writes lock.mdb through a mapping: a SIGBUS where the
+    filesystem has no page for it), never a claim that the database is damaged."""
+
+    def _full_tmpfs(self):
+        tmp = harness.make_tmpdir()
+        self.addCleanup(subprocess.run, ["rm", "-rf", tmp])
+        with open(os.path.join(tmp, "rules.ini"), "w") as f:
+            f.write(RULES)
+        fs = os.path.join(tmp, "fs")
+        os.mkdir(fs)
+        faultlib.mount_tmpfs(self, fs)
+        return os.path.join(tmp, "rules.ini"), fs
+
+    def _refused(self, config, db, what):
+        d = self.new_daemon(config, listen=("unix",), db=db, args=SMALL)
+        d.start(wait_ready=False)
+        self.assertEqual(d.wait_exit(), 1, d.log_tail())
+        errors = [l for l in d.log_text().splitlines() if l.startswith("<3>")]
+        self.assertEqual(len(errors), 1, d.log_tail())
+        self.assertRegex(errors[0], r"^<3>Failed to open store '%s': %s: the disk is full, no room for %s "
+                         r"\(No space left on device\): free some space$" % (re.escape(db), re.escape(db), what))
+        return errors[0]
+
+    def test_new_database(self):
+        config, fs = self._full_tmpfs()
+        faultlib.fill_filesystem(os.path.join(fs, "ballast"))
+        db = os.path.join(fs, "db")
+        sentence = self._refused(config, db, r"(lock|data)\.mdb")
+        os.unlink(os.path.join(fs, "ballast"))
+        d = self.start_daemon(config, listen=("unix",), db=db, args=SMALL)
+        self.assertHit(d.request(hit("x"), "unix"), True, LIMIT - 1, 86400)
+        report("disk-full-new-database", "refused in one sentence: " + sentence[3:])
+
+    def test_lock_file_missing(self):
+        # A copy of data.mdb without lock.mdb (a restored backup) on a full disk: the check
+        # of the database, the first to open it, would make lock.mdb.
+        config, fs = self._full_tmpfs()
+        db = os.path.join(fs, "db")
+        d = self.start_daemon(config, listen=("unix",), db=db, args=SMALL)
+        self.assertHit(d.request(hit("x"), "unix"), True, LIMIT - 1, 86400)
+        self.assertEqual(d.stop(), 0)
+        os.unlink(os.path.join(db, "lock.mdb"))
+        faultlib.fill_filesystem(os.path.join(fs, "ballast"))
+        self._refused(config, db, r"lock\.mdb")
+        os.unlink(os.path.join(fs, "ballast"))
+        d = self.start_daemon(config, listen=("unix",), db=db, args=SMALL)
+        self.assertHit(d.request(hit("x"), "unix"), True, LIMIT - 2, (86000, 86400))
 
 
 if __name__ == "__main__":
