@@ -17,8 +17,8 @@ Run one test:  tests/integration/test_disk_full.py RestartFull.test_sigkill
 
 import os
 import re
+import shutil
 import signal
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -43,15 +43,21 @@ STORE_FULL = 'ERR unknown "store full"'
 ROOM_LOG = "No room for the journal's first segment"
 
 
-class RestartFull(durability._Counters, harness.DaemonTestCase):
-    def _config(self):
-        tmp = harness.make_tmpdir()
-        self.addCleanup(subprocess.run, ["rm", "-rf", tmp])
-        path = os.path.join(tmp, "rules.ini")
-        with open(path, "w") as f:
-            f.write(RULES)
-        return tmp, path
+def rules_and_tmpfs(test):
+    """A rules file and an 8 MiB tmpfs mounted for the test (skipped, loudly, if not root):
+    returns (the rules file, the tmpfs)."""
+    tmp = harness.make_tmpdir()
+    test.addCleanup(shutil.rmtree, tmp, True)
+    config = os.path.join(tmp, "rules.ini")
+    with open(config, "w") as f:
+        f.write(RULES)
+    fs = os.path.join(tmp, "fs")
+    os.mkdir(fs)
+    faultlib.mount_tmpfs(test, fs)
+    return config, fs
 
+
+class RestartFull(durability._Counters, harness.DaemonTestCase):
     def _peek_all(self, d, hits, what):
         """PEEK (journals nothing) every counter of hits: each must show every hit acknowledged
         (credit at most LIMIT - 1 - hits, one taken by the PEEK's TAKE 1) and no more than were
@@ -73,10 +79,7 @@ class RestartFull(durability._Counters, harness.DaemonTestCase):
         return len(keys)
 
     def _restart_full(self, sig):
-        tmp, config = self._config()
-        fs = os.path.join(tmp, "fs")
-        os.mkdir(fs)
-        faultlib.mount_tmpfs(self, fs)
+        config, fs = rules_and_tmpfs(self)
         db = os.path.join(fs, "db")
         args = ["--map-size", "1M", "--map-size-max", "64M", "--sync", "always"] + SMALL + durability.FREQUENT
         d = self.start_daemon(config, listen=("unix",), db=db, args=args)
@@ -109,6 +112,10 @@ class RestartFull(durability._Counters, harness.DaemonTestCase):
         self.assertEqual(d2.request(hit("new-while-full"), "unix"), STORE_FULL)
         hits.setdefault("new-while-full", 0)
         self.assertTrue(d2.running())
+        # STATUS= says so; by its next refresh (5 s) the segment was retried a few times, and
+        # the log still says it once.
+        d2.wait_note(re.compile(r"^STATUS=Serving .* journal \d+ MiB \(disk full\), "), after=d2.last_seq(),
+                     timeout=15, what="a STATUS= refresh saying the disk is full")
         self.assertEqual(d2.log_text().count(ROOM_LOG), 1, "logged once, not at each retry")
 
         # Space freed: journaled again, without a restart.
@@ -142,16 +149,6 @@ class CannotStart(harness.DaemonTestCase):
     and exits 1: never a crash (LMDB writes lock.mdb through a mapping: a SIGBUS where the
     filesystem has no page for it), never a claim that the database is damaged."""
 
-    def _full_tmpfs(self):
-        tmp = harness.make_tmpdir()
-        self.addCleanup(subprocess.run, ["rm", "-rf", tmp])
-        with open(os.path.join(tmp, "rules.ini"), "w") as f:
-            f.write(RULES)
-        fs = os.path.join(tmp, "fs")
-        os.mkdir(fs)
-        faultlib.mount_tmpfs(self, fs)
-        return os.path.join(tmp, "rules.ini"), fs
-
     def _refused(self, config, db, what):
         d = self.new_daemon(config, listen=("unix",), db=db, args=SMALL)
         d.start(wait_ready=False)
@@ -163,7 +160,7 @@ class CannotStart(harness.DaemonTestCase):
         return errors[0]
 
     def test_new_database(self):
-        config, fs = self._full_tmpfs()
+        config, fs = rules_and_tmpfs(self)
         faultlib.fill_filesystem(os.path.join(fs, "ballast"))
         db = os.path.join(fs, "db")
         sentence = self._refused(config, db, r"(lock|data)\.mdb")
@@ -175,7 +172,7 @@ class CannotStart(harness.DaemonTestCase):
     def test_lock_file_missing(self):
         # A copy of data.mdb without lock.mdb (a restored backup) on a full disk: the check
         # of the database, the first to open it, would make lock.mdb.
-        config, fs = self._full_tmpfs()
+        config, fs = rules_and_tmpfs(self)
         db = os.path.join(fs, "db")
         d = self.start_daemon(config, listen=("unix",), db=db, args=SMALL)
         self.assertHit(d.request(hit("x"), "unix"), True, LIMIT - 1, 86400)
