@@ -46,6 +46,7 @@ struct Manager {
         bool reload_wanted;      /* SIGHUP during a batch in flight: new batches held, reloaded once
                                   * none is in flight (manager_reload_when_idle()) */
         bool checkpoint_failing; /* the last checkpoint failed: logged once per change */
+        bool journal_failing;    /* no room for a journal segment: logged once per change */
         char reload_error[512];  /* first diag message of the failed reload */
 
         uint64_t status_hits; /* hits at the last STATUS, for the rate */
@@ -145,9 +146,10 @@ static void manager_notify_status(Manager *m) {
                 notify_status("",
                               "Serving %zu rules on %zu listeners, %" PRIu64
                               " connections, %.0f hits/s, %" PRIu64 " counters, journal %" PRIu64
-                              " MiB, %s%s%s",
+                              " MiB%s, %s%s%s",
                               m->rules->n_rules, m->n_listeners, k->connections_current, rate, st.counters,
-                              st.journal_bytes >> 20, ckpt, m->remote ? ", " : "",
+                              st.journal_bytes >> 20, st.journal_failing ? " (disk full)" : "", ckpt,
+                              m->remote ? ", " : "",
                               m->remote ? remote_status(m->remote, remote, sizeof remote) : "");
         }
 }
@@ -317,6 +319,20 @@ static int manager_store_handler(sd_event_source *s, int fd, uint32_t revents, v
         return 0;
 }
 
+/* The journal's segments could not be preallocated (a full disk, found at start or by the
+ * maintenance tick, which retries every time): logged once per change of state. */
+static void manager_journal_state(Manager *m, const StoreStats *st) {
+        if (st->journal_failing && !m->journal_failing)
+                log_warning("No room for the journal's %s segment, retrying every second; meanwhile hits "
+                            "that must be journaled answer \"store full\"%s: %s",
+                            st->journal_ready ? "next" : "first",
+                            st->journal_ready ? " once the current segment is full" : "",
+                            store_journal_error(m->store));
+        else if (!st->journal_failing && m->journal_failing)
+                log_info("The journal has room again: hits are journaled");
+        m->journal_failing = st->journal_failing;
+}
+
 /* The background checkpoint: reaped, started, the journal's next segment prepared. A failed
  * checkpoint changes nothing for clients (hits are answered from memory and journaled); it is
  * logged once per change of state, shown in STATUS and counted in the metrics. */
@@ -328,6 +344,7 @@ static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *use
         manager_reload_when_idle(m);
         r = store_maintain(m->store, clock_usec(CLOCK_REALTIME));
         if (store_get_stats(m->store, &st) >= 0) {
+                manager_journal_state(m, &st);
                 if (st.checkpoint_failing && !m->checkpoint_failing)
                         log_error("Checkpoint failed, keeping the journal and retrying: %s",
                                   store_checkpoint_error(m->store));
@@ -507,6 +524,7 @@ static int manager_add_timers(Manager *m) {
 
 int manager_new(const ManagerSettings *settings, Manager **ret) {
         char summary[256], errbuf[512] = "", extra[64];
+        StoreStats st;
         Manager *m;
         int r;
 
@@ -545,6 +563,8 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
                                 errbuf[0] ? errbuf : strerror(-r));
                 goto fail;
         }
+        if (store_get_stats(m->store, &st) >= 0)
+                manager_journal_state(m, &st); /* a full disk: started without a segment */
 
         r = sd_event_new(&m->event);
         if (r < 0) {

@@ -61,8 +61,12 @@
 #define CHECKPOINT_MAGIC      "divvyd counter store" /* as version 1's */
 #define CHECKPOINT_DBS        4                      /* meta, counters; v1's expiry while migrating */
 #define CHECKPOINT_VALUE_SIZE 17                     /* bytes: algorithm, w0, w1 */
-#define CHECKPOINT_FILE_MODE  0640
+#define CHECKPOINT_FILE_MODE  0600 /* the user only, whatever the umask: data.mdb holds the id key */
 #define CHECKPOINT_DIR_MODE   0750
+#define CHECKPOINT_LOCK_SIZE                                                                                \
+        (64U << 10) /* bytes of a lock.mdb made by checkpoint_lock_prepare(): at least LMDB's own (8 KiB,   \
+                     * its 126 readers on x86-64), else LMDB would extend it unallocated; LMDB takes        \
+                     * a larger file as it is, with room for more readers */
 #define CHECKPOINT_RETRIES_MAX                                                                              \
         128 /* attempts of one transaction: each retry follows a growth of the map (at most 64              \
              * doublings) or its resize by another process */
@@ -927,6 +931,38 @@ static int check_file_size(Checkpoint *c, char *err, size_t err_size) {
         return 0;
 }
 
+int checkpoint_lock_prepare(const char *dir, char *err, size_t err_size) {
+        char path[PATH_MAX];
+        bool created = true;
+        struct stat st;
+        int fd, r = 0;
+
+        if ((size_t) snprintf(path, sizeof path, "%s/lock.mdb", dir) >= sizeof path)
+                return 0;
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, CHECKPOINT_FILE_MODE);
+        if (fd < 0 && errno == EEXIST) {
+                created = false;
+                fd = open(path, O_RDWR | O_CLOEXEC);
+        }
+        if (fd < 0)
+                return 0;
+        /* fallocate(), not posix_fallocate(): where the filesystem cannot, glibc's emulation
+         * would write bytes back into a lock file other processes may be using. A lock file
+         * LMDB made before is used as it is when the disk is full: LMDB wrote its first page
+         * when it made it, and a later page only holds readers beyond the ~60 of the first. */
+        if (fstat(fd, &st) == 0 &&
+            fallocate(fd, 0, 0, st.st_size > 0 ? st.st_size : (off_t) CHECKPOINT_LOCK_SIZE) < 0 &&
+            (errno == ENOSPC || errno == EDQUOT) && st.st_size == 0) {
+                r = -errno;
+                if (created)
+                        (void) unlink(path);
+                set_error(err, err_size, "%s: the disk is full, no room for lock.mdb (%s): free some space",
+                          dir, strerror(-r));
+        }
+        close(fd);
+        return r;
+}
+
 static int env_open(Checkpoint *c, char *err, size_t err_size) {
         struct stat st;
         int r, dead;
@@ -945,6 +981,9 @@ static int env_open(Checkpoint *c, char *err, size_t err_size) {
                 set_error(err, err_size, "%s is not a directory", c->dir);
                 return -ENOTDIR;
         }
+        r = checkpoint_lock_prepare(c->dir, err, err_size);
+        if (r < 0)
+                return r;
         r = mdb_env_create(&c->env);
         if (r != 0) {
                 c->env = NULL;
@@ -965,6 +1004,11 @@ static int env_open(Checkpoint *c, char *err, size_t err_size) {
                         "%s/data.mdb is not a valid LMDB database (corrupt, truncated or foreign file): %s",
                         c->dir, mdb_strerror(r));
                 return -EBADMSG;
+        }
+        if (r == ENOSPC || r == EDQUOT) { /* data.mdb's first pages (a new database) */
+                set_error(err, err_size, "%s: the disk is full, no room for data.mdb (%s): free some space",
+                          c->dir, strerror(r));
+                return -r;
         }
         if (r != 0) {
                 set_error(err, err_size, "cannot open LMDB environment in %s: %s", c->dir, mdb_strerror(r));

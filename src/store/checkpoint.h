@@ -95,12 +95,21 @@ typedef struct CheckpointStats {
 
 typedef struct Checkpoint Checkpoint;
 
+/* Makes sure every block of dir/lock.mdb is allocated, creating it (CHECKPOINT_LOCK_SIZE bytes)
+ * if missing or empty, before LMDB opens the environment: LMDB writes lock.mdb through a
+ * mapping, and a block a full filesystem cannot give there is a SIGBUS, not an error (a new
+ * lock.mdb on a full tmpfs crashed the daemon). An existing file keeps its size (LMDB sizes its
+ * reader table by it, in every process), and is used as it is if there is no room. Returns 0,
+ * or -ENOSPC / -EDQUOT with a sentence in err (if non-NULL) when there is no room for a new
+ * one; any other failure returns 0 and is LMDB's to report. */
+int checkpoint_lock_prepare(const char *dir, char *err, size_t err_size);
+
 /* Opens the checkpoint in directory dir (created 0750 if missing), creating a version-2
  * database if there is none, migrating a version-1 one (see above). o may be NULL (defaults).
  * On failure returns -errno and writes a sentence for the operator into err (if non-NULL):
  * -EPROTO a foreign LMDB database or an unknown version, -EBADMSG a damaged one, -EUCLEAN a v1
  * journal with records, -EBUSY a v1 store in use, -ENOSPC the migration does not fit
- * map_size_max. */
+ * map_size_max or the disk is full (a new database, or lock.mdb, cannot be made). */
 int checkpoint_open(const char *dir, const CheckpointOptions *o, Checkpoint **ret, char *err,
                     size_t err_size);
 

@@ -19,12 +19,13 @@
 
 #include <lmdb.h>
 
+#include "checkpoint.h"
 #include "store-verify.h"
 
 #define VERIFY_DBS_MAX     64  /* named databases walked; the store has three */
 #define VERIFY_MESSAGE_MAX 256 /* bytes: the child's sentence, through a pipe */
 #define VERIFY_FILE_MODE                                                                                    \
-        0640 /* lock.mdb, when this check is the first to open the directory (a copy of data.mdb            \
+        0600 /* lock.mdb, when this check is the first to open the directory (a copy of data.mdb            \
               * alone): checkpoint.c's mode, so that the daemon can open it afterwards */
 
 static volatile uint64_t verify_sink; /* keeps the byte reads from being optimized away */
@@ -146,6 +147,9 @@ int store_verify(const char *path, char *errbuf, size_t errbuf_size) {
         if (stat(data, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
                 return 0; /* nothing to walk yet, or not a file: store_open() explains */
         repair_lock_mode(path, &st);
+        r = checkpoint_lock_prepare(path, errbuf, errbuf_size); /* the child's LMDB may create it */
+        if (r < 0)
+                return r;
 
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return -errno;

@@ -126,6 +126,9 @@ struct Store {
                                         * retried up to this one by store_maintain() (0: none) */
         CheckpointStats ckpt_stats;    /* cached at the last reap */
         char ckpt_error[STORE_ERROR_MAX];
+        /* Why the journal's last segment preallocation failed ("" if it did not): a full disk,
+         * found by store_open() or store_maintain(), which retries it every call. */
+        char journal_error[STORE_ERROR_MAX];
         uint64_t ckpt_failures, ckpt_ok;
         uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
 
@@ -539,8 +542,9 @@ static int commit_start(Store *s) {
         if (s->commit_efd < 0)
                 return -errno;
         wal_current(s->wal, &fd, &s->commit_seq, &last);
-        s->commit_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        if (s->commit_fd < 0)
+        /* none yet on a full disk: the first batch journaled hands it over (submit_always()) */
+        s->commit_fd = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
+        if (fd >= 0 && s->commit_fd < 0)
                 return -errno;
         s->commit_synced = s->commit_tried = s->commit_want = last; /* wal_open() synced them */
         r = -pthread_mutex_init(&s->commit_lock, NULL);
@@ -598,8 +602,9 @@ static void commit_refresh(Store *s) {
         if (!s || !s->committer)
                 return;
         wal_current(s->wal, &fd, &seq, &last);
-        if (seq == s->commit_seq && s->commit_fd >= 0)
-                return; /* the event loop's own field: the thread never writes it */
+        if ((seq == s->commit_seq && s->commit_fd >= 0) || fd < 0)
+                return; /* the event loop's own field: the thread never writes it; fd < 0: no
+                         * segment yet (a full disk), nothing to sync */
         pthread_mutex_lock(&s->commit_lock);
         commit_rotated(s, fd, seq, last);
         pthread_mutex_unlock(&s->commit_lock);
@@ -1115,6 +1120,19 @@ static uint64_t journal_pending(const Store *s) {
         return ws.next_lsn > s->covered_lsn + 1 ? ws.next_lsn - s->covered_lsn - 1 : 0;
 }
 
+/* Preallocates the journal's next segment (and its current one, if it opened on a full disk),
+ * keeping the reason of a failure in journal_error until an attempt succeeds. */
+static void journal_prepare(Store *s) {
+        if (wal_prepare(s->wal) < 0)
+                set_error(s->journal_error, sizeof s->journal_error, "%s", wal_error(s->wal));
+        else
+                s->journal_error[0] = 0;
+}
+
+const char *store_journal_error(const Store *s) {
+        return s ? s->journal_error : "";
+}
+
 int store_maintain(Store *s, uint64_t now_usec) {
         uint64_t now = clock_usec(CLOCK_MONOTONIC), pending;
         int reaped, r;
@@ -1151,7 +1169,7 @@ int store_maintain(Store *s, uint64_t now_usec) {
                 if (r > 0)
                         return reaped;
         }
-        (void) wal_prepare(s->wal); /* a failure shows at the next rotation */
+        journal_prepare(s); /* a failure shows at the next rotation, and in journal_error */
         return reaped;
 }
 
@@ -1207,6 +1225,8 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 .checkpoint_failures = s->ckpt_failures,
                 .checkpoint_running = s->job_running,
                 .checkpoint_failing = s->ckpt_error[0] != 0,
+                .journal_failing = s->journal_error[0] != 0,
+                .journal_ready = ws.current_ready,
         };
         return 0;
 }
@@ -1328,6 +1348,8 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                      &s->wal, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;
+        if (wal_error(s->wal)[0]) /* opened on a full disk, without a segment to append to */
+                set_error(s->journal_error, sizeof s->journal_error, "%s", wal_error(s->wal));
         rp = (Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 };
         r = wal_replay(s->wal, s->covered_lsn, replay_record, &rp);
         if (r >= 0 && !rp.started) {

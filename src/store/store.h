@@ -194,13 +194,22 @@ typedef struct StoreStats {
         uint64_t checkpoint_failures;      /* failed checkpoints since open */
         bool checkpoint_running;           /* a checkpoint thread is at work */
         bool checkpoint_failing;           /* the last checkpoint failed */
+        /* The last preallocation of a journal segment failed (store_journal_error() says why;
+         * a full disk): batches that must be journaled fail with -ENOSPC once the current
+         * segment is full, or at once while !journal_ready. Retried by store_maintain(). */
+        bool journal_failing;
+        bool journal_ready; /* the journal has a segment to append to (false: opened on a full disk) */
 } StoreStats;
 
 typedef struct Store Store;
 
 /* Opens (creating if needed) the store at opts->path: the checkpoint (migrating version 1),
- * its live counters into the table, the journal replayed. On failure returns -errno and
- * writes a sentence for the operator into errbuf (if non-NULL). */
+ * its live counters into the table, the journal replayed. A full disk that leaves no room for
+ * the journal's new segment does not fail it: the store opens and serves what needs no
+ * journal (reads, denied hits), fails the batches that do with -ENOSPC (as when a running
+ * store's journal cannot grow) and store_maintain() makes the segment once there is room
+ * (StoreStats.journal_ready, store_journal_error()). On failure returns -errno and writes a
+ * sentence for the operator into errbuf (if non-NULL). */
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size);
 
 /* Completes every batch submitted (sync=always: waits for the sync thread's last sync and
@@ -270,7 +279,8 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
  * retries after a backoff), starts one when none runs and the journal holds at least
  * checkpoint_journal_max bytes of records since the last (by default: 256 MiB, or
  * STORE_CHECKPOINT_RECORDS_PER_COUNTER records per counter of data.mdb, up to 2 GiB), or any record older
- * than checkpoint_interval_usec, and otherwise preallocates the journal's next segment. Returns 1 if a
+ * than checkpoint_interval_usec, and otherwise preallocates the journal's next segment (retried at
+ * every call while the disk is full: StoreStats.journal_failing). Returns 1 if a
  * checkpoint finished (successfully or not: see store_get_stats()), 0 if not, or -errno if one could not be
  * started (the journal could not rotate). */
 int store_maintain(Store *s, uint64_t now_usec);
@@ -278,6 +288,10 @@ int store_maintain(Store *s, uint64_t now_usec);
 /* Checkpoints everything journaled so far and waits for it (tests, tools): starts a
  * checkpoint unless one runs, waits, reaps. Returns 0 or its -errno. */
 int store_checkpoint(Store *s, uint64_t now_usec);
+
+/* The sentence explaining the last failed preallocation of a journal segment ("" if the last
+ * one succeeded): StoreStats.journal_failing. */
+const char *store_journal_error(const Store *s);
 
 /* The sentence explaining the last failed checkpoint ("" if the last one succeeded). */
 const char *store_checkpoint_error(const Store *s);

@@ -24,7 +24,7 @@
 
 #define WAL_MAGIC         "DIVVYWAL" /* 8 bytes, no NUL on disk */
 #define WAL_MAGIC_SIZE    8
-#define WAL_FILE_MODE     0640 /* like data.mdb: the daemon's user and group */
+#define WAL_FILE_MODE     0600 /* like data.mdb: the daemon's user only, whatever the umask */
 #define WAL_NAME_PREFIX   "wal-"
 #define WAL_NAME_SUFFIX   ".divvyd"
 #define WAL_NAME_NEW      ".new"
@@ -514,9 +514,24 @@ static int prepare_sized(Wal *w, uint64_t size) {
         return 0;
 }
 
+static int rotate(Wal *w);
+
+/* Whether r says the filesystem has no room (a full disk, or the user's quota). */
+static bool no_room(int r) {
+        return r == -ENOSPC || r == -EDQUOT;
+}
+
 int wal_prepare(Wal *w) {
+        int r;
+
         if (!w)
                 return -EINVAL;
+        if (!w->map) {
+                /* opened on a full disk: the current segment first (it seals nothing) */
+                r = rotate(w);
+                if (r < 0)
+                        return r;
+        }
         return prepare_sized(w, w->segment_size);
 }
 
@@ -861,11 +876,14 @@ int wal_open(const char *dir, const WalOptions *o, Wal **ret, char *errbuf, size
         r = load_segments(w, o->first_lsn ? o->first_lsn : 1, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;
-        /* A fresh current segment, then the next one in advance: a full disk shows now. */
+        /* A fresh current segment, then the next one in advance. On a full disk the journal
+         * opens without them, as a running one is once its segments are full and no next one
+         * can be made: appends fail with -ENOSPC, and wal_prepare() makes them once there is
+         * room. w->error keeps the reason. Any other failure fails the open. */
         r = rotate(w);
         if (r >= 0)
-                r = wal_prepare(w);
-        if (r < 0) {
+                r = prepare_sized(w, w->segment_size);
+        if (r < 0 && !no_room(r)) {
                 char name[WAL_SEGMENT_NAME_MAX];
 
                 set_error(errbuf, errbuf_size, "%s", w->error);
@@ -874,7 +892,8 @@ int wal_open(const char *dir, const WalOptions *o, Wal **ret, char *errbuf, size
                 goto fail;
         }
         w->rotations = 0;
-        w->error[0] = 0;
+        if (r >= 0)
+                w->error[0] = 0;
         *ret = w;
         return 0;
 fail:
@@ -1158,7 +1177,8 @@ int wal_release(Wal *w, uint64_t up_to_seq) {
 
         if (!w)
                 return -EINVAL;
-        if (up_to_seq >= w->seq)
+        /* without a current segment (opened on a full disk) w->seq is the last sealed one */
+        if (up_to_seq > w->seq || (w->map && up_to_seq == w->seq))
                 return wal_set_error(w, -EINVAL,
                                      "segment %016" PRIx64 " is not sealed (the current one is %016" PRIx64
                                      ")",
@@ -1191,7 +1211,8 @@ int wal_get_stats(const Wal *w, WalStats *ret) {
                 s.records += w->sealed[i].records;
         }
         s.sealed = w->n_sealed;
-        s.segments = w->n_sealed + 1;
+        s.segments = w->n_sealed + (w->map ? 1 : 0);
+        s.current_ready = w->map != NULL;
         s.bytes += w->map_len;
         s.records += w->count;
         s.current_seq = w->seq;

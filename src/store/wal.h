@@ -56,7 +56,9 @@
  * Start-up: wal_open() seals the segments a previous run left (after syncing the last one)
  * and appends in a fresh segment whose first lsn follows the last valid record; a torn tail
  * stays behind it, ignored. A last segment without a valid record is replaced by the fresh
- * one instead. wal_replay() then reads those segments, in order.
+ * one instead. wal_replay() then reads those segments, in order. On a full disk there is no
+ * room for the fresh segment: the journal opens without one, and appends fail (-ENOSPC) until
+ * one can be made, exactly as when a running journal cannot make its next segment.
  *
  * Threads: a Wal is used by one thread. wal_segment_read() reads a sealed segment by
  * directory and sequence number, touching no Wal, so a checkpoint thread can read what
@@ -130,7 +132,7 @@ typedef struct WalSegmentInfo {
 } WalSegmentInfo;
 
 typedef struct WalStats {
-        uint64_t segments;         /* in the journal: sealed + the current one */
+        uint64_t segments;         /* in the journal: sealed + the current one (if ready) */
         uint64_t sealed;           /* sealed segments (a checkpoint's to read and release) */
         uint64_t bytes;            /* file bytes of those segments (preallocated; the spare, when
                                     * ready, takes one segment size more) */
@@ -140,6 +142,8 @@ typedef struct WalStats {
         uint64_t current_capacity; /* ... out of */
         uint64_t next_lsn;         /* the lsn the next record gets */
         bool spare_ready;          /* the next segment is preallocated */
+        bool current_ready;        /* there is a current segment (false: wal_open() found no room
+                                    * for it; the first append or wal_prepare() makes it) */
         uint64_t appended;         /* records appended since open */
         uint64_t syncs;            /* wal_sync() calls that synced something, since open */
         uint64_t sync_usec;        /* time spent in them (CLOCK_MONOTONIC) */
@@ -151,9 +155,11 @@ typedef struct Wal Wal;
 /* Opens the journal in dir (which must exist): takes wal.lock (-EBUSY if another process
  * holds it), checks every segment's header (-EBADMSG damaged, foreign or a sequence number
  * missing, -EPROTO another format version), finds where the last segment's valid records
- * end, syncs it, seals them all, and makes a fresh current segment and a spare (-ENOSPC if
- * the disk is full). Leftover .new files are deleted. On failure returns -errno and writes a
- * sentence for the operator into errbuf (if non-NULL); *ret is set only on success. */
+ * end, syncs it, seals them all, and makes a fresh current segment and a spare. On a full
+ * disk (-ENOSPC, -EDQUOT) it opens without them (WalStats.current_ready false, the reason in
+ * wal_error()): the journal can be replayed, appends fail with -ENOSPC until wal_prepare() or
+ * an append finds room. Leftover .new files are deleted. On failure returns -errno and writes
+ * a sentence for the operator into errbuf (if non-NULL); *ret is set only on success. */
 int wal_open(const char *dir, const WalOptions *o, Wal **ret, char *errbuf, size_t errbuf_size);
 
 /* Unmaps and closes everything, releases the lock. Syncs nothing: call wal_sync() first if
@@ -206,7 +212,8 @@ int wal_sync(Wal *w);
 /* For a thread that makes the journal durable while the owner appends (store.c's group
  * commit): the current segment's file descriptor (the owner's: dup() it to use it from
  * another thread, and again after a rotation), its sequence number, and the lsn of the last
- * record appended (0: none yet). fdatasync() of that descriptor makes every record appended
+ * record appended (0: none yet); the descriptor is negative when there is no current segment
+ * (wal_open() on a full disk, until one is made). fdatasync() of that descriptor makes every record appended
  * so far durable, except the segment's name when it is new (wal_sync() syncs the directory
  * too: call it once after each rotation). No system call. */
 void wal_current(const Wal *w, int *ret_fd, uint64_t *ret_seq, uint64_t *ret_last_lsn);
@@ -217,7 +224,8 @@ void wal_current(const Wal *w, int *ret_fd, uint64_t *ret_seq, uint64_t *ret_las
 int wal_rotate(Wal *w);
 
 /* Preallocates the next segment now, if not yet done, so that rotating costs no allocation:
- * for an idle moment or a timer. Returns 0 or -errno (-ENOSPC: the disk is full). */
+ * for an idle moment or a timer. A journal opened on a full disk gets its current segment
+ * first. Returns 0 or -errno (-ENOSPC: the disk is full). */
 int wal_prepare(Wal *w);
 
 /* The range of sealed segments. Returns how many there are (they are consecutive); when

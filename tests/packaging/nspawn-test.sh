@@ -137,6 +137,8 @@ expect "divvyd runs as" "divvy" "$(inside 'ps -o user= -p $(systemctl show -P Ma
 inside "systemctl show -P StatusText divvyd.service" | grep -q "^Serving" &&
         ok "status: $(inside systemctl show -P StatusText divvyd.service)" || bad "no 'Serving' STATUS= from sd_notify"
 expect "state directory" "divvy" "$(inside stat -c %U /var/lib/divvyd/data.mdb 2>&1)"
+# The socket's group (which clients join) cannot read the counters or their id key.
+expect "database files the daemon's alone" "600 600" "$(inside stat -c %a /var/lib/divvyd/data.mdb /var/lib/divvyd/wal.lock 2>&1 | tr '\n' ' ' | sed 's/ $//')"
 
 step "reload with changed rules"
 inside "cat > /etc/divvyd/rules.ini" <<'RULES'

@@ -2,6 +2,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <lmdb.h> /* test-only: to forge foreign databases and look at the layout */
 #include <signal.h>
@@ -494,6 +495,34 @@ static void forge(const char *db, const char *key, const char *value) {
         mdb_env_close(env);
 }
 
+/* lock.mdb is allocated before LMDB maps it (issue #30: a new one on a full tmpfs was a SIGBUS):
+ * a new one whole, 0600; one LMDB made (sparse beyond its first page) keeps its size, since
+ * every process sizes its reader table by it, and gets its blocks. */
+START_TEST (test_lock_preallocated) {
+        char lock[sizeof dbdir + 16], err[ERRBUF] = "";
+        struct stat st;
+        int fd;
+
+        snprintf(lock, sizeof lock, "%s/lock.mdb", dbdir);
+        checkpoint_close(open_default());
+        ck_assert_int_eq(stat(lock, &st), 0);
+        ck_assert_int_eq(st.st_mode & 07777, 0600);
+        ck_assert_int_ge(st.st_size, 8192);
+        ck_assert_int_ge((off_t) st.st_blocks * 512, st.st_size); /* no hole */
+
+        ck_assert_int_eq(unlink(lock), 0);
+        fd = open(lock, O_RDWR | O_CREAT, 0600);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(ftruncate(fd, 3 * 4096), 0); /* as LMDB makes it: a hole */
+        close(fd);
+        ck_assert_int_eq(checkpoint_lock_prepare(dbdir, err, sizeof err), 0);
+        ck_assert_int_eq(stat(lock, &st), 0);
+        ck_assert_int_eq(st.st_size, 3 * 4096);
+        ck_assert_int_ge((off_t) st.st_blocks * 512, st.st_size);
+        checkpoint_close(open_default());
+}
+END_TEST
+
 START_TEST (test_refuse_foreign) {
         forge("things", "hello", "world");
         expect_refused(NULL, -EPROTO, "not a divvyd counter store");
@@ -844,6 +873,7 @@ static Suite *checkpoint_suite(void) {
         tcase_add_test(tc, test_expire_walk_in_write);
         tcase_add_test(tc, test_enospc_keeps_previous);
         tcase_add_test(tc, test_killed_write_keeps_previous);
+        tcase_add_test(tc, test_lock_preallocated);
         tcase_add_test(tc, test_refuse_foreign);
         tcase_add_test(tc, test_refuse_wrong_magic);
         tcase_add_test(tc, test_refuse_unknown_version);

@@ -957,6 +957,112 @@ START_TEST (test_undo_on_journal_full) {
 }
 END_TEST
 
+/* A restart on a full disk (issue #30): the journal has no room for a segment. Bug: store_open()
+ * failed with -ENOSPC, so divvyd could not start where it had been serving. Now it opens with
+ * every journaled counter, serves what needs no journal (a denied hit, a PEEK), fails what
+ * does with -ENOSPC, counting nothing, and store_maintain() makes the segment once there is
+ * room, without a reopen. */
+START_TEST (test_open_on_full_disk) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        StoreStats st;
+        StoreHit h;
+        Store *s;
+
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF; /* as after a kill: all in the journal */
+        s = open_with(&o);
+        expect_hit(s, RULE_A, "x", 1, 2, 3600, T0, true, 1, 3600);
+        expect_hit(s, RULE_A, "x", 1, 2, 3600, T0, true, 0, 3600);
+        expect_hit(s, RULE_A, "y", 1, 5, 3600, T0, true, 4, 3600);
+        store_close(s);
+
+        disk_full = true;
+        s = open_with(&o);
+        st = stats(s);
+        ck_assert(!st.journal_ready && st.journal_failing);
+        ck_assert_msg(strstr(store_journal_error(s), "No space left"), "%s", store_journal_error(s));
+        ck_assert_uint_eq(st.counters, 2);
+        expect_hit(s, RULE_A, "x", 1, 2, 3600, T0, false, 0, 3600); /* denied: nothing to journal */
+        h = mkhit(RULE_A, "y", 1, 5, 3600);
+        h.op = STORE_PEEK;
+        h.count = 1;
+        ck_assert_int_eq(store_apply(s, &h, 1, T0), 0);
+        ck_assert(h.allowed);
+        ck_assert_uint_eq(h.credit, 3); /* what TAKE 1 would leave of the 4 journaled */
+        h = mkhit(RULE_A, "y", 1, 5, 3600);
+        ck_assert_int_eq(store_apply(s, &h, 1, T0), -ENOSPC);
+        ck_assert_int_eq(h.error, -ENOSPC);
+        h = mkhit(RULE_A, "new", 3, 5, 3600);
+        ck_assert_int_eq(store_apply(s, &h, 1, T0), -ENOSPC);
+        ck_assert_uint_eq(stat_counters(s), 2);
+        ck_assert_int_eq(store_maintain(s, T0), 0); /* retried: still full */
+        ck_assert(stats(s).journal_failing);
+        /* a checkpoint (data.mdb has room here) releases the journal: no segment is left */
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        ck_assert_uint_eq(stats(s).journal_segments, 0);
+
+        disk_full = false;
+        ck_assert_int_eq(store_maintain(s, T0), 0);
+        st = stats(s);
+        ck_assert(st.journal_ready && !st.journal_failing);
+        ck_assert_str_eq(store_journal_error(s), "");
+        expect_hit(s, RULE_A, "y", 1, 5, 3600, T0, true, 3, 3600); /* the refused hit counted nothing */
+        store_close(s);
+        s = open_with(&o);
+        expect_hit(s, RULE_A, "y", 1, 5, 3600, T0, true, 2, 3600);
+        expect_hit(s, RULE_A, "x", 1, 2, 3600, T0, false, 0, 3600);
+        ck_assert_uint_eq(stat_counters(s), 2);
+        store_close(s);
+}
+END_TEST
+
+/* The database's files are the daemon user's alone whatever the umask (issue #30): data.mdb
+ * holds the counter-id key, and the group may be the one clients join to reach the socket.
+ * Bug: they were created 0640. Every file of the directory while the store is open (journal
+ * segments, the spare, wal.lock, data.mdb, lock.mdb), and lock.mdb made by store_verify(). */
+static void expect_files_0600(const char *dir, unsigned *ret_n) {
+        char path[PATH_MAX];
+        struct dirent *de;
+        struct stat st;
+        DIR *d = opendir(dir);
+
+        ck_assert_ptr_nonnull(d);
+        while ((de = readdir(d))) {
+                snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+                ck_assert_int_eq(lstat(path, &st), 0);
+                if (!S_ISREG(st.st_mode))
+                        continue;
+                ck_assert_msg((st.st_mode & 07777) == 0600, "%s: mode %o", de->d_name,
+                              (unsigned) (st.st_mode & 07777));
+                (*ret_n)++;
+        }
+        closedir(d);
+}
+
+START_TEST (test_file_modes) {
+        static const mode_t masks[] = { 0002, 0022, 0 };
+        char dir[PATH_MAX], lock[PATH_MAX], err[ERRBUF] = "";
+
+        db_path(dir, sizeof dir, NULL);
+        db_path(lock, sizeof lock, "lock.mdb");
+        for (size_t i = 0; i < sizeof masks / sizeof *masks; i++) {
+                mode_t old = umask(masks[i]);
+                unsigned n = 0;
+                Store *s = open_store();
+
+                hit_many(s, "md-", 0, 10, 3600, T0, 0);
+                expect_files_0600(dir, &n);
+                ck_assert_uint_ge(n, 5); /* data.mdb, lock.mdb, wal.lock, a segment, the spare */
+                store_close(s);
+                ck_assert_int_eq(unlink(lock), 0);
+                ck_assert_int_eq(store_verify(dir, err, sizeof err), 0);
+                n = 0;
+                expect_files_0600(dir, &n);
+                umask(old);
+                ck_assert_int_eq(nftw(dir, store_test_rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+        }
+}
+END_TEST
+
 /* A checkpoint of more counters than a pass holds (at least 4096: a pass never holds fewer)
  * reads the journal in slices of the id space: every counter lands in data.mdb once, with
  * the newest of its three journaled states. */
@@ -1365,6 +1471,44 @@ START_TEST (test_group_commit_rotations) {
 }
 END_TEST
 
+/* test_open_on_full_disk with the group commit (sync=always), and a clean stop's checkpoint
+ * on the full disk (it releases the journal without a current segment): the sync thread
+ * starts without a segment to sync, and takes the one store_maintain() makes. */
+START_TEST (test_group_commit_open_on_full_disk) {
+        Store *s = open_always();
+        StoreHit h;
+
+        gc_submit(s, &h, "a", 0);
+        gc_wait(s, 1);
+        ck_assert_int_eq(gc_error[0], 0);
+        store_close(s);
+
+        disk_full = true;
+        s = open_always();
+        ck_assert(!stats(s).journal_ready);
+        gc_submit(s, &h, "b", 0); /* answered at once: nothing was journaled */
+        ck_assert_int_eq(gc_calls, 1);
+        ck_assert_int_eq(gc_error[0], -ENOSPC);
+        ck_assert_int_eq(store_maintain(s, T0), 0);
+        store_close(s); /* its checkpoint (of nothing new) on the full disk */
+
+        s = open_always();
+        ck_assert(!stats(s).journal_ready);
+        disk_full = false;
+        ck_assert_int_eq(store_maintain(s, T0), 0);
+        ck_assert(stats(s).journal_ready);
+        gc_submit(s, &h, "a", 0);
+        gc_wait(s, 1);
+        ck_assert_int_eq(gc_error[0], 0);
+        ck_assert_uint_eq(h.credit, 3); /* the second hit on a; b's refused one counted nothing */
+        gc_submit(s, &h, "b", 1);
+        gc_wait(s, 2);
+        ck_assert_int_eq(gc_error[1], 0);
+        ck_assert_uint_eq(h.credit, 4);
+        store_close(s);
+}
+END_TEST
+
 /* A directory without lock.mdb (README: a hot copy by mdb_copy "is a valid store on its own")
  * gets one from the read-through check, the first to open it: it must be the daemon's to open
  * afterwards. Bug: the check's child opened the environment with mode 0, so lock.mdb was
@@ -1593,6 +1737,9 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_format_v1_counters);
         tcase_add_test(tc, test_id_key);
         tcase_add_test(tc, test_undo_on_journal_full);
+        tcase_add_test(tc, test_open_on_full_disk);
+        tcase_add_test(tc, test_group_commit_open_on_full_disk);
+        tcase_add_test(tc, test_file_modes);
         tcase_add_test(tc, test_group_all_or_nothing);
         tcase_add_test(tc, test_algorithm_dispatch);
         tcase_add_test(tc, test_checkpoint_passes);
