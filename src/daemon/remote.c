@@ -226,7 +226,8 @@ void remote_publish(Remote *r) {
         mb.up = st.state == REDIS_STORE_CONNECTED;
         mb.errors[METRICS_BACKEND_TIMEOUT] = st.errors_timeout;
         mb.errors[METRICS_BACKEND_CONNECTION] = st.errors_connection + st.errors_refused;
-        mb.errors[METRICS_BACKEND_PROTOCOL] = st.errors_protocol + st.errors_server;
+        mb.errors[METRICS_BACKEND_PROTOCOL] = st.errors_protocol;
+        mb.errors[METRICS_BACKEND_SERVER] = st.errors_server;
         for (size_t i = 0; i < _RULE_ON_ERROR_MAX; i++)
                 mb.fallbacks[i] = fb.fallbacks[i];
         mb.rtt_usec_sum = st.rtt_sum_usec;

@@ -31,6 +31,12 @@ regression test (real redis-server processes on loopback, tests/integration/redi
   log said "is up" and divvyd_backend_up was 1 while every hit was decided by its policy. A
   LOADING reply to SCRIPT LOAD now closes the connection (retried with the backoff), STATUS
   says why, and the store is up once the server has loaded.
+- test_chain_split_by_a_migration_waits_for_it: a chain of two counters in one slot whose keys a
+  live migration has split (one moved, one not) gets TRYAGAIN. It was retried 3 x 5 ms and then
+  decided by policy; it is now retried until the batch's deadline (--backend-timeout) and
+  counted in Redis once the migration is over.
+- test_clusterdown_is_a_server_error: an error reply (CLUSTERDOWN for a slot nobody serves) was
+  counted as divvyd_backend_errors_total{kind="protocol"}; it is kind="server".
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_fleet_edges.py Shutdown.test_stop_with_local_fallback_in_flight
@@ -39,6 +45,7 @@ Rules: tests/data/redis.ini. Run one test:
 import hashlib
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -124,6 +131,60 @@ class Cluster(harness.DaemonTestCase):
             log = d.log_text()
             self.assertRegex(log, r"is up \(127\.0\.0\.1:\d+\)")  # not "is up ()"
             self.assertNotRegex(log, r"Store .* is (down|connecting|breaker-open)", d.log_tail())
+
+    def test_chain_split_by_a_migration_waits_for_it(self):
+        with redisfix.Cluster() as cl:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=%d" % (
+                60000 * harness.TIMEOUT_SCALE), "--http-port=%d" % http])
+            a = uid()
+            hit = "HIT chain=%s u=%s" % (a, a)  # [chain=* u=*] continue + [chain=*]: two keys, one slot
+            self.assertEqual(parse_ok(d.request(hit))[:2], (True, 1))
+            slot = redisfix.key_slot("{%s}" % a)
+            dst = next(n for n in cl.nodes if n is not cl.owner(slot))
+            src = cl.begin_migration(slot, dst)
+            self.assertEqual(cl.move_keys(slot, src, dst, batch=1, max_keys=1), 1)  # the chain is split
+
+            def tryagains():  # python3-redis 4.3 leaves "count=N" unparsed
+                v = src.info("errorstats").get("errorstat_TRYAGAIN", {})
+                return v.get("count", 0) if isinstance(v, dict) else int(str(v).split("=")[1])
+
+            with d.connect("unix") as c:
+                c.send(hit + "\n")
+                # retried for longer than 3 x 5 ms, and not answered meanwhile
+                redisfix.wait_until(lambda: tryagains() >= 6 or c.buf or select.select([c.sock], [], [], 0)[0],
+                                    harness.IO_TIMEOUT, "6 TRYAGAIN or a reply", d.log_tail)
+                if tryagains() < 6:
+                    self.fail("answered before the migration ended: %s" % c.readline())
+                cl.move_keys(slot, src, dst)
+                cl.finish_migration(slot, src, dst)
+                # counted in Redis after the migration: the second hit of the chain, no fallback
+                self.assertEqual(parse_ok(c.readline())[:2], (True, 0), d.log_tail())
+            samples = harness.prometheus_samples(harness.http_get(http)[2])
+            for policy in ("allow", "deny", "local"):
+                self.assertEqual(samples['divvyd_backend_fallbacks_total{policy="%s"}' % policy], 0)
+            self.assertEqual(parse_ok(d.request(hit))[:2], (False, 0))  # 2 per u, on dst
+
+    def test_clusterdown_is_a_server_error(self):
+        with redisfix.Cluster() as cl:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=5000",
+                                                "--http-port=%d" % http])
+            a = uid()
+            self.assertHit(d.request("HIT type=deny u=%s" % a), True, 1, (59, 60))
+            slot = redisfix.key_slot("{%s}" % a)
+            for n in cl.nodes:  # nobody serves the slot: "-CLUSTERDOWN Hash slot not served"
+                n.client().execute_command("CLUSTER DELSLOTS", slot)
+            self.assertEqual(parse_ok(d.request("HIT type=deny u=%s" % a))[:2], (False, 0))  # by policy
+
+            def errors():  # published with the store's other counters, once a second
+                return {k: v for k, v in harness.prometheus_samples(harness.http_get(http)[2]).items()
+                        if k.startswith("divvyd_backend_errors_total")}
+
+            redisfix.wait_until(lambda: sum(errors().values()) > 0, harness.IO_TIMEOUT, "the error counted",
+                                d.log_tail)
+            self.assertEqual(errors(), {'divvyd_backend_errors_total{kind="%s"}' % k: (k == "server")
+                                        for k in ("timeout", "connection", "protocol", "server")})
 
 
 @unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
