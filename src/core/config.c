@@ -377,17 +377,14 @@ static void divvy_rule_reasons(const Rule *r, char *buf, size_t size) {
 
         buf[0] = '\0';
         /* Attributes divvy 1.7 does not know (it ignores algorithm, burst, refillSeconds,
-         * strict and onBackendError, and refuses matchPolicy continue). */
+         * strict and onBackendError, and refuses matchPolicy continue). onBackendError is
+         * accepted: it decides only hits Redis does not answer, which divvy 1.7 answers with
+         * an error, not a decision of its own. */
         if (r->algo.algorithm != ALGORITHM_FIXED_WINDOW)
                 add_reason(buf, size, &len, "algorithm %s (divvy 1.7 counts in fixed windows only)",
                            algorithm_to_string(r->algo.algorithm));
         if (r->match_policy == MATCH_POLICY_CONTINUE)
                 add_reason(buf, size, &len, "matchPolicy continue (divvy 1.7 knows stop and canary only)");
-        if (r->on_backend_error != RULE_ON_ERROR_DEFAULT)
-                add_reason(buf, size, &len,
-                           "onBackendError %s (divvy 1.7 does not know it: it answers an error while Redis "
-                           "is down)",
-                           rule_on_error_to_string(r->on_backend_error));
         /* Validation: divvy 1.7 refuses resetSeconds 0 unless creditLimit is 0. */
         if (r->reset_seconds == 0 && r->credit_limit > 0)
                 add_reason(buf, size, &len,

@@ -924,13 +924,17 @@ static const struct {
           INI_A1("matchPolicy = continue\n"),
           { "t.ini:1: rule [a=1] " NOT_DIVVY
             "matchPolicy continue (divvy 1.7 knows stop and canary only)" } },
-        { "onBackendError",
+        /* onBackendError: divvy 1.7 ignores it, and decides nothing while Redis is down */
+        { "onBackendError in JSON",
           "t.json",
           "{\"overrides\": [],\n\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0, "
           "\"onBackendError\": \"deny\"}}",
-          { "t.json:2: rule [default] " NOT_DIVVY
-            "onBackendError deny (divvy 1.7 does not know it: it answers an "
-            "error while Redis is down)" } },
+          {} },
+        { "onBackendError in INI",
+          "t.ini",
+          "[a=1]\ncreditLimit = 5\nresetSeconds = 60\nonBackendError = 'allow' ; fail open\n"
+          "[a=2]\ncreditLimit = 5\nresetSeconds = 60\nonBackendError = local\n" DEFAULT_INI,
+          {} },
         /* validation */
         { "resetSeconds 0 with a limit",
           "t.ini",
@@ -1073,7 +1077,6 @@ static const struct {
           "[ip=*]\ncreditLimit = 5\nresetSeconds = 0\nmatchPolicy = continue\nonBackendError = allow\n"
           "[b=1]\ncreditLimit = 5\nresetSeconds = 60\nalgorithm = token-bucket\n" DEFAULT_INI,
           { "t.ini:1: rule [ip=*] " NOT_DIVVY "matchPolicy continue (divvy 1.7 knows stop and canary only); "
-            "onBackendError allow (divvy 1.7 does not know it: it answers an error while Redis is down); "
             "resetSeconds 0 with creditLimit 5 (divvy 1.7 refuses a resetSeconds under 1 unless creditLimit "
             "is "
             "0); ip=* (divvy 1.7 also matches requests without ip)",
