@@ -35,6 +35,9 @@ regression test (real redis-server processes on loopback, tests/integration/redi
   live migration has split (one moved, one not) gets TRYAGAIN. It was retried 3 x 5 ms and then
   decided by policy; it is now retried until the batch's deadline (--backend-timeout) and
   counted in Redis once the migration is over.
+- test_key_order_is_node_divvys: Node divvy names a counter by its rule's keys in JavaScript's
+  order (UTF-16 code units), divvyd sorted bytes: for [😀=2 ！=x] each wrote its own key and
+  3 + 3 hits passed a limit of 5. divvyd now builds divvy's keys in Node's order.
 - test_clusterdown_is_a_server_error: an error reply (CLUSTERDOWN for a slot nobody serves) was
   counted as divvyd_backend_errors_total{kind="protocol"}; it is kind="server".
 
@@ -216,6 +219,35 @@ class Shutdown(harness.DaemonTestCase):
             # the local store decided them (2 per 60 s: one was taken above, in Redis)
             self.assertEqual([parse_ok(x)[:2] if parse_ok(x) else x for x in replies],
                              [(True, 1), (True, 0), (False, 0)], d.log_tail())
+
+
+def node_divvy_key(ops, actor, limit, reset):
+    """Node divvy 1.7's key: its Object.keys(operation).sort() compares UTF-16 code units."""
+    pairs = ["%s=%s" % (k, ops[k]) for k in sorted(ops, key=lambda k: k.encode("utf-16-be"))]
+    return "divvy:%s:%s:%d:%d" % (" ".join(pairs), actor, limit, reset)
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class DivvyKeys(harness.DaemonTestCase):
+    def write_rules(self, redis, text):
+        config = os.path.join(redis.dir, "rules.ini")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(text + "\n[default]\ncreditLimit = 100\nresetSeconds = 60\n")
+        return config
+
+    def test_key_order_is_node_divvys(self):
+        ops = {"\U0001F600": "2", "\uFF01": "x"}  # U+1F600 before U+FF01 in UTF-16, after in bytes
+        with redisfix.RedisServer() as redis:
+            config = self.write_rules(redis, "[\uFF01=x \U0001F600=2]\ncreditLimit = 5\nresetSeconds = 60\n")
+            d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=5000"])
+            key = node_divvy_key(ops, "", 5, 60)
+            self.assertEqual(key, "divvy:\U0001F600=2 \uFF01=x::5:60")
+            c = redis.client()
+            c.setex(key, 60, 2)  # Node divvy allowed three hits of five in this window
+            replies = [parse_ok(d.request("HIT \uFF01=x \U0001F600=2"))[:2] for _ in range(3)]
+            self.assertEqual(replies, [(True, 1), (True, 0), (False, 0)])  # five in all, not eight
+            self.assertEqual(c.keys("divvy:*"), [key.encode()])
+            c.close()
 
 
 class FakeCluster:
