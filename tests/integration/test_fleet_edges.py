@@ -38,6 +38,10 @@ regression test (real redis-server processes on loopback, tests/integration/redi
 - test_key_order_is_node_divvys: Node divvy names a counter by its rule's keys in JavaScript's
   order (UTF-16 code units), divvyd sorted bytes: for [😀=2 ！=x] each wrote its own key and
   3 + 3 hits passed a limit of 5. divvyd now builds divvy's keys in Node's order.
+- test_keys_that_can_meet_are_warned_of: divvy's key format escapes nothing, so with [path=/x]
+  and [path=/x:y] at equal limits the actor "y:alice" of one and "alice" of the other count in
+  one key, where the local store keeps them apart. The format stays (Node divvy reads it);
+  --check-config (with or without --compat=divvy) now warns of every such pair.
 - test_clusterdown_is_a_server_error: an error reply (CLUSTERDOWN for a slot nobody serves) was
   counted as divvyd_backend_errors_total{kind="protocol"}; it is kind="server".
 
@@ -52,6 +56,7 @@ import select
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import unittest
 
@@ -247,6 +252,27 @@ class DivvyKeys(harness.DaemonTestCase):
             replies = [parse_ok(d.request("HIT \uFF01=x \U0001F600=2"))[:2] for _ in range(3)]
             self.assertEqual(replies, [(True, 1), (True, 0), (False, 0)])  # five in all, not eight
             self.assertEqual(c.keys("divvy:*"), [key.encode()])
+            c.close()
+
+    def test_keys_that_can_meet_are_warned_of(self):
+        rule = "[%s]\ncreditLimit = 3\nresetSeconds = 60\nactorField = user\n\n"
+        with redisfix.RedisServer() as redis:
+            config = self.write_rules(redis, rule % "path=/x" + rule % "path=/x:y")
+            for compat in ([], ["--compat=divvy"]):
+                p = subprocess.run([harness.divvyd_path(), "--check-config"] + compat + [config],
+                                   capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn("%s:1: warning: rule [path=/x] shares divvy keys with rule [path=/x:y] (line 6): in "
+                              "Redis its actor \"y:X\" and that rule's actor \"X\" are one counter, "
+                              "\"divvy:path=/x:y:X:3:60\"" % config, p.stderr)
+            # what it warns of, on a real Redis: "y:A" of [path=/x] spends the counter of A of [path=/x:y]
+            d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=5000"])
+            a = uid()
+            self.assertEqual([parse_ok(d.request("HIT path=/x user=y:%s" % a))[:2] for _ in range(3)],
+                             [(True, 2), (True, 1), (True, 0)])
+            self.assertEqual(parse_ok(d.request("HIT path=/x:y user=%s" % a))[:2], (False, 0))
+            c = redis.client()
+            self.assertEqual(c.keys("divvy:*"), [("divvy:path=/x:y:%s:3:60" % a).encode()])
             c.close()
 
 

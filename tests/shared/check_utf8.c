@@ -46,7 +46,8 @@ END_TEST
 
 START_TEST (test_boundary_and_mask) {
         const char s[] = "ab\xc3\xa9z"; /* a b é z */
-        char t[] = "a\nb\tc\x7f\x01" "d";
+        char t[] = "a\nb\tc\x7f\x01"
+                   "d";
 
         ck_assert_uint_eq(utf8_boundary(s, 0), 0);
         ck_assert_uint_eq(utf8_boundary(s, 2), 2);

@@ -704,6 +704,49 @@ START_TEST (test_keys) {
 }
 END_TEST
 
+/* divvyd's own keys cannot meet: the actor sits between a fixed prefix and a fixed-length
+ * suffix (the rule id, a hash of everything else of the counter's identity, length-prefixed),
+ * so a key names one actor and one rule id, whatever the actor holds. The pair divvy's keys
+ * confuse ([path=/x] "y:alice", [path=/x:y] "alice") included. */
+START_TEST (test_own_keys_unambiguous) {
+        static const char *const actors[] = { "alice", "y:alice", "",
+                                              ":",     "}",       "{",
+                                              "}:",    "{}",      "a}:00010203040506070809aabbccddeeff",
+                                              "a}" };
+        enum { N_ACTORS = sizeof actors / sizeof actors[0], N_IDS = 3 };
+        uint8_t ids[N_IDS][RULE_ID_SIZE];
+        char keys[N_ACTORS * N_IDS][KEY_MAX];
+
+        for (size_t k = 0; k < N_IDS; k++)
+                for (size_t i = 0; i < RULE_ID_SIZE; i++)
+                        ids[k][i] = (uint8_t) (k == 2 ? (i == 0 ? 0 : 0xff) : k * 17 + i);
+        for (size_t a = 0; a < N_ACTORS; a++)
+                for (size_t k = 0; k < N_IDS; k++) {
+                        StoreHit h = { .rule_id = ids[k],
+                                       .actor = actors[a],
+                                       .actor_len = strlen(actors[a]) };
+                        char *key = keys[a * N_IDS + k];
+                        int len = redis_key_own(&h, key, KEY_MAX);
+                        size_t pre = strlen(REDIS_KEY_OWN_PREFIX), tail = 2 + 2 * RULE_ID_SIZE;
+
+                        ck_assert_int_eq(len, (int) (pre + strlen(actors[a]) + tail));
+                        /* read back: the prefix, the actor, "}:" and the id */
+                        ck_assert_int_eq(memcmp(key, REDIS_KEY_OWN_PREFIX, pre), 0);
+                        ck_assert_int_eq(memcmp(key + pre, actors[a], strlen(actors[a])), 0);
+                        ck_assert_int_eq(memcmp(key + (size_t) len - tail, "}:", 2), 0);
+                        for (size_t i = 0; i < RULE_ID_SIZE; i++) {
+                                unsigned byte;
+                                ck_assert_int_eq(sscanf(key + (size_t) len - tail + 2 + 2 * i, "%2x", &byte),
+                                                 1);
+                                ck_assert_uint_eq(byte, ids[k][i]);
+                        }
+                }
+        for (size_t i = 0; i < N_ACTORS * N_IDS; i++)
+                for (size_t j = i + 1; j < N_ACTORS * N_IDS; j++)
+                        ck_assert_str_ne(keys[i], keys[j]);
+}
+END_TEST
+
 /* Keys printed by Node divvy 1.7.1 itself (its src/backend.js Backend.hit(), on a Redis client
  * that records EVALSHA's key): the operation's keys in JavaScript's sort() order, UTF-16 code
  * units, where the code points above U+FFFF come before U+E000..U+FFFF. */
@@ -1128,6 +1171,7 @@ static Suite *redis_script_suite(void) {
 
         tcase_add_test(tc, test_args_and_decode);
         tcase_add_test(tc, test_keys);
+        tcase_add_test(tc, test_own_keys_unambiguous);
         tcase_add_loop_test(tc, test_keys_in_node_order, 0, (int) (sizeof node_keys / sizeof node_keys[0]));
         tcase_add_test(tc, test_mul_div);
         tcase_add_test(tc, test_compat_hit_is_pipe_lua);
