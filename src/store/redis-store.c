@@ -1059,7 +1059,7 @@ static void cluster_redirect(Call *c, Node *n, redisReply *r, uint64_t now) {
                 if (delay > REDIS_STORE_TRYAGAIN_MAX_USEC)
                         delay = REDIS_STORE_TRYAGAIN_MAX_USEC;
                 if (now + delay >= c->batch->deadline) {
-                        set_error(s, "%s: %.200s until the deadline", n->addr.name, r->str);
+                        set_error(s, "%s: %.200s (until the batch's deadline)", n->addr.name, r->str);
                         call_finish(c, -EAGAIN);
                         return;
                 }

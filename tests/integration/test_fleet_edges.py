@@ -42,6 +42,10 @@ regression test (real redis-server processes on loopback, tests/integration/redi
   and [path=/x:y] at equal limits the actor "y:alice" of one and "alice" of the other count in
   one key, where the local store keeps them apart. The format stays (Node divvy reads it);
   --check-config (with or without --compat=divvy) now warns of every such pair.
+- test_compat_accepts_on_backend_error: --check-config --compat=divvy refused every rule with
+  onBackendError, which Node divvy ignores and which decides only hits Redis does not answer
+  (Node divvy answers those with an error): a shared config with per-rule policies could not
+  pass. It is accepted now.
 - test_clusterdown_is_a_server_error: an error reply (CLUSTERDOWN for a slot nobody serves) was
   counted as divvyd_backend_errors_total{kind="protocol"}; it is kind="server".
 
@@ -273,6 +277,21 @@ class DivvyKeys(harness.DaemonTestCase):
             self.assertEqual(parse_ok(d.request("HIT path=/x:y user=%s" % a))[:2], (False, 0))
             c = redis.client()
             self.assertEqual(c.keys("divvy:*"), [("divvy:path=/x:y:%s:3:60" % a).encode()])
+            c.close()
+
+    def test_compat_accepts_on_backend_error(self):
+        # Node divvy ignores onBackendError; it decides only what Redis does not answer
+        rule = "[type=%s]\ncreditLimit = 3\nresetSeconds = 60\nonBackendError = %s\n\n"
+        with redisfix.RedisServer() as redis:
+            config = self.write_rules(redis, rule % ("a", "allow") + rule % ("d", "deny") + rule % ("l", "local"))
+            p = subprocess.run([harness.divvyd_path(), "--check-config", "--compat=divvy", config],
+                               capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+            self.assertEqual((p.returncode, p.stderr), (0, ""))
+            # and the counters are divvy's
+            d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=5000"])
+            self.assertEqual(parse_ok(d.request("HIT type=d"))[:2], (True, 2))
+            c = redis.client()
+            self.assertEqual(c.get("divvy:type=d::3:60"), b"2")
             c.close()
 
 
