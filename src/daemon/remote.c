@@ -12,6 +12,7 @@
 #include "log.h"
 #include "remote.h"
 #include "batch.h"
+#include "core/config.h"
 #include "server.h"
 #include "shared/clock.h"
 #include "store/redis-store.h"
@@ -251,4 +252,22 @@ const char *remote_status(Remote *r, char *buf, size_t size) {
                          redis_store_state_to_string(st.state), st.last_error[0] ? " (" : "", st.last_error,
                          st.last_error[0] ? ")" : "", fb.failed_hits);
         return buf;
+}
+
+void remote_warn_rules(const RemoteSettings *settings, const RuleSet *rules) {
+        RedisUrl url;
+        Diag diag;
+
+        if (!settings->url || redis_url_parse(settings->url, &url, NULL, 0) < 0 ||
+            url.mode == REDIS_MODE_CLUSTER)
+                return; /* a cluster uses divvyd's own keys */
+        diag_init(&diag, rules->source);
+        if (config_check_divvy_keys(rules, &diag) < 0)
+                log_warning("Out of memory checking the rules' divvy keys, ignoring");
+        for (size_t i = 0; i < diag.n_messages; i++)
+                log_warning("%s", diag.messages[i]);
+        if (diag.n_dropped > 0)
+                log_warning("%s: ... and %zu more warnings", rules->source ? rules->source : "<config>",
+                            diag.n_dropped);
+        diag_done(&diag);
 }

@@ -271,6 +271,8 @@ class DivvyKeys(harness.DaemonTestCase):
                               "\"divvy:path=/x:y:X:3:60\"" % config, p.stderr)
             # what it warns of, on a real Redis: "y:A" of [path=/x] spends the counter of A of [path=/x:y]
             d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=5000"])
+            self.assertIn("<4>%s:1: warning: rule [path=/x] shares divvy keys with rule [path=/x:y]" % config,
+                          d.log_text())  # and the daemon logs it
             a = uid()
             self.assertEqual([parse_ok(d.request("HIT path=/x user=y:%s" % a))[:2] for _ in range(3)],
                              [(True, 2), (True, 1), (True, 0)])
