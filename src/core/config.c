@@ -377,17 +377,14 @@ static void divvy_rule_reasons(const Rule *r, char *buf, size_t size) {
 
         buf[0] = '\0';
         /* Attributes divvy 1.7 does not know (it ignores algorithm, burst, refillSeconds,
-         * strict and onBackendError, and refuses matchPolicy continue). */
+         * strict and onBackendError, and refuses matchPolicy continue). onBackendError is
+         * accepted: it decides only hits Redis does not answer, which divvy 1.7 answers with
+         * an error, not a decision of its own. */
         if (r->algo.algorithm != ALGORITHM_FIXED_WINDOW)
                 add_reason(buf, size, &len, "algorithm %s (divvy 1.7 counts in fixed windows only)",
                            algorithm_to_string(r->algo.algorithm));
         if (r->match_policy == MATCH_POLICY_CONTINUE)
                 add_reason(buf, size, &len, "matchPolicy continue (divvy 1.7 knows stop and canary only)");
-        if (r->on_backend_error != RULE_ON_ERROR_DEFAULT)
-                add_reason(buf, size, &len,
-                           "onBackendError %s (divvy 1.7 does not know it: it answers an error while Redis "
-                           "is down)",
-                           rule_on_error_to_string(r->on_backend_error));
         /* Validation: divvy 1.7 refuses resetSeconds 0 unless creditLimit is 0. */
         if (r->reset_seconds == 0 && r->credit_limit > 0)
                 add_reason(buf, size, &len,
@@ -490,4 +487,128 @@ int config_check_divvy(const RuleSet *rs, Diag *diag) {
                         return q;
         }
         return ok ? 0 : -EINVAL;
+}
+
+/* Rules with a divvy key, ordered by creditLimit, resetSeconds, then bucket bytes. */
+static int divvy_key_cmp(const void *a, const void *b) {
+        const Rule *x = *(const Rule *const *) a, *y = *(const Rule *const *) b;
+        size_t n = x->divvy_bucket_len < y->divvy_bucket_len ? x->divvy_bucket_len : y->divvy_bucket_len;
+        int c;
+
+        if (x->credit_limit != y->credit_limit)
+                return x->credit_limit < y->credit_limit ? -1 : 1;
+        if (x->reset_seconds != y->reset_seconds)
+                return x->reset_seconds < y->reset_seconds ? -1 : 1;
+        c = memcmp(x->divvy_bucket, y->divvy_bucket, n);
+        if (c != 0)
+                return c;
+        return (x->divvy_bucket_len > y->divvy_bucket_len) - (x->divvy_bucket_len < y->divvy_bucket_len);
+}
+
+/* r's bucket against a's bucket + ':' on that many bytes: 0 if r's begins with it, else
+ * the sign of the byte order (monotonic over divvy_key_cmp()'s order of one group). */
+static int bucket_extends_cmp(const Rule *r, const Rule *a) {
+        size_t la = a->divvy_bucket_len, lr = r->divvy_bucket_len;
+        int c = memcmp(r->divvy_bucket, a->divvy_bucket, lr < la ? lr : la);
+
+        if (c != 0)
+                return c;
+        if (lr <= la)
+                return -1;
+        return ((unsigned char) r->divvy_bucket[la] > ':') - ((unsigned char) r->divvy_bucket[la] < ':');
+}
+
+/* The first of v[lo, hi) whose bucket_extends_cmp() with a is >= 0 (past: > 0). */
+static size_t bucket_search(const Rule *const *v, size_t lo, size_t hi, const Rule *a, bool past) {
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = bucket_extends_cmp(v[mid], a);
+
+                if (c < 0 || (past && c == 0))
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
+/* What of r writes the key: 'actor "<actor>"' or, without an actorField, 'counter'. */
+static const char *key_writer(const Rule *r, const char *actor, char *buf, size_t size) {
+        if (!r->actor_field)
+                return "counter";
+        snprintf(buf, size, "actor \"%s\"", actor);
+        return buf;
+}
+
+/* One warning: a's a_actor and b's x write one key, "divvy:<b's bucket>:<x>:<limits>"; more:
+ * other rules like b. */
+static int warn_divvy_keys(Diag *diag, const Rule *a, const char *a_actor, const Rule *b, const char *x,
+                           size_t more) {
+        char da[RULE_DESCRIBE_MAX], db[RULE_DESCRIBE_MAX], ex[RULE_EXCERPT_MAX + 4], also[64] = "";
+        char wa[RULE_EXCERPT_MAX + 32], wb[32];
+
+        if (!diag)
+                return 0;
+        if (more > 0)
+                snprintf(also, sizeof also, ", and %zu more", more);
+        return diag_add(
+                diag, a->line,
+                "warning: rule %s shares divvy keys with rule %s (line %u%s): in Redis its %s and that "
+                "rule's %s are one counter, \"divvy:%s:%s:%" PRIu64 ":%" PRIu64
+                "\", which the local store keeps apart",
+                rule_describe(a, da, sizeof da), rule_describe(b, db, sizeof db), b->line, also,
+                key_writer(a, a_actor, wa, sizeof wa), key_writer(b, x, wb, sizeof wb),
+                rule_excerpt(b->divvy_bucket, ex), x, b->credit_limit, b->reset_seconds);
+}
+
+int config_check_divvy_keys(const RuleSet *rs, Diag *diag) {
+        const Rule **v;
+        size_t n = 0, end = 0;
+        int warnings = 0, q = 0;
+
+        if (!rs || rs->n_rules == 0)
+                return 0;
+        v = malloc(rs->n_rules * sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        for (size_t i = 0; i < rs->n_rules; i++) {
+                const Rule *r = &rs->rules[i];
+                if (r->algo.algorithm == ALGORITHM_FIXED_WINDOW && r->divvy_bucket &&
+                    rule_trivial_decision(r) == RULE_TRIVIAL_NONE)
+                        v[n++] = r;
+        }
+        qsort(v, n, sizeof(*v), divvy_key_cmp);
+        for (size_t i = 0; i < n && q >= 0; i++) {
+                const Rule *a = v[i];
+                char rest[RULE_EXCERPT_MAX + 8], ex[RULE_EXCERPT_MAX + 4];
+
+                if (end <= i) /* the end of the rules of a's limits */
+                        for (end = i + 1; end < n && v[end]->credit_limit == a->credit_limit &&
+                                          v[end]->reset_seconds == a->reset_seconds;)
+                                end++;
+                /* The same bucket, another counter identity (another actorField, or values holding
+                 * ' ' and '=' that read alike): the same key for the same actor. */
+                if (i + 1 < end && divvy_key_cmp(&v[i], &v[i + 1]) == 0 &&
+                    memcmp(a->id, v[i + 1]->id, RULE_ID_SIZE) != 0) {
+                        const char *x = a->actor_field && v[i + 1]->actor_field ? "X" : "";
+                        q = warn_divvy_keys(diag, a, x, v[i + 1], x, 0);
+                        warnings++;
+                }
+                /* a's bucket + ':' begins b's: a's actor "<the rest of b's bucket>:X" is b's X. */
+                if (a->actor_field && q >= 0) {
+                        size_t first = bucket_search(v, i + 1, end, a, false);
+                        size_t past = bucket_search(v, first, end, a, true);
+
+                        if (first < past) {
+                                const char *x = v[first]->actor_field ? "X" : "";
+                                snprintf(rest, sizeof rest, "%s:%s",
+                                         rule_excerpt(v[first]->divvy_bucket + a->divvy_bucket_len + 1, ex),
+                                         x);
+                                q = warn_divvy_keys(diag, a, rest, v[first], x, past - first - 1);
+                                warnings++;
+                        }
+                }
+        }
+        free(v);
+        return q < 0 ? q : warnings;
 }

@@ -61,5 +61,18 @@ const char *config_rule_details(const Rule *r, char *buf, size_t size);
  * Returns 0, -EINVAL if anything was refused, or -ENOMEM. */
 int config_check_divvy(const RuleSet *rs, Diag *diag);
 
+/* --check-config, with or without --compat=divvy: pairs of rules whose divvy keys (the Redis
+ * store's keys of fixed-window rules, Node divvy 1.7's format, which escapes nothing) can be
+ * one key, so that in Redis one rule's counter counts the other's hits where the local store
+ * keeps them apart: two rules of the same creditLimit and resetSeconds whose operations read
+ * alike (another actorField, or values holding ' ' and '='), or one with an actorField whose
+ * operation followed by ':' begins the other's ([path=/x] with actorField user meets
+ * [path=/x:y] when user is "y:" and the other's actor). One warning per pair, at the first
+ * rule's line, naming a key both can write: 'FILE:LINE: warning: rule [path=/x] shares divvy
+ * keys with rule [path=/x:y] (line 5): ...'; a rule whose operation begins many others' is
+ * reported with the first and their count. Pure. Returns the number of warnings, or -ENOMEM.
+ * O(n log n) in the rules. */
+int config_check_divvy_keys(const RuleSet *rs, Diag *diag);
+
 /* config_load() with another size limit (tests use a small one). */
 int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag);

@@ -12,6 +12,7 @@
 #include "hash.h"
 #include "number.h"
 #include "shared/utf8.h"
+#include "shared/utf8.h"
 
 /* The limits algorithm.h and protocol.h repeat (they cannot include rules.h) must stay the
  * rules' own: a rule that loads must be one the algorithms and replies handle. */
@@ -357,6 +358,7 @@ static void rule_done(Rule *r) {
         for (size_t i = 0; i < r->n_patterns; i++)
                 pattern_done(&r->patterns[i]);
         free(r->patterns);
+        free(r->divvy_bucket);
         free(r->actor_field);
         free(r->label);
         free(r->comment);
@@ -816,6 +818,46 @@ static int draft_patterns(const RuleDraft *d, Rule *r, const char *desc, Diag *d
         return ok;
 }
 
+/* Sets r->divvy_bucket from r's patterns (distinct keys). Returns 0 or -ENOMEM. */
+static int rule_divvy_bucket(Rule *r) {
+        size_t order[RULE_PATTERNS_MAX], len = 0, off = 0;
+        char *b;
+
+        assert(r->n_patterns <= RULE_PATTERNS_MAX);
+        /* Insertion sort of at most RULE_PATTERNS_MAX indices, in Node divvy's key order. */
+        for (size_t i = 0; i < r->n_patterns; i++) {
+                size_t j = i;
+                const RulePattern *p = &r->patterns[i];
+
+                for (; j > 0; j--) {
+                        const RulePattern *q = &r->patterns[order[j - 1]];
+                        if (utf8_cmp_utf16(q->key, q->key_len, p->key, p->key_len) <= 0)
+                                break;
+                        order[j] = order[j - 1];
+                }
+                order[j] = i;
+                len += (i > 0) + p->key_len + 1 + p->value_len;
+        }
+        b = malloc(len + 1);
+        if (!b)
+                return -ENOMEM;
+        for (size_t i = 0; i < r->n_patterns; i++) {
+                const RulePattern *p = &r->patterns[order[i]];
+
+                if (i > 0)
+                        b[off++] = ' ';
+                memcpy(b + off, p->key, p->key_len);
+                off += p->key_len;
+                b[off++] = '=';
+                memcpy(b + off, p->value, p->value_len);
+                off += p->value_len;
+        }
+        b[off] = '\0';
+        r->divvy_bucket = b;
+        r->divvy_bucket_len = off;
+        return 0;
+}
+
 /* Copies an optional text attribute, reporting over-long values and (if
  * no_control) control characters. Returns 1, 0 if reported, -ENOMEM. */
 static int draft_text(const RuleDraft *d, RuleAttr a, bool no_control, const char *desc, Diag *diag,
@@ -979,7 +1021,7 @@ int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
                 rule_done(&rule);
                 return -EINVAL;
         }
-        if (rule_compute_id(&rule) < 0 || ruleset_grow(rs) < 0)
+        if (rule_compute_id(&rule) < 0 || rule_divvy_bucket(&rule) < 0 || ruleset_grow(rs) < 0)
                 goto fail_errno;
 
         rule.index = rs->n_rules;

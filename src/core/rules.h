@@ -93,6 +93,11 @@ typedef struct Rule {
         unsigned line;         /* source line, for messages; 0 if unknown */
         RulePattern *patterns; /* sorted by key (bytewise) */
         size_t n_patterns;
+        /* The operation as Node divvy 1.7 names its counters: key=value, values as written,
+         * joined by one space, the keys in JavaScript's order (utf8_cmp_utf16()); "" for the
+         * default rule. Owned, NUL-terminated. */
+        char *divvy_bucket;
+        size_t divvy_bucket_len;
         uint64_t credit_limit;
         uint64_t reset_seconds;
         char *actor_field; /* owned; NULL if not set */

@@ -98,7 +98,8 @@ static void help(void) {
                "                           Accept CL.THROTTLE and RL.* over RESP: limits that the\n"
                "                           clients define (default off)\n"
                "  -n, --check-config       Validate CONFIG, print a summary (and a line per rule with\n"
-               "                           another algorithm or policy than divvy's), exit\n"
+               "                           another algorithm or policy than divvy's; warnings for rules\n"
+               "                           whose divvy keys in Redis can meet), exit\n"
                "      --compat=divvy       ... and refuse the rules Node divvy 1.7 would decide\n"
                "                           otherwise or not read (before sharing its Redis)\n"
                "      --dump-config        Print CONFIG's rules as normalized JSON, exit\n"
@@ -563,6 +564,18 @@ static int check_divvy(const char *path, const RuleSet *rules) {
         return diag_finish(&diag, path, config_check_divvy(rules, &diag));
 }
 
+/* --check-config: prints on stderr the rules whose divvy keys in Redis can meet (warnings: the
+ * exit status stays). */
+static void warn_divvy_keys(const char *path, const RuleSet *rules) {
+        Diag diag;
+
+        diag_init(&diag, path);
+        if (config_check_divvy_keys(rules, &diag) < 0)
+                fprintf(stderr, "%s: cannot check the divvy keys: %s\n", path, strerror(ENOMEM));
+        diag_print(&diag, stderr);
+        diag_done(&diag);
+}
+
 /* --check-config and --dump-config. Returns the exit status. */
 static int run_config_action(const Options *o) {
         const char *path = o->settings.config_path;
@@ -571,6 +584,8 @@ static int run_config_action(const Options *o) {
 
         if (load_rules(path, &rules) < 0)
                 return EXIT_FAILURE;
+        if (o->action == ACTION_CHECK_CONFIG)
+                warn_divvy_keys(path, rules);
         if (o->action == ACTION_CHECK_CONFIG && o->compat_divvy && check_divvy(path, rules) < 0)
                 ret = EXIT_FAILURE;
         else if (o->action == ACTION_CHECK_CONFIG) {

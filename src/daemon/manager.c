@@ -95,6 +95,8 @@ static int manager_load_rules(Manager *m, RuleSet **ret) {
 
         diag_init(&diag, path);
         r = config_load(path, ret, &diag);
+        if (r >= 0)
+                remote_warn_rules(&m->settings.remote, *ret);
         if (r < 0) {
                 for (size_t i = 0; i < diag.n_messages; i++)
                         log_error("%s", diag.messages[i]);

@@ -467,6 +467,7 @@ static void put_backend(FILE *f, const Metrics *m) {
                 [METRICS_BACKEND_TIMEOUT] = "timeout",
                 [METRICS_BACKEND_CONNECTION] = "connection",
                 [METRICS_BACKEND_PROTOCOL] = "protocol",
+                [METRICS_BACKEND_SERVER] = "server",
         };
         static const char *const policies[_RULE_ON_ERROR_MAX] = {
                 [RULE_ON_ERROR_ALLOW] = "allow",

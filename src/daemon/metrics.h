@@ -94,7 +94,8 @@ void metrics_add_statsd_dropped(Metrics *m, uint64_t n);
 typedef enum MetricsBackendError {
         METRICS_BACKEND_TIMEOUT,    /* "timeout": no reply within --backend-timeout */
         METRICS_BACKEND_CONNECTION, /* "connection": down, refused, reset, breaker open */
-        METRICS_BACKEND_PROTOCOL,   /* "protocol": an error reply or a reply not understood */
+        METRICS_BACKEND_PROTOCOL,   /* "protocol": a reply not understood */
+        METRICS_BACKEND_SERVER,     /* "server": an error reply (CLUSTERDOWN, READONLY, script error) */
         _METRICS_BACKEND_ERROR_MAX,
 } MetricsBackendError;
 typedef struct MetricsBackend {

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "remote.h"
 #include "batch.h"
+#include "core/config.h"
 #include "server.h"
 #include "shared/clock.h"
 #include "store/redis-store.h"
@@ -226,7 +227,8 @@ void remote_publish(Remote *r) {
         mb.up = st.state == REDIS_STORE_CONNECTED;
         mb.errors[METRICS_BACKEND_TIMEOUT] = st.errors_timeout;
         mb.errors[METRICS_BACKEND_CONNECTION] = st.errors_connection + st.errors_refused;
-        mb.errors[METRICS_BACKEND_PROTOCOL] = st.errors_protocol + st.errors_server;
+        mb.errors[METRICS_BACKEND_PROTOCOL] = st.errors_protocol;
+        mb.errors[METRICS_BACKEND_SERVER] = st.errors_server;
         for (size_t i = 0; i < _RULE_ON_ERROR_MAX; i++)
                 mb.fallbacks[i] = fb.fallbacks[i];
         mb.rtt_usec_sum = st.rtt_sum_usec;
@@ -250,4 +252,22 @@ const char *remote_status(Remote *r, char *buf, size_t size) {
                          redis_store_state_to_string(st.state), st.last_error[0] ? " (" : "", st.last_error,
                          st.last_error[0] ? ")" : "", fb.failed_hits);
         return buf;
+}
+
+void remote_warn_rules(const RemoteSettings *settings, const RuleSet *rules) {
+        RedisUrl url;
+        Diag diag;
+
+        if (!settings->url || redis_url_parse(settings->url, &url, NULL, 0) < 0 ||
+            url.mode == REDIS_MODE_CLUSTER)
+                return; /* a cluster uses divvyd's own keys */
+        diag_init(&diag, rules->source);
+        if (config_check_divvy_keys(rules, &diag) < 0)
+                log_warning("Out of memory checking the rules' divvy keys, ignoring");
+        for (size_t i = 0; i < diag.n_messages; i++)
+                log_warning("%s", diag.messages[i]);
+        if (diag.n_dropped > 0)
+                log_warning("%s: ... and %zu more warnings", rules->source ? rules->source : "<config>",
+                            diag.n_dropped);
+        diag_done(&diag);
 }

@@ -44,6 +44,11 @@ Remote *remote_free(Remote *r);
 StoreSubmitFunc remote_submit_func(void);
 void *remote_backend(Remote *r);
 
+/* Logs a warning for each two rules whose divvy keys can meet in Redis
+ * (config_check_divvy_keys()), when url is a store that uses divvy's keys (not a cluster).
+ * For each set of rules loaded. */
+void remote_warn_rules(const RemoteSettings *settings, const RuleSet *rules);
+
 /* Refreshes the backend's metrics (its counters, copied). The manager's periodic timers call
  * it (each second with the sweep); a change of state is logged and published at once, from
  * the backend's own events. */

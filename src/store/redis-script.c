@@ -160,18 +160,12 @@ int redis_key_compat(const StoreHit *h, char *buf, size_t size) {
                 return -EINVAL;
         if (size == 0)
                 return -ENOBUFS;
-        ok = put_str(buf, size, &off, REDIS_KEY_COMPAT_PREFIX);
-        for (size_t i = 0; ok && i < h->rule->n_patterns; i++) {
-                const RulePattern *pat = h->rule->patterns + i;
-
-                ok = (i == 0 || put(buf, size, &off, " ", 1)) &&
-                     put(buf, size, &off, pat->key, pat->key_len) && put(buf, size, &off, "=", 1) &&
-                     put(buf, size, &off, pat->value, pat->value_len);
-        }
-        ok = ok && put(buf, size, &off, ":", 1) &&
-             put(buf, size, &off, h->actor ? h->actor : "", h->actor_len) && put(buf, size, &off, ":", 1) &&
-             put_u64(buf, size, &off, h->rule->credit_limit) && put(buf, size, &off, ":", 1) &&
-             put_u64(buf, size, &off, h->rule->reset_seconds);
+        ok = put_str(buf, size, &off, REDIS_KEY_COMPAT_PREFIX) &&
+             put(buf, size, &off, h->rule->divvy_bucket ? h->rule->divvy_bucket : "",
+                 h->rule->divvy_bucket_len) &&
+             put(buf, size, &off, ":", 1) && put(buf, size, &off, h->actor ? h->actor : "", h->actor_len) &&
+             put(buf, size, &off, ":", 1) && put_u64(buf, size, &off, h->rule->credit_limit) &&
+             put(buf, size, &off, ":", 1) && put_u64(buf, size, &off, h->rule->reset_seconds);
         return ok ? (int) off : -ENOBUFS;
 }
 

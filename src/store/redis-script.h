@@ -79,8 +79,11 @@ int redis_script_hit_args(const StoreHit *h, bool compat, uint64_t now_usec, cha
 int redis_script_decode(const redisReply *r, StoreHit *hits, size_t n);
 
 /* divvy 1.7's key of h: "divvy:<bucket>:<actor>:<creditLimit>:<resetSeconds>", bucket =
- * h->rule's patterns (sorted by key) as key=value joined by one space, values as written;
- * actor empty when h has none; creditLimit and resetSeconds are the rule's. Needs h->rule
+ * h->rule->divvy_bucket (its patterns as key=value joined by one space, values as written, the
+ * keys in Node's order: UTF-16 code units, not bytes); actor empty when h has none;
+ * creditLimit and resetSeconds are the rule's. Nothing is escaped, as in divvy: an actor
+ * holding ':' can make the key of another rule's (config_check_divvy_keys() finds the rules
+ * that can meet). Needs h->rule
  * (-EINVAL if NULL: the tests of the local store leave it NULL). Writes a NUL-terminated key
  * into buf; returns its length, or -ENOBUFS. */
 int redis_key_compat(const StoreHit *h, char *buf, size_t size);

@@ -1019,6 +1019,7 @@ static void map_refresh(RedisStore *s, uint64_t now) {
 static void cluster_redirect(Call *c, Node *n, redisReply *r, uint64_t now) {
         RedisStore *s = c->s;
         ClusterNode target;
+        uint64_t delay;
         uint16_t slot;
         int kind, idx;
 
@@ -1051,13 +1052,22 @@ static void cluster_redirect(Call *c, Node *n, redisReply *r, uint64_t now) {
                 call_send(c, now);
                 return;
         case CLUSTER_REDIRECT_TRYAGAIN:
-                if (++c->tryagain > REDIS_STORE_TRYAGAIN_MAX) {
+                /* The migration may take longer than a few retries: resend until the batch's
+                 * deadline, less often as it goes on. */
+                delay = c->tryagain >= 8 ? REDIS_STORE_TRYAGAIN_MAX_USEC
+                                         : REDIS_STORE_TRYAGAIN_DELAY_USEC << c->tryagain;
+                if (delay > REDIS_STORE_TRYAGAIN_MAX_USEC)
+                        delay = REDIS_STORE_TRYAGAIN_MAX_USEC;
+                if (now + delay >= c->batch->deadline) {
+                        set_error(s, "%s: %.200s (until the batch's deadline)", n->addr.name, r->str);
                         call_finish(c, -EAGAIN);
                         return;
                 }
+                if (c->tryagain < UINT8_MAX)
+                        c->tryagain++;
                 s->st.tryagain++;
                 c->node = NULL;
-                park(c, now + REDIS_STORE_TRYAGAIN_DELAY_USEC);
+                park(c, now + delay);
                 return;
         case CLUSTER_REDIRECT_CLUSTERDOWN:
                 set_error(s, "%s: %.200s", n->addr.name, r->str);

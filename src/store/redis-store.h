@@ -44,7 +44,7 @@
  *   -EACCES         AUTH refused; -EINVAL: SELECT refused (the connection is closed and retried)
  *   -EPROTO         a reply the script does not make, or a protocol error on the connection
  *   -EROFS          READONLY: the server is a replica (Sentinel: the primary is looked up again)
- *   -EAGAIN         CLUSTERDOWN, or TRYAGAIN more than REDIS_STORE_TRYAGAIN_MAX times
+ *   -EAGAIN         CLUSTERDOWN, or TRYAGAIN until the next resend would be past the deadline
  *   -ELOOP          more than REDIS_STORE_REDIRECTS_MAX MOVED/ASK for one call
  *   -EIO            any other error reply (the script failed: OOM, a busy script, a key that
  *                   holds no counter: WRONGTYPE, a compat key's value not an integer; nothing
@@ -74,9 +74,10 @@
  * connection fails, on a READONLY reply, on a timeout streak, and when ROLE does not say master. Cluster:
  * CLUSTER SLOTS from a seed (then from any connected node) gives the slot map; one connection per primary,
  * opened when a call needs it; MOVED updates the map, resends the call there and refreshes the whole map;
- * ASK sends ASKING + the call to the node named, once; TRYAGAIN resends after
- * REDIS_STORE_TRYAGAIN_DELAY_USEC (at most REDIS_STORE_TRYAGAIN_MAX times); CLUSTERDOWN fails the call
- * (-EAGAIN) and refreshes the map.
+ * ASK sends ASKING + the call to the node named, once; TRYAGAIN (a call whose keys a slot migration
+ * has split) resends after REDIS_STORE_TRYAGAIN_DELAY_USEC, doubled per retry up to
+ * REDIS_STORE_TRYAGAIN_MAX_USEC, as long as the resend is due before the batch's deadline (then
+ * the call fails -EAGAIN); CLUSTERDOWN fails the call (-EAGAIN) and refreshes the map.
  *
  * Event loop: the store never blocks and never touches sd-event. It asks the daemon to watch
  * its sockets and to arm one timer (RedisIo, redis-conn.h); the daemon calls
@@ -105,7 +106,7 @@
         64 /* hits of one script call: a request has at most RULES_MATCH_MAX-ish hits; lone hits of         \
             * several requests share a call up to this */
 #define REDIS_STORE_REDIRECTS_MAX       5 /* MOVED/ASK followed for one call (a resharding moves a slot once) */
-#define REDIS_STORE_TRYAGAIN_MAX        3 /* TRYAGAIN retries of one call (its deadline bounds them too) */
+#define REDIS_STORE_TRYAGAIN_MAX_USEC   (100ULL * 1000)  /* 100 ms: the longest TRYAGAIN delay */
 #define REDIS_STORE_TRYAGAIN_DELAY_USEC (5ULL * 1000ULL) /* 5 ms: a slot migration's keys move quickly */
 #define REDIS_URL_HOSTS_MAX             16               /* hosts of a sentinel or cluster URL */
 #define REDIS_URL_HOST_MAX              255              /* bytes of one host */

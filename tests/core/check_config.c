@@ -924,13 +924,17 @@ static const struct {
           INI_A1("matchPolicy = continue\n"),
           { "t.ini:1: rule [a=1] " NOT_DIVVY
             "matchPolicy continue (divvy 1.7 knows stop and canary only)" } },
-        { "onBackendError",
+        /* onBackendError: divvy 1.7 ignores it, and decides nothing while Redis is down */
+        { "onBackendError in JSON",
           "t.json",
           "{\"overrides\": [],\n\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0, "
           "\"onBackendError\": \"deny\"}}",
-          { "t.json:2: rule [default] " NOT_DIVVY
-            "onBackendError deny (divvy 1.7 does not know it: it answers an "
-            "error while Redis is down)" } },
+          {} },
+        { "onBackendError in INI",
+          "t.ini",
+          "[a=1]\ncreditLimit = 5\nresetSeconds = 60\nonBackendError = 'allow' ; fail open\n"
+          "[a=2]\ncreditLimit = 5\nresetSeconds = 60\nonBackendError = local\n" DEFAULT_INI,
+          {} },
         /* validation */
         { "resetSeconds 0 with a limit",
           "t.ini",
@@ -1073,7 +1077,6 @@ static const struct {
           "[ip=*]\ncreditLimit = 5\nresetSeconds = 0\nmatchPolicy = continue\nonBackendError = allow\n"
           "[b=1]\ncreditLimit = 5\nresetSeconds = 60\nalgorithm = token-bucket\n" DEFAULT_INI,
           { "t.ini:1: rule [ip=*] " NOT_DIVVY "matchPolicy continue (divvy 1.7 knows stop and canary only); "
-            "onBackendError allow (divvy 1.7 does not know it: it answers an error while Redis is down); "
             "resetSeconds 0 with creditLimit 5 (divvy 1.7 refuses a resetSeconds under 1 unless creditLimit "
             "is "
             "0); ip=* (divvy 1.7 also matches requests without ip)",
@@ -1149,6 +1152,100 @@ START_TEST (test_divvy_compat_files) {
         ck_assert_uint_eq(diag.n_messages, n);
         for (size_t i = 0; i < n; i++)
                 assert_diag_has(&diag, divvy_files[_i].lines[i], NOT_DIVVY);
+        ruleset_free(rs);
+        diag_done(&diag);
+}
+END_TEST
+
+/* Rules whose divvy keys can meet in Redis (config_check_divvy_keys()): each case's text and
+ * every warning, exactly. */
+#define R3(op, extra) "[" op "]\ncreditLimit = 3\nresetSeconds = 60\n" extra "\n"
+#define SHARES        "warning: rule "
+#define APART         ", which the local store keeps apart"
+static const struct {
+        const char *name;
+        const char *text; /* INI, or JSON when it starts with '{' */
+        const char *msgs[DIVVY_MAX];
+} divvy_key_cases[] = {
+        { "the issue's: an actor holding ':' meets a longer operation",
+          R3("path=/x", "actorField = user") R3("path=/x:y", "actorField = user") DEFAULT_INI,
+          { "t.ini:1: " SHARES
+            "[path=/x] shares divvy keys with rule [path=/x:y] (line 5): in Redis its actor "
+            "\"y:X\" and that rule's actor \"X\" are one counter, \"divvy:path=/x:y:X:3:60\"" APART } },
+        { "the longer one without an actor",
+          R3("path=/x:y", "") R3("path=/x", "actorField = user") DEFAULT_INI,
+          { "t.ini:5: " SHARES
+            "[path=/x] shares divvy keys with rule [path=/x:y] (line 1): in Redis its actor "
+            "\"y:\" and that rule's counter are one counter, \"divvy:path=/x:y::3:60\"" APART } },
+        { "other limits: other keys",
+          R3("path=/x", "actorField = user") "[path=/x:y]\ncreditLimit = 4\nresetSeconds = 60\nactorField = "
+                                             "user\n" DEFAULT_INI,
+          {} },
+        { "no actor on the shorter one: its key ends where the other's goes on",
+          R3("path=/x", "") R3("path=/x:y", "actorField = user") DEFAULT_INI,
+          {} },
+        { "other algorithms have divvyd's own keys",
+          R3("path=/x", "actorField = user\nalgorithm = sliding-window") R3("path=/x:y", "actorField = user")
+                  DEFAULT_INI,
+          {} },
+        { "a rule without a counter",
+          "[path=/x]\ncreditLimit = 0\nresetSeconds = 60\nactorField = user\n" R3("path=/x:y", "")
+                  DEFAULT_INI,
+          {} },
+        { "several longer ones: the first and a count; a space sorts between",
+          R3("a=1", "actorField = u\nmatchPolicy = canary") R3("a=1 b=2", "actorField = u") R3("a=1:3", "")
+                  R3("a=1:2", "") DEFAULT_INI,
+          { "t.ini:1: " SHARES
+            "[a=1] shares divvy keys with rule [a=1:2] (line 14, and 1 more): in Redis its "
+            "actor \"2:\" and that rule's counter are one counter, \"divvy:a=1:2::3:60\"" APART } },
+        { "one operation, two actorFields",
+          R3("m=1 path=/q", "actorField = ip\nmatchPolicy = canary") R3("path=/q m=1", "actorField = user")
+                  DEFAULT_INI,
+          { "t.ini:1: " SHARES
+            "[m=1 path=/q] shares divvy keys with rule [m=1 path=/q] (line 6): in Redis its "
+            "actor \"X\" and that rule's actor \"X\" are one counter, \"divvy:m=1 "
+            "path=/q:X:3:60\"" APART } },
+        { "one operation, with and without an actor",
+          R3("m=1 path=/q", "matchPolicy = canary") R3("path=/q m=1", "actorField = user") DEFAULT_INI,
+          { "t.ini:1: " SHARES
+            "[m=1 path=/q] shares divvy keys with rule [m=1 path=/q] (line 5): in Redis its "
+            "counter and that rule's actor \"\" are one counter, \"divvy:m=1 path=/q::3:60\"" APART } },
+        { "one operation, one identity: one counter in the local store too",
+          R3("m=1 path=/q", "actorField = ip\nmatchPolicy = canary") R3("path=/q m=1", "actorField = ip")
+                  DEFAULT_INI,
+          {} },
+        { "values that read as other pairs",
+          "{\"overrides\": [\n{\"operation\": {\"a\": \"1 b=2\"}, \"creditLimit\": 3, \"resetSeconds\": "
+          "60},\n"
+          "{\"operation\": {\"a\": \"1\", \"b\": \"2\"}, \"creditLimit\": 3, \"resetSeconds\": 60}],\n"
+          "\"default\": {\"operation\": {}, \"creditLimit\": 0, \"resetSeconds\": 0}}",
+          { "t.json:2: " SHARES
+            "[a=\"1 b=2\"] shares divvy keys with rule [a=1 b=2] (line 3): in Redis its counter "
+            "and that rule's counter are one counter, \"divvy:a=1 b=2::3:60\"" APART } },
+};
+
+START_TEST (test_divvy_keys) {
+        const char *text = divvy_key_cases[_i].text;
+        bool json = text[0] == '{';
+        RuleSet *rs = NULL;
+        size_t n = 0;
+        Diag diag;
+
+        diag_init(&diag, json ? "t.json" : "t.ini");
+        if (parse_text(json, text, strlen(text), &rs, &diag) < 0) {
+                diag_dump(&diag);
+                ck_abort_msg("case \"%s\" does not load", divvy_key_cases[_i].name);
+        }
+        while (n < DIVVY_MAX && divvy_key_cases[_i].msgs[n])
+                n++;
+        int r = config_check_divvy_keys(rs, &diag);
+        if (diag.n_messages != n)
+                diag_dump(&diag);
+        ck_assert_int_eq(r, (int) n);
+        ck_assert_uint_eq(diag.n_messages, n);
+        for (size_t i = 0; i < n; i++)
+                ck_assert_str_eq(diag.messages[i], divvy_key_cases[_i].msgs[i]);
+        ck_assert_int_eq(config_check_divvy_keys(rs, NULL), r); /* no diag: the same count */
         ruleset_free(rs);
         diag_done(&diag);
 }
@@ -1320,6 +1417,7 @@ int main(void) {
         tcase_add_test(tc, test_dump_on_backend_error);
         tcase_add_loop_test(tc, test_divvy_compat, 0, sizeof divvy_cases / sizeof divvy_cases[0]);
         tcase_add_loop_test(tc, test_divvy_compat_files, 0, sizeof divvy_files / sizeof divvy_files[0]);
+        tcase_add_loop_test(tc, test_divvy_keys, 0, sizeof divvy_key_cases / sizeof divvy_key_cases[0]);
         tcase_add_test(tc, test_rule_details);
         suite_add_tcase(s, tc);
 

@@ -385,7 +385,8 @@ START_TEST (test_backend) {
         MetricsBackend b = { .up = true,
                              .errors = { [METRICS_BACKEND_TIMEOUT] = 3,
                                          [METRICS_BACKEND_CONNECTION] = 5,
-                                         [METRICS_BACKEND_PROTOCOL] = 1 },
+                                         [METRICS_BACKEND_PROTOCOL] = 1,
+                                         [METRICS_BACKEND_SERVER] = 10 },
                              .fallbacks = { [RULE_ON_ERROR_ALLOW] = 2,
                                             [RULE_ON_ERROR_DENY] = 4,
                                             [RULE_ON_ERROR_LOCAL] = 6 },
@@ -400,6 +401,7 @@ START_TEST (test_backend) {
         ck_assert_line(t, "divvyd_backend_errors_total{kind=\"timeout\"} 3");
         ck_assert_line(t, "divvyd_backend_errors_total{kind=\"connection\"} 5");
         ck_assert_line(t, "divvyd_backend_errors_total{kind=\"protocol\"} 1");
+        ck_assert_line(t, "divvyd_backend_errors_total{kind=\"server\"} 10");
         ck_assert_line(t, "divvyd_backend_fallbacks_total{policy=\"allow\"} 2");
         ck_assert_line(t, "divvyd_backend_fallbacks_total{policy=\"deny\"} 4");
         ck_assert_line(t, "divvyd_backend_fallbacks_total{policy=\"local\"} 6");

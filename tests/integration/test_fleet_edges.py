@@ -31,6 +31,23 @@ regression test (real redis-server processes on loopback, tests/integration/redi
   log said "is up" and divvyd_backend_up was 1 while every hit was decided by its policy. A
   LOADING reply to SCRIPT LOAD now closes the connection (retried with the backoff), STATUS
   says why, and the store is up once the server has loaded.
+- test_chain_split_by_a_migration_waits_for_it: a chain of two counters in one slot whose keys a
+  live migration has split (one moved, one not) gets TRYAGAIN. It was retried 3 x 5 ms and then
+  decided by policy; it is now retried until the batch's deadline (--backend-timeout) and
+  counted in Redis once the migration is over.
+- test_key_order_is_node_divvys: Node divvy names a counter by its rule's keys in JavaScript's
+  order (UTF-16 code units), divvyd sorted bytes: for [😀=2 ！=x] each wrote its own key and
+  3 + 3 hits passed a limit of 5. divvyd now builds divvy's keys in Node's order.
+- test_keys_that_can_meet_are_warned_of: divvy's key format escapes nothing, so with [path=/x]
+  and [path=/x:y] at equal limits the actor "y:alice" of one and "alice" of the other count in
+  one key, where the local store keeps them apart. The format stays (Node divvy reads it);
+  --check-config (with or without --compat=divvy) now warns of every such pair.
+- test_compat_accepts_on_backend_error: --check-config --compat=divvy refused every rule with
+  onBackendError, which Node divvy ignores and which decides only hits Redis does not answer
+  (Node divvy answers those with an error): a shared config with per-rule policies could not
+  pass. It is accepted now.
+- test_clusterdown_is_a_server_error: an error reply (CLUSTERDOWN for a slot nobody serves) was
+  counted as divvyd_backend_errors_total{kind="protocol"}; it is kind="server".
 
 Rules: tests/data/redis.ini. Run one test:
     tests/integration/test_fleet_edges.py Shutdown.test_stop_with_local_fallback_in_flight
@@ -39,9 +56,11 @@ Rules: tests/data/redis.ini. Run one test:
 import hashlib
 import os
 import re
+import select
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import unittest
 
@@ -125,6 +144,60 @@ class Cluster(harness.DaemonTestCase):
             self.assertRegex(log, r"is up \(127\.0\.0\.1:\d+\)")  # not "is up ()"
             self.assertNotRegex(log, r"Store .* is (down|connecting|breaker-open)", d.log_tail())
 
+    def test_chain_split_by_a_migration_waits_for_it(self):
+        with redisfix.Cluster() as cl:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=%d" % (
+                60000 * harness.TIMEOUT_SCALE), "--http-port=%d" % http])
+            a = uid()
+            hit = "HIT chain=%s u=%s" % (a, a)  # [chain=* u=*] continue + [chain=*]: two keys, one slot
+            self.assertEqual(parse_ok(d.request(hit))[:2], (True, 1))
+            slot = redisfix.key_slot("{%s}" % a)
+            dst = next(n for n in cl.nodes if n is not cl.owner(slot))
+            src = cl.begin_migration(slot, dst)
+            self.assertEqual(cl.move_keys(slot, src, dst, batch=1, max_keys=1), 1)  # the chain is split
+
+            def tryagains():  # python3-redis 4.3 leaves "count=N" unparsed
+                v = src.info("errorstats").get("errorstat_TRYAGAIN", {})
+                return v.get("count", 0) if isinstance(v, dict) else int(str(v).split("=")[1])
+
+            with d.connect("unix") as c:
+                c.send(hit + "\n")
+                # retried for longer than 3 x 5 ms, and not answered meanwhile
+                redisfix.wait_until(lambda: tryagains() >= 6 or c.buf or select.select([c.sock], [], [], 0)[0],
+                                    harness.IO_TIMEOUT, "6 TRYAGAIN or a reply", d.log_tail)
+                if tryagains() < 6:
+                    self.fail("answered before the migration ended: %s" % c.readline())
+                cl.move_keys(slot, src, dst)
+                cl.finish_migration(slot, src, dst)
+                # counted in Redis after the migration: the second hit of the chain, no fallback
+                self.assertEqual(parse_ok(c.readline())[:2], (True, 0), d.log_tail())
+            samples = harness.prometheus_samples(harness.http_get(http)[2])
+            for policy in ("allow", "deny", "local"):
+                self.assertEqual(samples['divvyd_backend_fallbacks_total{policy="%s"}' % policy], 0)
+            self.assertEqual(parse_ok(d.request(hit))[:2], (False, 0))  # 2 per u, on dst
+
+    def test_clusterdown_is_a_server_error(self):
+        with redisfix.Cluster() as cl:
+            http = harness.free_tcp_port()
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=5000",
+                                                "--http-port=%d" % http])
+            a = uid()
+            self.assertHit(d.request("HIT type=deny u=%s" % a), True, 1, (59, 60))
+            slot = redisfix.key_slot("{%s}" % a)
+            for n in cl.nodes:  # nobody serves the slot: "-CLUSTERDOWN Hash slot not served"
+                n.client().execute_command("CLUSTER DELSLOTS", slot)
+            self.assertEqual(parse_ok(d.request("HIT type=deny u=%s" % a))[:2], (False, 0))  # by policy
+
+            def errors():  # published with the store's other counters, once a second
+                return {k: v for k, v in harness.prometheus_samples(harness.http_get(http)[2]).items()
+                        if k.startswith("divvyd_backend_errors_total")}
+
+            redisfix.wait_until(lambda: sum(errors().values()) > 0, harness.IO_TIMEOUT, "the error counted",
+                                d.log_tail)
+            self.assertEqual(errors(), {'divvyd_backend_errors_total{kind="%s"}' % k: (k == "server")
+                                        for k in ("timeout", "connection", "protocol", "server")})
+
 
 @unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
 class Shutdown(harness.DaemonTestCase):
@@ -155,6 +228,73 @@ class Shutdown(harness.DaemonTestCase):
             # the local store decided them (2 per 60 s: one was taken above, in Redis)
             self.assertEqual([parse_ok(x)[:2] if parse_ok(x) else x for x in replies],
                              [(True, 1), (True, 0), (False, 0)], d.log_tail())
+
+
+def node_divvy_key(ops, actor, limit, reset):
+    """Node divvy 1.7's key: its Object.keys(operation).sort() compares UTF-16 code units."""
+    pairs = ["%s=%s" % (k, ops[k]) for k in sorted(ops, key=lambda k: k.encode("utf-16-be"))]
+    return "divvy:%s:%s:%d:%d" % (" ".join(pairs), actor, limit, reset)
+
+
+@unittest.skipIf(missing(), "redis-server/redis-sentinel or python3-redis missing")
+class DivvyKeys(harness.DaemonTestCase):
+    def write_rules(self, redis, text):
+        config = os.path.join(redis.dir, "rules.ini")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(text + "\n[default]\ncreditLimit = 100\nresetSeconds = 60\n")
+        return config
+
+    def test_key_order_is_node_divvys(self):
+        ops = {"\U0001F600": "2", "\uFF01": "x"}  # U+1F600 before U+FF01 in UTF-16, after in bytes
+        with redisfix.RedisServer() as redis:
+            config = self.write_rules(redis, "[\uFF01=x \U0001F600=2]\ncreditLimit = 5\nresetSeconds = 60\n")
+            d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=5000"])
+            key = node_divvy_key(ops, "", 5, 60)
+            self.assertEqual(key, "divvy:\U0001F600=2 \uFF01=x::5:60")
+            c = redis.client()
+            c.setex(key, 60, 2)  # Node divvy allowed three hits of five in this window
+            replies = [parse_ok(d.request("HIT \uFF01=x \U0001F600=2"))[:2] for _ in range(3)]
+            self.assertEqual(replies, [(True, 1), (True, 0), (False, 0)])  # five in all, not eight
+            self.assertEqual(c.keys("divvy:*"), [key.encode()])
+            c.close()
+
+    def test_keys_that_can_meet_are_warned_of(self):
+        rule = "[%s]\ncreditLimit = 3\nresetSeconds = 60\nactorField = user\n\n"
+        with redisfix.RedisServer() as redis:
+            config = self.write_rules(redis, rule % "path=/x" + rule % "path=/x:y")
+            for compat in ([], ["--compat=divvy"]):
+                p = subprocess.run([harness.divvyd_path(), "--check-config"] + compat + [config],
+                                   capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn("%s:1: warning: rule [path=/x] shares divvy keys with rule [path=/x:y] (line 6): in "
+                              "Redis its actor \"y:X\" and that rule's actor \"X\" are one counter, "
+                              "\"divvy:path=/x:y:X:3:60\"" % config, p.stderr)
+            # what it warns of, on a real Redis: "y:A" of [path=/x] spends the counter of A of [path=/x:y]
+            d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=5000"])
+            self.assertIn("<4>%s:1: warning: rule [path=/x] shares divvy keys with rule [path=/x:y]" % config,
+                          d.log_text())  # and the daemon logs it
+            a = uid()
+            self.assertEqual([parse_ok(d.request("HIT path=/x user=y:%s" % a))[:2] for _ in range(3)],
+                             [(True, 2), (True, 1), (True, 0)])
+            self.assertEqual(parse_ok(d.request("HIT path=/x:y user=%s" % a))[:2], (False, 0))
+            c = redis.client()
+            self.assertEqual(c.keys("divvy:*"), [("divvy:path=/x:y:%s:3:60" % a).encode()])
+            c.close()
+
+    def test_compat_accepts_on_backend_error(self):
+        # Node divvy ignores onBackendError; it decides only what Redis does not answer
+        rule = "[type=%s]\ncreditLimit = 3\nresetSeconds = 60\nonBackendError = %s\n\n"
+        with redisfix.RedisServer() as redis:
+            config = self.write_rules(redis, rule % ("a", "allow") + rule % ("d", "deny") + rule % ("l", "local"))
+            p = subprocess.run([harness.divvyd_path(), "--check-config", "--compat=divvy", config],
+                               capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+            self.assertEqual((p.returncode, p.stderr), (0, ""))
+            # and the counters are divvy's
+            d = self.start_daemon(config, args=["--store=%s" % redis.url(), "--backend-timeout=5000"])
+            self.assertEqual(parse_ok(d.request("HIT type=d"))[:2], (True, 2))
+            c = redis.client()
+            self.assertEqual(c.get("divvy:type=d::3:60"), b"2")
+            c.close()
 
 
 class FakeCluster:

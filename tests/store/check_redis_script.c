@@ -634,20 +634,40 @@ END_TEST
 
 /* ---- divvy 1.7's keys ---- */
 
-static Rule rule_with(RulePattern *pats, size_t n, uint64_t limit, uint64_t reset) {
-        return (Rule){ .patterns = pats, .n_patterns = n, .credit_limit = limit, .reset_seconds = reset };
+/* Adds a rule of "key=value" pairs (NULL-terminated) to rs as a config's loader does; returns
+ * its index. */
+static size_t add_rule(RuleSet *rs, const char *const *pairs, const char *limit, const char *reset,
+                       const char *actor_field) {
+        RuleDraft d;
+
+        rule_draft_init(&d, 1);
+        for (size_t i = 0; pairs[i]; i++) {
+                const char *eq = strchr(pairs[i], '=');
+                ck_assert_ptr_nonnull(eq);
+                ck_assert_int_eq(rule_draft_add_pattern(&d, pairs[i], (size_t) (eq - pairs[i]), eq + 1,
+                                                        strlen(eq + 1)),
+                                 0);
+        }
+        d.is_default = pairs[0] == NULL;
+        ck_assert_int_eq(rule_draft_set(&d, "creditLimit", limit, 1), 0);
+        ck_assert_int_eq(rule_draft_set(&d, "resetSeconds", reset, 1), 0);
+        if (actor_field)
+                ck_assert_int_eq(rule_draft_set(&d, "actorField", actor_field, 1), 0);
+        ck_assert_int_eq(ruleset_add(rs, &d, NULL), 0);
+        return rs->n_rules - 1;
 }
 
 START_TEST (test_keys) {
-        RulePattern pats[] = {
-                { .key = (char *) "method", .key_len = 6, .value = (char *) "GET", .value_len = 3 },
-                { .key = (char *) "path", .key_len = 4, .value = (char *) "/ping*", .value_len = 6 },
-                { .key = (char *) "x", .key_len = 1, .value = (char *) "*", .value_len = 1 },
+        static const char *const ops[] = { "x=*", "path=/ping*", "method=GET", NULL }, *const none[] = {
+                NULL
         };
         static const uint8_t id[RULE_ID_SIZE] = { 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
                                                   0x08, 0x09, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff };
-        Rule rule = rule_with(pats, 3, 10, 60), empty = rule_with(NULL, 0, 1, 86400);
-        StoreHit h = { .rule = &rule,
+        RuleSet *rs = NULL;
+        ck_assert_int_eq(ruleset_new("t.ini", &rs), 0);
+        size_t ri = add_rule(rs, ops, "10", "60", "ip"), ei = add_rule(rs, none, "1", "86400", NULL);
+        const Rule *rule = &rs->rules[ri], *empty = &rs->rules[ei];
+        StoreHit h = { .rule = rule,
                        .rule_id = id,
                        .actor = "1.2.3.4",
                        .actor_len = 7,
@@ -666,20 +686,117 @@ START_TEST (test_keys) {
         ck_assert_int_eq(redis_key_own(&h, buf, 50), 49);
 
         /* no actorField: the actor is empty; no operation: the bucket is empty */
-        h = (StoreHit){ .rule = &empty, .rule_id = id, .credit_limit = 1, .reset_seconds = 86400 };
+        h = (StoreHit){ .rule = empty, .rule_id = id, .credit_limit = 1, .reset_seconds = 86400 };
         ck_assert_int_eq(redis_key_compat(&h, buf, sizeof buf), 15);
         ck_assert_str_eq(buf, "divvy:::1:86400");
         ck_assert_int_eq(redis_key_own(&h, buf, sizeof buf), 42);
         ck_assert_str_eq(buf, "divvyd:{}:00010203040506070809aabbccddeeff");
         h.actor = "a b";
         h.actor_len = 3;
-        h.rule = &rule;
+        h.rule = rule;
         ck_assert_int_eq(redis_key_compat(&h, buf, sizeof buf), 42);
         ck_assert_str_eq(buf, "divvy:method=GET path=/ping* x=*:a b:10:60");
         /* the local store's tests leave the rule NULL: the compat key needs it */
         h.rule = NULL;
         ck_assert_int_eq(redis_key_compat(&h, buf, sizeof buf), -EINVAL);
         ck_assert_int_eq(redis_key_own(&h, buf, sizeof buf), 45);
+        ruleset_free(rs);
+}
+END_TEST
+
+/* divvyd's own keys cannot meet: the actor sits between a fixed prefix and a fixed-length
+ * suffix (the rule id, a hash of everything else of the counter's identity, length-prefixed),
+ * so a key names one actor and one rule id, whatever the actor holds. The pair divvy's keys
+ * confuse ([path=/x] "y:alice", [path=/x:y] "alice") included. */
+START_TEST (test_own_keys_unambiguous) {
+        static const char *const actors[] = { "alice", "y:alice", "",
+                                              ":",     "}",       "{",
+                                              "}:",    "{}",      "a}:00010203040506070809aabbccddeeff",
+                                              "a}" };
+        enum { N_ACTORS = sizeof actors / sizeof actors[0], N_IDS = 3 };
+        uint8_t ids[N_IDS][RULE_ID_SIZE];
+        char keys[N_ACTORS * N_IDS][KEY_MAX];
+
+        for (size_t k = 0; k < N_IDS; k++)
+                for (size_t i = 0; i < RULE_ID_SIZE; i++)
+                        ids[k][i] = (uint8_t) (k == 2 ? (i == 0 ? 0 : 0xff) : k * 17 + i);
+        for (size_t a = 0; a < N_ACTORS; a++)
+                for (size_t k = 0; k < N_IDS; k++) {
+                        StoreHit h = { .rule_id = ids[k],
+                                       .actor = actors[a],
+                                       .actor_len = strlen(actors[a]) };
+                        char *key = keys[a * N_IDS + k];
+                        int len = redis_key_own(&h, key, KEY_MAX);
+                        size_t pre = strlen(REDIS_KEY_OWN_PREFIX), tail = 2 + 2 * RULE_ID_SIZE;
+
+                        ck_assert_int_eq(len, (int) (pre + strlen(actors[a]) + tail));
+                        /* read back: the prefix, the actor, "}:" and the id */
+                        ck_assert_int_eq(memcmp(key, REDIS_KEY_OWN_PREFIX, pre), 0);
+                        ck_assert_int_eq(memcmp(key + pre, actors[a], strlen(actors[a])), 0);
+                        ck_assert_int_eq(memcmp(key + (size_t) len - tail, "}:", 2), 0);
+                        for (size_t i = 0; i < RULE_ID_SIZE; i++) {
+                                unsigned byte;
+                                ck_assert_int_eq(sscanf(key + (size_t) len - tail + 2 + 2 * i, "%2x", &byte),
+                                                 1);
+                                ck_assert_uint_eq(byte, ids[k][i]);
+                        }
+                }
+        for (size_t i = 0; i < N_ACTORS * N_IDS; i++)
+                for (size_t j = i + 1; j < N_ACTORS * N_IDS; j++)
+                        ck_assert_str_ne(keys[i], keys[j]);
+}
+END_TEST
+
+/* Keys printed by Node divvy 1.7.1 itself (its src/backend.js Backend.hit(), on a Redis client
+ * that records EVALSHA's key): the operation's keys in JavaScript's sort() order, UTF-16 code
+ * units, where the code points above U+FFFF come before U+E000..U+FFFF. */
+static const struct {
+        const char *pairs[8];
+        const char *actor, *limit, *reset;
+        const char *want;
+} node_keys[] = {
+        /* [😀=2 ！=x]: divvyd wrote "！=x 😀=2", its own counter beside Node's */
+        { { "\xef\xbc\x81=x", "\xf0\x9f\x98\x80=2" },
+          "",
+          "5",
+          "60",
+          "divvy:\xf0\x9f\x98\x80=2 \xef\xbc\x81=x::5:60" },
+        { { "x=*", "method=GET", "path=/ping*" },
+          "1.2.3.4",
+          "10",
+          "60",
+          "divvy:method=GET path=/ping* x=*:1.2.3.4:10:60" },
+        /* U+E000, U+FFFF after U+10000, U+10FFFF; é and z before them */
+        { { "\xee\x80\x80=a", "\xef\xbf\xbf=e", "\xf4\x8f\xbf\xbf=f", "\xf0\x90\x80\x80=b", "\xc3\xa9=d",
+            "z=c" },
+          "u",
+          "3",
+          "3600",
+          "divvy:z=c \xc3\xa9=d \xf0\x90\x80\x80=b \xf4\x8f\xbf\xbf=f \xee\x80\x80=a "
+          "\xef\xbf\xbf=e:u:3:3600" },
+        /* U+FF41 (ａ) after U+1D49C (𝒜) */
+        { { "\xef\xbd\x81=1", "\xf0\x9d\x92\x9c=2", "a=3" },
+          "x",
+          "1",
+          "1",
+          "divvy:a=3 \xf0\x9d\x92\x9c=2 \xef\xbd\x81=1:x:1:1" },
+};
+
+START_TEST (test_keys_in_node_order) {
+        RuleSet *rs = NULL;
+        char buf[KEY_MAX];
+
+        ck_assert_int_eq(ruleset_new("t.ini", &rs), 0);
+        size_t ri = add_rule(rs, node_keys[_i].pairs, node_keys[_i].limit, node_keys[_i].reset,
+                             node_keys[_i].actor[0] ? "user" : NULL);
+        StoreHit h = { .rule = &rs->rules[ri],
+                       .rule_id = rs->rules[ri].id,
+                       .actor = node_keys[_i].actor,
+                       .actor_len = strlen(node_keys[_i].actor) };
+
+        ck_assert_int_eq(redis_key_compat(&h, buf, sizeof buf), (int) strlen(node_keys[_i].want));
+        ck_assert_str_eq(buf, node_keys[_i].want);
+        ruleset_free(rs);
 }
 END_TEST
 
@@ -1072,6 +1189,8 @@ static Suite *redis_script_suite(void) {
 
         tcase_add_test(tc, test_args_and_decode);
         tcase_add_test(tc, test_keys);
+        tcase_add_test(tc, test_own_keys_unambiguous);
+        tcase_add_loop_test(tc, test_keys_in_node_order, 0, (int) (sizeof node_keys / sizeof node_keys[0]));
         tcase_add_test(tc, test_mul_div);
         tcase_add_test(tc, test_compat_hit_is_pipe_lua);
         tcase_add_test(tc, test_compat_ops);

@@ -59,6 +59,8 @@ static void test_rule(TestRule *t, uint64_t limit, uint64_t reset, Algorithm alg
         };
         t->rule.patterns = t->patterns;
         t->rule.n_patterns = 2;
+        t->rule.divvy_bucket = (char *) "method=GET path=/x";
+        t->rule.divvy_bucket_len = 18;
         t->rule.credit_limit = limit;
         t->rule.reset_seconds = reset;
         t->rule.algo = (AlgoParams){ .algorithm = algo, .credit_limit = limit, .reset_seconds = reset };
