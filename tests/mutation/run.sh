@@ -77,7 +77,7 @@ records() {
         END { flush() }' "$list"
 }
 
-total=0 killed=0 built=""
+total=0 killed=0 built=()
 survivors=() stale=()
 start_all=$(date +%s)
 exec 3< <(records)
@@ -104,16 +104,16 @@ while IFS= read -r file <&3 && IFS= read -r expr <&3 && IFS= read -r tests <&3 &
         t0=$(date +%s)
         mutated=$file
         cp "$backup/mutant" "$file"
-        programs=""
+        programs=()
         for t in $tests; do
                 case "$t" in
-                *.py) programs="$programs src/divvyd" ;;
+                *.py) programs+=(src/divvyd) ;;
                 *.sh) ;;
-                *) programs="$programs $t" ;;
+                *) programs+=("$t") ;;
                 esac
         done
-        built="$built $programs"
-        if ! $make -s $programs > "$backup/build.log" 2>&1; then
+        built+=("${programs[@]}")
+        if ! $make -s "${programs[@]}" > "$backup/build.log" 2>&1; then
                 # a mutant that does not build proves nothing: fix its expression
                 restore
                 echo "NO BUILD  $label"
@@ -146,8 +146,7 @@ if $only_list; then
 fi
 # the tree is restored: rebuild what the mutants touched, so no mutated object stays behind
 # (the test programs link the libraries statically)
-# shellcheck disable=SC2086
-$make -s all $(printf '%s\n' $built | sort -u) > "$backup/build.log" 2>&1 || { cat "$backup/build.log"; echo "mutation: the restored tree does not build"; exit 1; }
+$make -s all "${built[@]}" > "$backup/build.log" 2>&1 || { cat "$backup/build.log"; echo "mutation: the restored tree does not build"; exit 1; }
 echo "mutation: $total mutants, $killed killed, ${#survivors[@]} survived, ${#stale[@]} stale, in ${elapsed}s"
 for m in "${survivors[@]}"; do echo "  survived: $m"; done
 for m in "${stale[@]}"; do echo "  stale: $m"; done
