@@ -124,7 +124,8 @@ typedef struct StoreOptions {
         int (*journal_allocate)(int, off_t); /* test hook, WalOptions.allocate; NULL: the disk */
         /* Test hook of the group commit (sync=always, store_submit()): called instead of
          * fdatasync(fd) on the journal's current segment, from the sync thread (and once per
-         * segment from store_submit()); returns 0 or -errno. NULL: fdatasync(). */
+         * segment from store_submit(), and after store_apply()'s own sync); returns 0 or
+         * -errno. NULL: fdatasync(). */
         int (*journal_sync)(int fd);
         uint64_t now_usec; /* wall clock of store_open() (what is expired when loading); 0 = now */
         uint64_t close_checkpoint_usec; /* store_close()'s last checkpoint may take this long; 0 =

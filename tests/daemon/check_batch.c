@@ -25,6 +25,11 @@ static const char RULES[] = "[a=1]\ncreditLimit = 2\nresetSeconds = 60\nlabel = 
                             "[g=1]\ncreditLimit = 7\nresetSeconds = 0\nmatchPolicy = canary\n"
                             "[d=1]\ncreditLimit = 0\nresetSeconds = 60\n"
                             "[f=*]\ncreditLimit = 5\nresetSeconds = 60\nactorField = f\n"
+                            /* two limits at once (all or nothing), and an always-deny one */
+                            "[m=1 u=*]\ncreditLimit = 3\nresetSeconds = 60\nactorField = u\n"
+                            "matchPolicy = continue\nlabel = per-user\n"
+                            "[m=1 n=1]\ncreditLimit = 0\nresetSeconds = 60\nmatchPolicy = continue\n"
+                            "[m=1]\ncreditLimit = 5\nresetSeconds = 60\nlabel = per-path\n"
                             "[default]\ncreditLimit = 5\nresetSeconds = 0\n";
 
 static void setup(void) {
@@ -261,6 +266,48 @@ START_TEST (test_hit_error_answers_its_request_only) {
 }
 END_TEST
 
+/* One batch of connection 0's lines; its replies. */
+static const char *batch_of(const char *lines) {
+        input(0, lines);
+        batch_take(batch, conns[0]);
+        (void) finish();
+        return output(0);
+}
+
+/* A request's enforcing rules (a continue rule per user, the stop rule per path) are one
+ * all-or-nothing group, and the binding one is the rule with the least credit left. */
+START_TEST (test_continue_rules_by_value) {
+        /* per-user 2, per-path 4: the per-user rule binds */
+        ck_assert_str_eq(batch_of("HIT m=1 u=a\n"), "OK true 2 60\n");
+        ck_assert_str_eq(batch_of("HIT m=1 u=a\nHIT m=1 u=a\n"), "OK true 1 60\nOK true 0 60\n");
+        /* per-user (a) is out: denied, and the per-path counter is not charged either */
+        ck_assert_str_eq(batch_of("HIT m=1 u=a\n"), "OK false 0 60\n");
+        /* per-path has 5 - 3 = 2 left: b's first HIT leaves 1 there, 2 per user */
+        ck_assert_str_eq(batch_of("HIT m=1 u=b\n"), "OK true 1 60\n");
+}
+END_TEST
+
+/* An always-deny continue rule decides its request without charging the other rules. */
+START_TEST (test_always_deny_charges_nothing) {
+        ck_assert_str_eq(batch_of("HIT m=1 n=1 u=c\nHIT m=1 n=1 u=c\n"), "OK false 0 -1\nOK false 0 -1\n");
+        /* neither per-user (c) nor per-path was charged */
+        ck_assert_str_eq(batch_of("HIT m=1 u=c\n"), "OK true 2 60\n");
+        ck_assert_str_eq(batch_of("HIT m=1 u=d\n"), "OK true 2 60\n"); /* per-path 3, per-user 2 */
+}
+END_TEST
+
+/* Between two denying rules the one that can never pass (retry -1) binds, whichever comes
+ * first. */
+START_TEST (test_never_binds_over_later) {
+        /* per-path out (5 HITs of five users), then TAKE 4: per-user can never give 4 of 3
+         * (-1), per-path has nothing now (60 s) */
+        ck_assert_str_eq(batch_of("HIT m=1 u=p\nHIT m=1 u=q\nHIT m=1 u=r\nHIT m=1 u=s\nHIT m=1 u=t\n"),
+                         "OK true 2 60\nOK true 2 60\nOK true 2 60\nOK true 1 60\nOK true 0 60\n");
+        ck_assert_str_eq(batch_of("TAKE 4 m=1 u=x\n"),
+                         "OK allowed=false credit=3 limit=3 reset=0 retry=-1 rule=per-user\n");
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("batch");
         TCase *tc = tcase_create("batch");
@@ -274,6 +321,9 @@ int main(void) {
         tcase_add_test(tc, test_store_error_once);
         tcase_add_test(tc, test_completes_later);
         tcase_add_test(tc, test_hit_error_answers_its_request_only);
+        tcase_add_test(tc, test_continue_rules_by_value);
+        tcase_add_test(tc, test_always_deny_charges_nothing);
+        tcase_add_test(tc, test_never_binds_over_later);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);

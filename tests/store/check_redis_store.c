@@ -15,7 +15,7 @@
 
 #define WAIT_USEC (5ULL * USEC_PER_SEC) /* a bound on each wait, never reached when things work */
 
-static TestRedis srv;
+static TestRedis srv, srv2; /* srv2: a replica of srv, where a test needs one */
 static TestLoop loop;
 static RedisIo io;
 
@@ -29,6 +29,7 @@ static int store_on_timer(void *target, uint64_t now) {
 
 static void setup(void) {
         memset(&srv, 0, sizeof(srv));
+        memset(&srv2, 0, sizeof(srv2));
         memset(&loop, 0, sizeof(loop));
         io = test_loop_io(&loop);
         loop.on_io = store_on_io;
@@ -38,6 +39,8 @@ static void setup(void) {
 
 static void teardown(void) {
         test_redis_stop(&srv);
+        if (srv2.dir[0])
+                test_redis_stop(&srv2);
 }
 
 /* ---- rules and hits ---- */
@@ -779,28 +782,20 @@ START_TEST (test_cluster_one_node) {
 }
 END_TEST
 
-/* Sentinel: the primary is looked up, ROLE checked, and hits go there. */
-START_TEST (test_sentinel) {
-        TestRule r;
-        RedisStore *s;
-        RedisStoreStats st;
-        char url[128], conf[160];
-        int sport = test_free_port();
+/* Starts a redis-sentinel on port sport watching primary as "mymaster" (its config in the
+ * primary's directory, removed by sentinel_stop()) and waits until it answers (5 s at most).
+ * Returns its pid. */
+static pid_t sentinel_start(const TestRedis *primary, int sport) {
+        char conf[160];
+        bool ok = false;
         pid_t pid;
         FILE *f;
-        bool ok = false;
-        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
-                                .backoff_max_usec = 80 * USEC_PER_MSEC,
-                                .breaker_threshold = 3 };
 
-        if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
-                return; /* not installed: nothing to test */
-        test_redis_start(&srv);
-        snprintf(conf, sizeof(conf), "%s/sentinel.conf", srv.dir);
+        snprintf(conf, sizeof(conf), "%s/sentinel.conf", primary->dir);
         f = fopen(conf, "w");
         ck_assert_ptr_nonnull(f);
         fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", sport,
-                srv.dir, srv.port);
+                primary->dir, primary->port);
         fclose(f);
         pid = fork();
         ck_assert_int_ge(pid, 0);
@@ -827,6 +822,34 @@ START_TEST (test_sentinel) {
                         usleep(10000);
         }
         ck_assert(ok);
+        return pid;
+}
+
+static void sentinel_stop(pid_t pid, const TestRedis *primary) {
+        char conf[160];
+
+        (void) kill(pid, SIGKILL);
+        (void) waitpid(pid, NULL, 0);
+        snprintf(conf, sizeof(conf), "%s/sentinel.conf", primary->dir);
+        (void) unlink(conf);
+}
+
+/* Sentinel: the primary is looked up, ROLE checked, and hits go there. */
+START_TEST (test_sentinel) {
+        TestRule r;
+        RedisStore *s;
+        RedisStoreStats st;
+        char url[128], addr[64];
+        int sport = test_free_port();
+        pid_t pid;
+        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 80 * USEC_PER_MSEC,
+                                .breaker_threshold = 3 };
+
+        if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
+                return; /* not installed: nothing to test */
+        test_redis_start(&srv);
+        pid = sentinel_start(&srv, sport);
         test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x22);
         snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/mymaster", sport);
         s = open_store(url, &o);
@@ -835,8 +858,8 @@ START_TEST (test_sentinel) {
         ck_assert_int_eq(st.mode, REDIS_MODE_SENTINEL);
         ck_assert_uint_ge(st.discoveries, 1);
         ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
-        snprintf(conf, sizeof(conf), "127.0.0.1:%d", srv.port);
-        ck_assert_str_eq(st.address, conf);
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", srv.port);
+        ck_assert_str_eq(st.address, addr);
         /* the primary down (no replica: the sentinel keeps naming it), the breaker open; back,
          * and the breaker's own probe (the primary looked up, ROLE, PING) closes it, no batch */
         open_breaker(s, &r);
@@ -845,12 +868,160 @@ START_TEST (test_sentinel) {
                       redis_store_state_to_string(redis_store_state(s)));
         ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
         ck_assert_uint_ge(st.breaker_probes, 1);
-        ck_assert_str_eq(st.address, conf);
+        ck_assert_str_eq(st.address, addr);
         redis_store_close(s);
-        (void) kill(pid, SIGKILL);
-        (void) waitpid(pid, NULL, 0);
-        snprintf(conf, sizeof(conf), "%s/sentinel.conf", srv.dir);
-        (void) unlink(conf);
+        sentinel_stop(pid, &srv);
+}
+END_TEST
+
+/* The script calls t has run (EVALSHA and EVAL, from INFO commandstats). */
+static uint64_t script_calls(const TestRedis *t) {
+        redisReply *rep = test_redis_command(t, "INFO commandstats");
+        uint64_t n = 0;
+
+        ck_assert_ptr_nonnull(rep);
+        ck_assert_int_eq(rep->type, REDIS_REPLY_STRING);
+        for (unsigned i = 0; i < 2; i++) {
+                const char *name = i == 0 ? "cmdstat_evalsha:calls=" : "cmdstat_eval:calls=";
+                const char *p = strstr(rep->str, name);
+
+                if (p)
+                        n += strtoull(p + strlen(name), NULL, 10);
+        }
+        freeReplyObject(rep);
+        return n;
+}
+
+/* A sentinel command's reply (NULL: no answer). */
+static redisReply *sentinel_command(int sport, const char *cmd) {
+        redisContext *c = redisConnect("127.0.0.1", sport);
+        redisReply *rep = c && !c->err ? redisCommand(c, cmd) : NULL;
+
+        if (c)
+                redisFree(c);
+        return rep;
+}
+
+/* Runs cmd on the sentinel until check(reply) says yes; at most 20 s (a failover's steps). */
+static bool sentinel_until(int sport, const char *cmd, bool (*check)(const redisReply *, int), int arg) {
+        for (int i = 0; i < 2000; i++) {
+                redisReply *rep = sentinel_command(sport, cmd);
+                bool ok = rep && check(rep, arg);
+
+                if (rep)
+                        freeReplyObject(rep);
+                if (ok)
+                        return true;
+                usleep(10000);
+        }
+        return false;
+}
+
+static bool replica_known(const redisReply *rep, int port) {
+        if (rep->type != REDIS_REPLY_ARRAY)
+                return false;
+        for (size_t i = 0; i < rep->elements; i++) {
+                const redisReply *e = rep->element[i];
+                bool port_ok = false, flags_ok = false;
+
+                for (size_t k = 0; e->type == REDIS_REPLY_ARRAY && k + 1 < e->elements; k += 2) {
+                        if (strcmp(e->element[k]->str, "port") == 0)
+                                port_ok = atoi(e->element[k + 1]->str) == port;
+                        if (strcmp(e->element[k]->str, "flags") == 0)
+                                flags_ok = strcmp(e->element[k + 1]->str, "slave") == 0;
+                }
+                if (port_ok && flags_ok)
+                        return true;
+        }
+        return false;
+}
+
+static bool reply_ok(const redisReply *rep, int unused) {
+        (void) unused;
+        return rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "OK") == 0;
+}
+
+static bool primary_is(const redisReply *rep, int port) {
+        return rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 && atoi(rep->element[1]->str) == port;
+}
+
+/* Makes t a replica of primary and waits until its link is up (5 s at most). */
+static void make_replica(const TestRedis *t, const TestRedis *primary) {
+        redisReply *rep = test_redis_command(t, "REPLICAOF 127.0.0.1 %d", primary->port);
+        bool up = false;
+
+        ck_assert_ptr_nonnull(rep);
+        freeReplyObject(rep);
+        for (int i = 0; i < 500 && !up; i++) {
+                rep = test_redis_command(t, "INFO replication");
+                up = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "master_link_status:up");
+                if (rep)
+                        freeReplyObject(rep);
+                if (!up)
+                        usleep(10000);
+        }
+        ck_assert_msg(up, "127.0.0.1:%d: no link to its primary", t->port);
+}
+
+/* A primary demoted under a connection the store keeps open (REPLICAOF run on it directly:
+ * nothing closes the store's connection, as the sentinel's own reconfiguration would) answers
+ * READONLY: the store drops that connection, asks the sentinel again, and the next hits reach
+ * the new primary; none reaches the old one. */
+START_TEST (test_sentinel_readonly_follows_new_primary) {
+        TestRule r;
+        RedisStore *s;
+        RedisStoreStats st;
+        StoreHit h;
+        char url[128], addr[64];
+        int sport = test_free_port();
+        uint64_t old_calls, new_calls;
+        pid_t pid;
+        RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
+                                .backoff_max_usec = 80 * USEC_PER_MSEC,
+                                .breaker_threshold = 1000 };
+
+        if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
+                return; /* not installed: nothing to test */
+        test_redis_start(&srv);
+        test_redis_start(&srv2);
+        make_replica(&srv2, &srv);
+        pid = sentinel_start(&srv, sport);
+        ck_assert_msg(sentinel_until(sport, "SENTINEL replicas mymaster", replica_known, srv2.port),
+                      "the sentinel never saw the replica");
+        test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x23);
+        snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/mymaster", sport);
+        s = open_store(url, &o);
+        ck_assert(until_ok(s, &r, 20));
+
+        /* the sentinel names the replica; the old primary, still up, is demoted by hand */
+        ck_assert(sentinel_until(sport, "SENTINEL FAILOVER mymaster", reply_ok, 0));
+        ck_assert_msg(
+                sentinel_until(sport, "SENTINEL get-master-addr-by-name mymaster", primary_is, srv2.port),
+                "the failover did not end");
+        make_replica(&srv, &srv2);
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", srv.port);
+        ck_assert_str_eq(st.address, addr); /* the store's connection is still the old primary's */
+
+        h = hit_of(&r, "dave", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_eq(h.error, -EROFS); /* READONLY: the demoted primary */
+        ck_assert_msg(until_ok(s, &r, 50), "hits still fail after the failover");
+        old_calls = script_calls(&srv);
+        new_calls = script_calls(&srv2);
+        for (int i = 0; i < 5; i++) {
+                h = hit_of(&r, "erin", 0);
+                run_batch(s, &h, 1);
+                ck_assert_int_eq(h.error, 0);
+                ck_assert_uint_eq(h.credit, 99 - (uint64_t) i);
+        }
+        ck_assert_uint_eq(script_calls(&srv), old_calls);      /* none reached the old primary */
+        ck_assert_uint_ge(script_calls(&srv2), new_calls + 5); /* all reached the new one */
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", srv2.port);
+        ck_assert_str_eq(st.address, addr);
+        redis_store_close(s);
+        sentinel_stop(pid, &srv);
 }
 END_TEST
 
@@ -943,6 +1114,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_open_while_down);
         tcase_add_test(tc, test_cluster_one_node);
         tcase_add_test(tc, test_sentinel);
+        tcase_add_test(tc, test_sentinel_readonly_follows_new_primary);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -141,6 +141,18 @@ static void expect_hit(Store *s, const uint8_t *rule, const char *actor, size_t 
         ck_assert_uint_eq(h.reset_left, reset_left);
 }
 
+/* A counter's credit, read by a PEEK of 0 (which journals nothing, so works on a full disk). */
+static uint64_t peek_credit(Store *s, const uint8_t *rule, const char *actor, uint64_t limit, uint64_t reset,
+                            uint64_t now) {
+        StoreHit h = mkhit(rule, actor, strlen(actor), limit, reset);
+
+        h.op = STORE_PEEK;
+        h.count = 0;
+        ck_assert_int_eq(store_apply(s, &h, 1, now), 0);
+        ck_assert(h.allowed);
+        return h.credit;
+}
+
 static StoreStats stats(Store *s) {
         StoreStats st;
 
@@ -919,18 +931,22 @@ START_TEST (test_group_all_or_nothing) {
 }
 END_TEST
 
+/* A failed batch is undone newest hit first: a counter it hit twice, or refunded then took
+ * from, is back to its state before the batch, in the table and in the journal. */
 START_TEST (test_undo_on_journal_full) {
         Store *s = open_store();
         char key[32] = "";
-        StoreHit h[3];
-        uint64_t before;
+        StoreHit h[4];
+        uint64_t before, x_left = 999999; /* x's credit after the last batch that succeeded */
         int r = 0;
 
-        expect_hit(s, RULE_A, "x", 1, 1000000, 3600, T0, true, 999999, 3600);
+        expect_hit(s, RULE_A, "x", 1, 1000000, 3600, T0, true, x_left, 3600);
         disk_full = true;
         /* the spare segment made at open takes the first rotation; the one after fails */
         for (unsigned i = 0; r == 0; i++) {
                 ck_assert_uint_lt(i, 100000);
+                if (i > 0)
+                        x_left = h[2].credit;
                 snprintf(key, sizeof key, "fill-%u", i);
                 h[0] = mkhit(RULE_A, "x", 1, 1000000, 3600);
                 h[1] = mkhit(RULE_A, key, strlen(key), 10, 3600);
@@ -941,11 +957,27 @@ START_TEST (test_undo_on_journal_full) {
         ck_assert_int_eq(r, -ENOSPC);
         for (unsigned i = 0; i < 3; i++)
                 ck_assert_int_eq(h[i].error, -ENOSPC);
-        /* the failed batch left nothing: its new counter is absent, x as before it */
+        /* the failed batch left nothing: its new counter is absent, x as before it (both its
+         * charges undone, not only the second) */
         ck_assert_uint_eq(stat_counters(s), before);
+        ck_assert_uint_eq(peek_credit(s, RULE_A, "x", 1000000, 3600, T0), x_left);
+
+        /* REFUND then TAKE in a batch that fails: x keeps neither (the refund is undone too) */
+        h[0] = mkhit(RULE_A, "x", 1, 1000000, 3600);
+        h[0].op = STORE_REFUND;
+        h[0].count = 5;
+        h[1] = mkhit(RULE_A, "refund-fill-1", 13, 10, 3600);
+        h[2] = mkhit(RULE_A, "refund-fill-2", 13, 10, 3600);
+        h[3] = mkhit(RULE_A, "x", 1, 1000000, 3600);
+        h[3].op = STORE_TAKE;
+        h[3].count = 1;
+        ck_assert_int_eq(store_apply(s, h, 4, T0), -ENOSPC);
+        ck_assert_uint_eq(stat_counters(s), before);
+        ck_assert_uint_eq(peek_credit(s, RULE_A, "x", 1000000, 3600, T0), x_left);
         disk_full = false;
         StoreHit x = mkhit(RULE_A, "x", 1, 1000000, 3600);
         ck_assert_int_eq(store_apply(s, &x, 1, T0), 0);
+        ck_assert_uint_eq(x.credit, x_left - 1);
         expect_hit(s, RULE_A, key, strlen(key), 10, 3600, T0, true, 9, 3600);
         store_close(s);
 
@@ -1414,6 +1446,44 @@ START_TEST (test_group_commit_sync_failure) {
 }
 END_TEST
 
+/* store_apply()'s own sync (sync=always) failing: the batch answers the error and every
+ * counter it hit is back as before it, in the table and, after a reopen, in the journal (the
+ * undone states journaled after the batch's). */
+START_TEST (test_apply_sync_failure_undone) {
+        StoreOptions o = options(STORE_SYNC_ALWAYS);
+        StoreHit b[4];
+        Store *s;
+
+        o.journal_sync = sync_hook;
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF; /* reopen replays the journal */
+        sync_hold = sync_fail = 0;
+        s = open_with(&o);
+        expect_hit(s, RULE_A, "sa", 2, 10, 60, T0, true, 9, 60);
+        expect_hit(s, RULE_A, "sb", 2, 10, 60, T0, true, 9, 60);
+        __atomic_store_n(&sync_fail, 1, __ATOMIC_RELEASE);
+        b[0] = mkhit(RULE_A, "sa", 2, 10, 60);
+        b[1] = mkhit(RULE_A, "sc", 2, 10, 60); /* creates a counter */
+        b[2] = mkhit(RULE_A, "sa", 2, 10, 60);
+        b[3] = mkhit(RULE_A, "sb", 2, 10, 60);
+        b[3].op = STORE_REFUND;
+        b[3].count = 1;
+        ck_assert_int_eq(store_apply(s, b, 4, T0), -EIO);
+        for (unsigned i = 0; i < 4; i++)
+                ck_assert_int_eq(b[i].error, -EIO);
+        ck_assert_uint_eq(stat_counters(s), 2); /* sc is gone */
+        ck_assert_uint_eq(peek_credit(s, RULE_A, "sa", 10, 60, T0), 9);
+        ck_assert_uint_eq(peek_credit(s, RULE_A, "sb", 10, 60, T0), 9);
+        __atomic_store_n(&sync_fail, 0, __ATOMIC_RELEASE);
+        store_close(s);
+
+        s = open_with(&o);
+        ck_assert_uint_eq(peek_credit(s, RULE_A, "sa", 10, 60, T0), 9);
+        ck_assert_uint_eq(peek_credit(s, RULE_A, "sb", 10, 60, T0), 9);
+        expect_hit(s, RULE_A, "sc", 2, 10, 60, T0, true, 9, 60);
+        store_close(s);
+}
+END_TEST
+
 /* store_close() completes every batch submitted, synced, and they survive a reopen. */
 START_TEST (test_group_commit_close_drains) {
         Store *s = open_always();
@@ -1750,6 +1820,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_group_commit_waits_for_sync);
         tcase_add_test(tc, test_group_commit_sync_time);
         tcase_add_test(tc, test_group_commit_sync_failure);
+        tcase_add_test(tc, test_apply_sync_failure_undone);
         tcase_add_test(tc, test_group_commit_close_drains);
         tcase_add_test(tc, test_group_commit_rotations);
         tcase_add_test(tc, test_verify_creates_usable_lock);

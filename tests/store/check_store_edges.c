@@ -264,6 +264,70 @@ START_TEST (test_verbs_replayed_after_kill) {
 }
 END_TEST
 
+static uint64_t counters(Store *s) {
+        StoreStats st;
+
+        ck_assert_int_eq(store_get_stats(s, &st), 0);
+        return st.counters;
+}
+
+/* The counters swept at now (the whole table, a bounded number of steps). */
+static size_t sweep_at(Store *s, uint64_t now) {
+        size_t total = 0, d;
+
+        for (unsigned i = 0; i < 8; i++) {
+                ck_assert_int_ge(store_sweep(s, now, 1U << 20, &d), 0);
+                total += d;
+        }
+        return total;
+}
+
+/* What a batch leaves in the table, by value: an all-or-nothing group denied by its FIRST
+ * hit charges none of the others; a TAKE above the capacity creates no counter; RESET says
+ * whether it deleted a live counter; a counter expires exactly at its window's end. */
+START_TEST (test_batch_leaves_by_value) {
+        StoreOptions o = options("values", STORE_SYNC_NONE, T0);
+        Store *s = open_with(&o);
+        StoreHit b[3], h;
+
+        /* group 7: denied first (TAKE 6 of 5), then two allowed alone */
+        b[0] = mkhit("g-deny", STORE_TAKE, 6, NULL);
+        b[1] = mkhit("g-ok", STORE_HIT, 1, NULL);
+        b[2] = mkhit("g-ok", STORE_TAKE, 2, NULL);
+        b[0].group = b[1].group = b[2].group = 7;
+        ck_assert_int_eq(store_apply(s, b, 3, T0), 0);
+        ck_assert(!b[0].allowed);
+        ck_assert_int_eq(b[0].retry, -1);
+        ck_assert(b[1].allowed && b[1].credit == 4); /* each decided as if alone */
+        ck_assert(b[2].allowed && b[2].credit == 2);
+        ck_assert_uint_eq(counters(s), 0); /* none applied, and the denied TAKE created nothing */
+        h = apply1(s, "g-ok", STORE_HIT, 1, NULL, T0);
+        ck_assert_uint_eq(h.credit, 4);
+
+        /* a TAKE above the capacity, alone: denied for ever, no counter left behind */
+        h = apply1(s, "too-big", STORE_TAKE, 6, NULL, T0);
+        ck_assert(!h.allowed);
+        ck_assert_int_eq(h.retry, -1);
+        ck_assert_uint_eq(counters(s), 1); /* g-ok only */
+
+        /* RESET: credit 1 when a live counter was deleted, 0 for an expired one */
+        h = apply1(s, "g-ok", STORE_RESET, 0, NULL, T0 + 1);
+        ck_assert_uint_eq(h.credit, 1);
+        (void) apply1(s, "old", STORE_HIT, 1, NULL, T0);
+        h = apply1(s, "old", STORE_RESET, 0, NULL, T0 + 61 * SEC);
+        ck_assert(h.allowed);
+        ck_assert_uint_eq(h.credit, 0);
+        ck_assert_uint_eq(counters(s), 0);
+
+        /* expiry at the window's end exactly (fixed window: T0 + 60 s), not a microsecond later */
+        (void) apply1(s, "w", STORE_HIT, 1, NULL, T0);
+        ck_assert_uint_eq(sweep_at(s, T0 + 60 * SEC - 1), 0);
+        ck_assert_uint_eq(sweep_at(s, T0 + 60 * SEC), 1);
+        ck_assert_uint_eq(counters(s), 0);
+        store_close(s);
+}
+END_TEST
+
 static Suite *store_edges_suite(void) {
         Suite *su = suite_create("store-edges");
         TCase *tc = tcase_create("core");
@@ -273,6 +337,7 @@ static Suite *store_edges_suite(void) {
         tcase_add_test(tc, test_clock_back_then_clean_stop);
         tcase_add_test(tc, test_batch_larger_than_segment);
         tcase_add_test(tc, test_verbs_replayed_after_kill);
+        tcase_add_test(tc, test_batch_leaves_by_value);
         suite_add_tcase(su, tc);
         return su;
 }
