@@ -131,9 +131,12 @@ static void manager_notify_status(Manager *m) {
                 notify_status("", "Stopping, %" PRIu64 " connections left", k->connections_current);
         else {
                 StoreStats st = {};
-                char ckpt[640], remote[300] = "";
+                char ckpt[640], remote[300] = "", damaged[64] = "";
 
                 (void) store_get_stats(m->store, &st);
+                if (st.journal_damaged_records > 0)
+                        snprintf(damaged, sizeof damaged, " (%" PRIu64 " damaged records skipped at start)",
+                                 st.journal_damaged_records);
                 if (st.checkpoint_failing)
                         snprintf(ckpt, sizeof ckpt, "checkpoint failing (%" PRIu64 " failures): %s",
                                  st.checkpoint_failures, store_checkpoint_error(m->store));
@@ -145,9 +148,9 @@ static void manager_notify_status(Manager *m) {
                 notify_status("",
                               "Serving %zu rules on %zu listeners, %" PRIu64
                               " connections, %.0f hits/s, %" PRIu64 " counters, journal %" PRIu64
-                              " MiB, %s%s%s",
+                              " MiB%s, %s%s%s",
                               m->rules->n_rules, m->n_listeners, k->connections_current, rate, st.counters,
-                              st.journal_bytes >> 20, ckpt, m->remote ? ", " : "",
+                              st.journal_bytes >> 20, damaged, ckpt, m->remote ? ", " : "",
                               m->remote ? remote_status(m->remote, remote, sizeof remote) : "");
         }
 }
@@ -545,6 +548,9 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
                                 errbuf[0] ? errbuf : strerror(-r));
                 goto fail;
         }
+        if (store_journal_damage(m->store)[0])
+                log_error("Journal damaged, serving without what it lost: %s",
+                          store_journal_damage(m->store));
 
         r = sd_event_new(&m->event);
         if (r < 0) {

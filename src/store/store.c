@@ -126,6 +126,8 @@ struct Store {
                                         * retried up to this one by store_maintain() (0: none) */
         CheckpointStats ckpt_stats;    /* cached at the last reap */
         char ckpt_error[STORE_ERROR_MAX];
+        WalDamage damage;                   /* the damaged records the replay at open skipped */
+        char damage_error[STORE_ERROR_MAX]; /* their sentence for the operator ("" if none) */
         uint64_t ckpt_failures, ckpt_ok;
         uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
 
@@ -870,7 +872,7 @@ static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userd
 static int job_read(Job *j, Pass *p, uint64_t after_lsn, uint64_t *seg_records) {
         for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
                 WalSegmentInfo info;
-                int r = wal_segment_read(j->dir, seq, after_lsn, pass_take, p, &info, j->error,
+                int r = wal_segment_read(j->dir, seq, after_lsn, j->last_lsn, pass_take, p, &info, j->error,
                                          sizeof j->error);
                 if (r < 0)
                         return r;
@@ -1207,8 +1209,13 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 .checkpoint_failures = s->ckpt_failures,
                 .checkpoint_running = s->job_running,
                 .checkpoint_failing = s->ckpt_error[0] != 0,
+                .journal_damaged_records = s->damage.records,
         };
         return 0;
+}
+
+const char *store_journal_damage(const Store *s) {
+        return s ? s->damage_error : "";
 }
 
 /* ---- open and close ---- */
@@ -1238,15 +1245,42 @@ static int replay_record(const CounterRecord *r, const WalPosition *pos, void *u
 
         /* The journal must go on where the checkpoint stops: a first record past the next lsn
          * means records between them are gone (a data.mdb and a journal copied at different
-         * times), and starting would silently lose what they counted. */
-        if (!rp->started && pos->lsn != rp->next_lsn)
-                return -ESPIPE;
+         * times), and starting would silently lose what they counted. Damaged records the
+         * journal skipped before it stand in their place (they are reported). */
+        if (!rp->started) {
+                WalDamage d;
+
+                wal_replay_damage(rp->store->wal, &d);
+                if (pos->lsn - d.records != rp->next_lsn)
+                        return -ESPIPE;
+        }
         rp->started = true;
         if (r->state.w0 == 0 || r->state.w0 <= rp->now_usec) {
                 (void) table_delete(rp->store->table, r->id); /* deleted, or expired since */
                 return 0;
         }
         return load_record(r, rp->store);
+}
+
+/* Words what the replay skipped for the operator: where the first damaged record is, how
+ * many there are, what was lost and what to do. */
+static void damage_describe(Store *s) {
+        char first[WAL_SEGMENT_NAME_MAX], last[WAL_SEGMENT_NAME_MAX + 16] = "";
+        const WalDamage *d = &s->damage;
+
+        if (d->segments > 1) {
+                char name[WAL_SEGMENT_NAME_MAX];
+
+                snprintf(last, sizeof last, ", the last in %s", wal_segment_name(d->last_seq, name));
+        }
+        set_error(s->damage_error, sizeof s->damage_error,
+                  "%s/%s: record %" PRIu64 " (lsn %" PRIu64 ") is damaged; %" PRIu64
+                  " damaged journal record%s skipped in %" PRIu64 " segment%s%s: the changes they held are "
+                  "lost (their counters keep the state of their previous record), every valid record "
+                  "was replayed. Check the disk, and copy the wal-*.divvyd files aside before the next "
+                  "checkpoint deletes them",
+                  s->opts.path, wal_segment_name(d->first_seq, first), d->first_index, d->first_lsn,
+                  d->records, d->records == 1 ? "" : "s", d->segments, d->segments == 1 ? "" : "s", last);
 }
 
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
@@ -1330,11 +1364,12 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 goto fail;
         rp = (Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 };
         r = wal_replay(s->wal, s->covered_lsn, replay_record, &rp);
+        wal_replay_damage(s->wal, &s->damage);
         if (r >= 0 && !rp.started) {
                 /* Nothing replayed (a clean stop checkpoints the whole journal): the journal's
-                 * next record must still be the one after the checkpoint's. */
+                 * next record must still be the one after the checkpoint's (or damaged ones). */
                 r = wal_get_stats(s->wal, &ws);
-                if (r >= 0 && ws.next_lsn > s->covered_lsn + 1)
+                if (r >= 0 && ws.next_lsn - s->damage.records > s->covered_lsn + 1)
                         r = -ESPIPE;
                 else if (r >= 0 && ws.next_lsn < s->covered_lsn + 1) {
                         set_error(errbuf, errbuf_size,
@@ -1360,6 +1395,8 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                           wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
                 goto fail;
         }
+        if (s->damage.records > 0)
+                damage_describe(s);
         r = batch_reserve(s, STORE_BATCH_INITIAL);
         if (r < 0)
                 goto fail;
