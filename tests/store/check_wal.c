@@ -379,6 +379,15 @@ START_TEST (test_sealed_corruption) {
         append_range(w, 0, 35, 5); /* segments 1-3 full, 4 has 5 */
         wal_close(w);
 
+        /* a sealed segment cut short between the open and the replay: its records are gone */
+        w = open_wal(SEG_SIZE);
+        seg_path(path, sizeof path, 2);
+        ck_assert_int_eq(truncate(path, WAL_HEADER_SIZE + 3 * WAL_RECORD_SIZE + 30), 0);
+        ck_assert_int_eq(wal_replay(w, 0, NULL, NULL), -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(wal_error(w), "wal-0000000000000002.divvyd: the file has room for 3 "
+                                                   "records, but the next segment says it holds 10"));
+        wal_close(w);
+
         /* a damaged header of a sealed segment: refused at open */
         seg_path(path, sizeof path, 3);
         write_file(path, &junk, 1, 20);
@@ -390,7 +399,7 @@ START_TEST (test_sealed_corruption) {
         ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
         ck_assert_ptr_nonnull(strstr(err, "wal-0000000000000003.divvyd is missing"));
 
-        /* a sealed segment cut short: the records the next segment says it holds are gone */
+        /* cut short before the open: refused there */
         seg_path(path, sizeof path, 1);
         ck_assert_int_eq(truncate(path, WAL_HEADER_SIZE + 3 * WAL_RECORD_SIZE + 30), 0);
         ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
@@ -487,50 +496,6 @@ START_TEST (test_damage_bit_flip) {
 }
 END_TEST
 
-/* Record 2 of the last segment damaged, then more appended and the journal opened again: the
- * new records follow the last one of the damaged segment (not the damage), so a later open
- * replays all of them, and a checkpoint after a given lsn counts only the damage after it. */
-START_TEST (test_damage_appends_after) {
-        uint64_t skip = 33;
-        char path[PATH_MAX];
-        CounterRecord e;
-        uint8_t b = 0;
-        WalDamage d;
-        Seen s = {};
-        Wal *w;
-
-        write_35();
-        seg_path(path, sizeof path, 4);
-        write_file(path, &b, 1, WAL_HEADER_SIZE + 2 * WAL_RECORD_SIZE + 9); /* in the id: one byte zeroed */
-        w = expect_damaged(&skip, 1, 4, 2);
-        append_range(w, 35, 5, 5);
-        wal_close(w);
-
-        w = open_wal(SEG_SIZE);
-        ck_assert_int_eq(wal_replay(w, 0, collect, &s), 0);
-        ck_assert_uint_eq(s.n, 39);
-        ck_assert_uint_eq(s.pos[38].lsn, 40);
-        e = rec(39);
-        ck_assert(rec_eq(&s.r[38], &e));
-        seen_done(&s);
-        /* after lsn 33 (a checkpoint that holds it): no damage left to report */
-        ck_assert_int_eq(wal_replay(w, 33, collect, &s), 0);
-        ck_assert_uint_eq(s.n, 7);
-        ck_assert_uint_eq(s.pos[0].lsn, 34);
-        seen_done(&s);
-        wal_replay_damage(w, &d);
-        ck_assert_uint_eq(d.records, 0);
-        /* after lsn 32: the damaged one is the first after it */
-        ck_assert_int_eq(wal_replay(w, 32, collect, &s), 0);
-        ck_assert_uint_eq(s.n, 7);
-        seen_done(&s);
-        wal_replay_damage(w, &d);
-        ck_assert_uint_eq(d.records, 1);
-        ck_assert_uint_eq(d.first_lsn, 33);
-        wal_close(w);
-}
-END_TEST
-
 /* Record index of segment seq: reads it into b, or writes b over it. */
 static void record_io(uint64_t seq, uint64_t index, uint8_t b[static WAL_RECORD_SIZE], bool write) {
         char path[PATH_MAX];
@@ -542,6 +507,86 @@ static void record_io(uint64_t seq, uint64_t index, uint8_t b[static WAL_RECORD_
         else
                 read_file(path, b, WAL_RECORD_SIZE, off);
 }
+
+/* Records 1 and 2 of the last segment damaged, then more appended and the journal opened
+ * again: the new records follow the last one of the damaged segment (not the damage), so a
+ * later open replays all of them, and a replay after a checkpoint's lsn counts only the
+ * damage after it. */
+START_TEST (test_damage_appends_after) {
+        uint64_t skip[2] = { 32, 33 };
+        char path[PATH_MAX];
+        CounterRecord e;
+        uint8_t b = 0;
+        WalDamage d;
+        Seen s = {};
+        Wal *w;
+
+        write_35();
+        seg_path(path, sizeof path, 4);
+        for (int k = 1; k <= 2; k++) /* in the id: one byte zeroed */
+                write_file(path, &b, 1, WAL_HEADER_SIZE + (off_t) k * WAL_RECORD_SIZE + 9);
+        w = expect_damaged(skip, 2, 4, 1);
+        append_range(w, 35, 5, 5);
+        wal_close(w);
+
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(wal_replay(w, 0, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 38);
+        ck_assert_uint_eq(s.pos[37].lsn, 40);
+        e = rec(39);
+        ck_assert(rec_eq(&s.r[37], &e));
+        seen_done(&s);
+        /* after lsn 33 (a checkpoint that holds it): no damage left to report */
+        ck_assert_int_eq(wal_replay(w, 33, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 7);
+        ck_assert_uint_eq(s.pos[0].lsn, 34);
+        seen_done(&s);
+        wal_replay_damage(w, &d);
+        ck_assert_uint_eq(d.records, 0);
+        ck_assert_uint_eq(d.segments, 0);
+        ck_assert_uint_eq(d.first_lsn, 0);
+        /* after lsn 32: only the second damaged one counts */
+        ck_assert_int_eq(wal_replay(w, 32, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 7);
+        seen_done(&s);
+        wal_replay_damage(w, &d);
+        ck_assert_uint_eq(d.records, 1);
+        ck_assert_uint_eq(d.segments, 1);
+        ck_assert_uint_eq(d.first_index, 2);
+        ck_assert_uint_eq(d.first_lsn, 33);
+        wal_close(w);
+}
+END_TEST
+
+/* A record never written (zeros) or torn is damage, not an end, where records follow it or
+ * where the next segment's header says the segment's records go on: here the last record of
+ * an earlier segment, and one in the middle of the last segment. */
+START_TEST (test_damage_unwritten) {
+        uint8_t saved[WAL_RECORD_SIZE], zeros[WAL_RECORD_SIZE] = {};
+        static const struct {
+                uint64_t seq, index;
+                size_t at, len; /* the bytes zeroed */
+        } at[] = {
+                { 2, 9, 0, WAL_RECORD_SIZE },
+                { 2, 9, 44, 4 },
+                { 4, 2, 0, WAL_RECORD_SIZE },
+                { 4, 2, 0, 8 },
+        };
+
+        write_35();
+        for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+                uint64_t skip = (at[k].seq - 1) * SEG_RECORDS + at[k].index + 1;
+                uint8_t b[WAL_RECORD_SIZE];
+
+                record_io(at[k].seq, at[k].index, saved, false);
+                memcpy(b, saved, sizeof b);
+                memcpy(b + at[k].at, zeros, at[k].len);
+                record_io(at[k].seq, at[k].index, b, true);
+                wal_close(expect_damaged(&skip, 1, at[k].seq, at[k].index));
+                record_io(at[k].seq, at[k].index, saved, true);
+        }
+}
+END_TEST
 
 /* A valid record in another record's slot (a copied block, a misdirected write): its CRC is
  * right, its lsn is not the slot's. It is damage, never replayed as the slot's record (that
@@ -1348,6 +1393,7 @@ static Suite *wal_suite(void) {
         tcase_add_test(tc, test_sealed_corruption);
         tcase_add_test(tc, test_damage_bit_flip);
         tcase_add_test(tc, test_damage_appends_after);
+        tcase_add_test(tc, test_damage_unwritten);
         tcase_add_test(tc, test_damage_misplaced_record);
         tcase_add_test(tc, test_damage_fields_and_segments);
         tcase_add_test(tc, test_foreign);
