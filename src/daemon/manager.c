@@ -43,10 +43,11 @@ struct Manager {
 
         bool stopping;
         bool reload_failed;
-        bool reload_wanted;      /* SIGHUP during a batch in flight: new batches held, reloaded once
-                                  * none is in flight (manager_reload_when_idle()) */
-        bool checkpoint_failing; /* the last checkpoint failed: logged once per change */
-        char reload_error[512];  /* first diag message of the failed reload */
+        bool reload_wanted;       /* SIGHUP during a batch in flight: new batches held, reloaded once
+                                   * none is in flight (manager_reload_when_idle()) */
+        bool checkpoint_failing;  /* the last checkpoint failed: logged once per change */
+        uint64_t journal_damaged; /* damaged journal records logged (store_journal_damage()) */
+        char reload_error[512];   /* first diag message of the failed reload */
 
         uint64_t status_hits; /* hits at the last STATUS, for the rate */
         uint64_t status_usec; /* CLOCK_MONOTONIC of the last STATUS */
@@ -331,6 +332,9 @@ static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *use
         manager_reload_when_idle(m);
         r = store_maintain(m->store, clock_usec(CLOCK_REALTIME));
         if (store_get_stats(m->store, &st) >= 0) {
+                if (st.journal_damaged_records > m->journal_damaged)
+                        log_error("Journal damaged: %s", store_journal_damage(m->store));
+                m->journal_damaged = st.journal_damaged_records;
                 if (st.checkpoint_failing && !m->checkpoint_failing)
                         log_error("Checkpoint failed, keeping the journal and retrying: %s",
                                   store_checkpoint_error(m->store));
@@ -548,9 +552,13 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
                                 errbuf[0] ? errbuf : strerror(-r));
                 goto fail;
         }
-        if (store_journal_damage(m->store)[0])
-                log_error("Journal damaged, serving without what it lost: %s",
-                          store_journal_damage(m->store));
+        if (store_journal_damage(m->store)[0]) {
+                StoreStats st;
+
+                log_error("Journal damaged: %s", store_journal_damage(m->store));
+                if (store_get_stats(m->store, &st) >= 0)
+                        m->journal_damaged = st.journal_damaged_records; /* logged */
+        }
 
         r = sd_event_new(&m->event);
         if (r < 0) {

@@ -48,7 +48,7 @@ struct Metrics {
         uint64_t store_size_bytes, store_counters, sweeper_deleted;
         uint64_t store_memory_bytes, journal_bytes, journal_segments, journal_syncs, journal_sync_usec;
         uint64_t checkpoint_age_usec, checkpoint_duration_usec, checkpoint_failures;
-        uint64_t journal_damaged; /* damaged journal records the replay at start skipped */
+        uint64_t journal_damaged; /* damaged journal records skipped (at start, by checkpoints) */
         uint64_t store_set;       /* metrics_set_store() was called */
         uint64_t statsd_dropped;
         uint64_t serving;
@@ -593,8 +593,8 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
                    "which bounds the requests answered per second with --sync=always.");
         fprintf(f, "divvyd_journal_sync_seconds_total %.6f\n", (double) LOAD(m->journal_sync_usec) / 1e6);
         put_header(f, "divvyd_journal_damaged_records_total", "counter",
-                   "Damaged journal records the replay at start skipped: the counter changes they held are "
-                   "lost (logged at error level, with the segment and the record).");
+                   "Damaged journal records skipped by the replay at start or by a checkpoint: the counter "
+                   "changes they held are lost (logged at error level, with the segment and the record).");
         fprintf(f, "divvyd_journal_damaged_records_total %" PRIu64 "\n", LOAD(m->journal_damaged));
         put_header(f, "divvyd_checkpoint_age_seconds", "gauge",
                    "Seconds since the last successful checkpoint (or since start).");

@@ -84,8 +84,10 @@ typedef struct Job {
         uint64_t last_lsn;            /* of last_seq: what the checkpoint covers */
         uint64_t now_usec;
         size_t pass_records;
-        uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none. Atomic: store_close() may set it */
+        uint64_t deadline_usec;   /* CLOCK_MONOTONIC; 0: none. Atomic: store_close() may set it */
+        uint64_t damage_from_seq; /* damage in segments from this one on is new: written since open */
         /* out */
+        WalDamage damage; /* damaged records found in those segments (skipped) */
         int result;
         uint64_t duration_usec;
         CheckpointStats stats; /* after the job, if stats_ok */
@@ -126,8 +128,9 @@ struct Store {
                                         * retried up to this one by store_maintain() (0: none) */
         CheckpointStats ckpt_stats;    /* cached at the last reap */
         char ckpt_error[STORE_ERROR_MAX];
-        WalDamage damage;                   /* the damaged records the replay at open skipped */
-        char damage_error[STORE_ERROR_MAX]; /* their sentence for the operator ("" if none) */
+        uint64_t opened_seq;                /* the last segment the journal held at open (0: none) */
+        uint64_t damaged_records;           /* damaged journal records skipped: at open, by checkpoints */
+        char damage_error[STORE_ERROR_MAX]; /* the last damage's sentence for the operator */
         uint64_t ckpt_failures, ckpt_ok;
         uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
 
@@ -870,6 +873,7 @@ static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userd
 /* Reads the job's segments whole (checking every record) into p; seg_records (may be NULL)
  * gets the number of valid records of each. */
 static int job_read(Job *j, Pass *p, uint64_t after_lsn, uint64_t *seg_records) {
+        j->damage = (WalDamage){};
         for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
                 WalSegmentInfo info;
                 int r = wal_segment_read(j->dir, seq, after_lsn, j->last_lsn, pass_take, p, &info, j->error,
@@ -878,6 +882,15 @@ static int job_read(Job *j, Pass *p, uint64_t after_lsn, uint64_t *seg_records) 
                         return r;
                 if (seg_records)
                         seg_records[seq - j->first_seq] = info.records;
+                if (info.damaged > 0 && seq >= j->damage_from_seq) {
+                        if (j->damage.records == 0)
+                                j->damage = (WalDamage){ .first_seq = seq,
+                                                         .first_index = info.first_damaged,
+                                                         .first_lsn = info.first_lsn + info.first_damaged };
+                        j->damage.records += info.damaged;
+                        j->damage.segments++;
+                        j->damage.last_seq = seq;
+                }
         }
         return 0;
 }
@@ -1019,6 +1032,26 @@ static void checkpoint_backoff(Store *s) {
         s->retry_usec = clock_usec(CLOCK_MONOTONIC) + s->backoff_usec;
 }
 
+/* Words damaged journal records for the operator: where the first is, how many there are,
+ * what was lost (what) and what to do. */
+static void damage_describe(Store *s, const WalDamage *d, const char *what) {
+        char first[WAL_SEGMENT_NAME_MAX], last[WAL_SEGMENT_NAME_MAX + 16] = "";
+
+        if (d->segments > 1) {
+                char name[WAL_SEGMENT_NAME_MAX];
+
+                snprintf(last, sizeof last, ", the last in %s", wal_segment_name(d->last_seq, name));
+        }
+        set_error(s->damage_error, sizeof s->damage_error,
+                  "%s/%s: record %" PRIu64 " (lsn %" PRIu64 ") is damaged; %" PRIu64
+                  " damaged journal record%s skipped in %" PRIu64
+                  " segment%s%s %s. Check the disk, and copy "
+                  "the wal-*.divvyd files aside before the next checkpoint deletes them",
+                  s->opts.path, wal_segment_name(d->first_seq, first), d->first_index, d->first_lsn,
+                  d->records, d->records == 1 ? "" : "s", d->segments, d->segments == 1 ? "" : "s", last,
+                  what);
+}
+
 /* Joins a job that is done (or, with wait, waits for it) and takes its result. Returns 1 if
  * one was reaped, 0 if none. */
 static int job_reap(Store *s, bool wait) {
@@ -1033,6 +1066,13 @@ static int job_reap(Store *s, bool wait) {
         s->job_running = false;
         if (j->stats_ok)
                 s->ckpt_stats = j->stats;
+        if (j->result >= 0 && j->damage.records > 0) {
+                s->damaged_records += j->damage.records;
+                damage_describe(s, &j->damage,
+                                "by a checkpoint of the journal written since start: the changes they held "
+                                "are not in the checkpoint (the counters in memory are right until a "
+                                "restart)");
+        }
         if (j->result >= 0) {
                 r = wal_release(s->wal, j->last_seq);
                 if (r < 0 && r != -EINVAL) {
@@ -1083,6 +1123,7 @@ static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t
                 .now_usec = now_usec,
                 .pass_records = pass_records > 0 ? pass_records : s->opts.checkpoint_pass_records,
                 .deadline_usec = deadline_usec,
+                .damage_from_seq = s->opened_seq + 1,
         };
         r = -pthread_create(&s->thread, NULL, job_thread, &s->job);
         if (r < 0)
@@ -1209,7 +1250,7 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 .checkpoint_failures = s->ckpt_failures,
                 .checkpoint_running = s->job_running,
                 .checkpoint_failing = s->ckpt_error[0] != 0,
-                .journal_damaged_records = s->damage.records,
+                .journal_damaged_records = s->damaged_records,
         };
         return 0;
 }
@@ -1262,28 +1303,8 @@ static int replay_record(const CounterRecord *r, const WalPosition *pos, void *u
         return load_record(r, rp->store);
 }
 
-/* Words what the replay skipped for the operator: where the first damaged record is, how
- * many there are, what was lost and what to do. */
-static void damage_describe(Store *s) {
-        char first[WAL_SEGMENT_NAME_MAX], last[WAL_SEGMENT_NAME_MAX + 16] = "";
-        const WalDamage *d = &s->damage;
-
-        if (d->segments > 1) {
-                char name[WAL_SEGMENT_NAME_MAX];
-
-                snprintf(last, sizeof last, ", the last in %s", wal_segment_name(d->last_seq, name));
-        }
-        set_error(s->damage_error, sizeof s->damage_error,
-                  "%s/%s: record %" PRIu64 " (lsn %" PRIu64 ") is damaged; %" PRIu64
-                  " damaged journal record%s skipped in %" PRIu64 " segment%s%s: the changes they held are "
-                  "lost (their counters keep the state of their previous record), every valid record "
-                  "was replayed. Check the disk, and copy the wal-*.divvyd files aside before the next "
-                  "checkpoint deletes them",
-                  s->opts.path, wal_segment_name(d->first_seq, first), d->first_index, d->first_lsn,
-                  d->records, d->records == 1 ? "" : "s", d->segments, d->segments == 1 ? "" : "s", last);
-}
-
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
+        WalDamage damage;
         CheckpointStats cs;
         WalStats ws;
         Replay rp;
@@ -1364,12 +1385,12 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 goto fail;
         rp = (Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 };
         r = wal_replay(s->wal, s->covered_lsn, replay_record, &rp);
-        wal_replay_damage(s->wal, &s->damage);
+        wal_replay_damage(s->wal, &damage);
         if (r >= 0 && !rp.started) {
                 /* Nothing replayed (a clean stop checkpoints the whole journal): the journal's
                  * next record must still be the one after the checkpoint's (or damaged ones). */
                 r = wal_get_stats(s->wal, &ws);
-                if (r >= 0 && ws.next_lsn - s->damage.records > s->covered_lsn + 1)
+                if (r >= 0 && ws.next_lsn - damage.records > s->covered_lsn + 1)
                         r = -ESPIPE;
                 else if (r >= 0 && ws.next_lsn < s->covered_lsn + 1) {
                         set_error(errbuf, errbuf_size,
@@ -1395,8 +1416,13 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                           wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
                 goto fail;
         }
-        if (s->damage.records > 0)
-                damage_describe(s);
+        if (damage.records > 0) {
+                s->damaged_records = damage.records;
+                damage_describe(s, &damage,
+                                "at start: the changes they held are lost (their counters keep the state of "
+                                "their previous record), every valid record was replayed");
+        }
+        (void) wal_sealed(s->wal, NULL, &s->opened_seq);
         r = batch_reserve(s, STORE_BATCH_INITIAL);
         if (r < 0)
                 goto fail;

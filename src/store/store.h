@@ -194,7 +194,7 @@ typedef struct StoreStats {
         uint64_t checkpoint_failures;      /* failed checkpoints since open */
         bool checkpoint_running;           /* a checkpoint thread is at work */
         bool checkpoint_failing;           /* the last checkpoint failed */
-        uint64_t journal_damaged_records;  /* damaged journal records the replay at open skipped */
+        uint64_t journal_damaged_records;  /* damaged journal records skipped: at open, by checkpoints */
 } StoreStats;
 
 typedef struct Store Store;
@@ -283,8 +283,9 @@ int store_checkpoint(Store *s, uint64_t now_usec);
 /* The sentence explaining the last failed checkpoint ("" if the last one succeeded). */
 const char *store_checkpoint_error(const Store *s);
 
-/* The sentence for the operator about the damaged journal records the replay at open skipped
- * (segment, record, how many, what was lost), "" if none: to log at error level. */
+/* The sentence for the operator about the last damaged journal records skipped, by the replay
+ * at open or by a checkpoint (segment, record, how many, what was lost), "" if none: to log at
+ * error level when journal_damaged_records grows. */
 const char *store_journal_damage(const Store *s);
 
 int store_get_stats(Store *s, StoreStats *ret);

@@ -698,8 +698,8 @@ class JournalDamage(_Counters, harness.DaemonTestCase):
         lost = [k for k, r in zip(keys, replies) if harness.parse_ok(r)[:2] == (True, LIMIT - 1)]
         self.assertEqual(lost, [keys[lsn - 1]], "%s: %d of %d acknowledged hits lost, expected only the "
                          "damaged record's (lsn %d)\n%s" % (where, len(lost), len(acked), lsn, d2.log_tail()))
-        self.assertIn("<3>Journal damaged, serving without what it lost: %s/%s: record %d (lsn %d) is damaged; "
-                      "1 damaged journal record skipped in 1 segment: " % (db, name, index, lsn), d2.log_text())
+        self.assertIn("<3>Journal damaged: %s/%s: record %d (lsn %d) is damaged; 1 damaged journal record "
+                      "skipped in 1 segment at start: " % (db, name, index, lsn), d2.log_text())
         samples = harness.prometheus_samples(harness.http_get(port)[2])
         self.assertEqual(samples["divvyd_journal_damaged_records_total"], 1)
         d2.wait_note(re.compile(r"^STATUS=Serving .*journal \d+ MiB \(1 damaged records skipped at start\), "),
