@@ -190,20 +190,10 @@ static bool all_zero(const uint8_t *p, size_t n) {
         return true;
 }
 
-/* What an invalid record looks like (wal.h): never written, torn by a kill or a crash, or
- * damaged (written whole, and wrong). */
-typedef enum RecordFault {
-        RECORD_EMPTY,
-        RECORD_TORN,
-        RECORD_DAMAGED,
-} RecordFault;
-
-static RecordFault record_fault(const uint8_t *p) {
-        if (all_zero(p, WAL_RECORD_SIZE))
-                return RECORD_EMPTY;
-        if (get_le64(p) == 0 || get_le32(p + WAL_RECORD_CRC_AT) == 0)
-                return RECORD_TORN;
-        return RECORD_DAMAGED;
+/* Whether an invalid record was written whole (its lsn and CRC fields, written first and
+ * last, are both there): then it is damaged, else torn or never written (wal.h). */
+static bool record_whole(const uint8_t *p) {
+        return get_le64(p) != 0 && get_le32(p + WAL_RECORD_CRC_AT) != 0;
 }
 
 static void header_encode(uint8_t out[static WAL_HEADER_SIZE], uint64_t seq, uint64_t first_lsn) {
@@ -390,7 +380,7 @@ static int segment_scan_fd_slice(int fd, const char *name, uint64_t seq, uint64_
                         continue;
                 }
                 if (!record_decode(p, pos.lsn, &rec)) {
-                        if (!known && record_fault(p) == RECORD_DAMAGED) {
+                        if (!known && record_whole(p)) {
                                 damage_add(info, damage, seq, first_lsn, after_lsn, end, i + 1);
                                 end = i + 1;
                         }
@@ -982,8 +972,9 @@ int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata) {
                         return r;
                 if (info.first_lsn != s->first_lsn || info.records != s->records)
                         return wal_set_error(w, -EBADMSG,
-                                             "%s: the file has room for %" PRIu64 " records, but the next "
-                                             "segment says it holds %" PRIu64 ": the journal is corrupt",
+                                             "%s: the file has room for %" PRIu64 " records, but the "
+                                             "journal held %" PRIu64 " there when it was opened: the "
+                                             "journal is corrupt",
                                              path, info.capacity, s->records);
         }
         return 0;

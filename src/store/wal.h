@@ -33,7 +33,7 @@
  *   41 3  zero
  *   44 4  CRC-32C of bytes 0..43
  * A record is valid when its CRC, its lsn (the one its slot stands for) and its zero bytes
- * are right. An invalid one is, by its look (record_fault() in wal.c):
+ * are right. An invalid one is, by its look (record_whole() in wal.c):
  *   empty    all zeros: never written (the unwritten rest of a preallocated segment)
  *   torn     its lsn field or its CRC field still zero: a write a kill or a crash cut short
  *            (the fields are written first and last, a disk sector holds at least one whole,
@@ -195,9 +195,9 @@ static inline void wal_closep(Wal **w) {
  * existed when wal_open() ran (the previous runs' journal, less what wal_release() deleted).
  * after_lsn: the last lsn the checkpoint holds (0: all). Damaged records (the rules above)
  * are skipped and counted: wal_replay_damage() says how many and where, also from inside cb
- * (the count so far). Returns 0, cb's negative return, or -EBADMSG when a sealed segment's
- * file is too short for the records the next segment says it holds (the sentence in
- * wal_error() names it). */
+ * (the count so far). Returns 0, cb's negative return, or -EBADMSG when a segment's file is
+ * now too short for the records wal_open() found there (the sentence in wal_error() names
+ * it). */
 int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata);
 
 /* The damaged records the last wal_replay() skipped (so far, when called from its cb). */

@@ -385,7 +385,8 @@ START_TEST (test_sealed_corruption) {
         ck_assert_int_eq(truncate(path, WAL_HEADER_SIZE + 3 * WAL_RECORD_SIZE + 30), 0);
         ck_assert_int_eq(wal_replay(w, 0, NULL, NULL), -EBADMSG);
         ck_assert_ptr_nonnull(strstr(wal_error(w), "wal-0000000000000002.divvyd: the file has room for 3 "
-                                                   "records, but the next segment says it holds 10"));
+                                                   "records, but the journal held 10 there when it was "
+                                                   "opened"));
         wal_close(w);
 
         /* a damaged header of a sealed segment: refused at open */
