@@ -43,11 +43,12 @@ struct Manager {
 
         bool stopping;
         bool reload_failed;
-        bool reload_wanted;      /* SIGHUP during a batch in flight: new batches held, reloaded once
-                                  * none is in flight (manager_reload_when_idle()) */
-        bool checkpoint_failing; /* the last checkpoint failed: logged once per change */
-        bool journal_failing;    /* no room for a journal segment: logged once per change */
-        char reload_error[512];  /* first diag message of the failed reload */
+        bool reload_wanted;       /* SIGHUP during a batch in flight: new batches held, reloaded once
+                                   * none is in flight (manager_reload_when_idle()) */
+        bool checkpoint_failing;  /* the last checkpoint failed: logged once per change */
+        bool journal_failing;     /* no room for a journal segment: logged once per change */
+        uint64_t journal_damaged; /* damaged journal records logged (store_journal_damage()) */
+        char reload_error[512];   /* first diag message of the failed reload */
 
         uint64_t status_hits; /* hits at the last STATUS, for the rate */
         uint64_t status_usec; /* CLOCK_MONOTONIC of the last STATUS */
@@ -134,9 +135,12 @@ static void manager_notify_status(Manager *m) {
                 notify_status("", "Stopping, %" PRIu64 " connections left", k->connections_current);
         else {
                 StoreStats st = {};
-                char ckpt[640], remote[300] = "";
+                char ckpt[640], remote[300] = "", damaged[64] = "";
 
                 (void) store_get_stats(m->store, &st);
+                if (st.journal_damaged_records > 0)
+                        snprintf(damaged, sizeof damaged, " (%" PRIu64 " damaged records skipped at start)",
+                                 st.journal_damaged_records);
                 if (st.checkpoint_failing)
                         snprintf(ckpt, sizeof ckpt, "checkpoint failing (%" PRIu64 " failures): %s",
                                  st.checkpoint_failures, store_checkpoint_error(m->store));
@@ -148,10 +152,10 @@ static void manager_notify_status(Manager *m) {
                 notify_status("",
                               "Serving %zu rules on %zu listeners, %" PRIu64
                               " connections, %.0f hits/s, %" PRIu64 " counters, journal %" PRIu64
-                              " MiB%s, %s%s%s",
+                              " MiB%s%s, %s%s%s",
                               m->rules->n_rules, m->n_listeners, k->connections_current, rate, st.counters,
-                              st.journal_bytes >> 20, st.journal_failing ? " (disk full)" : "", ckpt,
-                              m->remote ? ", " : "",
+                              st.journal_bytes >> 20, st.journal_failing ? " (disk full)" : "", damaged,
+                              ckpt, m->remote ? ", " : "",
                               m->remote ? remote_status(m->remote, remote, sizeof remote) : "");
         }
 }
@@ -346,6 +350,9 @@ static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *use
         manager_reload_when_idle(m);
         r = store_maintain(m->store, clock_usec(CLOCK_REALTIME));
         if (store_get_stats(m->store, &st) >= 0) {
+                if (st.journal_damaged_records > m->journal_damaged)
+                        log_error("Journal damaged: %s", store_journal_damage(m->store));
+                m->journal_damaged = st.journal_damaged_records;
                 manager_journal_state(m, &st);
                 if (st.checkpoint_failing && !m->checkpoint_failing)
                         log_error("Checkpoint failed, keeping the journal and retrying: %s",
@@ -565,8 +572,12 @@ int manager_new(const ManagerSettings *settings, Manager **ret) {
                                 errbuf[0] ? errbuf : strerror(-r));
                 goto fail;
         }
-        if (store_get_stats(m->store, &st) >= 0)
-                manager_journal_state(m, &st); /* a full disk: started without a segment */
+        if (store_get_stats(m->store, &st) >= 0) {
+                manager_journal_state(m, &st);                   /* a full disk: started without a segment */
+                m->journal_damaged = st.journal_damaged_records; /* logged just below */
+        }
+        if (store_journal_damage(m->store)[0])
+                log_error("Journal damaged: %s", store_journal_damage(m->store));
 
         r = sd_event_new(&m->event);
         if (r < 0) {

@@ -48,7 +48,8 @@ struct Metrics {
         uint64_t store_size_bytes, store_counters, sweeper_deleted;
         uint64_t store_memory_bytes, journal_bytes, journal_segments, journal_syncs, journal_sync_usec;
         uint64_t checkpoint_age_usec, checkpoint_duration_usec, checkpoint_failures;
-        uint64_t store_set; /* metrics_set_store() was called */
+        uint64_t journal_damaged; /* damaged journal records skipped (at start, by checkpoints) */
+        uint64_t store_set;       /* metrics_set_store() was called */
         uint64_t statsd_dropped;
         uint64_t serving;
         MetricsBackend backend; /* each field with STORE/LOAD */
@@ -317,6 +318,7 @@ void metrics_set_store(Metrics *m, const StoreStats *st) {
         STORE(m->checkpoint_age_usec, st->checkpoint_age_usec);
         STORE(m->checkpoint_duration_usec, st->checkpoint_duration_usec);
         STORE(m->checkpoint_failures, st->checkpoint_failures);
+        STORE(m->journal_damaged, st->journal_damaged_records);
         STORE(m->store_set, 1);
 }
 
@@ -591,6 +593,10 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
                    "Time those syncs took. Its rate over the syncs' rate is the mean sync latency, "
                    "which bounds the requests answered per second with --sync=always.");
         fprintf(f, "divvyd_journal_sync_seconds_total %.6f\n", (double) LOAD(m->journal_sync_usec) / 1e6);
+        put_header(f, "divvyd_journal_damaged_records_total", "counter",
+                   "Damaged journal records skipped by the replay at start or by a checkpoint: the counter "
+                   "changes they held are lost (logged at error level, with the segment and the record).");
+        fprintf(f, "divvyd_journal_damaged_records_total %" PRIu64 "\n", LOAD(m->journal_damaged));
         put_header(f, "divvyd_checkpoint_age_seconds", "gauge",
                    "Seconds since the last successful checkpoint (or since start).");
         fprintf(f, "divvyd_checkpoint_age_seconds %.3f\n", (double) LOAD(m->checkpoint_age_usec) / 1e6);

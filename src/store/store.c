@@ -84,8 +84,10 @@ typedef struct Job {
         uint64_t last_lsn;            /* of last_seq: what the checkpoint covers */
         uint64_t now_usec;
         size_t pass_records;
-        uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none. Atomic: store_close() may set it */
+        uint64_t deadline_usec;   /* CLOCK_MONOTONIC; 0: none. Atomic: store_close() may set it */
+        uint64_t damage_from_seq; /* damage in segments from this one on is new: written since open */
         /* out */
+        WalDamage damage; /* damaged records found in those segments (skipped) */
         int result;
         uint64_t duration_usec;
         CheckpointStats stats; /* after the job, if stats_ok */
@@ -126,6 +128,9 @@ struct Store {
                                         * retried up to this one by store_maintain() (0: none) */
         CheckpointStats ckpt_stats;    /* cached at the last reap */
         char ckpt_error[STORE_ERROR_MAX];
+        uint64_t opened_seq;                /* the last segment the journal held at open (0: none) */
+        uint64_t damaged_records;           /* damaged journal records skipped: at open, by checkpoints */
+        char damage_error[STORE_ERROR_MAX]; /* the last damage's sentence for the operator */
         /* Why the journal's last segment preallocation failed ("" if it did not): a full disk,
          * found by store_open() or store_maintain(), which retries it every call. */
         char journal_error[STORE_ERROR_MAX];
@@ -885,14 +890,24 @@ static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userd
 /* Reads the job's segments whole (checking every record) into p; seg_records (may be NULL)
  * gets the number of valid records of each. */
 static int job_read(Job *j, Pass *p, uint64_t after_lsn, uint64_t *seg_records) {
+        j->damage = (WalDamage){};
         for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
                 WalSegmentInfo info;
-                int r = wal_segment_read(j->dir, seq, after_lsn, pass_take, p, &info, j->error,
+                int r = wal_segment_read(j->dir, seq, after_lsn, j->last_lsn, pass_take, p, &info, j->error,
                                          sizeof j->error);
                 if (r < 0)
                         return r;
                 if (seg_records)
                         seg_records[seq - j->first_seq] = info.records;
+                if (info.damaged > 0 && seq >= j->damage_from_seq) {
+                        if (j->damage.records == 0)
+                                j->damage = (WalDamage){ .first_seq = seq,
+                                                         .first_index = info.first_damaged,
+                                                         .first_lsn = info.first_lsn + info.first_damaged };
+                        j->damage.records += info.damaged;
+                        j->damage.segments++;
+                        j->damage.last_seq = seq;
+                }
         }
         return 0;
 }
@@ -1034,6 +1049,26 @@ static void checkpoint_backoff(Store *s) {
         s->retry_usec = clock_usec(CLOCK_MONOTONIC) + s->backoff_usec;
 }
 
+/* Words damaged journal records for the operator: where the first is, how many there are,
+ * what was lost (what) and what to do. */
+static void damage_describe(Store *s, const WalDamage *d, const char *what) {
+        char first[WAL_SEGMENT_NAME_MAX], last[WAL_SEGMENT_NAME_MAX + 16] = "";
+
+        if (d->segments > 1) {
+                char name[WAL_SEGMENT_NAME_MAX];
+
+                snprintf(last, sizeof last, ", the last in %s", wal_segment_name(d->last_seq, name));
+        }
+        set_error(s->damage_error, sizeof s->damage_error,
+                  "%s/%s: record %" PRIu64 " (lsn %" PRIu64 ") is damaged; %" PRIu64
+                  " damaged journal record%s skipped in %" PRIu64
+                  " segment%s%s %s. Check the disk, and copy "
+                  "the wal-*.divvyd files aside before the next checkpoint deletes them",
+                  s->opts.path, wal_segment_name(d->first_seq, first), d->first_index, d->first_lsn,
+                  d->records, d->records == 1 ? "" : "s", d->segments, d->segments == 1 ? "" : "s", last,
+                  what);
+}
+
 /* Joins a job that is done (or, with wait, waits for it) and takes its result. Returns 1 if
  * one was reaped, 0 if none. */
 static int job_reap(Store *s, bool wait) {
@@ -1048,6 +1083,13 @@ static int job_reap(Store *s, bool wait) {
         s->job_running = false;
         if (j->stats_ok)
                 s->ckpt_stats = j->stats;
+        if (j->result >= 0 && j->damage.records > 0) {
+                s->damaged_records += j->damage.records;
+                damage_describe(s, &j->damage,
+                                "by a checkpoint of the journal written since start: the changes they held "
+                                "are not in the checkpoint (the counters in memory are right until a "
+                                "restart)");
+        }
         if (j->result >= 0) {
                 r = wal_release(s->wal, j->last_seq);
                 if (r < 0 && r != -EINVAL) {
@@ -1098,6 +1140,7 @@ static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t
                 .now_usec = now_usec,
                 .pass_records = pass_records > 0 ? pass_records : s->opts.checkpoint_pass_records,
                 .deadline_usec = deadline_usec,
+                .damage_from_seq = s->opened_seq + 1,
         };
         r = -pthread_create(&s->thread, NULL, job_thread, &s->job);
         if (r < 0)
@@ -1237,10 +1280,15 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 .checkpoint_failures = s->ckpt_failures,
                 .checkpoint_running = s->job_running,
                 .checkpoint_failing = s->ckpt_error[0] != 0,
+                .journal_damaged_records = s->damaged_records,
                 .journal_failing = s->journal_error[0] != 0,
                 .journal_ready = ws.current_ready,
         };
         return 0;
+}
+
+const char *store_journal_damage(const Store *s) {
+        return s ? s->damage_error : "";
 }
 
 /* ---- open and close ---- */
@@ -1270,9 +1318,15 @@ static int replay_record(const CounterRecord *r, const WalPosition *pos, void *u
 
         /* The journal must go on where the checkpoint stops: a first record past the next lsn
          * means records between them are gone (a data.mdb and a journal copied at different
-         * times), and starting would silently lose what they counted. */
-        if (!rp->started && pos->lsn != rp->next_lsn)
-                return -ESPIPE;
+         * times), and starting would silently lose what they counted. Damaged records the
+         * journal skipped before it stand in their place (they are reported). */
+        if (!rp->started) {
+                WalDamage d;
+
+                wal_replay_damage(rp->store->wal, &d);
+                if (pos->lsn - d.records != rp->next_lsn)
+                        return -ESPIPE;
+        }
         rp->started = true;
         if (r->state.w0 == 0 || r->state.w0 <= rp->now_usec) {
                 (void) table_delete(rp->store->table, r->id); /* deleted, or expired since */
@@ -1282,6 +1336,7 @@ static int replay_record(const CounterRecord *r, const WalPosition *pos, void *u
 }
 
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
+        WalDamage damage;
         CheckpointStats cs;
         WalStats ws;
         Replay rp;
@@ -1364,11 +1419,12 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 set_error(s->journal_error, sizeof s->journal_error, "%s", wal_error(s->wal));
         rp = (Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 };
         r = wal_replay(s->wal, s->covered_lsn, replay_record, &rp);
+        wal_replay_damage(s->wal, &damage);
         if (r >= 0 && !rp.started) {
                 /* Nothing replayed (a clean stop checkpoints the whole journal): the journal's
-                 * next record must still be the one after the checkpoint's. */
+                 * next record must still be the one after the checkpoint's (or damaged ones). */
                 r = wal_get_stats(s->wal, &ws);
-                if (r >= 0 && ws.next_lsn > s->covered_lsn + 1)
+                if (r >= 0 && ws.next_lsn - damage.records > s->covered_lsn + 1)
                         r = -ESPIPE;
                 else if (r >= 0 && ws.next_lsn < s->covered_lsn + 1) {
                         set_error(errbuf, errbuf_size,
@@ -1394,6 +1450,13 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                           wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
                 goto fail;
         }
+        if (damage.records > 0) {
+                s->damaged_records = damage.records;
+                damage_describe(s, &damage,
+                                "at start: the changes they held are lost (their counters keep the state of "
+                                "their previous record), every valid record was replayed");
+        }
+        (void) wal_sealed(s->wal, NULL, &s->opened_seq);
         r = batch_reserve(s, STORE_BATCH_INITIAL);
         if (r < 0)
                 goto fail;

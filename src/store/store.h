@@ -195,6 +195,7 @@ typedef struct StoreStats {
         uint64_t checkpoint_failures;      /* failed checkpoints since open */
         bool checkpoint_running;           /* a checkpoint thread is at work */
         bool checkpoint_failing;           /* the last checkpoint failed */
+        uint64_t journal_damaged_records;  /* damaged journal records skipped: at open, by checkpoints */
         /* The last preallocation of a journal segment failed (store_journal_error() says why;
          * a full disk): batches that must be journaled fail with -ENOSPC once the current
          * segment is full, or at once while !journal_ready. Retried by store_maintain(). */
@@ -296,6 +297,11 @@ const char *store_journal_error(const Store *s);
 
 /* The sentence explaining the last failed checkpoint ("" if the last one succeeded). */
 const char *store_checkpoint_error(const Store *s);
+
+/* The sentence for the operator about the last damaged journal records skipped, by the replay
+ * at open or by a checkpoint (segment, record, how many, what was lost), "" if none: to log at
+ * error level when journal_damaged_records grows. */
+const char *store_journal_damage(const Store *s);
 
 int store_get_stats(Store *s, StoreStats *ret);
 

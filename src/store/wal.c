@@ -86,6 +86,7 @@ struct Wal {
         WalSegment *sealed;
         size_t n_sealed, n_sealed_alloc;
         uint64_t replay_last_seq; /* the last segment found by wal_open(); 0: none */
+        WalDamage damage;         /* what the last wal_replay() skipped */
 
         bool dir_dirty; /* a segment was renamed in since the directory's last fsync */
         uint64_t appended, syncs, rotations;
@@ -189,6 +190,12 @@ static bool all_zero(const uint8_t *p, size_t n) {
         return true;
 }
 
+/* Whether an invalid record was written whole (its lsn and CRC fields, written first and
+ * last, are both there): then it is damaged, else torn or never written (wal.h). */
+static bool record_whole(const uint8_t *p) {
+        return get_le64(p) != 0 && get_le32(p + WAL_RECORD_CRC_AT) != 0;
+}
+
 static void header_encode(uint8_t out[static WAL_HEADER_SIZE], uint64_t seq, uint64_t first_lsn) {
         memset(out, 0, WAL_HEADER_SIZE);
         memcpy(out, WAL_MAGIC, WAL_MAGIC_SIZE);
@@ -278,27 +285,54 @@ typedef struct Slice {
 } Slice;
 
 static int segment_scan_fd_slice(int fd, const char *name, uint64_t seq, uint64_t after_lsn,
-                                 uint64_t max_records, const Slice *slice, WalRecordFunc cb, void *userdata,
-                                 WalSegmentInfo *info, char *errbuf, size_t errbuf_size);
+                                 uint64_t max_records, uint64_t last_lsn, const Slice *slice,
+                                 WalRecordFunc cb, void *userdata, WalSegmentInfo *info, WalDamage *damage,
+                                 char *errbuf, size_t errbuf_size);
 
 /* Reads the open segment fd (name: for messages), which must be segment seq: checks the
- * header, then calls cb for each valid record with lsn > after_lsn, stopping at the first
- * invalid one or after max_records. Fills *info. Returns 0, cb's negative return or -errno. */
+ * header, then calls cb for each valid record with lsn > after_lsn among the segment's
+ * records: the first max_records when the file has room for them (the caller knows where
+ * they end), else up to the last valid or damaged one (wal.h). Damaged records are skipped;
+ * those with lsn > after_lsn are added to *damage (may be NULL) as they are met, before cb
+ * sees the next valid one. Fills *info. Returns 0, cb's negative return or -errno. */
 static int segment_scan_fd(int fd, const char *name, uint64_t seq, uint64_t after_lsn, uint64_t max_records,
-                           WalRecordFunc cb, void *userdata, WalSegmentInfo *info, char *errbuf,
-                           size_t errbuf_size) {
-        return segment_scan_fd_slice(fd, name, seq, after_lsn, max_records, NULL, cb, userdata, info, errbuf,
-                                     errbuf_size);
+                           WalRecordFunc cb, void *userdata, WalSegmentInfo *info, WalDamage *damage,
+                           char *errbuf, size_t errbuf_size) {
+        return segment_scan_fd_slice(fd, name, seq, after_lsn, max_records, UINT64_MAX, NULL, cb, userdata,
+                                     info, damage, errbuf, errbuf_size);
 }
 
-/* With slice, records outside it are skipped unread (their CRC unchecked): only for records
- * a scan without slice has already found valid, so a record in the slice that is not is an
- * error, not the end. */
+/* Counts the damaged records of segment seq from index from (lsn first_lsn + from) up to
+ * before index to, those with lsn > after_lsn into *damage (may be NULL), all into *info. */
+static void damage_add(WalSegmentInfo *info, WalDamage *damage, uint64_t seq, uint64_t first_lsn,
+                       uint64_t after_lsn, uint64_t from, uint64_t to) {
+        if (to <= from)
+                return;
+        if (info->damaged == 0)
+                info->first_damaged = from;
+        info->damaged += to - from;
+        if (!damage || first_lsn + to - 1 <= after_lsn)
+                return;
+        if (first_lsn + from <= after_lsn)
+                from = after_lsn + 1 - first_lsn;
+        if (damage->records == 0)
+                *damage =
+                        (WalDamage){ .first_seq = seq, .first_index = from, .first_lsn = first_lsn + from };
+        if (damage->segments == 0 || damage->last_seq != seq)
+                damage->segments++;
+        damage->last_seq = seq;
+        damage->records += to - from;
+}
+
+/* With slice, records outside it are skipped unread (their CRC unchecked), and so are
+ * invalid ones in it: only for records a scan without slice has already found (and counted
+ * the damaged ones of). */
 static int segment_scan_fd_slice(int fd, const char *name, uint64_t seq, uint64_t after_lsn,
-                                 uint64_t max_records, const Slice *slice, WalRecordFunc cb, void *userdata,
-                                 WalSegmentInfo *info, char *errbuf, size_t errbuf_size) {
-        uint64_t first_lsn, capacity, i;
-        bool damaged = false;
+                                 uint64_t max_records, uint64_t last_lsn, const Slice *slice,
+                                 WalRecordFunc cb, void *userdata, WalSegmentInfo *info, WalDamage *damage,
+                                 char *errbuf, size_t errbuf_size) {
+        uint64_t first_lsn, capacity, limit, i, end = 0;
+        bool known, torn = false;
         struct stat st;
         uint8_t *m;
         int r;
@@ -324,7 +358,12 @@ static int segment_scan_fd_slice(int fd, const char *name, uint64_t seq, uint64_
         if (r < 0)
                 goto finish;
         capacity = ((uint64_t) st.st_size - WAL_HEADER_SIZE) / WAL_RECORD_SIZE;
-        for (i = 0; i < capacity && i < max_records; i++) {
+        if (last_lsn != UINT64_MAX && (last_lsn < first_lsn || last_lsn - first_lsn < max_records))
+                max_records = last_lsn < first_lsn ? 0 : last_lsn - first_lsn + 1;
+        known = max_records <= capacity; /* every record up to max_records is one */
+        limit = known ? max_records : capacity;
+        *info = (WalSegmentInfo){ .seq = seq, .first_lsn = first_lsn, .capacity = capacity };
+        for (i = 0; i < limit; i++) {
                 const uint8_t *p = m + WAL_HEADER_SIZE + i * WAL_RECORD_SIZE;
                 WalPosition pos = { .seq = seq, .lsn = first_lsn + i };
                 CounterRecord rec;
@@ -332,40 +371,41 @@ static int segment_scan_fd_slice(int fd, const char *name, uint64_t seq, uint64_
                 if (slice) {
                         uint64_t hi = get_le64(p + 16); /* the id's hi, read before the CRC */
 
-                        if (hi < slice->hi_min || hi > slice->hi_max || pos.lsn <= after_lsn)
+                        if (hi < slice->hi_min || hi > slice->hi_max || pos.lsn <= after_lsn ||
+                            !record_decode(p, pos.lsn, &rec))
                                 continue;
-                        if (!record_decode(p, pos.lsn, &rec)) {
-                                set_error(errbuf, errbuf_size,
-                                          "%s: record %" PRIu64 " was valid and is no longer: the journal "
-                                          "changed while it was read",
-                                          name, pos.lsn);
-                                r = -EBADMSG;
-                                break;
-                        }
                         r = cb(&rec, &pos, userdata);
                         if (r < 0)
                                 break;
                         continue;
                 }
                 if (!record_decode(p, pos.lsn, &rec)) {
-                        damaged = !all_zero(p, WAL_RECORD_SIZE);
-                        break;
+                        if (!known && record_whole(p)) {
+                                damage_add(info, damage, seq, first_lsn, after_lsn, end, i + 1);
+                                end = i + 1;
+                        }
+                        continue;
                 }
+                damage_add(info, damage, seq, first_lsn, after_lsn, end, i); /* invalid since the last */
+                end = i + 1;
                 if (cb && pos.lsn > after_lsn) {
                         r = cb(&rec, &pos, userdata);
                         if (r < 0)
                                 break;
                 }
         }
-        *info = (WalSegmentInfo){
-                .seq = seq,
-                .first_lsn = first_lsn,
-                .records = i,
-                .capacity = capacity,
-                .file_size = (uint64_t) st.st_size,
-                .damaged_tail = damaged,
-                .end_offset = WAL_HEADER_SIZE + i * WAL_RECORD_SIZE,
-        };
+        if (r >= 0 && !slice) {
+                if (known) {
+                        damage_add(info, damage, seq, first_lsn, after_lsn, end, limit);
+                        end = limit;
+                } else
+                        torn = end < capacity &&
+                               !all_zero(m + WAL_HEADER_SIZE + end * WAL_RECORD_SIZE, WAL_RECORD_SIZE);
+        }
+        info->records = slice ? limit : end;
+        info->file_size = (uint64_t) st.st_size;
+        info->damaged_tail = torn;
+        info->end_offset = WAL_HEADER_SIZE + info->records * WAL_RECORD_SIZE;
         if (r > 0)
                 r = 0;
 finish:
@@ -373,13 +413,13 @@ finish:
         return r;
 }
 
-static int segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t max_records,
+static int segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t limit,
                         const Slice *slice, WalRecordFunc cb, void *userdata, WalSegmentInfo *ret_info,
                         char *errbuf, size_t errbuf_size);
 
-int wal_segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, WalRecordFunc cb, void *userdata,
-                     WalSegmentInfo *ret_info, char *errbuf, size_t errbuf_size) {
-        return segment_read(dir, seq, after_lsn, UINT64_MAX, NULL, cb, userdata, ret_info, errbuf,
+int wal_segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t last_lsn, WalRecordFunc cb,
+                     void *userdata, WalSegmentInfo *ret_info, char *errbuf, size_t errbuf_size) {
+        return segment_read(dir, seq, after_lsn, last_lsn, NULL, cb, userdata, ret_info, errbuf,
                             errbuf_size);
 }
 
@@ -392,7 +432,9 @@ int wal_segment_read_slice(const char *dir, uint64_t seq, uint64_t after_lsn, ui
                             userdata, NULL, errbuf, errbuf_size);
 }
 
-static int segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t max_records,
+/* Reads segment seq of dir: with slice, its first `limit` records; without, those up to lsn
+ * `limit` (UINT64_MAX: up to where they end). */
+static int segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t limit,
                         const Slice *slice, WalRecordFunc cb, void *userdata, WalSegmentInfo *ret_info,
                         char *errbuf, size_t errbuf_size) {
         char name[WAL_SEGMENT_NAME_MAX], path[PATH_MAX];
@@ -411,7 +453,8 @@ static int segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint6
                 set_error(errbuf, errbuf_size, "cannot open %s: %s", path, strerror(-r));
                 return r;
         }
-        r = segment_scan_fd_slice(fd, path, seq, after_lsn, max_records, slice, cb, userdata, &info, errbuf,
+        r = segment_scan_fd_slice(fd, path, seq, after_lsn, slice ? limit : UINT64_MAX,
+                                  slice ? UINT64_MAX : limit, slice, cb, userdata, &info, NULL, errbuf,
                                   errbuf_size);
         close(fd);
         if (r >= 0 && ret_info)
@@ -769,7 +812,8 @@ static int load_segments(Wal *w, uint64_t first_lsn, char *errbuf, size_t errbuf
                 }
         }
 
-        /* The last one: its valid records are what the journal holds; a torn tail stays behind. */
+        /* The last one: its records (up to its last valid or damaged one) are what the journal
+         * holds; a torn tail stays behind. */
         snprintf(path, sizeof path, "%s/%s", w->dir, wal_segment_name(seqs[n - 1], name));
         fd = openat(w->dir_fd, name, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
@@ -777,7 +821,8 @@ static int load_segments(Wal *w, uint64_t first_lsn, char *errbuf, size_t errbuf
                 set_error(errbuf, errbuf_size, "cannot open %s: %s", path, strerror(-r));
                 goto finish;
         }
-        r = segment_scan_fd(fd, path, seqs[n - 1], 0, UINT64_MAX, NULL, NULL, &info, errbuf, errbuf_size);
+        r = segment_scan_fd(fd, path, seqs[n - 1], 0, UINT64_MAX, NULL, NULL, &info, NULL, errbuf,
+                            errbuf_size);
         if (r >= 0 && fdatasync(fd) < 0) {
                 r = -errno;
                 set_error(errbuf, errbuf_size, "cannot sync %s: %s", path, strerror(-r));
@@ -927,6 +972,7 @@ int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata) {
         if (!w)
                 return -EINVAL;
         w->error[0] = 0;
+        w->damage = (WalDamage){};
         for (size_t i = 0; i < w->n_sealed && w->sealed[i].seq <= w->replay_last_seq; i++) {
                 const WalSegment *s = &w->sealed[i];
                 WalSegmentInfo info;
@@ -938,19 +984,23 @@ int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata) {
                 fd = openat(w->dir_fd, name, O_RDONLY | O_CLOEXEC);
                 if (fd < 0)
                         return wal_set_error(w, -errno, "cannot open %s: %s", path, strerror(errno));
-                r = segment_scan_fd(fd, path, s->seq, after_lsn, s->records, cb, userdata, &info, w->error,
-                                    sizeof w->error);
+                r = segment_scan_fd(fd, path, s->seq, after_lsn, s->records, cb, userdata, &info, &w->damage,
+                                    w->error, sizeof w->error);
                 close(fd);
                 if (r < 0)
                         return r;
                 if (info.first_lsn != s->first_lsn || info.records != s->records)
                         return wal_set_error(w, -EBADMSG,
-                                             "%s: damaged record at offset %" PRIu64 " (record %" PRIu64
-                                             " of %" PRIu64 ", lsn %" PRIu64 "): the journal is corrupt",
-                                             path, info.end_offset, info.records, s->records,
-                                             info.first_lsn + info.records);
+                                             "%s: the file has room for %" PRIu64 " records, but the "
+                                             "journal held %" PRIu64 " there when it was opened: the "
+                                             "journal is corrupt",
+                                             path, info.capacity, s->records);
         }
         return 0;
+}
+
+void wal_replay_damage(const Wal *w, WalDamage *ret) {
+        *ret = w ? w->damage : (WalDamage){};
 }
 
 /* Asks the kernel to start writing len bytes of the current segment at off to disk, without

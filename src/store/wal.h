@@ -32,9 +32,23 @@
  *   40 1  algorithm (CounterAlgorithm)
  *   41 3  zero
  *   44 4  CRC-32C of bytes 0..43
- * A record whose CRC, lsn or zero bytes are wrong ends the segment's records: the unwritten
- * rest of a preallocated segment is zeros (lsn 0 is never valid), a record torn by a crash
- * fails its CRC.
+ * A record is valid when its CRC, its lsn (the one its slot stands for) and its zero bytes
+ * are right. An invalid one is, by its look (record_whole() in wal.c):
+ *   empty    all zeros: never written (the unwritten rest of a preallocated segment)
+ *   torn     its lsn field or its CRC field still zero: a write a kill or a crash cut short
+ *            (the fields are written first and last, a disk sector holds at least one whole,
+ *            and what was not written reads as zeros)
+ *   damaged  written whole and wrong all the same: garbled on disk, or a valid record of
+ *            another slot (a copied block, a misdirected write)
+ * A segment's records run up to its last valid or damaged one (a sealed segment: up to where
+ * the next segment's first lsn says). Every invalid record among them is damaged: skipped and
+ * counted (WalDamage), never an end; the valid ones after it are read. What follows the
+ * records, empty or torn, is the tail a crash leaves, ignored without a word. Skipping is
+ * safe because a record holds its counter's whole state after a change and the lsn check
+ * keeps every valid record in its place: records are still applied in lsn order, so a later
+ * record of a counter supersedes a damaged one, and an older state is never applied after a
+ * newer one. What is lost is the change each damaged record held, for the counters without a
+ * later record.
  *
  * Segments are preallocated (posix_fallocate: a full disk is found when a segment is made,
  * never when a record is written) and mapped MAP_SHARED: an append is a memcpy, with no
@@ -54,11 +68,12 @@
  * end exactly where the next segment's first lsn says; anything else is corruption (-EBADMSG).
  *
  * Start-up: wal_open() seals the segments a previous run left (after syncing the last one)
- * and appends in a fresh segment whose first lsn follows the last valid record; a torn tail
- * stays behind it, ignored. A last segment without a valid record is replaced by the fresh
- * one instead. wal_replay() then reads those segments, in order. On a full disk there is no
- * room for the fresh segment: the journal opens without one, and appends fail (-ENOSPC) until
- * one can be made, exactly as when a running journal cannot make its next segment.
+ * and appends in a fresh segment whose first lsn follows the last segment's records (its last
+ * valid or damaged one); a torn tail stays behind it, ignored. A last segment without a
+ * record is replaced by the fresh one instead. wal_replay() then reads those segments, in
+ * order. On a full disk there is no room for the fresh segment: the journal opens without
+ * one, and appends fail (-ENOSPC) until one can be made, exactly as when a running journal
+ * cannot make its next segment.
  *
  * Threads: a Wal is used by one thread. wal_segment_read() reads a sealed segment by
  * directory and sequence number, touching no Wal, so a checkpoint thread can read what
@@ -124,12 +139,24 @@ typedef int (*WalRecordFunc)(const CounterRecord *r, const WalPosition *pos, voi
 typedef struct WalSegmentInfo {
         uint64_t seq;
         uint64_t first_lsn;
-        uint64_t records;    /* valid records, from the first */
-        uint64_t capacity;   /* records the file has room for */
-        uint64_t file_size;  /* bytes */
-        bool damaged_tail;   /* the records end in a non-zero invalid record (torn or garbled) */
-        uint64_t end_offset; /* byte offset where the records end */
+        uint64_t records;       /* slots up to the last valid or damaged record (wal.h's rules) */
+        uint64_t capacity;      /* records the file has room for */
+        uint64_t file_size;     /* bytes */
+        uint64_t damaged;       /* of those records, the damaged ones (skipped) */
+        uint64_t first_damaged; /* the index of the first of them in the segment, if any */
+        bool damaged_tail;      /* the records are followed by a torn one (a crash's, ignored) */
+        uint64_t end_offset;    /* byte offset where the records end */
 } WalSegmentInfo;
+
+/* The damaged records a wal_replay() skipped (those with lsn > its after_lsn). */
+typedef struct WalDamage {
+        uint64_t records;     /* how many */
+        uint64_t segments;    /* in how many segments */
+        uint64_t first_seq;   /* the first one: its segment, */
+        uint64_t first_index; /* its index there (0: the segment's first record) */
+        uint64_t first_lsn;   /* and the lsn of its slot */
+        uint64_t last_seq;    /* the last one's segment */
+} WalDamage;
 
 typedef struct WalStats {
         uint64_t segments;         /* in the journal: sealed + the current one (if ready) */
@@ -172,11 +199,15 @@ static inline void wal_closep(Wal **w) {
 
 /* Calls cb, in lsn order, for each valid record with lsn > after_lsn of the segments that
  * existed when wal_open() ran (the previous runs' journal, less what wal_release() deleted).
- * after_lsn: the last lsn the checkpoint holds (0: all). Returns 0, cb's negative return, or
- * -EBADMSG when a sealed segment's records end before the next segment begins (a damaged
- * record, the sentence in wal_error() names file and offset). The records that end the LAST
- * of those segments early are a torn tail, not an error. */
+ * after_lsn: the last lsn the checkpoint holds (0: all). Damaged records (the rules above)
+ * are skipped and counted: wal_replay_damage() says how many and where, also from inside cb
+ * (the count so far). Returns 0, cb's negative return, or -EBADMSG when a segment's file is
+ * now too short for the records wal_open() found there (the sentence in wal_error() names
+ * it). */
 int wal_replay(Wal *w, uint64_t after_lsn, WalRecordFunc cb, void *userdata);
+
+/* The damaged records the last wal_replay() skipped (so far, when called from its cb). */
+void wal_replay_damage(const Wal *w, WalDamage *ret);
 
 /* Appends n records, in order, all or none: when they do not fit in the current segment it
  * is sealed and the next one becomes current first (made larger than segment_size if n
@@ -248,18 +279,21 @@ int wal_get_stats(const Wal *w, WalStats *ret);
 const char *wal_error(const Wal *w);
 
 /* Reads segment seq of dir: checks its header and calls cb (may be NULL) for each valid
- * record with lsn > after_lsn, up to the first invalid one. Touches no Wal: any thread may
- * read a sealed segment. ret_info (may be NULL) says what was found. Returns 0, cb's
+ * record with after_lsn < lsn <= last_lsn, skipping damaged ones (the rules above). last_lsn:
+ * where the segment's records end, when the caller knows it (wal_sealed_last_lsn(); every
+ * invalid record up to it is then damaged, and the rest of the file is not read), or
+ * UINT64_MAX: the records end after the last valid or damaged one. Touches no Wal: any thread
+ * may read a sealed segment. ret_info (may be NULL) says what was found. Returns 0, cb's
  * negative return, -ENOENT, -EBADMSG (damaged or foreign header), -EPROTO (another format
  * version), or -errno; a sentence goes to errbuf. */
-int wal_segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, WalRecordFunc cb, void *userdata,
-                     WalSegmentInfo *ret_info, char *errbuf, size_t errbuf_size);
+int wal_segment_read(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t last_lsn, WalRecordFunc cb,
+                     void *userdata, WalSegmentInfo *ret_info, char *errbuf, size_t errbuf_size);
 
-/* For the passes of a checkpoint over records wal_segment_read() found valid: reads the first
- * `records` records of segment seq and calls cb for those with lsn > after_lsn whose id.hi is
- * in [hi_min, hi_max], checking the CRC of those only (the others cost a load of 8 bytes).
- * Returns 0, cb's negative return, -EBADMSG if a record of the slice is not valid (the
- * segment changed since), or -errno. */
+/* For the passes of a checkpoint over records wal_segment_read() found: reads the first
+ * `records` records of segment seq and calls cb for the valid ones with lsn > after_lsn whose
+ * id.hi is in [hi_min, hi_max], checking the CRC of those only (the others cost a load of 8
+ * bytes); a record of the slice that is not valid is a damaged one wal_segment_read() counted,
+ * skipped. Returns 0, cb's negative return, or -errno. */
 int wal_segment_read_slice(const char *dir, uint64_t seq, uint64_t after_lsn, uint64_t records,
                            uint64_t hi_min, uint64_t hi_max, WalRecordFunc cb, void *userdata, char *errbuf,
                            size_t errbuf_size);

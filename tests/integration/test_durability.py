@@ -29,6 +29,11 @@ tmpfs with room for the journal but not for data.mdb: LMDB's write fails, hits g
 Restart: counters survive a clean SIGTERM restart from the journal alone (no checkpoint ever
 ran), and after a checkpoint released the journal (fewer wal-* files), from LMDB.
 
+JournalDamage: one flipped bit in one record (the first, a middle, the last; of the last
+segment and of an earlier one) after 2200 acknowledged --sync=always hits and a SIGKILL: the
+restart replays every valid record after it, so exactly one acknowledged hit is lost (the
+damaged record's), and the damage is in the log at error level, the metric and STATUS=.
+
 Run one test:  tests/integration/test_durability.py Kill.test_kill_sync_always
 """
 
@@ -642,6 +647,79 @@ class Restart(_Counters, harness.DaemonTestCase):
                "after a checkpoint left %d segments (%d KiB -> %d KiB)" %
                (len(hits), sum(hits.values()), len(journal), len(after), sum(before.values()) >> 10,
                 sum(after.values()) >> 10))
+
+
+WAL_HEADER_SIZE, WAL_RECORD_SIZE = 64, 48  # bytes (src/store/wal.h)
+
+
+def segment_first_lsn(db, seq):
+    """The lsn of segment seq's first record, from its header (bytes 24..31, little-endian)."""
+    with open(os.path.join(db, "wal-%016x.divvyd" % seq), "rb") as f:
+        return int.from_bytes(f.read(WAL_HEADER_SIZE)[24:32], "little")
+
+
+class JournalDamage(_Counters, harness.DaemonTestCase):
+    """One flipped bit in one journal record after acknowledged --sync=always hits and a
+    SIGKILL: the restart replays every valid record after it, so exactly the one counter
+    whose only record was damaged loses its hit, and the damage is in the log (error level:
+    segment, record, count), the metric and STATUS=."""
+
+    HITS = 2200  # one new counter each, one record each: lsn i + 1 is key i. 64K segments hold
+    # 1364 records, so the journal is a full segment 1 and a last segment 2 of ~800
+
+    def _case(self, config, tmp, where, pick):
+        db = os.path.join(tmp, "db-" + where)
+        port = harness.free_tcp_port()
+        args = ["--sync", "always", "--journal-segment-size", "64K", "--http-port", str(port)] + NEVER
+        d = self.start_daemon(config, listen=("unix",), db=db, args=args)
+        keys = ["jd-%d" % i for i in range(self.HITS)]
+        acked = [k for k, r in zip(keys, self._hit_all(d, keys, "hits"))
+                 if (harness.parse_ok(r) or (None,))[0]]
+        self.assertEqual(len(acked), self.HITS)
+        self.assertEqual(d.stop(signal.SIGKILL), -signal.SIGKILL)
+
+        segs = sorted(segments(db))
+        self.assertGreaterEqual(len(segs), 2, "the hits fill more than one segment")
+        firsts = [segment_first_lsn(db, q) for q in segs] + [self.HITS + 1]
+        k = segs.index(segs[-1] if where.startswith("last") else segs[0])
+        seq, n = segs[k], firsts[k + 1] - firsts[k]
+        index = pick(n)
+        lsn = firsts[k] + index
+        name = "wal-%016x.divvyd" % seq
+        with open(os.path.join(db, name), "r+b") as f:
+            off = WAL_HEADER_SIZE + index * WAL_RECORD_SIZE + 30  # the state: neither lsn nor CRC
+            f.seek(off)
+            b = f.read(1)[0]
+            f.seek(off)
+            f.write(bytes([b ^ 0x01]))
+
+        d2 = self.start_daemon(config, listen=("unix",), db=db, args=args)
+        replies = self._hit_all(d2, keys, "after the damage")
+        lost = [k for k, r in zip(keys, replies) if harness.parse_ok(r)[:2] == (True, LIMIT - 1)]
+        self.assertEqual(lost, [keys[lsn - 1]], "%s: %d of %d acknowledged hits lost, expected only the "
+                         "damaged record's (lsn %d)\n%s" % (where, len(lost), len(acked), lsn, d2.log_tail()))
+        self.assertIn("<3>Journal damaged: %s/%s: record %d (lsn %d) is damaged; 1 damaged journal record "
+                      "skipped in 1 segment at start: " % (db, name, index, lsn), d2.log_text())
+        samples = harness.prometheus_samples(harness.http_get(port)[2])
+        self.assertEqual(samples["divvyd_journal_damaged_records_total"], 1)
+        d2.wait_note(re.compile(r"^STATUS=Serving .*journal \d+ MiB \(1 damaged records skipped at start\), "),
+                     what="STATUS= with the damage")
+        self.assertEqual(d2.stop(), 0)  # checkpoints what was replayed: the damage is gone
+        d3 = self.start_daemon(config, listen=("unix",), db=db, args=args)
+        self.assertEqual(harness.prometheus_samples(harness.http_get(port)[2])["divvyd_journal_damaged_records_total"], 0)
+        self.assertEqual(d3.stop(), 0)
+        self.assertNotIn("Journal damaged", d3.log_text())
+        return "%s record %d of %d (%s): 1 of %d acknowledged hits lost" % (where, index, n, name, len(acked))
+
+    def test_damaged_record(self):
+        tmp, config = rules_file(self)
+        out = []
+        for where, pick in (("last segment, first", lambda n: 0), ("last segment, record 10", lambda n: 10),
+                            ("last segment, last", lambda n: n - 1), ("earlier segment, first", lambda n: 0),
+                            ("earlier segment, middle", lambda n: n // 2),
+                            ("earlier segment, last", lambda n: n - 1)):
+            out.append(self._case(config, tmp, where.replace(" ", "-").replace(",", ""), pick))
+        report("journal-damage", "; ".join(out))
 
 
 if __name__ == "__main__":

@@ -811,6 +811,112 @@ START_TEST (test_journal_gap_refused) {
 }
 END_TEST
 
+/* A child applies one hit on each of the keys, one batch each (record i of the journal's
+ * first segment is keys[i]'s new state, lsn i + 1), and is killed. */
+static void hit_keys_and_kill(const char *const *keys, size_t n) {
+        pid_t pid;
+        int status;
+
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                Store *s = open_store();
+
+                for (size_t i = 0; i < n; i++) {
+                        StoreHit h = mkhit(RULE_A, keys[i], strlen(keys[i]), 1000, 3600);
+
+                        if (store_apply(s, &h, 1, T0) < 0)
+                                _exit(1);
+                }
+                raise(SIGKILL);
+                _exit(2);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFSIGNALED(status));
+}
+
+/* Flips a bit in the middle of record index of the journal's segment seq. */
+static void flip_record(uint64_t seq, uint64_t index) {
+        char path[PATH_MAX], name[WAL_SEGMENT_NAME_MAX];
+        off_t off = (off_t) (WAL_HEADER_SIZE + index * WAL_RECORD_SIZE + 30);
+        uint8_t b;
+        int fd;
+
+        snprintf(path, sizeof path, "%s/db/%s", tmpdir, wal_segment_name(seq, name));
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+        b ^= 0x04;
+        ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+        close(fd);
+}
+
+/* Damaged journal records after a kill: the store opens, every valid record after them is
+ * replayed (a counter with a later record is exact), only the counters whose last record is
+ * damaged lose that change, and the damage is named and counted. The first record after the
+ * checkpoint damaged is not a journal from another time. */
+START_TEST (test_journal_damage_replayed_past) {
+        static const char *const keys[] = { "k0", "k1", "k2", "k3", "k4", "k5", "k0", "k6" };
+        char err[ERRBUF] = "";
+        Store *s;
+
+        hit_keys_and_kill(keys, 8);
+        flip_record(1, 0); /* k0's first state: superseded by record 6 */
+        flip_record(1, 4); /* k4's only one: lost */
+        s = open_store();
+        ck_assert_uint_eq(stats(s).journal_damaged_records, 2);
+        ck_assert_msg(strstr(store_journal_damage(s),
+                             "/db/wal-0000000000000001.divvyd: record 0 (lsn 1) is damaged; 2 damaged "
+                             "journal records skipped in 1 segment at start: "),
+                      "%s", store_journal_damage(s));
+        ck_assert_uint_eq(stat_counters(s), 6); /* k0-k6 but k4 */
+        expect_hit(s, RULE_A, "k0", 2, 1000, 3600, T0, true, 1000 - 3, 3600);
+        expect_hit(s, RULE_A, "k4", 2, 1000, 3600, T0, true, 1000 - 1, 3600);
+        expect_hit(s, RULE_A, "k5", 2, 1000, 3600, T0, true, 1000 - 2, 3600);
+        expect_hit(s, RULE_A, "k6", 2, 1000, 3600, T0, true, 1000 - 2, 3600);
+        store_close(s); /* checkpoints what was replayed: the damage is behind us */
+        s = open_store();
+        ck_assert_uint_eq(stats(s).journal_damaged_records, 0);
+        ck_assert_str_eq(store_journal_damage(s), "");
+        expect_hit(s, RULE_A, "k6", 2, 1000, 3600, T0, true, 1000 - 3, 3600);
+        store_close(s);
+
+        /* a journal whose only record after the checkpoint is damaged */
+        remove_tmpdir();
+        make_tmpdir();
+        hit_keys_and_kill(keys, 1);
+        flip_record(1, 0);
+        ck_assert_int_eq(try_open(err, sizeof err), 0);
+}
+END_TEST
+
+/* A record damaged in the journal written since open: the checkpoint skips it, names it and
+ * counts it; the checkpoint lacks that change (a later record of the counter would bring it
+ * back, from the table's state), so a restart loses it. */
+START_TEST (test_journal_damage_at_checkpoint) {
+        static const char *const keys[] = { "k0", "k1", "k2", "k3", "k4" };
+        Store *s = open_store();
+
+        for (size_t i = 0; i < 5; i++)
+                expect_hit(s, RULE_A, keys[i], 2, 1000, 3600, T0, true, 1000 - 1, 3600);
+        flip_record(1, 2);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        ck_assert_uint_eq(stats(s).journal_damaged_records, 1);
+        ck_assert_msg(
+                strstr(store_journal_damage(s),
+                       "/db/wal-0000000000000001.divvyd: record 2 (lsn 3) is damaged; 1 damaged journal "
+                       "record skipped in 1 segment by a checkpoint of the journal written since start: "),
+                "%s", store_journal_damage(s));
+        expect_hit(s, RULE_A, "k3", 2, 1000, 3600, T0, true, 1000 - 2, 3600);
+        store_close(s);
+        s = open_store();
+        ck_assert_uint_eq(stats(s).journal_damaged_records, 0);
+        expect_hit(s, RULE_A, "k2", 2, 1000, 3600, T0, true, 1000 - 1, 3600); /* its hit is lost */
+        expect_hit(s, RULE_A, "k3", 2, 1000, 3600, T0, true, 1000 - 3, 3600);
+        store_close(s);
+}
+END_TEST
+
 static int collect_one(const CounterRecord *r, void *u) {
         *(CounterRecord *) u = *r;
         return 0;
@@ -1803,6 +1909,8 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_kill_child);
         tcase_add_test(tc, test_migrate_v1);
         tcase_add_test(tc, test_journal_gap_refused);
+        tcase_add_test(tc, test_journal_damage_replayed_past);
+        tcase_add_test(tc, test_journal_damage_at_checkpoint);
         tcase_add_test(tc, test_format_v1_layout);
         tcase_add_test(tc, test_format_v1_counters);
         tcase_add_test(tc, test_id_key);

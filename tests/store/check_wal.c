@@ -312,27 +312,44 @@ static void write_twenty(void) {
         wal_close(w);
 }
 
-START_TEST (test_torn_tail_garbled) {
+START_TEST (test_torn_tail) {
+        static const struct {
+                size_t at, len; /* the bytes of record 19 a crash left unwritten (zeros) */
+        } torn[] = {
+                { 20, 28 }, /* the write stopped in the middle: no CRC */
+                { 44, 4 },  /* everything but the CRC */
+                { 0, 24 },  /* a sector written without the one before it: no lsn */
+        };
+        uint8_t zeros[WAL_RECORD_SIZE] = {}, saved[WAL_RECORD_SIZE];
         char path[PATH_MAX];
         WalSegmentInfo info;
+        WalDamage d;
         char err[ERRBUF];
-        uint8_t junk = 0x5a;
         Wal *w;
 
         write_twenty();
         seg_path(path, sizeof path, 1);
-        /* a byte in the middle of the last record, as a torn write leaves it */
-        write_file(path, &junk, 1, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE + 20);
-        ck_assert_int_eq(wal_segment_read(tmpdir, 1, 0, NULL, NULL, &info, err, sizeof err), 0);
-        ck_assert_uint_eq(info.records, 19);
-        ck_assert(info.damaged_tail);
-        ck_assert_uint_eq(info.end_offset, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE);
+        read_file(path, saved, sizeof saved, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE);
+        for (size_t k = 0; k < sizeof torn / sizeof *torn; k++) {
+                write_file(path, saved, sizeof saved, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE);
+                write_file(path, zeros, torn[k].len, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE + torn[k].at);
+                ck_assert_int_eq(
+                        wal_segment_read(tmpdir, 1, 0, UINT64_MAX, NULL, NULL, &info, err, sizeof err), 0);
+                ck_assert_uint_eq(info.records, 19);
+                ck_assert(info.damaged_tail);
+                ck_assert_uint_eq(info.damaged, 0);
+                ck_assert_uint_eq(info.end_offset, WAL_HEADER_SIZE + 19 * WAL_RECORD_SIZE);
+        }
 
-        /* replay stops exactly there; later appends follow it and are replayed next time */
+        /* replay stops exactly there, quietly; later appends follow it and are replayed next time */
         w = open_and_expect(SEG_SIZE, 1, 19);
+        wal_replay_damage(w, &d);
+        ck_assert_uint_eq(d.records, 0);
         append_range(w, 19, 25, 5);
         wal_close(w);
         w = open_and_expect(SEG_SIZE, 1, 44);
+        wal_replay_damage(w, &d);
+        ck_assert_uint_eq(d.records, 0);
         wal_close(w);
 }
 END_TEST
@@ -356,24 +373,20 @@ START_TEST (test_sealed_corruption) {
         uint8_t junk = 0xff;
         char path[PATH_MAX];
         char err[ERRBUF];
-        Seen s = {};
         Wal *w;
-        int r;
 
         w = open_wal(SEG_SIZE);
         append_range(w, 0, 35, 5); /* segments 1-3 full, 4 has 5 */
         wal_close(w);
 
-        /* record 3 of segment 2 (a sealed one) garbled */
-        seg_path(path, sizeof path, 2);
-        write_file(path, &junk, 1, WAL_HEADER_SIZE + 3 * WAL_RECORD_SIZE + 30);
+        /* a sealed segment cut short between the open and the replay: its records are gone */
         w = open_wal(SEG_SIZE);
-        r = wal_replay(w, 0, collect, &s);
-        ck_assert_int_eq(r, -EBADMSG);
-        ck_assert_ptr_nonnull(strstr(wal_error(w), "wal-0000000000000002.divvyd"));
-        ck_assert_ptr_nonnull(strstr(wal_error(w), "offset 208")); /* 64 + 3 * 48 */
-        ck_assert_uint_eq(s.n, 13);                                /* up to the damage, nothing after */
-        seen_done(&s);
+        seg_path(path, sizeof path, 2);
+        ck_assert_int_eq(truncate(path, WAL_HEADER_SIZE + 3 * WAL_RECORD_SIZE + 30), 0);
+        ck_assert_int_eq(wal_replay(w, 0, NULL, NULL), -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(wal_error(w), "wal-0000000000000002.divvyd: the file has room for 3 "
+                                                   "records, but the journal held 10 there when it was "
+                                                   "opened"));
         wal_close(w);
 
         /* a damaged header of a sealed segment: refused at open */
@@ -386,6 +399,268 @@ START_TEST (test_sealed_corruption) {
         ck_assert_int_eq(unlink(path), 0);
         ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
         ck_assert_ptr_nonnull(strstr(err, "wal-0000000000000003.divvyd is missing"));
+
+        /* cut short before the open: refused there */
+        seg_path(path, sizeof path, 1);
+        ck_assert_int_eq(truncate(path, WAL_HEADER_SIZE + 3 * WAL_RECORD_SIZE + 30), 0);
+        ck_assert_int_eq(wal_open(tmpdir, NULL, &w, err, sizeof err), -EBADMSG);
+        ck_assert_ptr_nonnull(strstr(err,
+                                     "wal-0000000000000002.divvyd: the header says its first record is 11, "
+                                     "which does not follow segment 0000000000000001"));
+}
+END_TEST
+
+/* ---- damaged records (wal.h): skipped and counted, never the end of the journal ---- */
+
+/* Opens the journal of 35 records (rec(0) .. rec(34), lsn 1 .. 35, SEG_RECORDS a segment)
+ * and replays it: every record but those at lsn skip[0 .. n_skip - 1] must be delivered, in
+ * order, with its lsn, and the damage must be n_skip records, the first at first_seq,
+ * first_index. Returns the open Wal. */
+static Wal *expect_damaged(const uint64_t *skip, size_t n_skip, uint64_t first_seq, uint64_t first_index) {
+        Wal *w = open_wal(SEG_SIZE);
+        uint64_t lsn = 1;
+        WalDamage d;
+        WalStats st;
+        Seen s = {};
+        size_t k = 0;
+
+        ck_assert_int_eq(wal_replay(w, 0, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 35 - n_skip);
+        for (size_t i = 0; i < s.n; i++, lsn++) {
+                CounterRecord e;
+
+                while (k < n_skip && lsn == skip[k])
+                        lsn++, k++;
+                e = rec(lsn - 1);
+                ck_assert_msg(rec_eq(&s.r[i], &e), "record of lsn %" PRIu64 " differs", lsn);
+                ck_assert_uint_eq(s.pos[i].lsn, lsn);
+                ck_assert_uint_eq(s.pos[i].seq, (lsn - 1) / SEG_RECORDS + 1);
+        }
+        seen_done(&s);
+        wal_replay_damage(w, &d);
+        ck_assert_uint_eq(d.records, n_skip);
+        if (n_skip <= 1)
+                ck_assert_uint_eq(d.segments, n_skip);
+        if (n_skip > 0) {
+                ck_assert_uint_eq(d.first_seq, first_seq);
+                ck_assert_uint_eq(d.first_index, first_index);
+                ck_assert_uint_eq(d.first_lsn, (first_seq - 1) * SEG_RECORDS + first_index + 1);
+        }
+        /* new records never reuse the lsn of one after the damage */
+        ck_assert_int_eq(wal_get_stats(w, &st), 0);
+        ck_assert_uint_eq(st.next_lsn, 36);
+        return w;
+}
+
+static void write_35(void) {
+        Wal *w = open_wal(SEG_SIZE);
+
+        append_range(w, 0, 35, 5); /* segments 1-3 full, 4 (the last) has 5 */
+        wal_close(w);
+}
+
+/* One flipped bit, in the middle of a record (neither its lsn nor its CRC): at the first, a
+ * middle and the last record of the last segment (4) and of an earlier one (2). The records
+ * after it are replayed, the damaged one is counted, at every open until a release. */
+START_TEST (test_damage_bit_flip) {
+        static const struct {
+                uint64_t seq, index, records; /* the segment, the record, its records */
+        } at[] = {
+                { 4, 0, 5 }, { 4, 2, 5 }, { 4, 4, 5 }, { 2, 0, 10 }, { 2, 4, 10 }, { 2, 9, 10 },
+        };
+        char path[PATH_MAX];
+
+        write_35();
+        for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+                off_t off = (off_t) (WAL_HEADER_SIZE + at[k].index * WAL_RECORD_SIZE + 30);
+                uint64_t skip = (at[k].seq - 1) * SEG_RECORDS + at[k].index + 1;
+                WalSegmentInfo info;
+                char err[ERRBUF];
+                uint8_t b;
+
+                seg_path(path, sizeof path, at[k].seq);
+                read_file(path, &b, 1, off);
+                b ^= 0x10;
+                write_file(path, &b, 1, off);
+                ck_assert_int_eq(wal_segment_read(tmpdir, at[k].seq, 0, UINT64_MAX, NULL, NULL, &info, err,
+                                                  sizeof err),
+                                 0);
+                ck_assert_uint_eq(info.records, at[k].records);
+                ck_assert_uint_eq(info.damaged, 1);
+                ck_assert_uint_eq(info.first_damaged, at[k].index);
+                wal_close(expect_damaged(&skip, 1, at[k].seq, at[k].index));
+                wal_close(expect_damaged(&skip, 1, at[k].seq, at[k].index)); /* the same again */
+                b ^= 0x10;
+                write_file(path, &b, 1, off);
+                wal_close(expect_damaged(NULL, 0, 0, 0));
+        }
+}
+END_TEST
+
+/* Record index of segment seq: reads it into b, or writes b over it. */
+static void record_io(uint64_t seq, uint64_t index, uint8_t b[static WAL_RECORD_SIZE], bool write) {
+        char path[PATH_MAX];
+        off_t off = (off_t) (WAL_HEADER_SIZE + index * WAL_RECORD_SIZE);
+
+        seg_path(path, sizeof path, seq);
+        if (write)
+                write_file(path, b, WAL_RECORD_SIZE, off);
+        else
+                read_file(path, b, WAL_RECORD_SIZE, off);
+}
+
+/* Records 1 and 2 of the last segment damaged, then more appended and the journal opened
+ * again: the new records follow the last one of the damaged segment (not the damage), so a
+ * later open replays all of them, and a replay after a checkpoint's lsn counts only the
+ * damage after it. */
+START_TEST (test_damage_appends_after) {
+        uint64_t skip[2] = { 32, 33 };
+        char path[PATH_MAX];
+        CounterRecord e;
+        uint8_t b = 0;
+        WalDamage d;
+        Seen s = {};
+        Wal *w;
+
+        write_35();
+        seg_path(path, sizeof path, 4);
+        for (int k = 1; k <= 2; k++) /* in the id: one byte zeroed */
+                write_file(path, &b, 1, WAL_HEADER_SIZE + (off_t) k * WAL_RECORD_SIZE + 9);
+        w = expect_damaged(skip, 2, 4, 1);
+        append_range(w, 35, 5, 5);
+        wal_close(w);
+
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(wal_replay(w, 0, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 38);
+        ck_assert_uint_eq(s.pos[37].lsn, 40);
+        e = rec(39);
+        ck_assert(rec_eq(&s.r[37], &e));
+        seen_done(&s);
+        /* after lsn 33 (a checkpoint that holds it): no damage left to report */
+        ck_assert_int_eq(wal_replay(w, 33, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 7);
+        ck_assert_uint_eq(s.pos[0].lsn, 34);
+        seen_done(&s);
+        wal_replay_damage(w, &d);
+        ck_assert_uint_eq(d.records, 0);
+        ck_assert_uint_eq(d.segments, 0);
+        ck_assert_uint_eq(d.first_lsn, 0);
+        /* after lsn 32: only the second damaged one counts */
+        ck_assert_int_eq(wal_replay(w, 32, collect, &s), 0);
+        ck_assert_uint_eq(s.n, 7);
+        seen_done(&s);
+        wal_replay_damage(w, &d);
+        ck_assert_uint_eq(d.records, 1);
+        ck_assert_uint_eq(d.segments, 1);
+        ck_assert_uint_eq(d.first_index, 2);
+        ck_assert_uint_eq(d.first_lsn, 33);
+        wal_close(w);
+}
+END_TEST
+
+/* A record never written (zeros) or torn is damage, not an end, where records follow it or
+ * where the next segment's header says the segment's records go on: here the last record of
+ * an earlier segment, and one in the middle of the last segment. */
+START_TEST (test_damage_unwritten) {
+        uint8_t saved[WAL_RECORD_SIZE], zeros[WAL_RECORD_SIZE] = {};
+        static const struct {
+                uint64_t seq, index;
+                size_t at, len; /* the bytes zeroed */
+        } at[] = {
+                { 2, 9, 0, WAL_RECORD_SIZE },
+                { 2, 9, 44, 4 },
+                { 4, 2, 0, WAL_RECORD_SIZE },
+                { 4, 2, 0, 8 },
+        };
+
+        write_35();
+        for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+                uint64_t skip = (at[k].seq - 1) * SEG_RECORDS + at[k].index + 1;
+                uint8_t b[WAL_RECORD_SIZE];
+
+                record_io(at[k].seq, at[k].index, saved, false);
+                memcpy(b, saved, sizeof b);
+                memcpy(b + at[k].at, zeros, at[k].len);
+                record_io(at[k].seq, at[k].index, b, true);
+                wal_close(expect_damaged(&skip, 1, at[k].seq, at[k].index));
+                record_io(at[k].seq, at[k].index, saved, true);
+        }
+}
+END_TEST
+
+/* A valid record in another record's slot (a copied block, a misdirected write): its CRC is
+ * right, its lsn is not the slot's. It is damage, never replayed as the slot's record (that
+ * would put its counter back to the older state after the records between). In the last
+ * segment, as its last record (written whole: damage, not a torn tail), in an earlier one,
+ * and from another segment. */
+START_TEST (test_damage_misplaced_record) {
+        static const struct {
+                uint64_t seq, from, to, from_seq;
+        } at[] = {
+                { 4, 1, 3, 4 },
+                { 4, 0, 4, 4 },
+                { 2, 3, 7, 2 },
+                { 1, 0, 3, 2 },
+        };
+
+        write_35();
+        for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+                uint8_t saved[WAL_RECORD_SIZE], b[WAL_RECORD_SIZE];
+                uint64_t skip = (at[k].seq - 1) * SEG_RECORDS + at[k].to + 1;
+
+                record_io(at[k].seq, at[k].to, saved, false);
+                record_io(at[k].from_seq, at[k].from, b, false);
+                record_io(at[k].seq, at[k].to, b, true);
+                wal_close(expect_damaged(&skip, 1, at[k].seq, at[k].to));
+                record_io(at[k].seq, at[k].to, saved, true);
+                wal_close(expect_damaged(NULL, 0, 0, 0));
+        }
+}
+END_TEST
+
+static void put32(uint8_t *p, uint32_t v) {
+        for (int i = 0; i < 4; i++)
+                p[i] = (uint8_t) (v >> (8 * i));
+}
+
+/* A record with a right CRC over a wrong field (an unknown algorithm, a non-zero reserved
+ * byte) is damage too; and damage in two segments is counted in both. */
+START_TEST (test_damage_fields_and_segments) {
+        uint8_t saved[WAL_RECORD_SIZE], b[WAL_RECORD_SIZE];
+        uint64_t skip[2] = { 6, 33 };
+        WalDamage d;
+        Wal *w;
+
+        write_35();
+        for (int k = 0; k < 4; k++) {
+                record_io(1, 5, saved, false);
+                memcpy(b, saved, sizeof b);
+                if (k < 3)
+                        b[41 + k] = 1;
+                else
+                        b[40] = _COUNTER_ALGORITHM_MAX;
+                put32(b + 44, crc32c_ref(b, 44));
+                record_io(1, 5, b, true);
+                wal_close(expect_damaged(skip, 1, 1, 5));
+                record_io(1, 5, saved, true);
+        }
+        /* two segments: the first and the last damaged record are named */
+        record_io(1, 5, b, true);
+        record_io(4, 2, saved, false);
+        saved[10] ^= 1;
+        record_io(4, 2, saved, true);
+        w = open_wal(SEG_SIZE);
+        ck_assert_int_eq(wal_replay(w, 0, NULL, NULL), 0);
+        wal_replay_damage(w, &d);
+        ck_assert_uint_eq(d.records, 2);
+        ck_assert_uint_eq(d.segments, 2);
+        ck_assert_uint_eq(d.first_seq, 1);
+        ck_assert_uint_eq(d.first_index, 5);
+        ck_assert_uint_eq(d.first_lsn, skip[0]);
+        ck_assert_uint_eq(d.last_seq, 4);
+        wal_close(w);
+        wal_close(expect_damaged(skip, 2, 1, 5)); /* the same records, as expect_damaged() sees them */
 }
 END_TEST
 
@@ -460,7 +735,8 @@ START_TEST (test_release) {
         for (uint64_t q = 1; q <= 2; q++) {
                 char err[ERRBUF];
 
-                ck_assert_int_eq(wal_segment_read(tmpdir, q, 0, collect, &s, NULL, err, sizeof err), 0);
+                ck_assert_int_eq(
+                        wal_segment_read(tmpdir, q, 0, UINT64_MAX, collect, &s, NULL, err, sizeof err), 0);
         }
         ck_assert_uint_eq(s.n, 20);
         ck_assert_uint_eq(s.pos[19].lsn, 20);
@@ -736,7 +1012,7 @@ START_TEST (test_write_appends_same_bytes) {
         /* the open segment, read as the checkpoint thread reads a segment */
         wal_current(wb, NULL, &seq, NULL);
         ck_assert_uint_ge(seq, 3);
-        ck_assert_int_eq(wal_segment_read(b, seq, 0, NULL, NULL, &info, NULL, 0), 0);
+        ck_assert_int_eq(wal_segment_read(b, seq, 0, UINT64_MAX, NULL, NULL, &info, NULL, 0), 0);
         ck_assert_uint_gt(info.records, 0);
         ck_assert(!info.damaged_tail);
         ck_assert_uint_eq(info.first_lsn + info.records, n + 1);
@@ -1065,12 +1341,13 @@ START_TEST (test_first_lsn_and_leftovers) {
         ck_assert(!exists(path));
         append_range(w, 0, 4, 4);
         wal_close(w);
-        ck_assert_int_eq(wal_segment_read(tmpdir, 1, 0, NULL, NULL, &info, err, sizeof err), 0);
+        ck_assert_int_eq(wal_segment_read(tmpdir, 1, 0, UINT64_MAX, NULL, NULL, &info, err, sizeof err), 0);
         ck_assert_uint_eq(info.first_lsn, 1000);
         ck_assert_uint_eq(info.records, 4);
         ck_assert_uint_eq(info.capacity, SEG_RECORDS);
         ck_assert(!info.damaged_tail);
-        ck_assert_int_eq(wal_segment_read(tmpdir, 9, 0, NULL, NULL, &info, err, sizeof err), -ENOENT);
+        ck_assert_int_eq(wal_segment_read(tmpdir, 9, 0, UINT64_MAX, NULL, NULL, &info, err, sizeof err),
+                         -ENOENT);
         wal_close(open_and_expect(SEG_SIZE, 1000, 4)); /* first_lsn only counts for an empty one */
 }
 END_TEST
@@ -1107,8 +1384,8 @@ static void *checkpoint_thread(void *userdata) {
                 uint64_t handed = atomic_load(&c->handed), seq = atomic_load(&c->read_to);
 
                 for (; seq < handed; seq++) {
-                        c->error = wal_segment_read(tmpdir, seq + 1, 0, checkpoint_record, c, NULL, err,
-                                                    sizeof err);
+                        c->error = wal_segment_read(tmpdir, seq + 1, 0, UINT64_MAX, checkpoint_record, c,
+                                                    NULL, err, sizeof err);
                         if (c->error < 0)
                                 return NULL;
                         atomic_store(&c->read_to, seq + 1);
@@ -1158,9 +1435,14 @@ static Suite *wal_suite(void) {
         tcase_add_test(tc, test_layout);
         tcase_add_test(tc, test_round_trip);
         tcase_add_test(tc, test_rotations);
-        tcase_add_test(tc, test_torn_tail_garbled);
+        tcase_add_test(tc, test_torn_tail);
         tcase_add_test(tc, test_torn_tail_truncated);
         tcase_add_test(tc, test_sealed_corruption);
+        tcase_add_test(tc, test_damage_bit_flip);
+        tcase_add_test(tc, test_damage_appends_after);
+        tcase_add_test(tc, test_damage_unwritten);
+        tcase_add_test(tc, test_damage_misplaced_record);
+        tcase_add_test(tc, test_damage_fields_and_segments);
         tcase_add_test(tc, test_foreign);
         tcase_add_test(tc, test_release);
         tcase_add_test(tc, test_lock);
