@@ -662,17 +662,45 @@ void server_set_metrics(Server *s, Metrics *metrics) {
         server_metrics_connections(s);
 }
 
+/* One connection at stop: takes in what the kernel already holds (requests sent before the
+ * stop are answered), then closes it at once if it has nothing to answer or send (an idle
+ * pooled connection: nothing of ours is unread by its peer, and no input is left unread, so
+ * the close is a FIN, not a reset), or lets it drain (server_maybe_finish()). */
+static void server_stop_connection(Server *s, Connection *c) {
+        if (c->in_flight || c->lingering || c->close_deferred) {
+                if (!c->lingering)
+                        server_update_events(s, c);
+                return;
+        }
+        if (!c->eof && !c->closing && !c->blocked && c->in_len < CONNECTION_IN_SIZE) {
+                ssize_t n = connection_read(c);
+                if (n < 0) {
+                        log_debug_errno((int) n, "Connection %" PRIu64 ": read failed, closing: %m", c->id);
+                        server_close(s, c);
+                        return;
+                }
+                server_queue(s, c);
+        }
+        if (!c->on_ready && !c->blocked && connection_unsent(c) == 0) {
+                log_debug("Connection %" PRIu64 ": nothing to answer at stop, closing", c->id);
+                s->counters.connections_closed_at_stop++;
+                server_close(s, c);
+                return;
+        }
+        if (server_maybe_finish(s, c))
+                return;
+        if (!c->lingering)
+                server_update_events(s, c);
+}
+
 void server_stop(Server *s) {
         s->stopping = true;
 
-        /* Requests already read are answered by the batches still to come (the
-         * defer source stays armed); nothing more is read. */
+        /* Requests already read (or queued in the kernel) are answered by the batches still
+         * to come (the defer source stays armed); nothing more is read. */
         for (Connection *c = s->connections, *next; c; c = next) {
                 next = c->next;
-                if (server_maybe_finish(s, c))
-                        continue;
-                if (!c->lingering)
-                        server_update_events(s, c);
+                server_stop_connection(s, c);
         }
         if (!s->connections)
                 (void) sd_event_exit(s->event, 0);

@@ -51,8 +51,9 @@ typedef struct ServerSettings {
  * noted. The outcomes (HITs, ERR replies) are counted in the Metrics only (metrics.h). */
 typedef struct ServerCounters {
         uint64_t connections_accepted;
-        uint64_t connections_rejected; /* over max_connections */
-        uint64_t connections_current;  /* gauge */
+        uint64_t connections_rejected;       /* over max_connections */
+        uint64_t connections_current;        /* gauge */
+        uint64_t connections_closed_at_stop; /* with nothing to answer: closed without a drain */
         uint64_t batches;
         uint64_t batch_requests; /* requests answered, including errors */
 } ServerCounters;
@@ -89,8 +90,11 @@ void server_set_metrics(Server *s, Metrics *metrics);
  * max_connections it is answered an ERR and closed. */
 void server_accept(int fd, bool is_tcp, bool admin, Server *s);
 
-/* Stop: no more reads, answer every request already read, close each connection once
- * its output is flushed; when none is left, sd_event_exit(0). */
+/* Stop: reads once what each connection's socket already holds, then no more; a connection
+ * with nothing to answer or send is closed at once (idle pooled connections do not hold up
+ * the exit); the others answer every request read, are half-closed once their output is
+ * flushed and linger for the peer's EOF (SERVER_LINGER_USEC); when none is left,
+ * sd_event_exit(0). */
 void server_stop(Server *s);
 
 const ServerCounters *server_counters(const Server *s);
