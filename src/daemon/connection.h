@@ -75,6 +75,8 @@ struct Connection {
         size_t out_pos; /* bytes of them sent */
 
         uint64_t last_activity_usec; /* CLOCK_MONOTONIC: last read or write progress */
+        uint64_t request_start_usec; /* CLOCK_MONOTONIC: since then the input held bytes of a request
+                                      * not yet answered (0: none); the request timeout runs from it */
         uint64_t linger_until_usec;  /* CLOCK_MONOTONIC: lingering connections close then */
 
         bool eof;       /* the peer sent FIN (or the read side failed): no more input */

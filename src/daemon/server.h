@@ -33,6 +33,10 @@
 #define SERVER_HOUSEKEEPING_USEC                                                                            \
         (500ULL * 1000ULL) /* 500 ms: how often idle and lingering connections are checked */
 
+#define SERVER_REQUEST_TIMEOUT_DEFAULT_USEC                                                                 \
+        (10ULL * 1000ULL * 1000ULL) /* 10 s: a client's request arrives in one write or a few; one          \
+                                     * byte every few seconds must not hold a connection forever */
+
 #define SERVER_BATCHES                                                                                      \
         8 /* batches in flight at once in a store that completes later: the group commit's depth            \
            * (each sync covers the batches submitted while the previous one ran) */
@@ -40,6 +44,8 @@
 typedef struct ServerSettings {
         unsigned max_connections;
         uint64_t idle_timeout_usec;        /* 0: off */
+        uint64_t request_timeout_usec;     /* a request must arrive whole this long after its first
+                                            * byte (or the previous request's answer); 0: off */
         size_t output_limit;               /* bytes of unsent replies beyond which we stop reading */
         bool debug;                        /* log every request a rule decides, with that rule */
         uint64_t client_time_max_age_usec; /* how old a TAKE/PEEK/CHARGE @time may be; 0 refuses it */

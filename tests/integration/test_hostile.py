@@ -15,6 +15,7 @@ Run one test:  tests/integration/test_hostile.py Hostile.test_garbage
 import itertools
 import os
 import random
+import select
 import shutil
 import socket
 import subprocess
@@ -101,6 +102,34 @@ class Hostile(harness.DaemonTestCase):
         report("slow-writers", "%d clients at 1 byte/10 ms; other client alone: %s; during: %s" %
                (n, base.summary(), probe.summary()))
         self.assertRecovered("slow-writers")
+
+    def test_trickled_request_times_out(self):
+        # One byte now and then (here every 0.2 s) never completing a request, on the line
+        # protocol and on RESP: each connection is closed at --request-timeout (1 s here),
+        # though it is never idle; a quiet connection with no request begun stays open.
+        d = self.start_daemon(data_path("itest.ini"), args=["--request-timeout=1"])
+        quiet = d.connect("unix")
+        self.addCleanup(quiet.close)
+        payloads = {"line": b"HIT path=/open user=" + b"x" * 200,
+                    "resp": b"*2\r\n$4\r\nECHO\r\n$200\r\n" + b"y" * 200}
+        cap = 100  # bytes: 20 s at 1 byte per 0.2 s, never reached if the timeout works
+        for name, payload in payloads.items():
+            c = d.connect("tcp")
+            self.addCleanup(c.close)
+            closed_after = None
+            for i in range(cap):
+                try:
+                    c.sock.sendall(payload[i:i + 1])
+                    rd, _, _ = select.select([c.sock], [], [], 0.2)
+                    if rd and c.sock.recv(4096) == b"":
+                        closed_after = i + 1
+                        break
+                except (BrokenPipeError, ConnectionResetError):
+                    closed_after = i + 1
+                    break
+            report("trickle-" + name, "closed after %s bytes at 1 byte per 0.2 s" % closed_after)
+            self.assertIsNotNone(closed_after, "%s: %d bytes trickled, still open" % (name, cap))
+        self.assertEqual(quiet.request("HIT path=/open"), "OK true 5 0")
 
     def test_readers_that_never_read(self):
         # 40 clients pipeline requests as fast as they can and never read. The daemon stops
