@@ -189,6 +189,82 @@ class Hostile(harness.DaemonTestCase):
         report("never-read-latency", "other client while %d never read: %s" % (n, probe.summary()))
         self.assertRecovered("never-read")
 
+    def stuck_unix_clients(self, d, n, line):
+        """n Unix clients that pipeline line as fast as they can and never read, until the
+        daemon has stopped reading every one (its queue stayed full for 20 tries 50 ms apart).
+        Returns (connections, bytes sent by each)."""
+        conns = []
+        for _ in range(n):
+            c = d.connect("unix")
+            self.addCleanup(c.close)
+            c.sock.setblocking(False)
+            conns.append(c)
+        chunk = line * 4096
+        sent = [0] * n
+        refused = [0] * n
+        deadline = time.monotonic() + 60 * harness.TIMEOUT_SCALE
+        while min(refused) < 20 and time.monotonic() < deadline:
+            for i, c in enumerate(conns):
+                try:
+                    sent[i] += c.sock.send(chunk[sent[i] % len(line):])  # a partial line first
+                    refused[i] = 0
+                    self.assertLess(sent[i], 64 << 20, "the daemon kept reading a client that never reads")
+                except BlockingIOError:
+                    refused[i] += 1
+            time.sleep(0.05)
+        self.assertGreaterEqual(min(refused), 20, "some clients were never held off")
+        return conns, sent
+
+    def test_never_reading_memory_bound_given_back(self):
+        # Clients that pipeline and never read, at the default --output-limit (1 MiB): each
+        # costs the daemon at most the documented bound (README "Security": output_limit + 49
+        # KiB), also after others like them have come and gone, and once they read every
+        # reply that memory is given back while they stay connected (the output buffer returns
+        # to its small size). Memory is VmRSS; the count of replies is exact.
+        n, line, reply = 16, b"HIT path=/open\n", b"OK true 5 0\n"
+        bound_kib = 1024 + 49
+        d = self.start_daemon(data_path("itest.ini"))
+        with d.connect("unix") as c:
+            c.pipeline(["HIT path=/open"] * 1000)
+        # Others came, stopped reading and left (as a crashed client pool's connections do).
+        fds0 = faultlib.fd_count(d.pid())
+        gone, _ = self.stuck_unix_clients(d, 4, line)
+        for c in gone:
+            c.close()
+        faultlib.wait_for(lambda: faultlib.fd_count(d.pid()) <= fds0, 10, "the daemon to close them")
+        rss0 = faultlib.vmrss_kib(d.pid())
+        conns, sent = self.stuck_unix_clients(d, n, line)
+        time.sleep(0.2)  # the daemon's last batches (memory only; nothing is asserted on time)
+        rss1 = faultlib.vmrss_kib(d.pid())
+        report("never-read-default-limit", "%d clients: VmRSS %d KiB before, %d KiB stuck: %.0f KiB "
+               "each (bound %d)" % (n, rss0, rss1, (rss1 - rss0) / n, bound_kib))
+        self.assertLessEqual(rss1 - rss0, n * bound_kib)
+        # Every client catches up: all its replies arrive (the daemon reads the rest meanwhile,
+        # and the end of a line cut short, sent as the daemon makes room).
+        for i, c in enumerate(conns):
+            rest = line[sent[i] % len(line):] if sent[i] % len(line) else b""
+            want = (sent[i] + len(rest)) // len(line) * len(reply)
+            got = 0
+            while got < want:
+                rd, wr, _ = select.select([c.sock], [c.sock] if rest else [], [], harness.IO_TIMEOUT)
+                self.assertTrue(rd or wr, "client %d: %d of %d reply bytes, then nothing" % (i, got, want))
+                if wr:
+                    rest = rest[c.sock.send(rest):]
+                if rd:
+                    chunk_in = c.sock.recv(1 << 20)
+                    self.assertNotEqual(chunk_in, b"", "closed after %d of %d reply bytes" % (got, want))
+                    got += len(chunk_in)
+            self.assertEqual(got, want)
+            c.sock.settimeout(harness.IO_TIMEOUT)
+        rss2 = faultlib.vmrss_kib(d.pid())
+        report("never-read-given-back", "after catching up, still connected: VmRSS %d KiB (%.0f KiB "
+               "each over the start)" % (rss2, (rss2 - rss0) / n))
+        # Given back: what stays per connection is its input buffer and a small output buffer.
+        self.assertLess(rss2 - rss0, n * 64 + 1024, "VmRSS %d KiB before, %d stuck, %d after "
+                        "catching up" % (rss0, rss1, rss2))
+        for c in conns:
+            self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+
     # --- disconnects --------------------------------------------------------------------------
 
     def test_disconnect_mid_request(self):
