@@ -131,6 +131,51 @@ class Hostile(harness.DaemonTestCase):
             self.assertIsNotNone(closed_after, "%s: %d bytes trickled, still open" % (name, cap))
         self.assertEqual(quiet.request("HIT path=/open"), "OK true 5 0")
 
+    def test_slow_http_clients_do_not_starve_healthz(self):
+        # 80 connections trickling header bytes to the metrics endpoint (more than it holds):
+        # every /healthz and /metrics probe is still answered, and a trickler never completing
+        # its request is closed (HTTP_REQUEST_USEC, 5 s) though it is never silent. Counted,
+        # not timed: 5 of 5 probes of each, and a bounded trickle.
+        port = harness.free_tcp_port()
+        d = self.start_daemon(data_path("itest.ini"), args=["--http-port=%d" % port])
+        part = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Slow: "
+        slow = []
+        for _ in range(80):
+            s = socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT)
+            self.addCleanup(s.close)
+            s.sendall(part)
+            slow.append(s)
+        answered = 0
+        for path, want in (("/healthz", b"ok\n"), ("/metrics", b"divvyd_build_info")) * 5:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT) as p:
+                    p.sendall(b"GET %s HTTP/1.0\r\n\r\n" % path.encode())
+                    got = harness.read_until_close(p, reset_ends=True)
+            except OSError:  # refused, reset or timed out: not answered
+                got = b""
+            if got.startswith(b"HTTP/1.1 200 OK") and want in got:
+                answered += 1
+        report("http-slow-clients", "%d of 10 probes answered beside 80 slow clients" % answered)
+        self.assertEqual(answered, 10)
+        # One more keeps trickling, a byte every 0.25 s: closed by the deadline (5 s, checked
+        # every second), long before 80 bytes (20 s).
+        t = socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT)
+        self.addCleanup(t.close)
+        t.sendall(part)
+        closed_after = None
+        for i in range(80):
+            try:
+                t.sendall(b"x")
+                rd, _, _ = select.select([t], [], [], 0.25)
+                if rd and t.recv(4096) == b"":
+                    closed_after = i + 1
+                    break
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = i + 1
+                break
+        report("http-trickle", "closed after %s bytes at 1 byte per 0.25 s" % closed_after)
+        self.assertIsNotNone(closed_after, "a trickling HTTP client was never closed")
+
     def test_readers_that_never_read(self):
         # 40 clients pipeline requests as fast as they can and never read. The daemon stops
         # reading each once its unsent replies pass --output-limit, so its memory stays
