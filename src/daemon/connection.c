@@ -4,10 +4,48 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "connection.h"
+
+static size_t page_round(size_t n) {
+        size_t page = (size_t) sysconf(_SC_PAGESIZE);
+
+        return (n + page - 1) / page * page;
+}
+
+/* Gives a mapped output buffer back (every byte of it is sent): out is the heap's again. */
+static void connection_unmap_output(Connection *c) {
+        if (!c->out_mapped)
+                return;
+        (void) munmap(c->out, c->out_size);
+        c->out = c->out_heap;
+        c->out_size = c->out_max < CONNECTION_OUT_INITIAL ? c->out_max : CONNECTION_OUT_INITIAL;
+        c->out_mapped = false;
+}
+
+/* Grows the output buffer to size bytes, rounded up to a page, as a mapping of its own: a new
+ * one (out_heap stays allocated, for when it is given back) or the same one remapped, which
+ * copies nothing. Returns 0 or -ENOMEM. */
+static int connection_map_output(Connection *c, size_t size) {
+        char *p;
+
+        size = page_round(size);
+        if (c->out_mapped)
+                p = mremap(c->out, c->out_size, size, MREMAP_MAYMOVE);
+        else
+                p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+                return -ENOMEM;
+        if (!c->out_mapped)
+                memcpy(p, c->out, c->out_len);
+        c->out = p;
+        c->out_size = size;
+        c->out_mapped = true;
+        return 0;
+}
 
 int connection_new(int fd, bool is_tcp, size_t out_max, Connection **ret) {
         Connection *c;
@@ -19,7 +57,7 @@ int connection_new(int fd, bool is_tcp, size_t out_max, Connection **ret) {
         c->epfd = -EBADF;
         c->in = malloc(CONNECTION_IN_SIZE);
         c->out_size = out_max < CONNECTION_OUT_INITIAL ? out_max : CONNECTION_OUT_INITIAL;
-        c->out = malloc(c->out_size);
+        c->out = c->out_heap = malloc(c->out_size);
         if (!c->in || !c->out) {
                 connection_free(c);
                 return -ENOMEM;
@@ -39,7 +77,8 @@ Connection *connection_free(Connection *c) {
         if (c->fd >= 0)
                 close(c->fd);
         free(c->in);
-        free(c->out);
+        connection_unmap_output(c);
+        free(c->out_heap);
         free(c->resp);
         free(c);
         return NULL;
@@ -106,6 +145,10 @@ int connection_flush(Connection *c) {
                         return 1; /* short write: the socket buffer is full, wait for EPOLLOUT */
         }
         c->out_pos = c->out_len = 0;
+        /* Caught up: a backlog's memory goes back. Not under a batch in flight: it reserved
+         * room in this buffer for replies it formats when the store completes. */
+        if (c->out_size > CONNECTION_OUT_KEEP && !c->in_flight)
+                connection_unmap_output(c);
         return 0;
 }
 
@@ -128,11 +171,8 @@ char *connection_reserve(Connection *c, size_t n) {
         size_t size = c->out_size;
         while (size - c->out_len < n)
                 size = size > c->out_max / 2 ? c->out_max : size * 2;
-        char *p = realloc(c->out, size);
-        if (!p)
+        if (connection_map_output(c, size) < 0)
                 return NULL;
-        c->out = p;
-        c->out_size = size;
         return c->out + c->out_len;
 }
 

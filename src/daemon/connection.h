@@ -4,7 +4,9 @@
 /*
  * connection.c: one client connection's socket and buffers. An input buffer
  * (fixed, allocated at accept: one maximal line plus read slack) and an output
- * buffer (grown by doubling, never beyond out_max); the syscalls that fill and
+ * buffer (CONNECTION_OUT_INITIAL bytes on the heap; beyond that a mapping of its own,
+ * grown by doubling, never beyond out_max rounded up to a page, and given back once every
+ * byte of it is sent if larger than CONNECTION_OUT_KEEP); the syscalls that fill and
  * drain them, EINTR/EAGAIN handled; and the framing of the input into lines,
  * done once per line and remembered until the line is consumed. No policy: the
  * server decides what is read when, the batch (batch.h) what the lines mean.
@@ -25,6 +27,13 @@
 #define CONNECTION_IN_SIZE (PROTO_LINE_MAX + 2u + CONNECTION_READ_SLACK) /* +2: the "\r\n" */
 #define CONNECTION_OUT_INITIAL                                                                              \
         (4u * 1024u) /* bytes: first output buffer; enough for a request/response client forever */
+#define CONNECTION_OUT_KEEP                                                                                 \
+        (32u * 1024u) /* bytes: a larger output buffer is unmapped once its client has caught up, so        \
+                       * that a client that stopped reading for a while does not keep its backlog's         \
+                       * memory; up to this it is kept (a batch reserves up to about 16 KiB of one          \
+                       * pipelining connection: no mmap() per batch). A buffer beyond                       \
+                       * CONNECTION_OUT_INITIAL is an anonymous mapping, grown by mremap(): it costs        \
+                       * its size, and leaves no heap copies behind as it doubles */
 
 #define CONNECTION_NAME_MAX 128 /* bytes of a RESP client's CLIENT SETNAME name */
 
@@ -70,11 +79,15 @@ struct Connection {
         size_t frame_consumed; /* frame_result 1: its length with them (RESP: the request's bytes) */
         char *out;             /* out_size bytes */
         size_t out_size;
-        size_t out_max; /* growth cap */
-        size_t out_len; /* bytes of replies */
-        size_t out_pos; /* bytes of them sent */
+        bool out_mapped; /* out is a mapping of out_size bytes, not out_heap */
+        char *out_heap;  /* the first output buffer (CONNECTION_OUT_INITIAL bytes, or out_max if less) */
+        size_t out_max;  /* growth cap */
+        size_t out_len;  /* bytes of replies */
+        size_t out_pos;  /* bytes of them sent */
 
         uint64_t last_activity_usec; /* CLOCK_MONOTONIC: last read or write progress */
+        uint64_t request_start_usec; /* CLOCK_MONOTONIC: since then the input held bytes of a request
+                                      * not yet answered (0: none); the request timeout runs from it */
         uint64_t linger_until_usec;  /* CLOCK_MONOTONIC: lingering connections close then */
 
         bool eof;       /* the peer sent FIN (or the read side failed): no more input */
@@ -117,12 +130,15 @@ ssize_t connection_read(Connection *c);
  * new edge will tell: the caller re-arms with connection_rearm()), -errno on error. */
 int connection_discard_input(Connection *c);
 
-/* Sends the unsent output with one send(). Returns 0 when everything is sent, 1 when
- * some is left (the socket is full), -errno on error (EPIPE, ECONNRESET: peer gone). */
+/* Sends the unsent output with one send(). Returns 0 when everything is sent (a buffer larger
+ * than CONNECTION_OUT_KEEP is then given back, unless in_flight: out is out_heap again, and
+ * the room reserved with connection_reserve() is gone), 1 when some is
+ * left (the socket is full), -errno on error (EPIPE, ECONNRESET: peer gone). */
 int connection_flush(Connection *c);
 
 /* Makes room for n more bytes of output (moves unsent bytes to the front, grows up to
- * out_max). Returns a pointer to write at, or NULL if n bytes do not fit (or no memory). */
+ * out_max, rounded up to a page once mapped). Returns a pointer to write at, or NULL if n
+ * bytes do not fit (or no memory). */
 char *connection_reserve(Connection *c, size_t n);
 
 /* Drops consumed input (in_pos bytes) from the front of the buffer. */

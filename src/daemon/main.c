@@ -62,6 +62,9 @@ static void help(void) {
                "                           Journal file size, 64K .. 1G, preallocated (default 64M)\n"
                "      --max-connections=N  Refuse clients beyond N (default %d)\n"
                "      --idle-timeout=SEC   Close connections idle this long (default 0 = never)\n"
+               "      --request-timeout=SEC\n"
+               "                           Close a connection whose request has not arrived whole\n"
+               "                           this long after its first byte (default 10, 0 = never)\n"
                "      --client-time-max-age=SEC\n"
                "                           Accept a client's timestamp on TAKE, PEEK and CHARGE\n"
                "                           (@<unix seconds>) up to SEC old (default 0 = refuse)\n"
@@ -234,6 +237,7 @@ enum {
         ARG_SYNC_INTERVAL,
         ARG_MAX_CONNECTIONS,
         ARG_IDLE_TIMEOUT,
+        ARG_REQUEST_TIMEOUT,
         ARG_CLIENT_TIME_MAX_AGE,
         ARG_OUTPUT_LIMIT,
         ARG_SWEEP_INTERVAL,
@@ -297,6 +301,11 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
                         return usage_error("--idle-timeout", arg);
                 o->settings.server.idle_timeout_usec = v * 1000 * 1000;
+                return 0;
+        case ARG_REQUEST_TIMEOUT:
+                if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
+                        return usage_error("--request-timeout", arg);
+                o->settings.server.request_timeout_usec = v * 1000 * 1000;
                 return 0;
         case ARG_CLIENT_TIME_MAX_AGE:
                 if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
@@ -444,6 +453,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "sync-interval", required_argument, NULL, ARG_SYNC_INTERVAL },
                 { "max-connections", required_argument, NULL, ARG_MAX_CONNECTIONS },
                 { "idle-timeout", required_argument, NULL, ARG_IDLE_TIMEOUT },
+                { "request-timeout", required_argument, NULL, ARG_REQUEST_TIMEOUT },
                 { "client-time-max-age", required_argument, NULL, ARG_CLIENT_TIME_MAX_AGE },
                 { "output-limit", required_argument, NULL, ARG_OUTPUT_LIMIT },
                 { "sweep-interval", required_argument, NULL, ARG_SWEEP_INTERVAL },
@@ -742,6 +752,7 @@ int main(int argc, char *argv[]) {
                         .server = {
                                 .max_connections = MAX_CONNECTIONS_DEFAULT,
                                 .output_limit = OUTPUT_LIMIT_DEFAULT,
+                                .request_timeout_usec = SERVER_REQUEST_TIMEOUT_DEFAULT_USEC,
                                 .resp = true, /* RESP (issue #17) */
                         },
                         .sweep_interval_usec = MANAGER_SWEEP_INTERVAL_DEFAULT_USEC,

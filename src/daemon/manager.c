@@ -348,6 +348,8 @@ static int manager_maintain_handler(sd_event_source *s, uint64_t usec, void *use
         int r;
 
         manager_reload_when_idle(m);
+        if (m->http)
+                (void) http_expire(m->http, clock_usec(CLOCK_MONOTONIC)); /* slow HTTP clients */
         r = store_maintain(m->store, clock_usec(CLOCK_REALTIME));
         if (store_get_stats(m->store, &st) >= 0) {
                 if (st.journal_damaged_records > m->journal_damaged)

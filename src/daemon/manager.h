@@ -31,7 +31,8 @@
                    * requests are served in between */
 #define MANAGER_SWEEP_INTERVAL_DEFAULT_USEC (1000ULL * 1000ULL) /* 1 s */
 #define MANAGER_MAINTAIN_INTERVAL_USEC                                                                      \
-        (1000ULL * 1000ULL) /* 1 s: the checkpoint's timer (store_maintain()): reap, start, prepare */
+        (1000ULL * 1000ULL) /* 1 s: the checkpoint's timer (store_maintain()): reap, start, prepare; and    \
+                             * the HTTP endpoint's deadline (http_expire()) */
 
 typedef struct ManagerSettings {
         const char *config_path;

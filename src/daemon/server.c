@@ -271,8 +271,11 @@ static void connection_io(Server *s, Connection *c, uint32_t revents) {
                         server_close(s, c);
                         return;
                 }
-                if (n > 0)
+                if (n > 0) {
                         c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
+                        if (c->request_start_usec == 0)
+                                c->request_start_usec = c->last_activity_usec;
+                }
                 server_queue(s, c);
         }
 
@@ -390,6 +393,8 @@ static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
         if (c->closing)
                 connection_drop_input(c); /* lines after an ERR are discarded */
         connection_compact_input(c);
+        /* requests were answered: what is left is the next one's start, its clock starts now */
+        c->request_start_usec = c->in_len > 0 ? server_now(s, CLOCK_MONOTONIC) : 0;
 
         if (server_flush(s, c) < 0)
                 return; /* closed */
@@ -495,6 +500,18 @@ static int server_idle_handler(sd_event_source *es, void *userdata) {
         return 0;
 }
 
+/* True if c holds the start of a request that has not arrived whole within the request
+ * timeout. A connection with a whole request to answer (waiting for its batch, or for room
+ * in its output: a client that does not read) is not late. */
+static bool server_request_overdue(Server *s, Connection *c, uint64_t now) {
+        if (s->settings.request_timeout_usec == 0 || c->request_start_usec == 0 || c->closing ||
+            c->blocked || c->on_ready)
+                return false;
+        if (now - c->request_start_usec < s->settings.request_timeout_usec)
+                return false;
+        return !connection_has_request(c);
+}
+
 static int server_housekeeping_handler(sd_event_source *es, uint64_t usec, void *userdata) {
         Server *s = userdata;
         uint64_t now = server_now(s, CLOCK_MONOTONIC);
@@ -508,6 +525,11 @@ static int server_housekeeping_handler(sd_event_source *es, uint64_t usec, void 
                                 log_debug("Connection %" PRIu64 ": peer did not close, closing", c->id);
                                 server_close(s, c);
                         }
+                } else if (server_request_overdue(s, c, now)) {
+                        log_debug("Connection %" PRIu64 ": request not complete within %" PRIu64
+                                  " s, closing",
+                                  c->id, s->settings.request_timeout_usec / 1000000);
+                        server_close(s, c);
                 } else if (s->settings.idle_timeout_usec > 0 &&
                            now - c->last_activity_usec >= s->settings.idle_timeout_usec) {
                         log_debug("Connection %" PRIu64 ": idle, closing", c->id);
@@ -522,7 +544,8 @@ static int server_housekeeping_handler(sd_event_source *es, uint64_t usec, void 
 static void server_arm_housekeeping(Server *s) {
         int r;
 
-        if (s->settings.idle_timeout_usec == 0 && s->n_lingering == 0)
+        if (s->settings.idle_timeout_usec == 0 && s->settings.request_timeout_usec == 0 &&
+            s->n_lingering == 0)
                 return;
         if (!s->housekeeping) {
                 r = sd_event_add_time_relative(s->event, &s->housekeeping, CLOCK_MONOTONIC,
@@ -663,17 +686,45 @@ void server_set_metrics(Server *s, Metrics *metrics) {
         server_metrics_connections(s);
 }
 
+/* One connection at stop: takes in what the kernel already holds (requests sent before the
+ * stop are answered), then closes it at once if it has nothing to answer or send (an idle
+ * pooled connection: nothing of ours is unread by its peer, and no input is left unread, so
+ * the close is a FIN, not a reset), or lets it drain (server_maybe_finish()). */
+static void server_stop_connection(Server *s, Connection *c) {
+        if (c->in_flight || c->lingering || c->close_deferred) {
+                if (!c->lingering)
+                        server_update_events(s, c);
+                return;
+        }
+        if (!c->eof && !c->closing && !c->blocked && c->in_len < CONNECTION_IN_SIZE) {
+                ssize_t n = connection_read(c);
+                if (n < 0) {
+                        log_debug_errno((int) n, "Connection %" PRIu64 ": read failed, closing: %m", c->id);
+                        server_close(s, c);
+                        return;
+                }
+                server_queue(s, c);
+        }
+        if (!c->on_ready && !c->blocked && connection_unsent(c) == 0) {
+                log_debug("Connection %" PRIu64 ": nothing to answer at stop, closing", c->id);
+                s->counters.connections_closed_at_stop++;
+                server_close(s, c);
+                return;
+        }
+        if (server_maybe_finish(s, c))
+                return;
+        if (!c->lingering)
+                server_update_events(s, c);
+}
+
 void server_stop(Server *s) {
         s->stopping = true;
 
-        /* Requests already read are answered by the batches still to come (the
-         * defer source stays armed); nothing more is read. */
+        /* Requests already read (or queued in the kernel) are answered by the batches still
+         * to come (the defer source stays armed); nothing more is read. */
         for (Connection *c = s->connections, *next; c; c = next) {
                 next = c->next;
-                if (server_maybe_finish(s, c))
-                        continue;
-                if (!c->lingering)
-                        server_update_events(s, c);
+                server_stop_connection(s, c);
         }
         if (!s->connections)
                 (void) sd_event_exit(s->event, 0);

@@ -33,6 +33,10 @@
 #define SERVER_HOUSEKEEPING_USEC                                                                            \
         (500ULL * 1000ULL) /* 500 ms: how often idle and lingering connections are checked */
 
+#define SERVER_REQUEST_TIMEOUT_DEFAULT_USEC                                                                 \
+        (10ULL * 1000ULL * 1000ULL) /* 10 s: a client's request arrives in one write or a few; one          \
+                                     * byte every few seconds must not hold a connection forever */
+
 #define SERVER_BATCHES                                                                                      \
         8 /* batches in flight at once in a store that completes later: the group commit's depth            \
            * (each sync covers the batches submitted while the previous one ran) */
@@ -40,6 +44,8 @@
 typedef struct ServerSettings {
         unsigned max_connections;
         uint64_t idle_timeout_usec;        /* 0: off */
+        uint64_t request_timeout_usec;     /* a request must arrive whole this long after its first
+                                            * byte (or the previous request's answer); 0: off */
         size_t output_limit;               /* bytes of unsent replies beyond which we stop reading */
         bool debug;                        /* log every request a rule decides, with that rule */
         uint64_t client_time_max_age_usec; /* how old a TAKE/PEEK/CHARGE @time may be; 0 refuses it */
@@ -52,8 +58,9 @@ typedef struct ServerSettings {
  * noted. The outcomes (HITs, ERR replies) are counted in the Metrics only (metrics.h). */
 typedef struct ServerCounters {
         uint64_t connections_accepted;
-        uint64_t connections_rejected; /* over max_connections */
-        uint64_t connections_current;  /* gauge */
+        uint64_t connections_rejected;       /* over max_connections */
+        uint64_t connections_current;        /* gauge */
+        uint64_t connections_closed_at_stop; /* with nothing to answer: closed without a drain */
         uint64_t batches;
         uint64_t batch_requests; /* requests answered, including errors */
 } ServerCounters;
@@ -90,8 +97,11 @@ void server_set_metrics(Server *s, Metrics *metrics);
  * max_connections it is answered an ERR and closed. */
 void server_accept(int fd, bool is_tcp, bool admin, Server *s);
 
-/* Stop: no more reads, answer every request already read, close each connection once
- * its output is flushed; when none is left, sd_event_exit(0). */
+/* Stop: reads once what each connection's socket already holds, then no more; a connection
+ * with nothing to answer or send is closed at once (idle pooled connections do not hold up
+ * the exit); the others answer every request read, are half-closed once their output is
+ * flushed and linger for the peer's EOF (SERVER_LINGER_USEC); when none is left,
+ * sd_event_exit(0). */
 void server_stop(Server *s);
 
 const ServerCounters *server_counters(const Server *s);

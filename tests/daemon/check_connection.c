@@ -122,6 +122,45 @@ START_TEST (test_line_too_long) {
 }
 END_TEST
 
+/* A line of exactly PROTO_LINE_MAX bytes is a request; one byte more is refused, with "\n",
+ * with "\r\n", and before its end has arrived. */
+static int frame_line_of(size_t len, const char *end, size_t *ret_len) {
+        static char big[PROTO_LINE_MAX + 8];
+        ProtoSlice line = {};
+        size_t consumed = 0;
+        int r;
+
+        ck_assert_uint_le(len + strlen(end), sizeof big - 1);
+        memset(big, 'x', len);
+        strcpy(big + len, end);
+        peer_send(big);
+        ck_assert_int_eq(connection_read(conn), (ssize_t) (len + strlen(end)));
+        r = connection_next_line(conn, &line, &consumed);
+        if (r == 1) {
+                ck_assert_uint_eq(consumed, len + strlen(end));
+                *ret_len = line.len;
+        }
+        connection_drop_input(conn);
+        return r;
+}
+
+START_TEST (test_line_length_boundary) {
+        size_t len = 0;
+
+        ck_assert_int_eq(frame_line_of(PROTO_LINE_MAX, "\n", &len), 1);
+        ck_assert_uint_eq(len, PROTO_LINE_MAX);
+        ck_assert_int_eq(frame_line_of(PROTO_LINE_MAX, "\r\n", &len), 1);
+        ck_assert_uint_eq(len, PROTO_LINE_MAX);
+        ck_assert_int_eq(frame_line_of(PROTO_LINE_MAX + 1, "\n", &len), -EMSGSIZE);
+        ck_assert_int_eq(frame_line_of(PROTO_LINE_MAX + 1, "\r\n", &len), -EMSGSIZE);
+        /* Not yet ended: exactly the maximum may still end; one more cannot. */
+        ck_assert_int_eq(frame_line_of(PROTO_LINE_MAX, "", &len), 0);
+        ck_assert_int_eq(frame_line_of(PROTO_LINE_MAX, "\r", &len), 0);
+        ck_assert_int_eq(frame_line_of(PROTO_LINE_MAX + 1, "", &len), -EMSGSIZE);
+        ck_assert_int_eq(frame_line_of(PROTO_LINE_MAX + 1, "\r", &len), -EMSGSIZE);
+}
+END_TEST
+
 START_TEST (test_input_buffer_full) {
         static char chunk[4096];
         ssize_t total = 0, n;
@@ -157,6 +196,85 @@ START_TEST (test_reserve_and_flush) {
         ck_assert_ptr_null(connection_reserve(conn, 64 * 1024 + 1));
         ck_assert_ptr_nonnull(connection_reserve(conn, 64 * 1024));
         ck_assert_uint_eq(conn->out_size, 64 * 1024);
+}
+END_TEST
+
+/* Fills n bytes of output with 'o'. */
+static void out_fill(Connection *c, size_t n) {
+        char *p = connection_reserve(c, n);
+
+        ck_assert_ptr_nonnull(p);
+        memset(p, 'o', n);
+        c->out_len += n;
+}
+
+/* Reads everything the connection sent, returns the byte count. */
+static size_t peer_drain(void) {
+        static char buf[65536];
+        size_t total = 0;
+        ssize_t n;
+
+        while ((n = recv(peer, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+                total += (size_t) n;
+        return total;
+}
+
+START_TEST (test_output_given_back) {
+        /* A backlog beyond CONNECTION_OUT_KEEP is given back once sent: the buffer is the
+         * small one again. Up to it, the buffer is kept (no mapping per batch). */
+        out_fill(conn, 64 * 1024);
+        ck_assert_uint_eq(conn->out_size, 64 * 1024);
+        ck_assert(conn->out_mapped);
+        ck_assert_int_eq(connection_flush(conn), 0);
+        ck_assert_uint_eq(peer_drain(), 64 * 1024);
+        ck_assert(!conn->out_mapped);
+        ck_assert_uint_eq(conn->out_size, CONNECTION_OUT_INITIAL);
+        ck_assert_ptr_eq(conn->out, conn->out_heap);
+
+        out_fill(conn, CONNECTION_OUT_KEEP);
+        ck_assert_uint_eq(conn->out_size, CONNECTION_OUT_KEEP);
+        ck_assert_int_eq(connection_flush(conn), 0);
+        ck_assert_uint_eq(peer_drain(), CONNECTION_OUT_KEEP);
+        ck_assert_uint_eq(conn->out_size, CONNECTION_OUT_KEEP); /* kept */
+
+        /* Not while a batch in flight holds room in it. */
+        out_fill(conn, 40 * 1024);
+        conn->in_flight = true;
+        ck_assert_int_eq(connection_flush(conn), 0);
+        ck_assert_uint_eq(conn->out_size, 64 * 1024);
+        ck_assert_ptr_nonnull(connection_reserve(conn, 64 * 1024)); /* the room is still there */
+        conn->in_flight = false;
+        ck_assert_uint_eq(peer_drain(), 40 * 1024);
+        ck_assert_int_eq(connection_flush(conn), 0);
+        ck_assert_uint_eq(conn->out_size, CONNECTION_OUT_INITIAL);
+}
+END_TEST
+
+START_TEST (test_output_bound) {
+        /* A client that never reads: the buffer grows to out_max rounded up to a page, never
+         * further (the room the rounding adds is used), and its contents survive every
+         * growth. */
+        const size_t out_max = 100000, page = (size_t) sysconf(_SC_PAGESIZE);
+        const size_t bound = (out_max + page - 1) / page * page;
+        Connection *c;
+        int sv[2];
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+        ck_assert_int_eq(connection_new(sv[0], false, out_max, &c), 0);
+        for (size_t i = 0; i < out_max / 1000; i++) {
+                char *p = connection_reserve(c, 1000);
+                ck_assert_ptr_nonnull(p);
+                memset(p, 'a' + (int) (i % 26), 1000);
+                c->out_len += 1000;
+                ck_assert_uint_le(c->out_size, bound);
+        }
+        ck_assert_uint_eq(c->out_len, out_max);
+        ck_assert_ptr_null(connection_reserve(c, bound - out_max + 1));
+        ck_assert_uint_le(c->out_size, bound);
+        for (size_t i = 0; i < out_max; i++)
+                ck_assert_int_eq(c->out[i], 'a' + (int) (i / 1000 % 26));
+        connection_free(c);
+        close(sv[1]);
 }
 END_TEST
 
@@ -340,8 +458,11 @@ int main(void) {
         tcase_add_test(tc, test_read_and_frame);
         tcase_add_test(tc, test_eof_and_unterminated_line);
         tcase_add_test(tc, test_line_too_long);
+        tcase_add_test(tc, test_line_length_boundary);
         tcase_add_test(tc, test_input_buffer_full);
         tcase_add_test(tc, test_reserve_and_flush);
+        tcase_add_test(tc, test_output_given_back);
+        tcase_add_test(tc, test_output_bound);
         tcase_add_test(tc, test_flush_full_socket);
         tcase_add_test(tc, test_flush_peer_gone);
         tcase_add_test(tc, test_discard_input);

@@ -587,6 +587,79 @@ START_TEST (test_stop_waits_for_batch_in_flight) {
 }
 END_TEST
 
+START_TEST (test_stop_closes_idle_drains_pipeline) {
+        /* At stop, connections with nothing to answer (a pooled one after its reply, one that
+         * never sent anything) are closed at once, without waiting for their peers' EOF; a
+         * pipeline the client sent just before the stop, still unread in the socket, is read
+         * and every request of it answered before the EOF. */
+        char buf[256];
+        char *out;
+        int a, b, p;
+
+        a = client_connect();
+        send_all(a, "HIT f=i\n", 8);
+        pump();
+        expect_recv(a, "OK true 4 60\n");
+        b = client_connect();
+        p = client_connect();
+        send_all(p, "HIT f=p\nHIT f=p\nHIT f=p\n", 24); /* not yet read: the loop has not run */
+
+        server_stop(server);
+        ck_assert_uint_eq(server_counters(server)->connections_closed_at_stop, 2);
+        ck_assert_uint_eq(server_counters(server)->connections_current, 1);
+        ck_assert_int_eq(recv(a, buf, sizeof buf, MSG_DONTWAIT), 0);
+        ck_assert_int_eq(recv(b, buf, sizeof buf, MSG_DONTWAIT), 0);
+
+        out = collect_until_eof(p);
+        ck_assert_str_eq(out, "OK true 4 60\nOK true 3 60\nOK true 2 60\n");
+        free(out);
+        close(p);
+        pump();
+        ck_assert_uint_eq(server_counters(server)->connections_current, 0);
+        ck_assert_uint_eq(server_counters(server)->connections_closed_at_stop, 2);
+        close(a);
+        close(b);
+}
+END_TEST
+
+START_TEST (test_request_timeout) {
+        /* A connection holding the start of a request that does not arrive whole is closed at
+         * the request timeout (here 1 us: at the first housekeeping), whatever the idle timeout
+         * (off here); connections with no partial request, idle or answered, stay open. */
+        ServerSettings settings = { .max_connections = 8, .output_limit = 4096, .request_timeout_usec = 1 };
+        char buf[64];
+        bool closed = false;
+        int trickle, idle, answered;
+
+        server = server_free(server);
+        ck_assert_int_eq(server_new(event, &settings, &server), 0);
+        server_set_rules(server, rules);
+        server_set_store(server, store);
+        server_set_metrics(server, metrics);
+
+        idle = client_connect();
+        answered = client_connect();
+        send_all(answered, "HIT f=r\n", 8);
+        pump();
+        expect_recv(answered, "OK true 4 60\n");
+        trickle = client_connect();
+        send_all(trickle, "HIT f=", 6);
+        /* bounded: the housekeeping timer fires every SERVER_HOUSEKEEPING_USEC */
+        for (unsigned i = 0; i < 100 && !closed; i++) {
+                ck_assert_int_ge(sd_event_run(event, 100 * 1000), 0);
+                closed = recv(trickle, buf, sizeof buf, MSG_DONTWAIT) == 0;
+        }
+        ck_assert_msg(closed, "the partial request's connection was not closed");
+        ck_assert_uint_eq(server_counters(server)->connections_current, 2);
+        send_all(answered, "HIT f=r\n", 8);
+        pump();
+        expect_recv(answered, "OK true 3 60\n");
+        close(trickle);
+        close(idle);
+        close(answered);
+}
+END_TEST
+
 START_TEST (test_close_deferred_while_in_flight) {
         /* A peer that leaves while its connection is in a batch in flight: the write of its
          * earlier replies fails, but the connection (whose input the batch points into) closes
@@ -638,6 +711,8 @@ int main(void) {
         tcase_add_test(tc, test_batches_in_flight);
         tcase_add_test(tc, test_stop_waits_for_batch_in_flight);
         tcase_add_test(tc, test_close_deferred_while_in_flight);
+        tcase_add_test(tc, test_stop_closes_idle_drains_pipeline);
+        tcase_add_test(tc, test_request_timeout);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);

@@ -15,6 +15,7 @@ Run one test:  tests/integration/test_hostile.py Hostile.test_garbage
 import itertools
 import os
 import random
+import select
 import shutil
 import socket
 import subprocess
@@ -102,6 +103,79 @@ class Hostile(harness.DaemonTestCase):
                (n, base.summary(), probe.summary()))
         self.assertRecovered("slow-writers")
 
+    def test_trickled_request_times_out(self):
+        # One byte now and then (here every 0.2 s) never completing a request, on the line
+        # protocol and on RESP: each connection is closed at --request-timeout (1 s here),
+        # though it is never idle; a quiet connection with no request begun stays open.
+        d = self.start_daemon(data_path("itest.ini"), args=["--request-timeout=1"])
+        quiet = d.connect("unix")
+        self.addCleanup(quiet.close)
+        payloads = {"line": b"HIT path=/open user=" + b"x" * 200,
+                    "resp": b"*2\r\n$4\r\nECHO\r\n$200\r\n" + b"y" * 200}
+        cap = 100  # bytes: 20 s at 1 byte per 0.2 s, never reached if the timeout works
+        for name, payload in payloads.items():
+            c = d.connect("tcp")
+            self.addCleanup(c.close)
+            closed_after = None
+            for i in range(cap):
+                try:
+                    c.sock.sendall(payload[i:i + 1])
+                    rd, _, _ = select.select([c.sock], [], [], 0.2)
+                    if rd and c.sock.recv(4096) == b"":
+                        closed_after = i + 1
+                        break
+                except (BrokenPipeError, ConnectionResetError):
+                    closed_after = i + 1
+                    break
+            report("trickle-" + name, "closed after %s bytes at 1 byte per 0.2 s" % closed_after)
+            self.assertIsNotNone(closed_after, "%s: %d bytes trickled, still open" % (name, cap))
+        self.assertEqual(quiet.request("HIT path=/open"), "OK true 5 0")
+
+    def test_slow_http_clients_do_not_starve_healthz(self):
+        # 80 connections trickling header bytes to the metrics endpoint (more than it holds):
+        # every /healthz and /metrics probe is still answered, and a trickler never completing
+        # its request is closed (HTTP_REQUEST_USEC, 5 s) though it is never silent. Counted,
+        # not timed: 5 of 5 probes of each, and a bounded trickle.
+        port = harness.free_tcp_port()
+        d = self.start_daemon(data_path("itest.ini"), args=["--http-port=%d" % port])
+        part = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Slow: "
+        slow = []
+        for _ in range(80):
+            s = socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT)
+            self.addCleanup(s.close)
+            s.sendall(part)
+            slow.append(s)
+        answered = 0
+        for path, want in (("/healthz", b"ok\n"), ("/metrics", b"divvyd_build_info")) * 5:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT) as p:
+                    p.sendall(b"GET %s HTTP/1.0\r\n\r\n" % path.encode())
+                    got = harness.read_until_close(p, reset_ends=True)
+            except OSError:  # refused, reset or timed out: not answered
+                got = b""
+            if got.startswith(b"HTTP/1.1 200 OK") and want in got:
+                answered += 1
+        report("http-slow-clients", "%d of 10 probes answered beside 80 slow clients" % answered)
+        self.assertEqual(answered, 10)
+        # One more keeps trickling, a byte every 0.25 s: closed by the deadline (5 s, checked
+        # every second), long before 80 bytes (20 s).
+        t = socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT)
+        self.addCleanup(t.close)
+        t.sendall(part)
+        closed_after = None
+        for i in range(80):
+            try:
+                t.sendall(b"x")
+                rd, _, _ = select.select([t], [], [], 0.25)
+                if rd and t.recv(4096) == b"":
+                    closed_after = i + 1
+                    break
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = i + 1
+                break
+        report("http-trickle", "closed after %s bytes at 1 byte per 0.25 s" % closed_after)
+        self.assertIsNotNone(closed_after, "a trickling HTTP client was never closed")
+
     def test_readers_that_never_read(self):
         # 40 clients pipeline requests as fast as they can and never read. The daemon stops
         # reading each once its unsent replies pass --output-limit, so its memory stays
@@ -159,6 +233,82 @@ class Hostile(harness.DaemonTestCase):
         self.assertEqual(probe.errors, [])
         report("never-read-latency", "other client while %d never read: %s" % (n, probe.summary()))
         self.assertRecovered("never-read")
+
+    def stuck_unix_clients(self, d, n, line):
+        """n Unix clients that pipeline line as fast as they can and never read, until the
+        daemon has stopped reading every one (its queue stayed full for 20 tries 50 ms apart).
+        Returns (connections, bytes sent by each)."""
+        conns = []
+        for _ in range(n):
+            c = d.connect("unix")
+            self.addCleanup(c.close)
+            c.sock.setblocking(False)
+            conns.append(c)
+        chunk = line * 4096
+        sent = [0] * n
+        refused = [0] * n
+        deadline = time.monotonic() + 60 * harness.TIMEOUT_SCALE
+        while min(refused) < 20 and time.monotonic() < deadline:
+            for i, c in enumerate(conns):
+                try:
+                    sent[i] += c.sock.send(chunk[sent[i] % len(line):])  # a partial line first
+                    refused[i] = 0
+                    self.assertLess(sent[i], 64 << 20, "the daemon kept reading a client that never reads")
+                except BlockingIOError:
+                    refused[i] += 1
+            time.sleep(0.05)
+        self.assertGreaterEqual(min(refused), 20, "some clients were never held off")
+        return conns, sent
+
+    def test_never_reading_memory_bound_given_back(self):
+        # Clients that pipeline and never read, at the default --output-limit (1 MiB): each
+        # costs the daemon at most the documented bound (README "Security": output_limit + 49
+        # KiB), also after others like them have come and gone, and once they read every
+        # reply that memory is given back while they stay connected (the output buffer returns
+        # to its small size). Memory is VmRSS; the count of replies is exact.
+        n, line, reply = 16, b"HIT path=/open\n", b"OK true 5 0\n"
+        bound_kib = 1024 + 49
+        d = self.start_daemon(data_path("itest.ini"))
+        with d.connect("unix") as c:
+            c.pipeline(["HIT path=/open"] * 1000)
+        # Others came, stopped reading and left (as a crashed client pool's connections do).
+        fds0 = faultlib.fd_count(d.pid())
+        gone, _ = self.stuck_unix_clients(d, 4, line)
+        for c in gone:
+            c.close()
+        faultlib.wait_for(lambda: faultlib.fd_count(d.pid()) <= fds0, 10, "the daemon to close them")
+        rss0 = faultlib.vmrss_kib(d.pid())
+        conns, sent = self.stuck_unix_clients(d, n, line)
+        time.sleep(0.2)  # the daemon's last batches (memory only; nothing is asserted on time)
+        rss1 = faultlib.vmrss_kib(d.pid())
+        report("never-read-default-limit", "%d clients: VmRSS %d KiB before, %d KiB stuck: %.0f KiB "
+               "each (bound %d)" % (n, rss0, rss1, (rss1 - rss0) / n, bound_kib))
+        self.assertLessEqual(rss1 - rss0, n * bound_kib)
+        # Every client catches up: all its replies arrive (the daemon reads the rest meanwhile,
+        # and the end of a line cut short, sent as the daemon makes room).
+        for i, c in enumerate(conns):
+            rest = line[sent[i] % len(line):] if sent[i] % len(line) else b""
+            want = (sent[i] + len(rest)) // len(line) * len(reply)
+            got = 0
+            while got < want:
+                rd, wr, _ = select.select([c.sock], [c.sock] if rest else [], [], harness.IO_TIMEOUT)
+                self.assertTrue(rd or wr, "client %d: %d of %d reply bytes, then nothing" % (i, got, want))
+                if wr:
+                    rest = rest[c.sock.send(rest):]
+                if rd:
+                    chunk_in = c.sock.recv(1 << 20)
+                    self.assertNotEqual(chunk_in, b"", "closed after %d of %d reply bytes" % (got, want))
+                    got += len(chunk_in)
+            self.assertEqual(got, want)
+            c.sock.settimeout(harness.IO_TIMEOUT)
+        rss2 = faultlib.vmrss_kib(d.pid())
+        report("never-read-given-back", "after catching up, still connected: VmRSS %d KiB (%.0f KiB "
+               "each over the start)" % (rss2, (rss2 - rss0) / n))
+        # Given back: what stays per connection is its input buffer and a small output buffer.
+        self.assertLess(rss2 - rss0, n * 64 + 1024, "VmRSS %d KiB before, %d stuck, %d after "
+                        "catching up" % (rss0, rss1, rss2))
+        for c in conns:
+            self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
 
     # --- disconnects --------------------------------------------------------------------------
 

@@ -286,6 +286,37 @@ class Lifecycle(harness.DaemonTestCase):
         self.assertHit(d.request("HIT path=/big user=term"), True, 99999 - n, self.since_start(3600))
         self.assertEqual(d.stop(), 0)
 
+    def test_stop_closes_idle_pooled_connections_at_once(self):
+        # A client pool's idle connections do not hold up a stop: the daemon closes them itself
+        # (each client sees EOF while it still holds its socket open) instead of half-closing
+        # and waiting for their EOF up to the linger bound. A pipeline sent just before SIGTERM
+        # is still answered whole. Counted from the daemon's debug log, not timed.
+        idle_n, pipe_n = 20, 50
+        d = self.start_daemon(data_path("itest.ini"), args=["--debug"])
+        idle = []
+        for i in range(idle_n):
+            c = d.connect("tcp" if i % 2 else "unix")
+            self.addCleanup(c.close)
+            self.assertEqual(c.request("HIT path=/open"), "OK true 5 0")
+            idle.append(c)
+        p = d.connect("unix")
+        self.addCleanup(p.close)
+        p.send("".join("HIT path=/big user=pool\n" for _ in range(pipe_n)))
+        d.signal(signal.SIGTERM)
+        got = p.read_until_eof()
+        self.assertEqual(len(got), pipe_n, "a pipeline sent before SIGTERM: %d replies" % len(got))
+        for i, reply in enumerate(got):
+            self.assertEqual(harness.parse_ok(reply)[:2], (True, 99999 - i), reply)
+        p.close()
+        for c in idle:
+            self.assertTrue(c.at_eof(), "an idle connection got data instead of EOF")
+        # Every idle client still holds its socket open; the daemon exits all the same.
+        self.assertEqual(d.wait_exit(), 0)
+        log = d.log_text()
+        # (the pipeline's connection too when the daemon had answered it all before SIGTERM)
+        self.assertIn(log.count("nothing to answer at stop, closing"), (idle_n, idle_n + 1), d.log_tail())
+        self.assertEqual(log.count("peer did not close"), 0, d.log_tail())
+
     def test_second_sigterm_exits_at_once(self):
         # A client that never takes its replies holds the drain (up to 5 s); a second SIGTERM
         # ends it at once: the daemon says so, and the drain limit never fired.
