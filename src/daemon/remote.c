@@ -34,6 +34,7 @@ struct Remote {
         sd_event_source *timer;
         RedisStoreState state; /* as last logged */
         bool state_known;
+        uint64_t switches; /* Sentinel: primary switches as last logged */
 };
 
 static void remote_check_state(Remote *r);
@@ -197,6 +198,16 @@ void *remote_backend(Remote *r) {
 static void remote_check_state(Remote *r) {
         RedisStoreState state = redis_store_state(r->redis);
         bool up = state == REDIS_STORE_CONNECTED;
+        uint64_t switches = redis_store_primary_switches(r->redis);
+
+        if (switches != r->switches) {
+                RedisStoreStats st;
+
+                redis_store_get_stats(r->redis, &st);
+                log_notice("Store %s: the sentinels named a new primary, %s: the store moved there", r->url,
+                           st.address);
+                r->switches = switches;
+        }
 
         if (r->state_known && up == (r->state == REDIS_STORE_CONNECTED))
                 return;
