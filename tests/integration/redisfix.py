@@ -12,6 +12,9 @@ directories, stopped by pid. Every wait is bounded; every process is killed on e
     with redisfix.Sentinels() as s:                # primary + replica + 3 sentinels
         old = s.primary_address()
         new = s.failover()                         # SENTINEL FAILOVER, waits for all 3 to agree
+    with redisfix.SentinelEvents(s) as ev:         # +switch-master ... as read, with times
+        load = redisfix.HitLoad(daemon, "HIT ...")  # 100 HITs/s on one connection
+        lost = redisfix.count_decrements(...)      # acknowledged vs the counter afterwards
     with redisfix.Cluster() as c:                  # 3 primaries, cluster_state:ok
         c.migrate_slot(slot, c.nodes[1])          # SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE
 
@@ -28,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import harness
@@ -583,6 +587,134 @@ class Sentinels(_Group):
             self.wait_replicated(self.server_at(new))
             self.wait_sentinels_ready()
         return new
+
+
+# --- counting through a failover ---------------------------------------------------------------
+
+FAILOVER_EVENTS = ("+try-failover", "+promoted-slave", "+switch-master", "-failover-abort-*")
+
+
+class SentinelEvents:
+    """Threads subscribed to patterns (default FAILOVER_EVENTS) on every sentinel of a Sentinels,
+    recording (time.monotonic(), sentinel name, channel, payload) as each message is read. Bounded:
+    each thread polls with a 0.1 s timeout and ends on stop() or after max_seconds."""
+
+    def __init__(self, sentinels, patterns=FAILOVER_EVENTS, max_seconds=120.0):
+        self.events = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = []
+        self._clients = []
+        for s in sentinels.sentinels:
+            c = s.client()
+            p = c.pubsub(ignore_subscribe_messages=True)
+            p.psubscribe(*patterns)
+            p.get_message(timeout=1.0)  # the confirmations are read before anything happens
+            self._clients.append((c, p))
+            t = threading.Thread(target=self._run, args=(s.name, p, time.monotonic() + max_seconds), daemon=True)
+            self._threads.append(t)
+        for t in self._threads:
+            t.start()
+
+    def _run(self, name, p, deadline):
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                m = p.get_message(timeout=0.1)
+            except (redis.RedisError, OSError):
+                return
+            if m and m.get("type") in ("message", "pmessage"):
+                at = time.monotonic()
+                ch, data = m["channel"], m["data"]
+                with self._lock:
+                    self.events.append((at, name, ch.decode() if isinstance(ch, bytes) else ch,
+                                        data.decode() if isinstance(data, bytes) else data))
+
+    def first(self, channel):
+        """The time the first `channel` message was read (None: none yet)."""
+        with self._lock:
+            times = [e[0] for e in self.events if e[2] == channel]
+        return min(times) if times else None
+
+    def stop(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(5.0)
+        for c, p in self._clients:
+            try:
+                p.close()
+                c.close()
+            except (redis.RedisError, OSError):
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class HitLoad:
+    """A client thread sending `line` to a daemon one request at a time, at most `rate` per second,
+    until stop() (or max_seconds): every reply is recorded as (time.monotonic() of the reply,
+    reply). For a rule whose limit is never reached and whose onBackendError is deny, an allowed
+    reply is a decrement acknowledged by Redis (its credit is the counter's value after it) and a
+    denied one is the policy's answer, not a write."""
+
+    def __init__(self, daemon, line, rate=100, max_seconds=60.0):
+        self.daemon, self.line, self.period = daemon, line, 1.0 / rate
+        self.replies = []
+        self.error = None
+        self._stop = threading.Event()
+        self._deadline = time.monotonic() + max_seconds
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            with self.daemon.connect() as c:
+                next_at = time.monotonic()
+                while not self._stop.is_set() and time.monotonic() < self._deadline:
+                    reply = c.request(self.line)
+                    self.replies.append((time.monotonic(), reply))
+                    next_at += self.period
+                    delay = next_at - time.monotonic()
+                    if delay > 0:
+                        self._stop.wait(delay)
+        except (OSError, HarnessError) as e:
+            self.error = e
+
+    def count(self):
+        return len(self.replies)
+
+    def stop(self):
+        """Stops the thread (bounded wait); returns the replies."""
+        self._stop.set()
+        self._thread.join(harness.IO_TIMEOUT + 1)
+        return self.replies
+
+    def acknowledged(self):
+        """[(time, credit)] of the allowed replies: decrements Redis acknowledged."""
+        out = []
+        for at, reply in self.replies:
+            got = harness.parse_ok(reply)
+            if got and got[0]:
+                out.append((at, got[1]))
+        return out
+
+    def by_policy(self):
+        """How many replies were the policy's (denied, on a limit never reached)."""
+        return sum(1 for _, reply in self.replies if (harness.parse_ok(reply) or (True,))[0] is False)
+
+
+def count_decrements(credits, limit, value):
+    """What a counter of `limit` (a divvy fixed window: the first hit sets limit-1, each next one
+    decrements) lost and granted twice, from the credits of every acknowledged decrement (of any
+    number of daemons) and its value afterwards. Returns (acknowledged, recorded, lost, doubled):
+    recorded = limit - value decrements are in the counter; lost = acknowledged - recorded;
+    doubled = credits granted more than once (a lost decrement's credit is granted again)."""
+    recorded = limit - int(value)
+    return len(credits), recorded, len(credits) - recorded, len(credits) - len(set(credits))
 
 
 # --- Redis Cluster ---------------------------------------------------------------------------
