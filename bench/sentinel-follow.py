@@ -2,14 +2,15 @@
 # SPDX-License-Identifier: MIT
 """How fast divvyd follows a Sentinel failover, and what the failover costs (issue #31).
 
-    bench/sentinel-follow.py [--rounds N] [--rate HITS_PER_S] [--divvyd PATH]
+    bench/sentinel-follow.py [--rounds N] [--rate HITS_PER_S] [--after SEC] [--divvyd PATH]
 
 Each round starts a primary, a replica and three sentinels on loopback (tests/integration/
 redisfix.py: down-after-milliseconds 1000, failover-timeout 3000), one divvyd with
 --store=redis+sentinel://... (tests/data/redis.ini, rule type=fleet: a limit never reached,
 onBackendError deny), and a client sending HITs one at a time at --rate (default 100/s) on one
 counter. After 2 s the failover: either SENTINEL FAILOVER with the old primary alive ("planned")
-or kill -9 of the primary ("killed"); the load goes on until 3 s after the sentinels agree.
+or kill -9 of the primary ("killed"); the load goes on until --after seconds (3) after every
+sentinel names the new primary.
 
 Per round it prints:
   follow   from the first +switch-master any sentinel published (read by this script's own
@@ -17,6 +18,7 @@ Per round it prints:
            (its INFO commandstats cmdstat_evalsha/cmdstat_eval, polled every 2 ms from before
            the failover: the replica executes none). Negative: divvyd moved at +promoted-slave,
            before the announcement.
+  promoted the same from the first +promoted-slave (the leader's; the new primary says master).
   policy   HITs answered by onBackendError (not written) during the failover, and for how long
            (first to last such reply).
   lost     acknowledged decrements minus the decrements in the counter on the new primary.
@@ -72,7 +74,7 @@ class ScriptCalls:
         self._client.close()
 
 
-def one_round(kind, rate):
+def one_round(kind, rate, after):
     with redisfix.Sentinels() as s, redisfix.SentinelEvents(s) as ev:
         d = harness.Daemon(harness.data_path("redis.ini"),
                            args=["--store=%s" % s.url(), "--backend-timeout=200"])
@@ -89,7 +91,7 @@ def one_round(kind, rate):
                     s.failover(wait_old_replica=False)
                 else:
                     s.provoke_failover(restart_old=False)
-                time.sleep(3.0)
+                time.sleep(after)
             finally:
                 load.stop()
                 calls.stop()
@@ -104,7 +106,9 @@ def one_round(kind, rate):
                       if at >= t0 and (harness.parse_ok(reply) or (True,))[0] is False]
             switch = ev.first("+switch-master")
             follow = (calls.first - switch) * 1000 if calls.first and switch else None
-            return {"follow_ms": follow, "policy": len(policy),
+            promoted = ev.first("+promoted-slave")
+            promoted = (calls.first - promoted) * 1000 if calls.first and promoted else None
+            return {"follow_ms": follow, "promoted_ms": promoted, "policy": len(policy),
                     "policy_ms": (policy[-1] - policy[0]) * 1000 if policy else 0.0,
                     "acked": acked, "lost": lost, "doubled": doubled, "error": load.error}
         finally:
@@ -115,6 +119,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rate", type=int, default=100)
+    ap.add_argument("--after", type=float, default=3.0, help="seconds of load after the sentinels agree")
     ap.add_argument("--divvyd", default=None, help="the divvyd to measure (default: the build's)")
     o = ap.parse_args()
     why = redisfix.missing()
@@ -124,16 +129,17 @@ def main():
     if o.divvyd:
         os.environ["DIVVYD"] = os.path.abspath(o.divvyd)
     print("Sentinel failover, %d HIT/s on one counter, %d round(s) each" % (o.rate, o.rounds))
-    print("%-8s %5s %10s %8s %10s %7s %5s %7s" % ("kind", "round", "follow ms", "policy", "policy ms",
-                                                 "acked", "lost", "doubled"))
+    print("%-8s %5s %10s %12s %8s %10s %7s %5s %7s" % ("kind", "round", "follow ms", "promoted ms", "policy",
+                                                       "policy ms", "acked", "lost", "doubled"))
     summary = {}
     for kind in ("planned", "killed"):
         for i in range(o.rounds):
-            r = one_round(kind, o.rate)
-            f = r["follow_ms"]
+            r = one_round(kind, o.rate, o.after)
+            f, pr = r["follow_ms"], r["promoted_ms"]
             summary.setdefault(kind, []).append(f)
-            print("%-8s %5d %10s %8d %10.0f %7d %5d %7d%s" % (
-                kind, i + 1, "%.0f" % f if f is not None else "none", r["policy"], r["policy_ms"], r["acked"],
+            print("%-8s %5d %10s %12s %8d %10.0f %7d %5d %7d%s" % (
+                kind, i + 1, "%.0f" % f if f is not None else "none", "%.0f" % pr if pr is not None else "none",
+                r["policy"], r["policy_ms"], r["acked"],
                 r["lost"], r["doubled"], "  (client error: %s)" % r["error"] if r["error"] else ""))
             sys.stdout.flush()
     for kind, fs in summary.items():

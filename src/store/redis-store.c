@@ -1103,13 +1103,14 @@ static void sentinel_try(RedisStore *s, uint64_t now);
 static void breaker_close(RedisStore *s);
 
 /* Every sentinel was asked and none named a primary to use. The periodic lookup leaves the
- * primary as it is; a lookup for a lost primary backs off. */
+ * primary as it is, and so does a lookup overtaken by a failover's event (which named one); a
+ * lookup for a lost primary backs off. */
 static void discover_failed(RedisStore *s, uint64_t now) {
         Node *p = s->nodes[0];
 
         s->discovering = false;
         s->recheck_at = now + REDIS_STORE_SENTINEL_CHECK_USEC;
-        if (s->rechecking) {
+        if (s->rechecking || s->primary_known) {
                 s->rechecking = false;
                 return;
         }
