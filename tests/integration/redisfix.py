@@ -26,9 +26,11 @@ Debian's (a pyenv one), the module is looked for in Debian's dist-packages as we
 """
 
 import binascii
+import fnmatch
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -587,6 +589,154 @@ class Sentinels(_Group):
             self.wait_replicated(self.server_at(new))
             self.wait_sentinels_ready()
         return new
+
+
+# --- a sentinel of the test's own ------------------------------------------------------------
+
+class FakeSentinel:
+    """A stand-in for redis-sentinel on 127.0.0.1:<free port>, for events a real failover gives
+    no control over: it answers PING, SENTINEL get-master-addr-by-name (with `master`, a (host,
+    port) the test sets; lookups counts them) and (P)SUBSCRIBE, and publish() sends a message to
+    every subscriber whose pattern matches, as a sentinel publishes its events. One thread per
+    client; every socket has a timeout; stop() (or the `with` block's end) closes everything."""
+
+    def __init__(self, master_name, master):
+        self.master_name, self.master = master_name, tuple(master)
+        self.lookups = 0
+        self._subs = []  # (socket, [patterns])
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self.port = self._sock.getsockname()[1]
+        self._conns = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                c, _ = self._sock.accept()
+            except OSError:
+                continue
+            c.settimeout(0.2)
+            with self._lock:
+                self._conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _bulk(b):
+        b = b.encode() if isinstance(b, str) else b
+        return b"$%d\r\n%s\r\n" % (len(b), b)
+
+    def _serve(self, c):
+        buf = b""
+        while not self._stop.is_set():
+            try:
+                chunk = c.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            buf += chunk
+            while True:
+                argv, buf = self._parse(buf)
+                if argv is None:
+                    break
+                try:
+                    c.sendall(self._answer(c, argv))
+                except OSError:
+                    return
+
+    @staticmethod
+    def _parse(buf):
+        """One RESP array of bulk strings off buf: (argv, rest), or (None, buf) if incomplete."""
+        if not buf.startswith(b"*") or b"\r\n" not in buf:
+            return None, buf
+        head, rest = buf.split(b"\r\n", 1)
+        argv = []
+        for _ in range(int(head[1:])):
+            if b"\r\n" not in rest:
+                return None, buf
+            ln, rest = rest.split(b"\r\n", 1)
+            n = int(ln[1:])
+            if len(rest) < n + 2:
+                return None, buf
+            argv.append(rest[:n].decode())
+            rest = rest[n + 2:]
+        return argv, rest
+
+    def _answer(self, c, argv):
+        cmd = argv[0].upper()
+        if cmd == "PING":
+            return b"+PONG\r\n"
+        if cmd == "SENTINEL" and len(argv) == 3 and argv[1].lower() == "get-master-addr-by-name":
+            with self._lock:
+                self.lookups += 1
+                master = self.master
+            if argv[2] != self.master_name or master is None:
+                return b"*-1\r\n"
+            return b"*2\r\n" + self._bulk(master[0]) + self._bulk(str(master[1]))
+        if cmd in ("SUBSCRIBE", "PSUBSCRIBE"):
+            out = b""
+            with self._lock:
+                entry = next((e for e in self._subs if e[0] is c), None)
+                if entry is None:
+                    entry = (c, [])
+                    self._subs.append(entry)
+                for pattern in argv[1:]:
+                    entry[1].append(pattern)
+                    out += b"*3\r\n" + self._bulk(cmd.lower()) + self._bulk(pattern) + b":%d\r\n" % len(entry[1])
+            return out
+        return b"-ERR unknown command '%s'\r\n" % argv[0].encode()
+
+    def subscribers(self, patterns=1):
+        """How many clients are subscribed to at least `patterns` patterns."""
+        with self._lock:
+            return sum(1 for _, p in self._subs if len(p) >= patterns)
+
+    def publish(self, channel, payload):
+        """Sends (channel, payload) to every subscriber with a matching pattern. Returns how many."""
+        n = 0
+        with self._lock:
+            for c, patterns in self._subs:
+                for p in patterns:
+                    if fnmatch.fnmatchcase(channel, p):
+                        try:
+                            c.sendall(b"*4\r\n" + self._bulk("pmessage") + self._bulk(p) + self._bulk(channel) +
+                                      self._bulk(payload))
+                            n += 1
+                        except OSError:
+                            pass
+                        break
+        return n
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(2)
+        with self._lock:
+            for c in self._conns:
+                try:
+                    c.close()
+                except OSError:
+                    pass
+        self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
 
 
 # --- counting through a failover ---------------------------------------------------------------

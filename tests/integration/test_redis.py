@@ -316,6 +316,66 @@ class Sentinel(harness.DaemonTestCase):
     def wait_hits(self, load, n):
         redisfix.wait_until(lambda: load.count() >= n, 30, "%d replies to the load" % n)
 
+    def hit_until(self, d, line, allowed, what):
+        """Sends line until a reply's allowed is `allowed` (bounded); returns the replies."""
+        replies = []
+
+        def got():
+            replies.append(d.request(line))
+            return parse_ok(replies[-1])[0] == allowed
+
+        redisfix.wait_until(got, 20, what, d.log_tail)
+        return replies
+
+    def test_hold_abort_switch_and_demoted(self):
+        # A sentinel of the test's own publishes a failover's events on cue, over two unrelated
+        # primaries: what the store does at each event, counted on both.
+        with redisfix.RedisServer() as p1, redisfix.RedisServer() as p2, \
+                redisfix.FakeSentinel("divvyd", (p1.host, p1.port)) as fs:
+            d = self.start_daemon(CONFIG, args=store_args("redis+sentinel://%s/divvyd" % fs.address))
+            u = uid()
+            line = "HIT type=fleet u=%s" % u
+            key = self.fleet_key(u)
+
+            def value(srv):
+                c = srv.client()
+                try:
+                    v = c.get(key)
+                finally:
+                    c.close()
+                return int(v) if v is not None else None
+
+            self.assertHit(d.request(line), True, self.LIMIT - 1, 3600)
+            redisfix.wait_until(lambda: fs.subscribers(7) == 1, 20, "divvyd subscribed to the failover events",
+                                d.log_tail)
+            old = "master divvyd 127.0.0.1 %d" % p1.port
+            # A failover of p1 starts: nothing more is written there; hits by policy (deny).
+            fs.publish("+try-failover", old)
+            before = self.hit_until(d, line, False, "a hit answered by policy")
+            held = value(p1)
+            self.assertEqual(held, self.LIMIT - 1 - sum(1 for r in before if parse_ok(r)[0]))
+            for _ in range(20):
+                self.assertEqual(d.request(line), "OK false 0 3600")
+            self.assertEqual(value(p1), held)
+            d.wait_note(re.compile(r"^STATUS=Serving .*, redis failing-over \("), what="STATUS saying failing-over")
+            # Aborted: p1 counts again.
+            fs.publish("-failover-abort-not-elected", old)
+            self.hit_until(d, line, True, "p1 counting again")
+            self.assertEqual(value(p1), held - 1)
+            # Again, to the end: +switch-master moves the store to p2 (a fresh server).
+            fs.publish("+try-failover", old)
+            self.hit_until(d, line, False, "a hit answered by policy")
+            fs.publish("+switch-master", "divvyd 127.0.0.1 %d 127.0.0.1 %d" % (p1.port, p2.port))
+            self.hit_until(d, line, True, "a hit on the new primary")
+            self.assertEqual(value(p2), self.LIMIT - 1)
+            self.assertEqual(value(p1), held - 1)
+            self.assertIn("the sentinels named a new primary, 127.0.0.1:%d" % p2.port, d.log_text())
+            # The sentinel still names p1 (as one that has not heard would): it is never followed.
+            n = fs.lookups
+            redisfix.wait_until(lambda: fs.lookups >= n + 2, 20, "two more lookups", d.log_tail)
+            self.assertHit(d.request(line), True, self.LIMIT - 2, (1, 3600))
+            self.assertEqual(value(p1), held - 1)
+
     def test_planned_failover_loses_nothing(self):
         with redisfix.Sentinels() as s, redisfix.SentinelEvents(s) as ev:
             old = s.primary_address()
