@@ -1287,11 +1287,22 @@ static void watch_subscribed(void *userdata, redisReply *r, int error) {
         node_healthy(w);
 }
 
-/* Connects a subscription and queues its PSUBSCRIBEs. Returns 0 or -errno (it backs off). */
+static void watch_master_reply(void *userdata, redisReply *r, int error);
+
+/* Connects a subscription and queues SENTINEL MASTER, then its PSUBSCRIBEs. Returns 0 or -errno (it backs
+ * off). */
 static int watch_connect(Node *w, uint64_t now) {
+        RedisStore *s = w->s;
         size_t n = sizeof(watch_patterns) / sizeof(watch_patterns[0]);
+        const char *master[3] = { "SENTINEL", "MASTER", s->url.master };
+        size_t masterlen[3] = { 8, 6, strlen(s->url.master) };
         int r = node_connect(w, now);
 
+        if (r >= 0) {
+                r = redis_conn_command(w->conn, 3, master, masterlen, watch_master_reply, w, NULL);
+                if (r < 0)
+                        redis_conn_disconnect(w->conn, r);
+        }
         for (size_t i = 0; r >= 0 && i < n; i++) {
                 const char *argv[2] = { "PSUBSCRIBE", watch_patterns[i] };
                 size_t argvlen[2] = { 10, strlen(watch_patterns[i]) };
@@ -1348,6 +1359,52 @@ static void failover_follow(RedisStore *s, const Node *w, const char *event, con
         primary_set(s, &addr, host, (int) p, now);
 }
 
+/* w's sentinel is failing over the primary at mhost:mport (strings): held if it is the one in use
+ * (or none is known yet: the lookup names it). */
+static void watch_hold(Node *w, const char *why, const char *mhost, const char *mport, uint64_t now) {
+        RedisStore *s = w->s;
+        const Node *p = s->nodes[0];
+        RedisAddr maddr;
+        uint64_t mp;
+
+        if (parse_uint64_n(mport, strlen(mport), 1, 65535, &mp) < 0 ||
+            redis_addr_from_host(&maddr, mhost, (int) mp, true, NULL, 0) < 0 ||
+            (p->have_addr && strcmp(maddr.name, p->addr.name) != 0))
+                return;
+        if (!w->failing_over) {
+                w->failing_over = true;
+                w->failover_at = now;
+                set_error(s, "sentinel %s: %s: no write to %s until the failover names a new primary",
+                          w->addr.name, why, maddr.name);
+        }
+}
+
+/* SENTINEL MASTER's reply, sent before the subscriptions on the same connection: a failover that
+ * started before them (a divvyd started, or a subscription made again, in its middle) holds
+ * too. The reply is a flat list of names and values. */
+static void watch_master_reply(void *userdata, redisReply *r, int error) {
+        Node *w = userdata;
+        const char *ip = NULL, *port = NULL;
+        bool failing_over = false;
+
+        if (error < 0 || !r || r->type != REDIS_REPLY_ARRAY)
+                return;
+        for (size_t i = 0; i + 1 < r->elements; i += 2) {
+                const redisReply *k = r->element[i], *v = r->element[i + 1];
+
+                if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+                        continue;
+                if (strcmp(k->str, "ip") == 0)
+                        ip = v->str;
+                else if (strcmp(k->str, "port") == 0)
+                        port = v->str;
+                else if (strcmp(k->str, "flags") == 0)
+                        failing_over = strstr(v->str, "failover_in_progress") != NULL;
+        }
+        if (failing_over && ip && port)
+                watch_hold(w, "a failover under way (SENTINEL MASTER)", ip, port, now_usec());
+}
+
 #define WATCH_TOKENS_MAX 8 /* words of an event's payload read: "slave a:p a p @ master a p" */
 
 /* A sentinel's event (a pmessage: pattern, channel, payload). Only our master's count. Payloads:
@@ -1363,8 +1420,6 @@ static void watch_message(void *userdata, redisReply *r, int error) {
         const char *master, *mhost, *mport;
         size_t n = 0;
         uint64_t now;
-        RedisAddr maddr;
-        uint64_t mp;
 
         if (error < 0 || !r || s->closing)
                 return;
@@ -1405,18 +1460,9 @@ static void watch_message(void *userdata, redisReply *r, int error) {
                 w->failing_over = false;
                 return;
         }
-        /* a step before the promotion: only of the primary in use (after +promoted-slave the
-         * leader's next steps name the old one) */
-        if (parse_uint64_n(mport, strlen(mport), 1, 65535, &mp) < 0 ||
-            redis_addr_from_host(&maddr, mhost, (int) mp, true, NULL, 0) < 0 || !s->nodes[0]->have_addr ||
-            strcmp(maddr.name, s->nodes[0]->addr.name) != 0)
-                return;
-        if (!w->failing_over) {
-                w->failing_over = true;
-                w->failover_at = now;
-                set_error(s, "sentinel %s: %s: no write to %s until the failover names a new primary",
-                          w->addr.name, ch->str, maddr.name);
-        }
+        /* a step before the promotion (after +promoted-slave the leader's next steps name the
+         * old primary, no longer in use) */
+        watch_hold(w, ch->str, mhost, mport, now);
 }
 
 /* The subscriptions' periodic work: connects (after their backoff), connect deadlines, the holds'

@@ -79,9 +79,11 @@
  * (+promoted-slave or +switch-master) or it is aborted (-failover-abort-*, by the sentinel that started it),
  * the primary is HELD: no call is sent to it, each fails at once with -ECONNREFUSED (counted in
  * errors_refused, not by the breaker), so that nothing is written to a primary that a replica is replacing
- * (the replica is promoted with everything replicated so far). A new primary named by an event or a lookup
- * takes the whole store at once: the old connection is closed (its pending calls fail), the reconnect
- * backoff and the breaker are reset, and the new primary is connected at once. The primary a failover left
+ * (the replica is promoted with everything replicated so far). Each subscription asks SENTINEL MASTER
+ * first, on the same connection: a failover already under way (flags failover_in_progress) holds too.
+ * A new primary named by an event or a lookup takes the whole store at once: the old connection is
+ * closed (its pending calls fail), the reconnect backoff and the breaker are reset, and the new primary
+ * is connected at once. The primary a failover left
  * is DEMOTED: a lookup that still names it (a sentinel that has not heard yet) is not followed for
  * REDIS_STORE_DEMOTED_USEC, so the store never writes to it again while it may still call itself primary
  * (the sentinels demote a live old primary seconds later). A hold ends by itself after

@@ -596,12 +596,14 @@ class Sentinels(_Group):
 class FakeSentinel:
     """A stand-in for redis-sentinel on 127.0.0.1:<free port>, for events a real failover gives
     no control over: it answers PING, SENTINEL get-master-addr-by-name (with `master`, a (host,
-    port) the test sets; lookups counts them) and (P)SUBSCRIBE, and publish() sends a message to
+    port) the test sets; lookups counts them), SENTINEL MASTER (ip, port and `flags`) and
+    (P)SUBSCRIBE, and publish() sends a message to
     every subscriber whose pattern matches, as a sentinel publishes its events. One thread per
     client; every socket has a timeout; stop() (or the `with` block's end) closes everything."""
 
     def __init__(self, master_name, master):
         self.master_name, self.master = master_name, tuple(master)
+        self.flags = "master"  # SENTINEL MASTER's: "master,failover_in_progress" during a failover
         self.lookups = 0
         self._subs = []  # (socket, [patterns])
         self._lock = threading.Lock()
@@ -686,6 +688,13 @@ class FakeSentinel:
             if argv[2] != self.master_name or master is None:
                 return b"*-1\r\n"
             return b"*2\r\n" + self._bulk(master[0]) + self._bulk(str(master[1]))
+        if cmd == "SENTINEL" and len(argv) == 3 and argv[1].lower() == "master":
+            with self._lock:
+                master, flags = self.master, self.flags
+            if argv[2] != self.master_name or master is None:
+                return b"-ERR No such master with that name\r\n"
+            fields = ["name", self.master_name, "ip", master[0], "port", str(master[1]), "flags", flags]
+            return b"*%d\r\n" % len(fields) + b"".join(self._bulk(f) for f in fields)
         if cmd in ("SUBSCRIBE", "PSUBSCRIBE"):
             out = b""
             with self._lock:

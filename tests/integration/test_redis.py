@@ -376,6 +376,29 @@ class Sentinel(harness.DaemonTestCase):
             self.assertHit(d.request(line), True, self.LIMIT - 2, (1, 3600))
             self.assertEqual(value(p1), held - 1)
 
+    def test_started_during_a_failover(self):
+        # A divvyd started (or subscribed again) in the middle of a failover missed its start:
+        # the sentinel's flags say it is under way, and the primary is held until it ends.
+        with redisfix.RedisServer() as p1, redisfix.FakeSentinel("divvyd", (p1.host, p1.port)) as fs:
+            fs.flags = "master,failover_in_progress"
+            d = self.start_daemon(CONFIG, args=store_args("redis+sentinel://%s/divvyd" % fs.address))
+            u = uid()
+            line = "HIT type=fleet u=%s" % u
+            redisfix.wait_until(lambda: fs.subscribers(7) == 1, 20, "divvyd subscribed to the failover events",
+                                d.log_tail)
+            # (a hit read before the sentinel's reply was may still count)
+            before = sum(1 for r in self.hit_until(d, line, False, "a hit answered by policy") if parse_ok(r)[0])
+            for _ in range(20):
+                self.assertEqual(d.request(line), "OK false 0 3600")
+            c = p1.client()
+            try:
+                value = c.get(self.fleet_key(u))
+            finally:
+                c.close()
+            self.assertEqual(value, None if before == 0 else str(self.LIMIT - before).encode())
+            fs.publish("-failover-abort-not-elected", "master divvyd 127.0.0.1 %d" % p1.port)
+            self.hit_until(d, line, True, "p1 counting after the abort")
+
     def test_planned_failover_loses_nothing(self):
         with redisfix.Sentinels() as s, redisfix.SentinelEvents(s) as ev:
             old = s.primary_address()
