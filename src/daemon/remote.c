@@ -35,6 +35,7 @@ struct Remote {
         sd_event_source *timer;
         RedisStoreState state; /* as last logged */
         bool state_known;
+        uint64_t switches; /* Sentinel: primary switches as last logged */
 };
 
 static void remote_check_state(Remote *r);
@@ -192,12 +193,23 @@ void *remote_backend(Remote *r) {
 }
 
 /* Logs a change between answering and not: once per change, never per request or per
- * reconnect attempt (down, connecting and breaker-open follow each other while it is out), and
- * publishes the state at once. Cheap (no counters copied): runs after every event of the
- * store's sockets and timer; the counters are refreshed by remote_publish(). */
+ * reconnect attempt (down, connecting, breaker-open and failing-over follow each other while it
+ * is out), and each move to a new primary the sentinels named; publishes the state at once. Cheap (no
+ * counters copied): runs after every event of the store's sockets and timer; the counters are refreshed by
+ * remote_publish(). */
 static void remote_check_state(Remote *r) {
         RedisStoreState state = redis_store_state(r->redis);
         bool up = state == REDIS_STORE_CONNECTED;
+        uint64_t switches = redis_store_primary_switches(r->redis);
+
+        if (switches != r->switches) {
+                RedisStoreStats st;
+
+                redis_store_get_stats(r->redis, &st);
+                log_notice("Store %s: the sentinels named a new primary, %s: the store moved there", r->url,
+                           st.address);
+                r->switches = switches;
+        }
 
         if (r->state_known && up == (r->state == REDIS_STORE_CONNECTED))
                 return;

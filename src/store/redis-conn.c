@@ -24,6 +24,8 @@ struct RedisConn {
         const RedisIo *io;
         RedisConnEventFunc on_event;
         void *userdata;
+        RedisReplyFunc on_push; /* pub/sub messages (redis_conn_set_push()); NULL: none */
+        void *push_userdata;
         char *user, *password;
         int db;
 
@@ -401,6 +403,24 @@ fail:
         return r;
 }
 
+void redis_conn_set_push(RedisConn *c, RedisReplyFunc cb, void *userdata) {
+        c->on_push = cb;
+        c->push_userdata = userdata;
+}
+
+/* A pub/sub message: "message" or "pmessage" and its strings (a confirmation is not one). */
+static bool reply_is_push(const redisReply *r) {
+        const redisReply *kind;
+
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 3)
+                return false;
+        kind = r->element[0];
+        if (kind->type != REDIS_REPLY_STRING)
+                return false;
+        return (kind->len == 7 && memcmp(kind->str, "message", 7) == 0 && r->elements == 3) ||
+               (kind->len == 8 && memcmp(kind->str, "pmessage", 8) == 0 && r->elements == 4);
+}
+
 static void conn_dispatch(RedisConn *c) {
         uint64_t gen = c->gen;
 
@@ -418,6 +438,12 @@ static void conn_dispatch(RedisConn *c) {
                 }
                 if (!reply)
                         return;
+                if (c->on_push && reply_is_push(reply)) {
+                        c->replies++;
+                        c->on_push(c->push_userdata, reply, 0);
+                        freeReplyObject(reply);
+                        continue;
+                }
                 if (c->n == 0) {
                         freeReplyObject(reply);
                         conn_close(c, -EPROTO, "protocol error: a reply to no command");

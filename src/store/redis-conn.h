@@ -134,6 +134,13 @@ int redis_conn_abandon(RedisConn *c, uint64_t seq);
  * or -errno if the connection was closed by an error (the callbacks have run). */
 int redis_conn_on_io(RedisConn *c, uint32_t revents);
 
+/* Makes c a subscriber's connection (SUBSCRIBE, PSUBSCRIBE): from now on a reply that is a
+ * pub/sub message (an array "message", channel, payload or "pmessage", pattern, channel,
+ * payload), which the server sends unasked, goes to cb (error 0) instead of the FIFO; every
+ * other reply (a subscription's confirmation, one per channel or pattern: queue one channel
+ * per command so that each has its entry) still answers the oldest command. */
+void redis_conn_set_push(RedisConn *c, RedisReplyFunc cb, void *userdata);
+
 /* Fails every pending command with error (< 0; callbacks run, oldest first), tells the event
  * callback, closes the socket. Nothing happens on a CLOSED connection. */
 void redis_conn_disconnect(RedisConn *c, int error);

@@ -71,7 +71,23 @@
  * fail it closes the breaker, otherwise it opens again. One probe at a time: batches are refused at once
  * while one is in flight (half-open). Sentinel: the sentinels are asked in turn (SENTINEL
  * get-master-addr-by-name), the one that answered first next time; the primary is looked up again when its
- * connection fails, on a READONLY reply, on a timeout streak, and when ROLE does not say master. Cluster:
+ * connection fails, on a READONLY reply, on a timeout streak, when ROLE does not say master, and every
+ * REDIS_STORE_SENTINEL_CHECK_USEC (the lookup connection stays open; the primary stays in use meanwhile).
+ * The store also subscribes to every sentinel's failover events (one connection per sentinel, its own
+ * backoff), as Redis's Sentinel client guidelines ask: from a failover's start (+try-failover, or any later
+ * step: +elected-leader, +failover-state-*, +selected-slave, ...) until its new primary is named
+ * (+promoted-slave or +switch-master) or it is aborted (-failover-abort-*, by the sentinel that started it),
+ * the primary is HELD: no call is sent to it, each fails at once with -ECONNREFUSED (counted in
+ * errors_refused, not by the breaker), so that nothing is written to a primary that a replica is replacing
+ * (the replica is promoted with everything replicated so far). Each subscription asks SENTINEL MASTER
+ * first, on the same connection: a failover already under way (flags failover_in_progress) holds too.
+ * A new primary named by an event or a lookup takes the whole store at once: the old connection is
+ * closed (its pending calls fail), the reconnect backoff and the breaker are reset, and the new primary
+ * is connected at once. The primary a failover left
+ * is DEMOTED: a lookup that still names it (a sentinel that has not heard yet) is not followed for
+ * REDIS_STORE_DEMOTED_USEC, so the store never writes to it again while it may still call itself primary
+ * (the sentinels demote a live old primary seconds later). A hold ends by itself after
+ * REDIS_STORE_FAILOVER_HOLD_MAX_USEC (an end the store missed: a subscription lost). Cluster:
  * CLUSTER SLOTS from a seed (then from any connected node) gives the slot map; one connection per primary,
  * opened when a call needs it; MOVED updates the map, resends the call there and refreshes the whole map;
  * ASK sends ASKING + the call to the node named, once; TRYAGAIN (a call whose keys a slot migration
@@ -108,12 +124,20 @@
 #define REDIS_STORE_REDIRECTS_MAX       5 /* MOVED/ASK followed for one call (a resharding moves a slot once) */
 #define REDIS_STORE_TRYAGAIN_MAX_USEC   (100ULL * 1000)  /* 100 ms: the longest TRYAGAIN delay */
 #define REDIS_STORE_TRYAGAIN_DELAY_USEC (5ULL * 1000ULL) /* 5 ms: a slot migration's keys move quickly */
-#define REDIS_URL_HOSTS_MAX             16               /* hosts of a sentinel or cluster URL */
-#define REDIS_URL_HOST_MAX              255              /* bytes of one host */
-#define REDIS_URL_SECRET_MAX            512              /* bytes of a user or a password */
-#define REDIS_URL_NAME_MAX              128              /* bytes of a sentinel master name */
-#define REDIS_DEFAULT_PORT              6379
-#define REDIS_SENTINEL_DEFAULT_PORT     26379
+#define REDIS_STORE_SENTINEL_CHECK_USEC                                                                     \
+        (1000ULL * 1000ULL) /* 1 s: the sentinels asked again, the safety net under their events */
+#define REDIS_STORE_FAILOVER_HOLD_MAX_USEC                                                                  \
+        (30ULL * 1000ULL * 1000ULL) /* 30 s: a hold whose end was missed ends; an unelected attempt aborts  \
+                                     * within 10 s, a promotion within failover-timeout */
+#define REDIS_STORE_DEMOTED_USEC                                                                            \
+        (30ULL * 1000ULL * 1000ULL) /* 30 s: sentinels learn a new primary from each other's hellos (every  \
+                                     * 2 s); one still naming the old primary after this is right */
+#define REDIS_URL_HOSTS_MAX         16  /* hosts of a sentinel or cluster URL */
+#define REDIS_URL_HOST_MAX          255 /* bytes of one host */
+#define REDIS_URL_SECRET_MAX        512 /* bytes of a user or a password */
+#define REDIS_URL_NAME_MAX          128 /* bytes of a sentinel master name */
+#define REDIS_DEFAULT_PORT          6379
+#define REDIS_SENTINEL_DEFAULT_PORT 26379
 
 typedef enum RedisMode {
         REDIS_MODE_SINGLE,   /* redis:// or redis+unix:// */
@@ -164,12 +188,13 @@ typedef enum RedisStoreState {
         REDIS_STORE_CONNECTED,    /* the primary (cluster: every node used that serves a slot) answers */
         REDIS_STORE_DOWN,         /* the connection failed; waiting for the next reconnect */
         REDIS_STORE_BREAKER_OPEN, /* the breaker is open (or half-open, its probe in flight) */
+        REDIS_STORE_FAILING_OVER, /* Sentinel: the primary is held, its failover under way */
         _REDIS_STORE_STATE_MAX,
         _REDIS_STORE_STATE_INVALID = -EINVAL,
 } RedisStoreState;
 
 const char *redis_store_state_to_string(RedisStoreState s); /* "connecting", "connected", "down",
-                                                             * "breaker-open" */
+                                                             * "breaker-open", "failing-over" */
 
 typedef struct RedisStoreStats {
         RedisStoreState state;
@@ -182,7 +207,8 @@ typedef struct RedisStoreStats {
         uint64_t hits_failed;              /* hits completed with an error */
         uint64_t errors_timeout;           /* calls failed -ETIMEDOUT */
         uint64_t errors_connection;        /* calls failed by a connection error */
-        uint64_t errors_refused;           /* calls failed -ECONNREFUSED at once (down, breaker) */
+        uint64_t errors_refused;           /* calls failed -ECONNREFUSED at once (down, breaker, a
+                                            * failover's hold) */
         uint64_t errors_protocol;          /* calls failed -EPROTO */
         uint64_t errors_server;    /* calls failed by an error reply (-EIO, -EROFS, -EAGAIN, -ELOOP) */
         uint64_t noscript_reloads; /* NOSCRIPT replies recovered by EVAL */
@@ -191,6 +217,7 @@ typedef struct RedisStoreStats {
         uint64_t tryagain;         /* TRYAGAIN retried */
         uint64_t reconnects;       /* connection attempts after the first of each server */
         uint64_t discoveries;      /* SENTINEL lookups and CLUSTER SLOTS refreshes done */
+        uint64_t primary_switches; /* Sentinel: times the store moved to another primary */
         uint64_t breaker_opens;    /* times the breaker opened (or opened again after a probe) */
         uint64_t breaker_probes;   /* probes the store sent on its own (PINGs, no batch waiting) */
         uint64_t rtt_sum_usec, rtt_count, rtt_max_usec; /* calls sent -> reply, successful calls */
@@ -233,6 +260,8 @@ int redis_store_on_io(RedisStore *s, int fd, uint32_t revents);
 int redis_store_on_timer(RedisStore *s, uint64_t now_mono_usec);
 
 int redis_store_get_stats(const RedisStore *s, RedisStoreStats *ret);
+/* RedisStoreStats.primary_switches alone, as cheap as redis_store_state(). */
+uint64_t redis_store_primary_switches(const RedisStore *s);
 /* The state alone (RedisStoreStats.state), without copying the counters: cheap enough for
  * every event of the store's sockets. */
 RedisStoreState redis_store_state(const RedisStore *s);

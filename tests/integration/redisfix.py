@@ -12,6 +12,9 @@ directories, stopped by pid. Every wait is bounded; every process is killed on e
     with redisfix.Sentinels() as s:                # primary + replica + 3 sentinels
         old = s.primary_address()
         new = s.failover()                         # SENTINEL FAILOVER, waits for all 3 to agree
+    with redisfix.SentinelEvents(s) as ev:         # +switch-master ... as read, with times
+        load = redisfix.HitLoad(daemon, "HIT ...")  # 100 HITs/s on one connection
+        lost = redisfix.count_decrements(...)      # acknowledged vs the counter afterwards
     with redisfix.Cluster() as c:                  # 3 primaries, cluster_state:ok
         c.migrate_slot(slot, c.nodes[1])          # SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE
 
@@ -23,11 +26,14 @@ Debian's (a pyenv one), the module is looked for in Debian's dist-packages as we
 """
 
 import binascii
+import fnmatch
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import harness
@@ -583,6 +589,291 @@ class Sentinels(_Group):
             self.wait_replicated(self.server_at(new))
             self.wait_sentinels_ready()
         return new
+
+
+# --- a sentinel of the test's own ------------------------------------------------------------
+
+class FakeSentinel:
+    """A stand-in for redis-sentinel on 127.0.0.1:<free port>, for events a real failover gives
+    no control over: it answers PING, SENTINEL get-master-addr-by-name (with `master`, a (host,
+    port) the test sets; lookups counts them), SENTINEL MASTER (ip, port and `flags`) and
+    (P)SUBSCRIBE, and publish() sends a message to
+    every subscriber whose pattern matches, as a sentinel publishes its events. One thread per
+    client; every socket has a timeout; stop() (or the `with` block's end) closes everything."""
+
+    def __init__(self, master_name, master):
+        self.master_name, self.master = master_name, tuple(master)
+        self.flags = "master"  # SENTINEL MASTER's: "master,failover_in_progress" during a failover
+        self.lookups = 0
+        self._subs = []  # (socket, [patterns])
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self.port = self._sock.getsockname()[1]
+        self._conns = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                c, _ = self._sock.accept()
+            except OSError:
+                continue
+            c.settimeout(0.2)
+            with self._lock:
+                self._conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _bulk(b):
+        b = b.encode() if isinstance(b, str) else b
+        return b"$%d\r\n%s\r\n" % (len(b), b)
+
+    def _serve(self, c):
+        buf = b""
+        while not self._stop.is_set():
+            try:
+                chunk = c.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            buf += chunk
+            while True:
+                argv, buf = self._parse(buf)
+                if argv is None:
+                    break
+                try:
+                    c.sendall(self._answer(c, argv))
+                except OSError:
+                    return
+
+    @staticmethod
+    def _parse(buf):
+        """One RESP array of bulk strings off buf: (argv, rest), or (None, buf) if incomplete."""
+        if not buf.startswith(b"*") or b"\r\n" not in buf:
+            return None, buf
+        head, rest = buf.split(b"\r\n", 1)
+        argv = []
+        for _ in range(int(head[1:])):
+            if b"\r\n" not in rest:
+                return None, buf
+            ln, rest = rest.split(b"\r\n", 1)
+            n = int(ln[1:])
+            if len(rest) < n + 2:
+                return None, buf
+            argv.append(rest[:n].decode())
+            rest = rest[n + 2:]
+        return argv, rest
+
+    def _answer(self, c, argv):
+        cmd = argv[0].upper()
+        if cmd == "PING":
+            return b"+PONG\r\n"
+        if cmd == "SENTINEL" and len(argv) == 3 and argv[1].lower() == "get-master-addr-by-name":
+            with self._lock:
+                self.lookups += 1
+                master = self.master
+            if argv[2] != self.master_name or master is None:
+                return b"*-1\r\n"
+            return b"*2\r\n" + self._bulk(master[0]) + self._bulk(str(master[1]))
+        if cmd == "SENTINEL" and len(argv) == 3 and argv[1].lower() == "master":
+            with self._lock:
+                master, flags = self.master, self.flags
+            if argv[2] != self.master_name or master is None:
+                return b"-ERR No such master with that name\r\n"
+            fields = ["name", self.master_name, "ip", master[0], "port", str(master[1]), "flags", flags]
+            return b"*%d\r\n" % len(fields) + b"".join(self._bulk(f) for f in fields)
+        if cmd in ("SUBSCRIBE", "PSUBSCRIBE"):
+            out = b""
+            with self._lock:
+                entry = next((e for e in self._subs if e[0] is c), None)
+                if entry is None:
+                    entry = (c, [])
+                    self._subs.append(entry)
+                for pattern in argv[1:]:
+                    entry[1].append(pattern)
+                    out += b"*3\r\n" + self._bulk(cmd.lower()) + self._bulk(pattern) + b":%d\r\n" % len(entry[1])
+            return out
+        return b"-ERR unknown command '%s'\r\n" % argv[0].encode()
+
+    def subscribers(self, patterns=1):
+        """How many clients are subscribed to at least `patterns` patterns."""
+        with self._lock:
+            return sum(1 for _, p in self._subs if len(p) >= patterns)
+
+    def publish(self, channel, payload):
+        """Sends (channel, payload) to every subscriber with a matching pattern. Returns how many."""
+        n = 0
+        with self._lock:
+            for c, patterns in self._subs:
+                for p in patterns:
+                    if fnmatch.fnmatchcase(channel, p):
+                        try:
+                            c.sendall(b"*4\r\n" + self._bulk("pmessage") + self._bulk(p) + self._bulk(channel) +
+                                      self._bulk(payload))
+                            n += 1
+                        except OSError:
+                            pass
+                        break
+        return n
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(2)
+        with self._lock:
+            for c in self._conns:
+                try:
+                    c.close()
+                except OSError:
+                    pass
+        self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+# --- counting through a failover ---------------------------------------------------------------
+
+FAILOVER_EVENTS = ("+try-failover", "+promoted-slave", "+switch-master", "-failover-abort-*")
+
+
+class SentinelEvents:
+    """Threads subscribed to patterns (default FAILOVER_EVENTS) on every sentinel of a Sentinels,
+    recording (time.monotonic(), sentinel name, channel, payload) as each message is read. Bounded:
+    each thread polls with a 0.1 s timeout and ends on stop() or after max_seconds."""
+
+    def __init__(self, sentinels, patterns=FAILOVER_EVENTS, max_seconds=120.0):
+        self.events = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = []
+        self._clients = []
+        for s in sentinels.sentinels:
+            c = s.client()
+            p = c.pubsub(ignore_subscribe_messages=True)
+            p.psubscribe(*patterns)
+            p.get_message(timeout=1.0)  # the confirmations are read before anything happens
+            self._clients.append((c, p))
+            t = threading.Thread(target=self._run, args=(s.name, p, time.monotonic() + max_seconds), daemon=True)
+            self._threads.append(t)
+        for t in self._threads:
+            t.start()
+
+    def _run(self, name, p, deadline):
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                m = p.get_message(timeout=0.1)
+            except (redis.RedisError, OSError):
+                return
+            if m and m.get("type") in ("message", "pmessage"):
+                at = time.monotonic()
+                ch, data = m["channel"], m["data"]
+                with self._lock:
+                    self.events.append((at, name, ch.decode() if isinstance(ch, bytes) else ch,
+                                        data.decode() if isinstance(data, bytes) else data))
+
+    def first(self, channel):
+        """The time the first `channel` message was read (None: none yet)."""
+        with self._lock:
+            times = [e[0] for e in self.events if e[2] == channel]
+        return min(times) if times else None
+
+    def stop(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(5.0)
+        for c, p in self._clients:
+            try:
+                p.close()
+                c.close()
+            except (redis.RedisError, OSError):
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class HitLoad:
+    """A client thread sending `line` to a daemon one request at a time, at most `rate` per second,
+    until stop() (or max_seconds): every reply is recorded as (time.monotonic() of the reply,
+    reply). For a rule whose limit is never reached and whose onBackendError is deny, an allowed
+    reply is a decrement acknowledged by Redis (its credit is the counter's value after it) and a
+    denied one is the policy's answer, not a write."""
+
+    def __init__(self, daemon, line, rate=100, max_seconds=60.0):
+        self.daemon, self.line, self.period = daemon, line, 1.0 / rate
+        self.replies = []
+        self.error = None
+        self._stop = threading.Event()
+        self._deadline = time.monotonic() + max_seconds
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            with self.daemon.connect() as c:
+                next_at = time.monotonic()
+                while not self._stop.is_set() and time.monotonic() < self._deadline:
+                    reply = c.request(self.line)
+                    self.replies.append((time.monotonic(), reply))
+                    next_at += self.period
+                    delay = next_at - time.monotonic()
+                    if delay > 0:
+                        self._stop.wait(delay)
+        except (OSError, HarnessError) as e:
+            self.error = e
+
+    def count(self):
+        return len(self.replies)
+
+    def stop(self):
+        """Stops the thread (bounded wait); returns the replies."""
+        self._stop.set()
+        self._thread.join(harness.IO_TIMEOUT + 1)
+        return self.replies
+
+    def acknowledged(self):
+        """[(time, credit)] of the allowed replies: decrements Redis acknowledged."""
+        out = []
+        for at, reply in self.replies:
+            got = harness.parse_ok(reply)
+            if got and got[0]:
+                out.append((at, got[1]))
+        return out
+
+    def by_policy(self):
+        """How many replies were the policy's (denied, on a limit never reached)."""
+        return sum(1 for _, reply in self.replies if (harness.parse_ok(reply) or (True,))[0] is False)
+
+
+def count_decrements(credits, limit, value):
+    """What a counter of `limit` (a divvy fixed window: the first hit sets limit-1, each next one
+    decrements) lost and granted twice, from the credits of every acknowledged decrement (of any
+    number of daemons) and its value afterwards. Returns (acknowledged, recorded, lost, doubled):
+    recorded = limit - value decrements are in the counter; lost = acknowledged - recorded;
+    doubled = credits granted more than once (a lost decrement's credit is granted again)."""
+    recorded = limit - int(value)
+    return len(credits), recorded, len(credits) - recorded, len(credits) - len(set(credits))
 
 
 # --- Redis Cluster ---------------------------------------------------------------------------

@@ -367,6 +367,69 @@ START_TEST (test_protocol_error) {
 }
 END_TEST
 
+typedef struct Pushed {
+        int n;
+        char payload[8][32];
+        bool done;
+} Pushed;
+
+static void seen_push(void *userdata, redisReply *r, int error) {
+        Pushed *p = userdata;
+
+        ck_assert_int_eq(error, 0);
+        ck_assert_int_lt(p->n, 8);
+        ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+        snprintf(p->payload[p->n++], sizeof(p->payload[0]), "%s", r->element[r->elements - 1]->str);
+        p->done = p->n == 3;
+}
+
+/* A subscriber's connection: the messages the server sends unasked go to the push callback, and
+ * the confirmations and a PING's reply still answer their commands, in order (without it a
+ * message is a reply to no command, and the connection is closed). */
+START_TEST (test_pubsub_push) {
+        Events ev = { 0 };
+        Seen s = { .want = 2 };
+        Pushed p = { 0 };
+        RedisConn *c;
+        RedisAddr a;
+        redisContext *pub;
+
+        test_redis_start(&srv);
+        c = new_conn(NULL, &ev);
+        redis_conn_set_push(c, seen_push, &p);
+        a = tcp_addr();
+        ck_assert_int_eq(redis_conn_connect(c, &a), 0);
+        cmd(c, &s, "PSUBSCRIBE", "+switch-*", NULL);
+        cmd(c, &s, "SUBSCRIBE", "+try-failover", NULL);
+        ck_assert_int_eq(redis_conn_flush(c), 0);
+        ck_assert(test_loop_until(&loop, &s.done, WAIT_USEC));
+        ck_assert_int_eq(s.type[0], REDIS_REPLY_ARRAY); /* the confirmations */
+        ck_assert_int_eq(s.type[1], REDIS_REPLY_ARRAY);
+        pub = redisConnect("127.0.0.1", srv.port);
+        ck_assert(pub && !pub->err);
+        freeReplyObject(redisCommand(pub, "PUBLISH +switch-master %s", "m 1.1.1.1 1 2.2.2.2 2"));
+        freeReplyObject(redisCommand(pub, "PUBLISH +try-failover %s", "master m 1.1.1.1 1"));
+        freeReplyObject(redisCommand(pub, "PUBLISH +other %s", "not subscribed"));
+        freeReplyObject(redisCommand(pub, "PUBLISH +switch-other %s", "third"));
+        redisFree(pub);
+        ck_assert(test_loop_until(&loop, &p.done, WAIT_USEC));
+        ck_assert_str_eq(p.payload[0], "m 1.1.1.1 1 2.2.2.2 2");
+        ck_assert_str_eq(p.payload[1], "master m 1.1.1.1 1");
+        ck_assert_str_eq(p.payload[2], "third");
+        s.done = false;
+        s.want = 3;
+        cmd(c, &s, "PING", NULL, NULL); /* subscribed: ["pong", ""] */
+        ck_assert_int_eq(redis_conn_flush(c), 0);
+        ck_assert(test_loop_until(&loop, &s.done, WAIT_USEC));
+        ck_assert_int_eq(s.error[2], 0);
+        ck_assert_int_eq(s.type[2], REDIS_REPLY_ARRAY);
+        ck_assert_int_eq(redis_conn_state(c), REDIS_CONN_CONNECTED);
+        ck_assert_int_eq(ev.closed, 0);
+        ck_assert_uint_eq(redis_conn_pending(c), 0);
+        redis_conn_free(c);
+}
+END_TEST
+
 START_TEST (test_addresses) {
         RedisAddr a;
         char err[200];
@@ -400,6 +463,7 @@ static Suite *conn_suite(void) {
         tcase_add_test(tc, test_server_killed_and_reconnect);
         tcase_add_test(tc, test_protocol_error);
         tcase_add_test(tc, test_addresses);
+        tcase_add_test(tc, test_pubsub_push);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -834,7 +834,33 @@ static void sentinel_stop(pid_t pid, const TestRedis *primary) {
         (void) unlink(conf);
 }
 
-/* Sentinel: the primary is looked up, ROLE checked, and hits go there. */
+/* Runs the loop until the sentinel at port lists a client subscribed to n patterns (CLIENT
+ * LIST's psub=n); at most WAIT_USEC. */
+static bool sentinel_subscribed(int port, int n) {
+        uint64_t end = clock_usec(CLOCK_MONOTONIC) + WAIT_USEC;
+        char want[32];
+
+        snprintf(want, sizeof(want), " psub=%d ", n);
+        for (;;) {
+                redisContext *c = redisConnect("127.0.0.1", port);
+                redisReply *rep = c && !c->err ? redisCommand(c, "CLIENT LIST") : NULL;
+                bool ok = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, want) != NULL;
+
+                if (rep)
+                        freeReplyObject(rep);
+                if (c)
+                        redisFree(c);
+                if (ok)
+                        return true;
+                if (clock_usec(CLOCK_MONOTONIC) >= end)
+                        return false;
+                test_loop_once(&loop, 10000);
+        }
+}
+
+/* Sentinel: the primary is looked up, ROLE checked, and hits go there; the store subscribes to
+ * the sentinel's failover events and asks it again every REDIS_STORE_SENTINEL_CHECK_USEC, the
+ * primary in use meanwhile. */
 START_TEST (test_sentinel) {
         TestRule r;
         RedisStore *s;
@@ -860,6 +886,21 @@ START_TEST (test_sentinel) {
         ck_assert_int_eq(st.state, REDIS_STORE_CONNECTED);
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", srv.port);
         ck_assert_str_eq(st.address, addr);
+        ck_assert_msg(sentinel_subscribed(sport, 7), "no subscription to the sentinel's failover events");
+        {
+                uint64_t looked_up = st.discoveries,
+                         end = clock_usec(CLOCK_MONOTONIC) + REDIS_STORE_SENTINEL_CHECK_USEC * 5 / 2;
+
+                while (clock_usec(CLOCK_MONOTONIC) < end) {
+                        test_loop_once(&loop, 10000);
+                        ck_assert_int_eq(redis_store_state(s), REDIS_STORE_CONNECTED);
+                }
+                ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+                ck_assert_uint_ge(st.discoveries, looked_up + 2); /* asked again, twice */
+                ck_assert_str_eq(st.address, addr);
+                ck_assert_uint_eq(st.primary_switches, 0);
+                ck_assert(until_ok(s, &r, 1));
+        }
         /* the primary down (no replica: the sentinel keeps naming it), the breaker open; back,
          * and the breaker's own probe (the primary looked up, ROLE, PING) closes it, no batch */
         open_breaker(s, &r);
