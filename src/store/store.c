@@ -1390,6 +1390,7 @@ static int load_table(Store *s, size_t initial, uint64_t now, char *errbuf, size
                 set_error(errbuf, errbuf_size, "cannot allocate the counter table: %s", strerror(-r));
                 return r;
         }
+        table_set_memory_max(s->table, s->opts.table_memory_max);
         r = checkpoint_load(s->checkpoint, now, load_record, s);
         if (r < 0)
                 set_error(errbuf, errbuf_size, "%s/data.mdb: cannot load the counters: %s", s->opts.path,

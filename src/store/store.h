@@ -135,6 +135,7 @@ typedef struct StoreOptions {
          * the journal hold at store_open() are all loaded, even beyond it (they were
          * acknowledged): new ones are then refused until expiry brings the count under it. */
         uint64_t max_counters;
+        size_t table_memory_max; /* test hook: table_set_memory_max() of the table (0: none) */
 } StoreOptions;
 
 /* What a hit does to its counter (issue #15's verbs; core/algorithm.h has the arithmetic). */
