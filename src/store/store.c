@@ -12,7 +12,9 @@
  * with sync=always, ONE wal_sync(). If either fails the undo buffer puts the table back as it
  * was (a counter the batch created is deleted), so an error answer never leaves a change
  * behind; if only the sync failed, the old states are journaled after the new ones so that a
- * replay ends where the table is. The buffers are allocated once and grow only when a batch
+ * replay ends where the table is. A hit whose new counter the table cannot make (max_counters,
+ * or an array that cannot be mapped) fails alone with its all-or-nothing group: the group is
+ * undone and the batch goes on. The buffers are allocated once and grow only when a batch
  * is larger than any before.
  *
  * The checkpoint (store_maintain()): rotate the journal so that its records up to now are in
@@ -1471,7 +1473,8 @@ static int replay_size_table(Store *s, uint64_t now, char *errbuf, size_t errbuf
         uint64_t add, need;
         int r;
 
-        if (journal_pending(s) == 0)
+        /* Not even one new counter per record would make it grow: nothing to count. */
+        if ((table_count(s->table) + journal_pending(s)) * 4 <= (uint64_t) table_capacity(s->table) * 3)
                 return 0;
         c = calloc(1, sizeof *c);
         if (!c)
