@@ -1496,7 +1496,8 @@ static int replay_size_table(Store *s, uint64_t now, char *errbuf, size_t errbuf
  * at a time on top of what this process holds while serving (the journal's current segment and
  * its spare are mapped again at that start): so that a restart after a crash under the same
  * limit finds room for it, the serving process keeps that much address space reserved (no
- * memory: PROT_NONE, MAP_NORESERVE), mapped once the replay is over. Without a limit there is
+ * memory: PROT_NONE, MAP_NORESERVE), mapped once the replay is over and unmapped for the last
+ * checkpoint of store_finish() (the process ends next). Without a limit there is
  * nothing to keep. Best effort: at the limit already, it serves without (the table then has
  * that much more room, and a restart may need a higher limit). */
 static void replay_reserve(Store *s) {
@@ -1720,6 +1721,11 @@ int store_finish(Store *s) {
         if (s->finished)
                 return 0;
         commit_stop(s); /* every batch submitted is completed */
+        if (s->reserve) {
+                /* the next start's room, this process's last checkpoint's until it exits */
+                (void) munmap(s->reserve, s->reserve_bytes);
+                s->reserve = NULL;
+        }
         if (s->opened)
                 r = close_checkpoint(s);
         else if (s->wal)
@@ -1737,8 +1743,6 @@ Store *store_close(Store *s) {
         wal_close(s->wal);
         checkpoint_close(s->checkpoint);
         table_free(s->table);
-        if (s->reserve)
-                (void) munmap(s->reserve, s->reserve_bytes);
         free(s->ids);
         free(s->records);
         free(s->undo);
