@@ -130,6 +130,25 @@ def may_skip_in_ci(reason):
     return mark
 
 
+def run_by(program):
+    """Decorator for a test class whose tests another program runs (program: its file name,
+    e.g. "test_durability_kill.py", which imports the class): a file's long tests split off
+    so that make -j runs them beside the rest. main() of the file that defines the class
+    leaves them out, unless they are named on its command line."""
+    def mark(cls):
+        cls.__run_by__ = program
+        return cls
+    return mark
+
+
+def _tests(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from _tests(t)
+        else:
+            yield t
+
+
 def test_name(test):
     """file.py:Class.test_x, as the SKIP and XFAIL lines name a test."""
     return test.id().replace("__main__.", os.path.basename(sys.argv[0]) + ":", 1)
@@ -823,7 +842,12 @@ def main(require_daemon=True):
     loader = unittest.TestLoader()
     module = sys.modules["__main__"]
     names = sys.argv[1:]
-    suite = loader.loadTestsFromNames(names, module) if names else loader.loadTestsFromModule(module)
+    if names:
+        suite = loader.loadTestsFromNames(names, module)
+    else:
+        me = os.path.basename(sys.argv[0])
+        suite = unittest.TestSuite(t for t in _tests(loader.loadTestsFromModule(module))
+                                   if getattr(type(t), "__run_by__", me) == me)
     runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=2, resultclass=_Result)
     result = runner.run(suite)
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
