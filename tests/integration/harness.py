@@ -151,7 +151,7 @@ def _tests(suite):
 
 def test_name(test):
     """file.py:Class.test_x, as the SKIP and XFAIL lines name a test."""
-    return test.id().replace("__main__.", os.path.basename(sys.argv[0]) + ":", 1)
+    return test.id().replace(type(test).__module__ + ".", os.path.basename(sys.argv[0]) + ":", 1)
 
 
 def ci_skip_allowed(test):
