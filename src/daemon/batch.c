@@ -466,7 +466,7 @@ static void batch_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest
                 [ALGO_REFUND] = STORE_REFUND,
         };
         ClientLimit *cl = &b->limits[b->n_slots - 1];
-        const char *err = NULL, *why;
+        const char *err = NULL;
         int r;
 
         if (slot->resp_cmd == RESP_CMD_CL_THROTTLE)
@@ -479,11 +479,9 @@ static void batch_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest
                 slot->error_reason = err ?: "ERR invalid arguments";
                 return;
         }
-        if (cl->at_usec != 0 && (why = batch_check_time(b, cl->at_usec))) {
-                slot->resp_reply = BATCH_RESP_PROTO_ERROR;
-                slot_set_error(slot, PROTO_ERROR_BAD_TIME, why);
-                return;
-        }
+        /* RL's AT: any time Smyte accepts (not --client-time-max-age's), on the client's time line */
+        if (cl->at_usec != 0)
+                client_limit_set_wall_clock(cl, clock_usec(CLOCK_REALTIME));
         slot->at_usec = cl->at_usec;
         slot->count = cl->count;
         b->hits[b->n_hits++] = (StoreHit){
@@ -1155,6 +1153,11 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
                                    .limit = h->limit,
                                    .reset = h->reset_left,
                                    .retry = h->retry };
+                if (slot->resp_cmd == RESP_CMD_CL_THROTTLE && client_limit_throttle_error(&res)) {
+                        len = resp_format_error_text(p, client_limit_throttle_error(&res));
+                        batch_count_error(b, PROTO_ERROR_UNKNOWN);
+                        goto answered;
+                }
                 if (slot->resp_cmd == RESP_CMD_CL_THROTTLE) {
                         int64_t v[CLIENT_LIMIT_THROTTLE_REPLY_LEN];
                         size_t n = client_limit_format_throttle(cl, &res, v);
