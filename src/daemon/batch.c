@@ -98,6 +98,7 @@ struct Batch {
         uint64_t store_errors;
         size_t hit_errors;                /* hits of the batch completed with an error of their own */
         uint64_t store_error_logged_usec; /* CLOCK_MONOTONIC of the last store error logged */
+        uint64_t refused_logged_usec;     /* ... of the last refused new counter (--max-counters) */
 };
 
 int batch_new(const BatchSettings *settings, Batch **ret) {
@@ -911,19 +912,32 @@ static void batch_count_verb(Batch *b, const BatchSlot *slot, const BatchDecisio
                                            : 0);
 }
 
-/* True if the store failed slot's hits: the whole batch (store_error), or one of its own hits
- * that no backend could decide (issue #16: a remote store's REFUND or RESET, or its fallback's
- * local store failing). Either protocol answers it with b->store_error_reason. */
-static inline bool batch_slot_failed(const Batch *b, const BatchSlot *slot, int store_error) {
+/* The -errno with which the store failed slot's hits, or 0: the whole batch's (store_error), or
+ * one of its own hits' that no backend could decide (issue #16: a remote store's REFUND or
+ * RESET, or its fallback's local store failing) or that needed a new counter the local store
+ * could not create (--max-counters, a table that cannot grow). Either protocol answers it with
+ * batch_store_reason(). */
+static inline int batch_slot_failed(const Batch *b, const BatchSlot *slot, int store_error) {
         if (slot->n_hits == 0)
-                return false;
+                return 0;
         if (store_error < 0)
-                return true;
+                return store_error;
         if (b->hit_errors > 0)
                 for (uint32_t i = 0; i < slot->n_hits; i++)
                         if (b->hits[slot->first_hit + i].error < 0)
-                                return true;
-        return false;
+                                return b->hits[slot->first_hit + i].error;
+        return 0;
+}
+
+/* The reason of an ERR for the store's -errno r (README "Errors"): a fixed text, or the
+ * error's in b's buffer. */
+static const char *batch_store_reason(Batch *b, int r) {
+        if (r == -ENOSPC)
+                return "store full";
+        if (r == -EDQUOT)
+                return "counter limit reached";
+        snprintf(b->store_error_reason, sizeof b->store_error_reason, "store error: %s", strerror(-r));
+        return b->store_error_reason;
 }
 
 /* Formats slot's reply at the end of its connection's output (room was reserved when it
@@ -935,6 +949,7 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
         char *p = c->out + c->out_len;
         BatchDecision d;
         size_t len;
+        int e;
 
         if (c->err_sent)
                 return false; /* an earlier reply of this batch was an ERR: nothing after it is answered */
@@ -946,8 +961,9 @@ static inline __attribute__((always_inline)) bool batch_format_reply(Batch *b, c
                           (int) (c->out + c->out_len - p) - 1, p);
                 return true;
         }
-        if (batch_slot_failed(b, slot, store_error)) {
-                batch_format_error(b, slot, PROTO_ERROR_UNKNOWN, b->store_error_reason);
+        e = batch_slot_failed(b, slot, store_error);
+        if (e < 0) {
+                batch_format_error(b, slot, PROTO_ERROR_UNKNOWN, batch_store_reason(b, e));
                 return true;
         }
 
@@ -1073,6 +1089,7 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
         char *p = c->out + c->out_len;
         BatchDecision d;
         size_t len;
+        int e;
 
         if (c->err_sent)
                 return false; /* after a framing error or QUIT: nothing more is answered */
@@ -1123,8 +1140,9 @@ static bool batch_format_resp(Batch *b, const BatchSlot *slot, int store_error, 
                 goto answered;
         }
 
-        if (batch_slot_failed(b, slot, store_error)) {
-                len = resp_format_proto_error(p, PROTO_ERROR_UNKNOWN, b->store_error_reason);
+        e = batch_slot_failed(b, slot, store_error);
+        if (e < 0) {
+                len = resp_format_proto_error(p, PROTO_ERROR_UNKNOWN, batch_store_reason(b, e));
                 batch_count_error(b, PROTO_ERROR_UNKNOWN);
                 goto answered;
         }
@@ -1203,11 +1221,22 @@ answered:
         return true;
 }
 
-/* The store failed the batch: every request with a hit is answered with its -errno; a full
- * store fails every batch: logged once per interval, with a count. */
+/* The store failed the batch, or hits of it: every request with such a hit is answered with its
+ * -errno; a full store fails every batch: logged once per interval, with a count. New counters
+ * refused at --max-counters are the operator's choice, not a failure: a warning, as seldom
+ * (the store counts them). */
 static void batch_store_failed(Batch *b, int r) {
         uint64_t now = clock_usec(CLOCK_MONOTONIC);
 
+        if (r == -EDQUOT) {
+                if (b->refused_logged_usec == 0 ||
+                    now - b->refused_logged_usec >= BATCH_ERROR_LOG_INTERVAL_USEC) {
+                        log_warning("New counters refused: --max-counters is reached (answered ERR unknown "
+                                    "\"counter limit reached\"; existing counters are served)");
+                        b->refused_logged_usec = now;
+                }
+                return;
+        }
         b->store_errors++;
         if (b->store_error_logged_usec == 0 ||
             now - b->store_error_logged_usec >= BATCH_ERROR_LOG_INTERVAL_USEC) {
@@ -1216,17 +1245,13 @@ static void batch_store_failed(Batch *b, int r) {
                         b->n_hits, b->store_errors);
                 b->store_error_logged_usec = now;
         }
-        if (r == -ENOSPC)
-                snprintf(b->store_error_reason, sizeof b->store_error_reason, "store full");
-        else
-                snprintf(b->store_error_reason, sizeof b->store_error_reason, "store error: %s",
-                         strerror(-r));
 }
 
 /* The hits have their outputs: formats every reply, counts, empties the batch, tells the
  * server. */
 static void batch_complete(Batch *b, int store_error) {
         size_t n_answered = 0, n_ok = 0;
+        bool refused = false, failed = false;
 
         b->hit_errors = 0;
         if (store_error < 0)
@@ -1234,8 +1259,12 @@ static void batch_complete(Batch *b, int store_error) {
         else
                 for (size_t i = 0; i < b->n_hits; i++)
                         if (b->hits[i].error < 0) {
-                                if (b->hit_errors++ == 0)
+                                bool *seen = b->hits[i].error == -EDQUOT ? &refused : &failed;
+
+                                b->hit_errors++;
+                                if (!*seen)
                                         batch_store_failed(b, b->hits[i].error);
+                                *seen = true;
                         }
         for (size_t i = 0; i < b->n_slots; i++) {
                 bool ok = false, answered;

@@ -61,6 +61,8 @@ static void help(void) {
                "      --journal-segment-size=BYTES\n"
                "                           Journal file size, 64K .. 1G, preallocated (default 64M)\n"
                "      --max-connections=N  Refuse clients beyond N (default %d)\n"
+               "      --max-counters=N     Refuse hits that need a new counter beyond N counters\n"
+               "                           (ERR unknown \"counter limit reached\"; default 0 = no cap)\n"
                "      --idle-timeout=SEC   Close connections idle this long (default 0 = never)\n"
                "      --request-timeout=SEC\n"
                "                           Close a connection whose request has not arrived whole\n"
@@ -236,6 +238,7 @@ enum {
         ARG_SYNC,
         ARG_SYNC_INTERVAL,
         ARG_MAX_CONNECTIONS,
+        ARG_MAX_COUNTERS,
         ARG_IDLE_TIMEOUT,
         ARG_REQUEST_TIMEOUT,
         ARG_CLIENT_TIME_MAX_AGE,
@@ -296,6 +299,11 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 if (parse_uint64(arg, 1, 10 * 1000 * 1000, &v) < 0)
                         return usage_error("--max-connections", arg);
                 o->settings.server.max_connections = (unsigned) v;
+                return 0;
+        case ARG_MAX_COUNTERS:
+                if (parse_uint64(arg, 0, UINT64_MAX, &v) < 0)
+                        return usage_error("--max-counters", arg);
+                o->settings.store.max_counters = v;
                 return 0;
         case ARG_IDLE_TIMEOUT:
                 if (parse_uint64(arg, 0, 365ULL * 24 * 3600, &v) < 0)
@@ -452,6 +460,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "sync", required_argument, NULL, ARG_SYNC },
                 { "sync-interval", required_argument, NULL, ARG_SYNC_INTERVAL },
                 { "max-connections", required_argument, NULL, ARG_MAX_CONNECTIONS },
+                { "max-counters", required_argument, NULL, ARG_MAX_COUNTERS },
                 { "idle-timeout", required_argument, NULL, ARG_IDLE_TIMEOUT },
                 { "request-timeout", required_argument, NULL, ARG_REQUEST_TIMEOUT },
                 { "client-time-max-age", required_argument, NULL, ARG_CLIENT_TIME_MAX_AGE },

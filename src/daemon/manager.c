@@ -135,7 +135,7 @@ static void manager_notify_status(Manager *m) {
                 notify_status("", "Stopping, %" PRIu64 " connections left", k->connections_current);
         else {
                 StoreStats st = {};
-                char ckpt[640], remote[300] = "", damaged[64] = "";
+                char ckpt[640], remote[300] = "", damaged[64] = "", cap[96] = "";
 
                 (void) store_get_stats(m->store, &st);
                 if (st.journal_damaged_records > 0)
@@ -149,12 +149,15 @@ static void manager_notify_status(Manager *m) {
                 else
                         snprintf(ckpt, sizeof ckpt, "last checkpoint %" PRIu64 " s ago",
                                  st.checkpoint_age_usec / 1000000);
+                if (st.counters_max > 0)
+                        snprintf(cap, sizeof cap, " (max %" PRIu64 ", %" PRIu64 " new refused)",
+                                 st.counters_max, st.refused_limit);
                 notify_status("",
                               "Serving %zu rules on %zu listeners, %" PRIu64
-                              " connections, %.0f hits/s, %" PRIu64 " counters, journal %" PRIu64
+                              " connections, %.0f hits/s, %" PRIu64 " counters%s, journal %" PRIu64
                               " MiB%s%s, %s%s%s",
                               m->rules->n_rules, m->n_listeners, k->connections_current, rate, st.counters,
-                              st.journal_bytes >> 20, st.journal_failing ? " (disk full)" : "", damaged,
+                              cap, st.journal_bytes >> 20, st.journal_failing ? " (disk full)" : "", damaged,
                               ckpt, m->remote ? ", " : "",
                               m->remote ? remote_status(m->remote, remote, sizeof remote) : "");
         }
@@ -668,7 +671,14 @@ Manager *manager_free(Manager *m) {
         if (m->store) {
                 /* Before the server: batches still in flight (the stop timeout) are completed
                  * into their connections, which must exist. */
-                store_close(m->store); /* completes every batch, waits for a checkpoint, syncs */
+                int r = store_finish(m->store); /* completes every batch, the last checkpoint */
+
+                if (r < 0)
+                        log_error_errno(r,
+                                        "The last checkpoint failed, the journal will be replayed at the "
+                                        "next start: %s",
+                                        store_checkpoint_error(m->store));
+                store_close(m->store); /* syncs */
                 m->store = NULL;
                 log_debug("Store closed");
         }

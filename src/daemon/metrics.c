@@ -49,7 +49,8 @@ struct Metrics {
         uint64_t store_memory_bytes, journal_bytes, journal_segments, journal_syncs, journal_sync_usec;
         uint64_t checkpoint_age_usec, checkpoint_duration_usec, checkpoint_failures;
         uint64_t journal_damaged; /* damaged journal records skipped (at start, by checkpoints) */
-        uint64_t store_set;       /* metrics_set_store() was called */
+        uint64_t counters_max, refused_limit, refused_memory;
+        uint64_t store_set; /* metrics_set_store() was called */
         uint64_t statsd_dropped;
         uint64_t serving;
         MetricsBackend backend; /* each field with STORE/LOAD */
@@ -319,6 +320,9 @@ void metrics_set_store(Metrics *m, const StoreStats *st) {
         STORE(m->checkpoint_duration_usec, st->checkpoint_duration_usec);
         STORE(m->checkpoint_failures, st->checkpoint_failures);
         STORE(m->journal_damaged, st->journal_damaged_records);
+        STORE(m->counters_max, st->counters_max);
+        STORE(m->refused_limit, st->refused_limit);
+        STORE(m->refused_memory, st->refused_memory);
         STORE(m->store_set, 1);
 }
 
@@ -579,6 +583,17 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
         put_header(f, "divvyd_store_counters", "gauge",
                    "Counters in the store (live ones and expired ones the sweeper has not deleted yet).");
         fprintf(f, "divvyd_store_counters %" PRIu64 "\n", LOAD(m->store_counters));
+        put_header(f, "divvyd_store_counters_max", "gauge",
+                   "--max-counters: new counters beyond it are refused (0: no cap).");
+        fprintf(f, "divvyd_store_counters_max %" PRIu64 "\n", LOAD(m->counters_max));
+        put_header(
+                f, "divvyd_store_counters_refused_total", "counter",
+                "Requests refused because they needed a new counter: at --max-counters (limit), or when the "
+                "counter table could not grow (memory).");
+        fprintf(f, "divvyd_store_counters_refused_total{reason=\"limit\"} %" PRIu64 "\n",
+                LOAD(m->refused_limit));
+        fprintf(f, "divvyd_store_counters_refused_total{reason=\"memory\"} %" PRIu64 "\n",
+                LOAD(m->refused_memory));
         put_header(f, "divvyd_store_memory_bytes", "gauge", "Memory held by the resident counter table.");
         fprintf(f, "divvyd_store_memory_bytes %" PRIu64 "\n", LOAD(m->store_memory_bytes));
         put_header(f, "divvyd_journal_bytes", "gauge",

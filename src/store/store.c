@@ -12,7 +12,9 @@
  * with sync=always, ONE wal_sync(). If either fails the undo buffer puts the table back as it
  * was (a counter the batch created is deleted), so an error answer never leaves a change
  * behind; if only the sync failed, the old states are journaled after the new ones so that a
- * replay ends where the table is. The buffers are allocated once and grow only when a batch
+ * replay ends where the table is. A hit whose new counter the table cannot make (max_counters,
+ * or an array that cannot be mapped) fails alone with its all-or-nothing group: the group is
+ * undone and the batch goes on. The buffers are allocated once and grow only when a batch
  * is larger than any before.
  *
  * The checkpoint (store_maintain()): rotate the journal so that its records up to now are in
@@ -39,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -138,6 +141,11 @@ struct Store {
         uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
 
         uint64_t swept_total;
+        uint64_t refused_limit, refused_memory; /* hits refused a new counter (StoreStats) */
+
+        /* Address space kept for the replay of the next start (see replay_reserve()). */
+        void *reserve;
+        size_t reserve_bytes;
 
         /* The group commit (sync=always, store_submit()): the committer thread fdatasync()s the
          * journal's current segment up to the newest lsn it was asked for and signals efd; the
@@ -162,6 +170,7 @@ struct Store {
         Pending *pending;          /* FIFO ring, in lsn order */
         size_t pending_head, pending_n, pending_cap;
         bool opened;         /* store_open() succeeded: store_close() may checkpoint */
+        bool finished;       /* store_finish() ran: store_close() does not repeat it */
         uint64_t clock_usec; /* the wall clock store_maintain() or store_checkpoint() was given last
                               * (not the largest: after a step back, a larger one would drop
                               * counters live at the clock the hits are answered at), else
@@ -387,6 +396,37 @@ static int apply_sync(Store *s) {
         return s->opts.journal_sync(fd);
 }
 
+/* Sets h's outputs to the failure r. */
+static void hit_fail(StoreHit *h, int r) {
+        h->error = r;
+        h->allowed = false;
+        h->credit = 0;
+        h->reset_left = 0;
+        h->limit = 0;
+        h->retry = 0;
+}
+
+/* Hit i could not get a new counter (r: -EDQUOT, -ENOMEM): it fails with its all-or-nothing
+ * group, which starts at group_start (the group's earlier hits are undone, its later ones are
+ * not applied); the rest of the batch goes on. Returns the index of the group's last hit. */
+static size_t fail_group(Store *s, StoreHit *hits, size_t n, size_t i, size_t group_start, int r) {
+        size_t from = hits[i].group != 0 ? group_start : i, to = i + 1;
+
+        if (hits[i].group != 0)
+                while (to < n && hits[to].group == hits[i].group)
+                        to++;
+        undo_range(s, from, i);
+        for (size_t j = from; j < to; j++) {
+                s->undo[j] = (Undo){ .absent = true }; /* undone, or never applied */
+                hit_fail(hits + j, r);
+        }
+        if (r == -EDQUOT)
+                s->refused_limit++;
+        else
+                s->refused_memory++;
+        return to - 1;
+}
+
 /* store_apply() without its sync when sync is false (the group commit's). Sets *ret_records to
  * the records journaled. */
 static int apply_hits(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, bool sync,
@@ -424,6 +464,15 @@ static int apply_hits(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, boo
                         group_ok = true;
                 }
                 r = apply_hit(s, h, i, &m, now_usec);
+                if (r == -EDQUOT || r == -ENOMEM) {
+                        /* only the request that needed the counter fails: its records, if
+                         * any, are its group's, the ones after group_m */
+                        if (h->group != 0)
+                                m = group_m;
+                        i = fail_group(s, hits, n, i, group_start, r);
+                        r = 0;
+                        continue;
+                }
                 if (r < 0) {
                         undo_hits(s, i);
                         goto fail;
@@ -459,14 +508,8 @@ static int apply_hits(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, boo
         return 0;
 
 fail:
-        for (i = 0; i < n; i++) {
-                hits[i].error = r;
-                hits[i].allowed = false;
-                hits[i].credit = 0;
-                hits[i].reset_left = 0;
-                hits[i].limit = 0;
-                hits[i].retry = 0;
-        }
+        for (i = 0; i < n; i++)
+                hit_fail(hits + i, r);
         return r;
 }
 
@@ -1278,6 +1321,9 @@ int store_get_stats(Store *s, StoreStats *ret) {
                 .checkpoint_age_usec = clock_usec(CLOCK_MONOTONIC) - s->last_checkpoint_usec,
                 .checkpoint_duration_usec = s->ckpt_duration_usec,
                 .checkpoint_failures = s->ckpt_failures,
+                .counters_max = s->opts.max_counters,
+                .refused_limit = s->refused_limit,
+                .refused_memory = s->refused_memory,
                 .checkpoint_running = s->job_running,
                 .checkpoint_failing = s->ckpt_error[0] != 0,
                 .journal_damaged_records = s->damaged_records,
@@ -1335,9 +1381,145 @@ static int replay_record(const CounterRecord *r, const WalPosition *pos, void *u
         return load_record(r, rp->store);
 }
 
+/* Makes the table, sized for `initial` counters, and loads the checkpoint's live counters into
+ * it (a table there already is freed first). */
+static int load_table(Store *s, size_t initial, uint64_t now, char *errbuf, size_t errbuf_size) {
+        int r;
+
+        s->table = table_free(s->table);
+        r = table_new(initial, &s->table);
+        if (r < 0) {
+                set_error(errbuf, errbuf_size, "cannot allocate the counter table: %s", strerror(-r));
+                return r;
+        }
+        table_set_memory_max(s->table, s->opts.table_memory_max);
+        r = checkpoint_load(s->checkpoint, now, load_record, s);
+        if (r < 0)
+                set_error(errbuf, errbuf_size, "%s/data.mdb: cannot load the counters: %s", s->opts.path,
+                          strerror(-r));
+        return r;
+}
+
+/* The replay's census: a HyperLogLog estimate of the distinct live counters the journal adds
+ * to the table. Ids are a keyed hash, uniform, but the ones not in the table may not be
+ * uniform in id.hi (a checkpoint that stopped after some of its passes wrote slices of the
+ * id.hi range): so id.lo alone, its low bits picking the register, the others giving the rank.
+ * 4 KiB; standard error 1.04 / sqrt(4096), 1.6 %. */
+#define CENSUS_BITS 12
+
+typedef struct Census {
+        Table *table;
+        uint64_t now_usec;
+        uint8_t reg[1U << CENSUS_BITS];
+} Census;
+
+static int census_record(const CounterRecord *r, const WalPosition *pos, void *userdata) {
+        Census *c = userdata;
+        TableEntry *e;
+        uint64_t w = r->id.lo >> CENSUS_BITS;
+        uint8_t rank;
+
+        (void) pos;
+        if (r->state.w0 == 0 || r->state.w0 <= c->now_usec || table_get(c->table, r->id, &e) >= 0)
+                return 0; /* deleted or expired (the replay drops it), or in the checkpoint */
+        rank = w == 0 ? 64 - CENSUS_BITS + 1 : (uint8_t) (__builtin_clzll(w) - CENSUS_BITS + 1);
+        if (rank > c->reg[r->id.lo & ((1U << CENSUS_BITS) - 1)])
+                c->reg[r->id.lo & ((1U << CENSUS_BITS) - 1)] = rank;
+        return 0;
+}
+
+/* ln(x) for x > 0, without libm: x = y * 2^k with y in [1, 2), ln(y) = 2 atanh((y - 1) / (y + 1)),
+ * whose series converges fast there (|t| <= 1/3). */
+static double census_ln(double x) {
+        double t, t2, p, sum = 0;
+        int k = 0;
+
+        for (; x >= 2; x /= 2)
+                k++;
+        for (; x < 1; x *= 2)
+                k--;
+        t = (x - 1) / (x + 1);
+        t2 = t * t;
+        p = t;
+        for (int i = 1; i < 40; i += 2, p *= t2)
+                sum += p / i;
+        return 2 * sum + k * 0.69314718055994531;
+}
+
+static uint64_t census_estimate(const Census *c) {
+        const double m = 1U << CENSUS_BITS;
+        double sum = 0, e;
+        size_t zeros = 0;
+
+        for (size_t i = 0; i < sizeof c->reg; i++) {
+                sum += 1.0 / (double) (UINT64_C(1) << (c->reg[i] > 63 ? 63 : c->reg[i]));
+                zeros += c->reg[i] == 0;
+        }
+        e = 0.7213 / (1 + 1.079 / m) * m * m / sum;
+        if (e <= 2.5 * m && zeros > 0)
+                e = m * census_ln(m / (double) zeros); /* small counts: linear counting */
+        return (uint64_t) e;
+}
+
+/* Start-up needs no more memory for the table than the running process held: a replay that
+ * added counters to a table sized for the checkpoint's would grow it, holding both arrays at
+ * once (2.5 times the checkpoint's table), where the running process may have held one array
+ * for the same counters. So when the journal adds more counters than the table has room for,
+ * they are counted first (census_record(), one read of the journal more), and the table is made
+ * again at its final size (the checkpoint loaded again) before the replay: one array, sized for
+ * what the replay ends with, plus a margin of 3 standard errors of the estimate. */
+static int replay_size_table(Store *s, uint64_t now, char *errbuf, size_t errbuf_size) {
+        Census *c;
+        uint64_t add, need;
+        int r;
+
+        /* Not even one new counter per record would make it grow: nothing to count. */
+        if ((table_count(s->table) + journal_pending(s)) * 4 <= (uint64_t) table_capacity(s->table) * 3)
+                return 0;
+        c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        *c = (Census){ .table = s->table, .now_usec = now };
+        r = wal_replay(s->wal, s->covered_lsn, census_record, c);
+        add = census_estimate(c);
+        free(c);
+        if (r < 0)
+                return 0; /* the replay itself says what is wrong */
+        add += add / 20;
+        need = table_count(s->table) + add;
+        if (need * 4 <= (uint64_t) table_capacity(s->table) * 3 || need > SIZE_MAX / 2)
+                return 0;
+        return load_table(s, (size_t) need, now, errbuf, errbuf_size);
+}
+
+/* Under an address-space limit (RLIMIT_AS), the next start's replay maps one journal segment
+ * at a time on top of what this process holds while serving (the journal's current segment and
+ * its spare are mapped again at that start): so that a restart after a crash under the same
+ * limit finds room for it, the serving process keeps that much address space reserved (no
+ * memory: PROT_NONE, MAP_NORESERVE), mapped once the replay is over and unmapped for the last
+ * checkpoint of store_finish() (the process ends next). Without a limit there is
+ * nothing to keep. Best effort: at the limit already, it serves without (the table then has
+ * that much more room, and a restart may need a higher limit). */
+static void replay_reserve(Store *s) {
+        struct rlimit rl;
+        void *p;
+
+        if (getrlimit(RLIMIT_AS, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+                return;
+        s->reserve_bytes =
+                s->opts.journal_segment_size ? s->opts.journal_segment_size : WAL_SEGMENT_SIZE_DEFAULT;
+        p = mmap(NULL, s->reserve_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+                s->reserve_bytes = 0;
+                return;
+        }
+        s->reserve = p;
+}
+
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
         WalDamage damage;
         CheckpointStats cs;
+        struct rlimit rl;
         WalStats ws;
         Replay rp;
         Store *s;
@@ -1395,17 +1577,9 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         s->ckpt_stats = cs;
         s->covered_lsn = checkpoint_journal_seq(s->checkpoint);
 
-        r = table_new(cs.counters, &s->table);
-        if (r < 0) {
-                set_error(errbuf, errbuf_size, "cannot allocate the counter table: %s", strerror(-r));
+        r = load_table(s, cs.counters, now, errbuf, errbuf_size);
+        if (r < 0)
                 goto fail;
-        }
-        r = checkpoint_load(s->checkpoint, now, load_record, s);
-        if (r < 0) {
-                set_error(errbuf, errbuf_size, "%s/data.mdb: cannot load the counters: %s", s->opts.path,
-                          strerror(-r));
-                goto fail;
-        }
 
         r = wal_open(s->opts.path,
                      &(WalOptions){ .segment_size = s->opts.journal_segment_size,
@@ -1417,6 +1591,9 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 goto fail;
         if (wal_error(s->wal)[0]) /* opened on a full disk, without a segment to append to */
                 set_error(s->journal_error, sizeof s->journal_error, "%s", wal_error(s->wal));
+        r = replay_size_table(s, now, errbuf, errbuf_size);
+        if (r < 0)
+                goto fail;
         rp = (Replay){ .store = s, .now_usec = now, .next_lsn = s->covered_lsn + 1 };
         r = wal_replay(s->wal, s->covered_lsn, replay_record, &rp);
         wal_replay_damage(s->wal, &damage);
@@ -1445,6 +1622,14 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                 r = -EBADMSG;
                 goto fail;
         }
+        if (r == -ENOMEM && getrlimit(RLIMIT_AS, &rl) >= 0 && rl.rlim_cur != RLIM_INFINITY) {
+                set_error(errbuf, errbuf_size,
+                          "%s: cannot replay the journal: %s under an address-space limit (RLIMIT_AS, "
+                          "LimitAS=) of %" PRIu64 " MiB: the replay holds the counters and one "
+                          "journal segment (--journal-segment-size) at a time; raise the limit",
+                          s->opts.path, strerror(-r), (uint64_t) rl.rlim_cur >> 20);
+                goto fail;
+        }
         if (r < 0) {
                 set_error(errbuf, errbuf_size, "%s: cannot replay the journal: %s", s->opts.path,
                           wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
@@ -1457,6 +1642,11 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
                                 "their previous record), every valid record was replayed");
         }
         (void) wal_sealed(s->wal, NULL, &s->opened_seq);
+        /* The cap applies to the counters hits create from now on: what was loaded was
+         * acknowledged, and stays whatever the cap. */
+        table_set_count_max(s->table,
+                            s->opts.max_counters > SIZE_MAX ? SIZE_MAX : (size_t) s->opts.max_counters);
+        replay_reserve(s);
         r = batch_reserve(s, STORE_BATCH_INITIAL);
         if (r < 0)
                 goto fail;
@@ -1483,35 +1673,71 @@ fail:
  * data.mdb and replays (almost) nothing. Bounded by close_checkpoint_usec from now, a running
  * checkpoint included; one stopped at its deadline leaves the journal to be replayed, as a
  * crash would. */
-static void close_checkpoint(Store *s) {
+static int close_checkpoint(Store *s) {
         uint64_t deadline = clock_usec(CLOCK_MONOTONIC) + s->opts.close_checkpoint_usec;
+        size_t pass_records = s->opts.checkpoint_pass_records > STORE_CLOSE_PASS_RECORDS
+                                      ? s->opts.checkpoint_pass_records
+                                      : STORE_CLOSE_PASS_RECORDS;
+        int r;
 
         if (s->job_running)
                 __atomic_store_n(&s->job.deadline_usec, deadline, __ATOMIC_RELAXED);
         (void) job_reap(s, true);
-        if (s->opts.close_checkpoint_usec == STORE_CLOSE_CHECKPOINT_OFF || journal_pending(s) == 0 ||
-            clock_usec(CLOCK_MONOTONIC) >= deadline)
-                return;
+        if (s->opts.close_checkpoint_usec == STORE_CLOSE_CHECKPOINT_OFF || journal_pending(s) == 0)
+                return 0;
+        if (clock_usec(CLOCK_MONOTONIC) >= deadline) {
+                set_error(s->ckpt_error, sizeof s->ckpt_error, "no time left for the last checkpoint");
+                return -ETIMEDOUT;
+        }
         /* Not the clock now but the latest one the store was given: an older one only keeps
          * expired counters for the next checkpoint (load skips them), a newer one than the hits
          * were answered at (a caller's own clock, in tests) would drop live ones. */
         /* Larger passes than while serving (each pass re-reads the whole journal): the
-         * memory is no longer the table's neighbour's, the time is bounded */
-        if (job_start(s, s->clock_usec, deadline,
-                      s->opts.checkpoint_pass_records > STORE_CLOSE_PASS_RECORDS
-                              ? s->opts.checkpoint_pass_records
-                              : STORE_CLOSE_PASS_RECORDS) > 0)
+         * memory is no longer the table's neighbour's, the time is bounded. Without that
+         * memory (an address-space limit), passes of the serving size. */
+        for (;;) {
+                r = job_start(s, s->clock_usec, deadline, pass_records);
+                if (r <= 0) {
+                        if (r < 0)
+                                set_error(s->ckpt_error, sizeof s->ckpt_error,
+                                          "cannot start the last checkpoint: %s",
+                                          wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
+                        return r;
+                }
                 (void) job_reap(s, true);
+                r = s->job.result;
+                if (r != -ENOMEM || pass_records <= s->opts.checkpoint_pass_records ||
+                    clock_usec(CLOCK_MONOTONIC) >= deadline)
+                        return r < 0 ? r : 0;
+                pass_records = s->opts.checkpoint_pass_records;
+        }
+}
+
+int store_finish(Store *s) {
+        int r = 0;
+
+        if (!s)
+                return -EINVAL;
+        if (s->finished)
+                return 0;
+        commit_stop(s); /* every batch submitted is completed */
+        if (s->reserve) {
+                /* the next start's room, this process's last checkpoint's until it exits */
+                (void) munmap(s->reserve, s->reserve_bytes);
+                s->reserve = NULL;
+        }
+        if (s->opened)
+                r = close_checkpoint(s);
+        else if (s->wal)
+                (void) job_reap(s, true);
+        s->finished = true;
+        return r;
 }
 
 Store *store_close(Store *s) {
         if (!s)
                 return NULL;
-        commit_stop(s); /* every batch submitted is completed */
-        if (s->opened)
-                close_checkpoint(s);
-        else if (s->wal)
-                (void) job_reap(s, true);
+        (void) store_finish(s);
         if (s->wal && s->opts.sync != STORE_SYNC_NONE)
                 (void) wal_sync(s->wal);
         wal_close(s->wal);

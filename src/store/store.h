@@ -130,6 +130,12 @@ typedef struct StoreOptions {
         uint64_t now_usec; /* wall clock of store_open() (what is expired when loading); 0 = now */
         uint64_t close_checkpoint_usec; /* store_close()'s last checkpoint may take this long; 0 =
                                          * default; STORE_CLOSE_CHECKPOINT_OFF: none */
+        /* Counters the hits may create, at most (0: no cap). A hit that needs a new counter
+         * beyond it fails alone with -EDQUOT (store_apply()); the counters the checkpoint and
+         * the journal hold at store_open() are all loaded, even beyond it (they were
+         * acknowledged): new ones are then refused until expiry brings the count under it. */
+        uint64_t max_counters;
+        size_t table_memory_max; /* test hook: table_set_memory_max() of the table (0: none) */
 } StoreOptions;
 
 /* What a hit does to its counter (issue #15's verbs; core/algorithm.h has the arithmetic). */
@@ -193,6 +199,9 @@ typedef struct StoreStats {
         uint64_t checkpoint_age_usec;      /* since the last successful checkpoint (or open) */
         uint64_t checkpoint_duration_usec; /* of the last successful checkpoint */
         uint64_t checkpoint_failures;      /* failed checkpoints since open */
+        uint64_t counters_max;             /* StoreOptions.max_counters (0: no cap) */
+        uint64_t refused_limit;            /* hits refused a new counter by max_counters since open */
+        uint64_t refused_memory;           /* ... because the table could not grow (-ENOMEM) */
         bool checkpoint_running;           /* a checkpoint thread is at work */
         bool checkpoint_failing;           /* the last checkpoint failed */
         uint64_t journal_damaged_records;  /* damaged journal records skipped: at open, by checkpoints */
@@ -214,6 +223,13 @@ typedef struct Store Store;
  * sentence for the operator into errbuf (if non-NULL). */
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size);
 
+/* What store_close() does first, so that the caller can report its result: completes every
+ * batch submitted and writes the last checkpoint (see store_close()). Returns 0 (or nothing to
+ * checkpoint), or -errno with store_checkpoint_error() saying why: the journal then stays, to
+ * be replayed by the next store_open(). Once called, store_close() does not repeat it; no batch
+ * may be submitted after it. */
+int store_finish(Store *s);
+
 /* Completes every batch submitted (sync=always: waits for the sync thread's last sync and
  * calls their done callbacks); then checkpoints what the journal holds (a running checkpoint
  * first), for at most close_checkpoint_usec: a clean stop leaves a checkpoint that covers the
@@ -229,9 +245,13 @@ static inline void store_closep(Store **s) {
 /* Applies n hits at wall-clock time now_usec, in order (two hits on the same counter in one
  * batch see each other), then appends their new states to the journal in one wal_append(),
  * a copy into its mapped segment (and with sync=always syncs it). No allocation per hit.
- * Returns 0 (each hit's outputs set, error 0); on failure returns -errno and sets every
- * hit's error to it, and the table is as before the batch: -ENOSPC the journal's next
- * segment does not fit on the disk, -ENOMEM the table cannot grow, -EIO etc. */
+ * Returns 0 with each hit's outputs set: error 0, or the hit's own error when it needed a new
+ * counter that the table could not create, -EDQUOT at max_counters, -ENOMEM when the table
+ * could not grow; such a hit fails with its all-or-nothing group (each of the group's hits gets
+ * the error, none is applied), and every other hit of the batch is applied and answered as if
+ * alone. On failure of the whole batch returns -errno and sets every hit's error to it, and the
+ * table is as before the batch: -ENOSPC the journal's next segment does not fit on the disk,
+ * -EIO etc. */
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec);
 
 /* Called once the hits of a store_submit() have their outputs: error is store_apply()'s. */

@@ -74,6 +74,7 @@ struct Table {
                                 * pass over cur after it (from its start) ends */
         size_t cap_min;        /* never shrink below: what table_new() was asked for */
         size_t memory_max;     /* bytes of arrays at once; 0: no cap */
+        size_t count_max;      /* counters table_put() may create up to; 0: no cap */
 };
 
 /* The home slot: fastrange, (hi * cap) / 2^64. Monotonic in hi, any capacity, one multiply. */
@@ -218,6 +219,11 @@ void table_set_memory_max(Table *t, size_t bytes) {
         t->memory_max = bytes;
 }
 
+void table_set_count_max(Table *t, size_t max) {
+        assert(t);
+        t->count_max = max;
+}
+
 /* Starts moving everything into a new array of cap slots. check_max: apply memory_max (a
  * growth). Returns 0, or -ENOMEM with the table unchanged. */
 static int migration_start(Table *t, size_t cap, bool check_max) {
@@ -349,7 +355,10 @@ int table_put(Table *t, CounterId id, TableEntry **ret) {
                 return 0;
         }
 
-        /* A new counter. Never reached by the bound in table.h; finishing is the safe way. */
+        /* A new counter. */
+        if (t->count_max > 0 && table_count(t) >= t->count_max)
+                return -EDQUOT;
+        /* Never reached by the bound in table.h; finishing is the safe way. */
         if (t->old.e && load_over_hard(t->cur_used + 1, t->cur.cap))
                 (void) migration_step(t, SIZE_MAX, false, 0, NULL);
         if (!t->old.e && load_over_max(t->cur_used + 1, t->cur.cap)) {

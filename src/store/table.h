@@ -129,12 +129,18 @@ static inline void table_freep(Table **t) {
  * are exempt (they lower the footprint once done). */
 void table_set_memory_max(Table *t, size_t bytes);
 
+/* Caps the counters (table_count()) table_put() may create: with `max` or more, a new counter
+ * is refused with -EDQUOT (the table unchanged) while existing ones are found as before; 0
+ * (the default) is no cap. Lowering it below table_count() deletes nothing. */
+void table_set_count_max(Table *t, size_t max);
+
 /* Finds the counter `id`, creating it if absent with algorithm 0 (COUNTER_FIXED_WINDOW) and
  * state {0, 0}, i.e. the same as absent: the caller initialises it. Sets *ret to its entry
  * and returns 1 if it was created, 0 if it
- * existed; -ENOMEM if it was absent and the table could not grow (the table is unchanged and
- * usable). Moves at most TABLE_MIGRATE_SLOTS slots of a migration first. An expired counter
- * is returned as it is: the caller decides (w0 <= now: start afresh). */
+ * existed; -ENOMEM if it was absent and the table could not grow, -EDQUOT if it was absent
+ * and table_set_count_max()'s cap is reached (the table is unchanged and usable). Moves at most
+ * TABLE_MIGRATE_SLOTS slots of a migration first. An expired counter is returned as it is: the caller
+ * decides (w0 <= now: start afresh). */
 int table_put(Table *t, CounterId id, TableEntry **ret);
 
 /* Starts loading the cache line where `id`'s search begins, moving nothing. A batch of hits

@@ -100,6 +100,9 @@ START_TEST (test_fresh_render) {
                 "divvyd_store_size_bytes 0",
                 "# TYPE divvyd_store_counters gauge",
                 "divvyd_store_counters 0",
+                "divvyd_store_counters_max 0",
+                "divvyd_store_counters_refused_total{reason=\"limit\"} 0",
+                "divvyd_store_counters_refused_total{reason=\"memory\"} 0",
                 "# TYPE divvyd_batch_size histogram",
                 "divvyd_batch_size_bucket{le=\"1024\"} 0",
                 "divvyd_batch_size_sum 0",
@@ -154,8 +157,8 @@ START_TEST (test_fresh_render) {
                         ck_assert_ptr_nonnull(strchr(line, ' '));
                 }
         }
-        ck_assert_uint_eq(n_help, 21);
-        ck_assert_uint_eq(n_type, 21);
+        ck_assert_uint_eq(n_help, 24);
+        ck_assert_uint_eq(n_type, 24);
         ck_assert(t[strlen(t) - 1] == '\n');
         free(copy);
         free(t);
@@ -338,7 +341,10 @@ START_TEST (test_gauges_and_counters) {
                                             .sync_usec = 8123456,
                                             .checkpoint_age_usec = 1500000,
                                             .checkpoint_duration_usec = 250000,
-                                            .checkpoint_failures = 4 });
+                                            .checkpoint_failures = 4,
+                                            .counters_max = 1000,
+                                            .refused_limit = 12,
+                                            .refused_memory = 3 });
         metrics_add_statsd_dropped(m, 3);
         metrics_add_statsd_dropped(m, 4);
 
@@ -366,6 +372,9 @@ START_TEST (test_gauges_and_counters) {
         ck_assert_line(t, "divvyd_checkpoint_duration_seconds 0.250");
         ck_assert_line(t, "divvyd_checkpoint_failures_total 4");
         ck_assert_line(t, "divvyd_store_counters 42");
+        ck_assert_line(t, "divvyd_store_counters_max 1000");
+        ck_assert_line(t, "divvyd_store_counters_refused_total{reason=\"limit\"} 12");
+        ck_assert_line(t, "divvyd_store_counters_refused_total{reason=\"memory\"} 3");
         ck_assert_line(t, "divvyd_sweeper_deleted_total 9");
         ck_assert_line(t, "divvyd_statsd_dropped_total 7");
         free(t);

@@ -1037,6 +1037,158 @@ START_TEST (test_group_all_or_nothing) {
 }
 END_TEST
 
+/* Applies one hit of RULE_A (a 1000 per hour window) on actor key. */
+static StoreHit key_hit(const char *key) {
+        return mkhit(RULE_A, key, strlen(key), 1000, 3600);
+}
+
+/* At max_counters, a batch of requests on existing counters and one that needs a new counter
+ * (alone, and in an all-or-nothing group with an existing one): only the new counter's
+ * request fails, with -EDQUOT and nothing charged; every other hit is applied and journaled.
+ * A restart with a lower cap keeps every counter and still refuses new ones. */
+START_TEST (test_max_counters_refuses_only_new) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        StoreHit b[6];
+        Store *s;
+
+        o.max_counters = 3;
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF; /* reopen replays the journal */
+        s = open_with(&o);
+        expect_hit(s, RULE_A, "a", 1, 1000, 3600, T0, true, 999, 3600);
+        expect_hit(s, RULE_A, "b", 1, 1000, 3600, T0, true, 999, 3600);
+        expect_hit(s, RULE_A, "c", 1, 1000, 3600, T0, true, 999, 3600);
+
+        b[0] = key_hit("a");
+        b[1] = key_hit("new-1"); /* alone: refused */
+        b[2] = key_hit("b");
+        b[3] = key_hit("c"); /* a group with a new counter: refused whole, c not charged */
+        b[4] = key_hit("new-2");
+        b[5] = key_hit("a");
+        b[3].group = b[4].group = 7;
+        ck_assert_int_eq(store_apply(s, b, 6, T0), 0);
+        ck_assert_int_eq(b[0].error, 0);
+        ck_assert(b[0].allowed && b[0].credit == 998);
+        ck_assert_int_eq(b[1].error, -EDQUOT);
+        ck_assert(!b[1].allowed);
+        ck_assert_int_eq(b[2].error, 0);
+        ck_assert(b[2].allowed && b[2].credit == 998);
+        ck_assert_int_eq(b[3].error, -EDQUOT);
+        ck_assert_int_eq(b[4].error, -EDQUOT);
+        ck_assert_int_eq(b[5].error, 0);
+        ck_assert(b[5].allowed && b[5].credit == 997);
+        ck_assert_uint_eq(stats(s).counters, 3);
+        ck_assert_uint_eq(stats(s).counters_max, 3);
+        ck_assert_uint_eq(stats(s).refused_limit, 2);
+        ck_assert_uint_eq(stats(s).refused_memory, 0);
+        expect_hit(s, RULE_A, "c", 1, 1000, 3600, T0, true, 998, 3600); /* the group charged nothing */
+        store_close(s);
+
+        /* a lower cap at the next start: the acknowledged counters all stay */
+        o.max_counters = 1;
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), 3);
+        expect_hit(s, RULE_A, "a", 1, 1000, 3600, T0, true, 996, 3600);
+        expect_hit(s, RULE_A, "b", 1, 1000, 3600, T0, true, 997, 3600);
+        b[0] = key_hit("new-3");
+        ck_assert_int_eq(store_apply(s, b, 1, T0), 0);
+        ck_assert_int_eq(b[0].error, -EDQUOT);
+        ck_assert_uint_eq(stat_counters(s), 3);
+        store_close(s);
+
+        /* the refused hits were never journaled */
+        o.max_counters = 0;
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), 3);
+        expect_hit(s, RULE_A, "new-1", 5, 1000, 3600, T0, true, 999, 3600);
+        expect_hit(s, RULE_A, "c", 1, 1000, 3600, T0, true, 997, 3600);
+        store_close(s);
+}
+END_TEST
+
+/* When the table cannot grow (its memory capped: a failed mmap()), a batch that needs a new
+ * counter fails only for that request: the other requests of the batch, on existing counters,
+ * are answered and charged, also after a restart. */
+START_TEST (test_table_enomem_fails_one_request) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        char key[32];
+        StoreHit b[3];
+        Store *s;
+        unsigned n;
+
+        o.table_memory_max = 16 * 1024; /* the arrays of about 200 counters */
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF;
+        s = open_with(&o);
+        expect_hit(s, RULE_A, "x", 1, 1000, 3600, T0, true, 999, 3600);
+        for (n = 0;; n++) {
+                ck_assert_uint_lt(n, 10000);
+                snprintf(key, sizeof key, "new-%u", n);
+                b[0] = key_hit("x");
+                b[1] = key_hit(key);
+                b[2] = key_hit("x");
+                ck_assert_int_eq(store_apply(s, b, 3, T0), 0);
+                ck_assert_int_eq(b[0].error, 0);
+                ck_assert_int_eq(b[2].error, 0);
+                ck_assert_uint_eq(b[0].credit, 999 - 2 * n - 1);
+                ck_assert_uint_eq(b[2].credit, 999 - 2 * n - 2);
+                if (b[1].error != 0)
+                        break;
+        }
+        ck_assert_int_eq(b[1].error, -ENOMEM);
+        ck_assert(!b[1].allowed);
+        ck_assert_uint_gt(n, 100);
+        ck_assert_uint_eq(stat_counters(s), n + 1);
+        ck_assert_uint_eq(stats(s).refused_memory, 1);
+        store_close(s);
+
+        o.table_memory_max = 0;
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), n + 1);
+        expect_hit(s, RULE_A, "x", 1, 1000, 3600, T0, true, 999 - 2 * n - 3, 3600);
+        expect_hit(s, RULE_A, key, strlen(key), 1000, 3600, T0, true, 999, 3600); /* never counted */
+        store_close(s);
+}
+END_TEST
+
+/* After a crash, the replay of a journal that adds many counters to the checkpoint's needs no
+ * more table memory than the running store held: the table is made at its final size instead
+ * of growing from the checkpoint's (both arrays at once). Its growth is capped at what the
+ * running store's table held: the start succeeds and every counter is exact. */
+START_TEST (test_replay_fits_running_table) {
+        enum { N1 = 2500, N2 = 2500 };
+        StoreOptions o = options(STORE_SYNC_NONE);
+        char key[32];
+        size_t held;
+        Store *s;
+
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF; /* a crash: the journal replays */
+        s = open_with(&o);
+        for (unsigned i = 0; i < N1 + N2; i++) {
+                StoreHit h;
+
+                snprintf(key, sizeof key, "k%u", i);
+                h = key_hit(key);
+                ck_assert_int_eq(store_apply(s, &h, 1, T0), 0);
+                ck_assert_int_eq(h.error, 0);
+                if (i + 1 == N1)
+                        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        }
+        for (unsigned i = 0; i < 64; i++)
+                (void) store_sweep(s, T0, 1 << 16, NULL); /* ends the migration, if one runs */
+        held = stats(s).memory;
+        store_close(s);
+
+        o.table_memory_max = held;
+        s = open_with(&o);
+        ck_assert_uint_eq(stat_counters(s), N1 + N2);
+        ck_assert_uint_le(stats(s).memory, held);
+        for (unsigned i = 0; i < N1 + N2; i += 97) {
+                snprintf(key, sizeof key, "k%u", i);
+                expect_hit(s, RULE_A, key, strlen(key), 1000, 3600, T0, true, 998, 3600);
+        }
+        store_close(s);
+}
+END_TEST
+
 /* A failed batch is undone newest hit first: a counter it hit twice, or refunded then took
  * from, is back to its state before the batch, in the table and in the journal. */
 START_TEST (test_undo_on_journal_full) {
@@ -1919,6 +2071,9 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_group_commit_open_on_full_disk);
         tcase_add_test(tc, test_file_modes);
         tcase_add_test(tc, test_group_all_or_nothing);
+        tcase_add_test(tc, test_max_counters_refuses_only_new);
+        tcase_add_test(tc, test_table_enomem_fails_one_request);
+        tcase_add_test(tc, test_replay_fits_running_table);
         tcase_add_test(tc, test_algorithm_dispatch);
         tcase_add_test(tc, test_checkpoint_passes);
         tcase_add_test(tc, test_close_checkpoints_journal);

@@ -492,6 +492,39 @@ START_TEST (test_enomem) {
 }
 END_TEST
 
+/* At the count cap a new counter is refused with -EDQUOT, the table unchanged; existing ones
+ * are found and updated; a delete makes room; a cap lowered below the count deletes nothing. */
+START_TEST (test_count_max) {
+        _cleanup_table_ Table *t = new_table(0);
+        CounterId ids[12];
+        TableEntry *e = NULL;
+
+        rng_state = SEED + 8;
+        for (size_t i = 0; i < 12; i++)
+                ids[i] = id_random();
+        table_set_count_max(t, 10);
+        for (size_t i = 0; i < 10; i++)
+                put_new(t, ids[i], i, i + 1);
+        ck_assert_int_eq(table_put(t, ids[10], &e), -EDQUOT);
+        assert_absent(t, ids[10]);
+        ck_assert_uint_eq(table_count(t), 10);
+        for (size_t i = 0; i < 10; i++) {
+                ck_assert_int_eq(table_put(t, ids[i], &e), 0);
+                ck_assert_uint_eq(table_entry_state(e).w1, i + 1);
+        }
+        ck_assert_int_eq(table_delete(t, ids[0]), 0);
+        put_new(t, ids[10], 10, 11);
+        ck_assert_int_eq(table_put(t, ids[11], &e), -EDQUOT);
+        table_set_count_max(t, 5);
+        ck_assert_uint_eq(table_count(t), 10);
+        for (size_t i = 1; i <= 10; i++)
+                assert_has(t, ids[i], i, i + 1);
+        table_set_count_max(t, 0);
+        put_new(t, ids[11], 11, 12);
+        ck_assert_uint_eq(table_count(t), 11);
+}
+END_TEST
+
 START_TEST (test_release) {
         /* big enough that the old array spans several 2 MiB release chunks */
         enum { N = 150000, CLUSTER = 40 };
@@ -681,6 +714,7 @@ static Suite *table_suite(void) {
                 { "shrink", test_shrink },
                 { "presized_no_shrink", test_presized_no_shrink },
                 { "enomem", test_enomem },
+                { "count_max", test_count_max },
                 { "release", test_release },
                 { "model", test_model },
                 { "expire_unfinished", test_expire_unfinished },
