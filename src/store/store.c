@@ -17,6 +17,9 @@
  * undone and the batch goes on. The buffers are allocated once and grow only when a batch
  * is larger than any before.
  *
+ * store_submit() with sync=always applies and journals the batch the same way, then queues its
+ * completion behind the group commit, whose thread (store-sync.c) syncs the journal.
+ *
  * The checkpoint (store_maintain()): rotate the journal so that its records up to now are in
  * sealed, immutable segments, and hand their range to a thread (store-checkpoint-job.c). The
  * thread reads them with wal_segment_read() (never the table, which the event loop keeps
@@ -31,15 +34,12 @@
  */
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -48,6 +48,8 @@
 
 #include "checkpoint.h"
 #include "store-checkpoint-job.h"
+#include "store-internal.h"
+#include "store-sync.h"
 #include "store-error.h"
 #include "core/hash.h"
 #include "shared/clock.h"
@@ -64,93 +66,6 @@
 
 _Static_assert(STORE_ACTOR_INLINE_MAX >= HASH128_SIZE,
                "a hashed actor must not be longer than an inline one");
-
-/* One hit's table change, to undo it. */
-typedef struct Undo {
-        CounterId id;
-        CounterState state; /* before the hit */
-        uint8_t algorithm;
-        bool created; /* the hit created the entry: undoing deletes it */
-        bool absent;  /* the hit found no entry and created none: nothing to undo */
-} Undo;
-
-/* A batch of store_submit() waiting for the group commit (sync=always). */
-typedef struct Pending {
-        uint64_t lsn; /* its last record's: durable once the journal is synced up to it */
-        StoreDoneFunc done;
-        void *userdata;
-} Pending;
-
-struct Store {
-        StoreOptions opts; /* path owned; defaults filled in */
-        Table *table;
-        Wal *wal;
-        Checkpoint *checkpoint; /* the thread's while job_running */
-        uint8_t id_key[COUNTER_ID_KEY_SIZE];
-
-        /* The batch buffers: ids, records, undo; capacity each. */
-        CounterId *ids;
-        CounterRecord *records;
-        Undo *undo;
-        size_t batch_capacity;
-
-        /* The checkpoint thread. */
-        pthread_t thread;
-        bool job_running;
-        CheckpointJob job;
-        uint64_t covered_lsn;          /* the last checkpoint's lsn */
-        uint64_t last_checkpoint_usec; /* CLOCK_MONOTONIC: last success, or open */
-        uint64_t retry_usec;           /* CLOCK_MONOTONIC: no new attempt before */
-        uint64_t backoff_usec;         /* after the last failure (0: none) */
-        uint64_t release_seq;          /* the last checkpoint's segments could not all be deleted:
-                                        * retried up to this one by store_maintain() (0: none) */
-        CheckpointStats ckpt_stats;    /* cached at the last reap */
-        char ckpt_error[STORE_ERROR_MAX];
-        uint64_t opened_seq;                /* the last segment the journal held at open (0: none) */
-        uint64_t damaged_records;           /* damaged journal records skipped: at open, by checkpoints */
-        char damage_error[STORE_ERROR_MAX]; /* the last damage's sentence for the operator */
-        /* Why the journal's last segment preallocation failed ("" if it did not): a full disk,
-         * found by store_open() or store_maintain(), which retries it every call. */
-        char journal_error[STORE_ERROR_MAX];
-        uint64_t ckpt_failures, ckpt_ok;
-        uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
-
-        uint64_t swept_total;
-        uint64_t refused_limit, refused_memory; /* hits refused a new counter (StoreStats) */
-
-        /* Address space kept for the replay of the next start (see replay_reserve()). */
-        void *reserve;
-        size_t reserve_bytes;
-
-        /* The group commit (sync=always, store_submit()): the committer thread fdatasync()s the
-         * journal's current segment up to the newest lsn it was asked for and signals efd; the
-         * event loop completes the batches it covers (store_process()). The fields under
-         * commit_lock are shared; the FIFO is the event loop's. */
-        bool committer; /* the thread runs */
-        pthread_t commit_thread;
-        pthread_mutex_t commit_lock;
-        pthread_cond_t commit_wake;                /* the thread: work, or stop */
-        pthread_cond_t commit_idle;                /* the event loop: a sync finished */
-        int commit_efd;                            /* eventfd, readable when a sync finished */
-        int commit_fd;                             /* dup() of the current segment's fd (-1: none) */
-        uint64_t commit_seq;                       /* its segment */
-        uint64_t commit_want;                      /* newest lsn to make durable */
-        uint64_t commit_tried;                     /* newest lsn a sync was attempted for */
-        uint64_t commit_synced;                    /* newest lsn known durable */
-        uint64_t commit_fail_from, commit_fail_to; /* lsns a failed sync left unsynced (to 0: none) */
-        int commit_fail_error;
-        bool commit_busy, commit_stop;
-        uint64_t commit_syncs;     /* successful syncs of the thread */
-        uint64_t commit_sync_usec; /* time they took */
-        Pending *pending;          /* FIFO ring, in lsn order */
-        size_t pending_head, pending_n, pending_cap;
-        bool opened;         /* store_open() succeeded: store_close() may checkpoint */
-        bool finished;       /* store_finish() ran: store_close() does not repeat it */
-        uint64_t clock_usec; /* the wall clock store_maintain() or store_checkpoint() was given last
-                              * (not the largest: after a step back, a larger one would drop
-                              * counters live at the clock the hits are answered at), else
-                              * store_open()'s: what store_close()'s checkpoint takes for now */
-};
 
 /* Writes the version-1 counter key of h to out; returns its length (<= STORE_KEY_MAX). The id
  * is its keyed hash (counter.h): the layout must not change. */
@@ -488,162 +403,16 @@ fail:
         return r;
 }
 
-static void commit_refresh(Store *s);
-
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
         size_t m;
         int r;
 
         r = apply_hits(s, hits, n, now_usec, true, &m);
-        commit_refresh(s);
+        store_commit_refresh(s);
         return r;
 }
 
-/* ---- the group commit ---- */
-
-static int commit_sync_fd(Store *s, int fd) {
-        if (s->opts.journal_sync)
-                return s->opts.journal_sync(fd);
-        if (fd < 0)
-                return -EBADF;
-        return fdatasync(fd) < 0 ? -errno : 0;
-}
-
-static void commit_signal(Store *s) {
-        uint64_t one = 1;
-
-        /* cannot fail but by overflow of the count, which leaves it readable anyway */
-        (void) !write(s->commit_efd, &one, sizeof one);
-}
-
-/* Under commit_lock: a sync up to lsn failed with error r. */
-static void commit_failed(Store *s, uint64_t lsn, int r) {
-        if (s->commit_fail_to == 0)
-                s->commit_fail_from = s->commit_synced + 1;
-        if (lsn > s->commit_fail_to)
-                s->commit_fail_to = lsn;
-        s->commit_fail_error = r;
-}
-
-static void *commit_thread(void *userdata) {
-        Store *s = userdata;
-
-        pthread_mutex_lock(&s->commit_lock);
-        for (;;) {
-                uint64_t target, start, took;
-                int fd, r;
-
-                while (!s->commit_stop && s->commit_want <= s->commit_tried)
-                        pthread_cond_wait(&s->commit_wake, &s->commit_lock);
-                if (s->commit_want <= s->commit_tried)
-                        break; /* stopping, and everything asked for was tried */
-                target = s->commit_want;
-                fd = s->commit_fd;
-                s->commit_busy = true;
-                pthread_mutex_unlock(&s->commit_lock);
-
-                /* Every batch appended up to target is in the segment's pages: one sync covers
-                 * them all (the group commit), however many arrived while the last one ran. */
-                start = clock_usec(CLOCK_MONOTONIC);
-                r = commit_sync_fd(s, fd);
-                took = clock_usec(CLOCK_MONOTONIC) - start;
-
-                pthread_mutex_lock(&s->commit_lock);
-                s->commit_busy = false;
-                if (target > s->commit_tried)
-                        s->commit_tried = target;
-                if (r >= 0) {
-                        if (target > s->commit_synced)
-                                s->commit_synced = target;
-                        /* stats read them */
-                        __atomic_add_fetch(&s->commit_syncs, 1, __ATOMIC_RELAXED);
-                        __atomic_add_fetch(&s->commit_sync_usec, took, __ATOMIC_RELAXED);
-                } else
-                        commit_failed(s, target, r);
-                pthread_cond_broadcast(&s->commit_idle);
-                commit_signal(s);
-        }
-        pthread_mutex_unlock(&s->commit_lock);
-        return NULL;
-}
-
-/* Starts the committer (store_open(), sync=always). Returns 0 or -errno. */
-static int commit_start(Store *s) {
-        uint64_t last;
-        int fd, r;
-
-        s->commit_fd = -1;
-        s->commit_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (s->commit_efd < 0)
-                return -errno;
-        wal_current(s->wal, &fd, &s->commit_seq, &last);
-        /* none yet on a full disk: the first batch journaled hands it over (submit_always()) */
-        s->commit_fd = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
-        if (fd >= 0 && s->commit_fd < 0)
-                return -errno;
-        s->commit_synced = s->commit_tried = s->commit_want = last; /* wal_open() synced them */
-        r = -pthread_mutex_init(&s->commit_lock, NULL);
-        if (r < 0)
-                return r;
-        if (pthread_cond_init(&s->commit_wake, NULL) != 0 || pthread_cond_init(&s->commit_idle, NULL) != 0)
-                return -ENOMEM; /* cannot happen with default attributes */
-        /* The thread takes no signal: it starts before the daemon blocks the ones its event
-         * loop handles (signalfd), and one delivered here would kill the process. */
-        sigset_t all, old;
-        sigfillset(&all);
-        (void) pthread_sigmask(SIG_SETMASK, &all, &old);
-        r = -pthread_create(&s->commit_thread, NULL, commit_thread, s);
-        (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (r < 0)
-                return r;
-        s->committer = true;
-        return 0;
-}
-
-/* The journal's current segment changed (a rotation since the last batch: the old segment was
- * synced when it was sealed): syncs the new one and its name here, once per segment, and hands
- * its fd to the thread once it is idle. Under commit_lock. */
-static void commit_rotated(Store *s, int fd, uint64_t seq, uint64_t last) {
-        int r;
-
-        while (s->commit_busy)
-                pthread_cond_wait(&s->commit_idle, &s->commit_lock);
-        if (s->commit_fd >= 0)
-                close(s->commit_fd);
-        s->commit_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        s->commit_seq = seq;
-        r = s->commit_fd < 0 ? -errno : wal_sync(s->wal);
-        if (r >= 0 && s->opts.journal_sync)
-                r = s->opts.journal_sync(s->commit_fd);
-        if (r >= 0) {
-                if (last > s->commit_synced)
-                        s->commit_synced = last;
-        } else
-                commit_failed(s, last, r);
-        if (last > s->commit_tried)
-                s->commit_tried = last;
-        if (last > s->commit_want)
-                s->commit_want = last;
-        commit_signal(s);
-}
-
-/* After anything that may have rotated the journal (store_apply(), a checkpoint's start): the
- * thread gets the new segment at once, so that its dup() of the old one, deleted after the
- * checkpoint, does not keep the old one's disk space. No system call unless it rotated. */
-static void commit_refresh(Store *s) {
-        uint64_t seq, last;
-        int fd;
-
-        if (!s || !s->committer)
-                return;
-        wal_current(s->wal, &fd, &seq, &last);
-        if ((seq == s->commit_seq && s->commit_fd >= 0) || fd < 0)
-                return; /* the event loop's own field: the thread never writes it; fd < 0: no
-                         * segment yet (a full disk), nothing to sync */
-        pthread_mutex_lock(&s->commit_lock);
-        commit_rotated(s, fd, seq, last);
-        pthread_mutex_unlock(&s->commit_lock);
-}
+/* ---- the group commit's side of a batch (the thread: store-sync.c) ---- */
 
 static int pending_reserve(Store *s) {
         Pending *p;
@@ -689,7 +458,7 @@ static int submit_always(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, 
 
         pthread_mutex_lock(&s->commit_lock);
         if (seq != s->commit_seq || s->commit_fd < 0)
-                commit_rotated(s, fd, seq, last);
+                store_commit_rotated(s, fd, seq, last);
         else if (last > s->commit_want) {
                 s->commit_want = last;
                 wake = !s->commit_busy; /* a busy thread looks again when its sync returns */
@@ -701,67 +470,6 @@ static int submit_always(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, 
         if (wake)
                 pthread_cond_signal(&s->commit_wake);
         return 0;
-}
-
-int store_event_fd(Store *s) {
-        return s && s->committer ? s->commit_efd : -1;
-}
-
-int store_process(Store *s) {
-        uint64_t v, synced, from, to, covered;
-        int error, n = 0;
-
-        if (!s)
-                return -EINVAL;
-        if (!s->committer && s->pending_n == 0)
-                return 0;
-        if (s->commit_efd >= 0)
-                (void) !read(s->commit_efd, &v, sizeof v); /* EAGAIN: nothing new, fine */
-        pthread_mutex_lock(&s->commit_lock);
-        synced = s->commit_synced;
-        from = s->commit_fail_from;
-        to = s->commit_fail_to;
-        error = s->commit_fail_error;
-        s->commit_fail_to = 0; /* taken: every batch it concerns is queued already */
-        pthread_mutex_unlock(&s->commit_lock);
-        covered = synced > to ? synced : to;
-
-        while (s->pending_n > 0) {
-                Pending p = s->pending[s->pending_head];
-
-                if (p.lsn > covered)
-                        break;
-                s->pending_head = (s->pending_head + 1) % s->pending_cap;
-                s->pending_n--;
-                n++;
-                /* done may submit the next batch: the entry is off the FIFO first */
-                if (p.done)
-                        p.done(p.userdata, to > 0 && p.lsn >= from && p.lsn <= to ? error : 0);
-        }
-        return n;
-}
-
-/* Stops the committer after its last sync and completes what it covered (store_close()). */
-static void commit_stop(Store *s) {
-        if (s->committer) {
-                pthread_mutex_lock(&s->commit_lock);
-                s->commit_stop = true;
-                pthread_cond_signal(&s->commit_wake);
-                pthread_mutex_unlock(&s->commit_lock);
-                (void) pthread_join(s->commit_thread, NULL);
-                (void) store_process(s); /* the thread tried everything queued: completes all */
-                s->committer = false;
-                pthread_cond_destroy(&s->commit_wake);
-                pthread_cond_destroy(&s->commit_idle);
-                pthread_mutex_destroy(&s->commit_lock);
-        }
-        if (s->commit_fd >= 0)
-                close(s->commit_fd);
-        if (s->commit_efd >= 0)
-                close(s->commit_efd);
-        s->commit_fd = s->commit_efd = -1;
-        free(s->pending);
-        s->pending = NULL;
 }
 
 int store_submit(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done, void *userdata) {
@@ -986,7 +694,7 @@ int store_maintain(Store *s, uint64_t now_usec) {
             (pending >= checkpoint_threshold(s) ||
              now - s->last_checkpoint_usec >= s->opts.checkpoint_interval_usec)) {
                 r = job_start(s, now_usec, 0, 0);
-                commit_refresh(s);
+                store_commit_refresh(s);
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
                                   wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
@@ -1013,7 +721,7 @@ int store_checkpoint(Store *s, uint64_t now_usec) {
         if (journal_pending(s) == 0)
                 return 0;
         r = job_start(s, now_usec, 0, 0);
-        commit_refresh(s);
+        store_commit_refresh(s);
         if (r <= 0)
                 return r;
         (void) job_reap(s, true);
@@ -1382,7 +1090,7 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         if (r < 0)
                 goto fail;
         if (s->opts.sync == STORE_SYNC_ALWAYS) {
-                r = commit_start(s);
+                r = store_commit_start(s);
                 if (r < 0) {
                         set_error(errbuf, errbuf_size, "cannot start the journal's sync thread: %s",
                                   strerror(-r));
@@ -1451,7 +1159,7 @@ int store_finish(Store *s) {
                 return -EINVAL;
         if (s->finished)
                 return 0;
-        commit_stop(s); /* every batch submitted is completed */
+        store_commit_stop(s); /* every batch submitted is completed */
         if (s->reserve) {
                 /* the next start's room, this process's last checkpoint's until it exits */
                 (void) munmap(s->reserve, s->reserve_bytes);
