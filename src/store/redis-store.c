@@ -19,13 +19,13 @@
 
 #define KEY_MAX_GUESS 256 /* bytes: scratch reserved per key before a build (it grows if short) */
 
-typedef struct Batch Batch;
+typedef struct RedisBatch RedisBatch;
 typedef struct Node Node;
 
 /* One script call: hits[first, first + n) of its batch. */
 typedef struct Call {
         RedisStore *s;
-        Batch *batch;
+        RedisBatch *batch;
         struct Call *batch_next; /* the batch's calls */
         struct Call *park_next;  /* the parked list (no route yet, or a TRYAGAIN delay) */
         size_t first, n;
@@ -41,9 +41,9 @@ typedef struct Call {
         bool done;
 } Call;
 
-struct Batch {
-        Batch *next;    /* the FIFO, or the free list */
-        StoreHit *hits; /* its calls' hits[first, first + n) */
+struct RedisBatch {
+        RedisBatch *next; /* the FIFO, or the free list */
+        StoreHit *hits;   /* its calls' hits[first, first + n) */
         StoreDoneFunc done;
         void *userdata;
         uint64_t submitted; /* µs, CLOCK_MONOTONIC */
@@ -121,7 +121,7 @@ struct RedisStore {
         size_t map_next; /* the node to ask next */
 
         /* Batches: FIFO; free lists of batches and calls. */
-        Batch *head, *tail, *free_batches;
+        RedisBatch *head, *tail, *free_batches;
         Call *free_calls;
         Call *parked, *parked_tail;
         bool completing;
@@ -629,7 +629,7 @@ static void call_send(Call *c, uint64_t now) {
 /* The call has its outcome: error 0 (hits decoded) or < 0 (every hit fails with it). */
 static void call_finish(Call *c, int error) {
         RedisStore *s = c->s;
-        Batch *b = c->batch;
+        RedisBatch *b = c->batch;
 
         if (c->done)
                 return;
@@ -1294,7 +1294,7 @@ static void node_event(void *userdata, int error) {
 
 /* ---- the FIFO ---- */
 
-static void batch_release(RedisStore *s, Batch *b) {
+static void redis_batch_release(RedisStore *s, RedisBatch *b) {
         Call *c = b->calls, *next;
 
         for (; c; c = next) {
@@ -1426,7 +1426,7 @@ static void probe_expire(RedisStore *s, uint64_t now) {
         probe_failed(s, now);
 }
 
-static void breaker_account(RedisStore *s, const Batch *b, uint64_t now) {
+static void breaker_account(RedisStore *s, const RedisBatch *b, uint64_t now) {
         if (b->refused)
                 return;
         if (b->held && !b->answered) {
@@ -1467,7 +1467,7 @@ static void complete_ready(RedisStore *s) {
         s->completing = true;
         now = now_usec();
         while (s->head && s->head->calls_left == 0) {
-                Batch *b = s->head;
+                RedisBatch *b = s->head;
                 StoreDoneFunc done = b->done;
                 void *userdata = b->userdata;
 
@@ -1476,7 +1476,7 @@ static void complete_ready(RedisStore *s) {
                         s->tail = NULL;
                 s->st.batches_pending--;
                 breaker_account(s, b, now);
-                batch_release(s, b);
+                redis_batch_release(s, b);
                 done(userdata, 0);
         }
         s->completing = false;
@@ -1484,7 +1484,7 @@ static void complete_ready(RedisStore *s) {
 
 /* Batches past their deadline: their unanswered calls fail with -ETIMEDOUT. */
 static void expire_batches(RedisStore *s, uint64_t now) {
-        for (Batch *b = s->head; b && b->deadline <= now; b = b->next) {
+        for (RedisBatch *b = s->head; b && b->deadline <= now; b = b->next) {
                 if (b->calls_left == 0)
                         continue;
                 for (Call *c = b->calls; c; c = c->batch_next) {
@@ -1642,7 +1642,7 @@ static void run_due(RedisStore *s, uint64_t now) {
         complete_ready(s);
 
         /* the next deadline */
-        for (Batch *b = s->head; b; b = b->next)
+        for (RedisBatch *b = s->head; b; b = b->next)
                 if (b->calls_left > 0) {
                         consider_deadline(&next, b->deadline);
                         break;
@@ -1688,7 +1688,7 @@ int redis_store_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_wal
                        void *userdata) {
         RedisStore *s = backend;
         uint64_t now = now_usec();
-        Batch *b;
+        RedisBatch *b;
         Call **link;
         bool refuse = false;
 
@@ -1698,11 +1698,11 @@ int redis_store_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_wal
                 s->free_batches = b->next;
         else if (!(b = malloc(sizeof(*b))))
                 return -ENOMEM;
-        *b = (Batch){ .hits = hits,
-                      .done = done,
-                      .userdata = userdata,
-                      .submitted = now,
-                      .deadline = now + s->o.timeout_usec };
+        *b = (RedisBatch){ .hits = hits,
+                           .done = done,
+                           .userdata = userdata,
+                           .submitted = now,
+                           .deadline = now + s->o.timeout_usec };
         s->st.batches++;
         s->st.hits += n;
 
@@ -1745,7 +1745,7 @@ int redis_store_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_wal
                         else if (!(c = malloc(sizeof(*c)))) {
                                 /* the calls so far go back; the batch is not taken */
                                 *link = NULL;
-                                batch_release(s, b);
+                                redis_batch_release(s, b);
                                 return -ENOMEM;
                         }
                         *c = (Call){
@@ -1863,7 +1863,7 @@ RedisStore *redis_store_close(RedisStore *s) {
         if (!s)
                 return NULL;
         /* every pending call fails, in order, and every batch completes */
-        for (Batch *b = s->head; b; b = b->next)
+        for (RedisBatch *b = s->head; b; b = b->next)
                 for (Call *c = b->calls; c; c = c->batch_next) {
                         if (c->done)
                                 continue;
@@ -1885,7 +1885,7 @@ RedisStore *redis_store_close(RedisStore *s) {
         if (s->armed)
                 (void) s->io->timer(s->io->userdata, 0);
         while (s->free_batches) {
-                Batch *b = s->free_batches;
+                RedisBatch *b = s->free_batches;
 
                 s->free_batches = b->next;
                 free(b);

@@ -113,7 +113,7 @@ const StoreOptions *store_options(const Store *s) {
 
 /* ---- the HIT path ---- */
 
-static int batch_reserve(Store *s, size_t n) {
+static int buffers_reserve(Store *s, size_t n) {
         size_t cap = s->batch_capacity;
         void *p;
 
@@ -336,7 +336,7 @@ static int apply_hits(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, boo
                         r = -EINVAL;
                         goto fail;
                 }
-        r = batch_reserve(s, n);
+        r = buffers_reserve(s, n);
         if (r < 0)
                 goto fail;
 
@@ -1086,7 +1086,7 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         table_set_count_max(s->table,
                             s->opts.max_counters > SIZE_MAX ? SIZE_MAX : (size_t) s->opts.max_counters);
         replay_reserve(s);
-        r = batch_reserve(s, STORE_BATCH_INITIAL);
+        r = buffers_reserve(s, STORE_BATCH_INITIAL);
         if (r < 0)
                 goto fail;
         if (s->opts.sync == STORE_SYNC_ALWAYS) {
