@@ -4,6 +4,7 @@
 /*
  * redis-store.c: the Redis/Valkey backend of the counters (issue #16), a StoreSubmitFunc
  * backend (store.h) that completes later, from the daemon's event loop.
+ * Its files (redis-store.c, redis-call.c, redis-sentinel.c): redis-store-internal.h.
  *
  * URLs: redis-url.h (redis_url_parse()). Host names in the URL are resolved ONCE, by
  * redis_store_open() (getaddrinfo() blocks: open runs before the loop); addresses learnt later (a
