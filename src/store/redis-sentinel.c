@@ -19,7 +19,7 @@ static void discover_failed(RedisStore *s, uint64_t now) {
         Node *p = s->nodes[0];
 
         s->discovering = false;
-        s->recheck_at = now + REDIS_STORE_SENTINEL_CHECK_USEC;
+        s->recheck_at = now + s->o.sentinel_check_usec;
         if (s->rechecking || s->primary_known) {
                 s->rechecking = false;
                 return;
@@ -98,7 +98,7 @@ static void sentinel_reply(void *userdata, redisReply *r, int error) {
         s->sentinel_next = (s->sentinel_next + s->sentinel_tries - 1) % s->url.n_hosts; /* this one first */
         s->discovering = false;
         s->rechecking = false;
-        s->recheck_at = now + REDIS_STORE_SENTINEL_CHECK_USEC;
+        s->recheck_at = now + s->o.sentinel_check_usec;
         primary_set(s, &addr, r->element[0]->str, (int) port, now);
 }
 

@@ -624,6 +624,8 @@ int redis_store_open(const RedisStoreOptions *o, const RedisIo *io, RedisStore *
                 s->o.backoff_max_usec = s->o.backoff_min_usec;
         if (!s->o.breaker_threshold)
                 s->o.breaker_threshold = REDIS_STORE_BREAKER_THRESHOLD_DEFAULT;
+        if (!s->o.sentinel_check_usec)
+                s->o.sentinel_check_usec = REDIS_STORE_SENTINEL_CHECK_USEC;
         s->breaker_backoff = s->o.backoff_min_usec;
         s->rng = (now ^ ((uint64_t) getpid() << 32) ^ (uint64_t) (uintptr_t) s) | 1;
 
