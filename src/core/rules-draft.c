@@ -404,22 +404,28 @@ static int draft_actor_field(const RuleDraft *d, const char *desc, Diag *diag, R
                           &rule->actor_field_len);
 }
 
+/* An optional attribute naming a value of an enum: v is what its from_string() made of it.
+ * Returns 1 if v is one (or the attribute is absent), 0 if reported, -ENOMEM. */
+static int draft_enum(const RuleDraft *d, RuleAttr a, int v, const char *accepted, const char *desc,
+                      Diag *diag) {
+        char ex[RULE_EXCERPT_MAX + 4];
+
+        if (v >= 0)
+                return 1;
+        return rule_report(diag, attr_line(d, a), desc, "has an unknown %s \"%s\" (accepted: %s)",
+                           rule_attr_to_string(a), rule_excerpt(d->attrs[a], ex), accepted)
+                       ?: 0;
+}
+
 /* matchPolicy: optional, stop by default; a default rule must stop (it is the last
  * word for the requests nothing else matches). Returns 1, 0 if reported, -ENOMEM. */
 static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, MatchPolicy *ret) {
-        char ex[RULE_EXCERPT_MAX + 4];
         const char *s = d->attrs[RULE_ATTR_MATCH_POLICY];
-        MatchPolicy p = MATCH_POLICY_STOP;
+        MatchPolicy p = s ? match_policy_from_string(s) : MATCH_POLICY_STOP;
+        int q = draft_enum(d, RULE_ATTR_MATCH_POLICY, p, "stop, canary, continue", desc, diag);
 
-        if (s) {
-                p = match_policy_from_string(s);
-                if (p < 0)
-                        return rule_report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                                           "has an unknown matchPolicy \"%s\" (accepted: stop, canary, "
-                                           "continue)",
-                                           rule_excerpt(s, ex))
-                                       ?: 0;
-        }
+        if (q <= 0)
+                return q;
         *ret = p;
         if (d->n_patterns == 0 && p != MATCH_POLICY_STOP)
                 return rule_report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
@@ -447,21 +453,12 @@ static int draft_label(const RuleDraft *d, const char *desc, Diag *diag, Rule *r
  * rule's id: what a rule answers while the remote store is down says nothing about its
  * counter. Returns 1, 0 if reported, -ENOMEM. */
 static int draft_on_backend_error(const RuleDraft *d, const char *desc, Diag *diag, RuleOnError *ret) {
-        char ex[RULE_EXCERPT_MAX + 4];
         const char *s = d->attrs[RULE_ATTR_ON_BACKEND_ERROR];
-        RuleOnError e = RULE_ON_ERROR_DEFAULT;
+        RuleOnError e = s ? rule_on_error_from_string(s) : RULE_ON_ERROR_DEFAULT;
 
-        if (s) {
-                e = rule_on_error_from_string(s);
-                if (e < 0)
-                        return rule_report(
-                                       diag, attr_line(d, RULE_ATTR_ON_BACKEND_ERROR), desc,
-                                       "has an unknown onBackendError \"%s\" (accepted: allow, deny, local)",
-                                       rule_excerpt(s, ex))
-                                       ?: 0;
-        }
-        *ret = e;
-        return 1;
+        if (e >= 0)
+                *ret = e;
+        return draft_enum(d, RULE_ATTR_ON_BACKEND_ERROR, e, "allow, deny, local", desc, diag);
 }
 
 static int ruleset_grow(RuleSet *rs) {
