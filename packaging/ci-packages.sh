@@ -102,7 +102,7 @@ rpm -qlp "$(rpm_of divvyd)" > "$work/divvyd.rpm.list" 2>/dev/null
 check_list divvyd.rpm "$work/divvyd.rpm.list" /usr/sbin/divvyd /usr/bin/divvy /etc/divvyd/rules.ini \
         /etc/sysconfig/divvyd /usr/lib/systemd/system/divvyd.service /usr/lib/systemd/system/divvyd.socket \
         /usr/lib/systemd/system/divvyd-admin.socket /usr/lib/sysusers.d/divvyd.conf /usr/lib/tmpfiles.d/divvyd.conf '/usr/share/man/man8/divvyd.8[.a-z]*' \
-        /usr/share/doc/divvyd/README.md /usr/share/doc/divvyd/docs/protocol.md
+        '/usr/share/doc/divvyd(-[0-9.]+)?/README\.md' '/usr/share/doc/divvyd(-[0-9.]+)?/docs/protocol\.md'
 rpm -qlp "$(rpm_of libdivvy)" 2>/dev/null | grep -q 'libdivvy\.so\.0' && ok "libdivvy.rpm has libdivvy.so.0" || bad "libdivvy.rpm lacks libdivvy.so.0"
 rpm -qlp "$(rpm_of libdivvy-devel)" 2>/dev/null | grep -q '/usr/include/divvy.h' && ok "libdivvy-devel.rpm has divvy.h" || bad "libdivvy-devel.rpm lacks divvy.h"
 rpm -qp --configfiles "$(rpm_of divvyd)" 2>/dev/null | grep -q /etc/divvyd/rules.ini && ok "rules.ini is an RPM config file" || bad "rules.ini is not %config"
