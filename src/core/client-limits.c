@@ -200,6 +200,28 @@ int client_limit_parse_throttle(int argc, const ProtoSlice *argv, ClientLimit *r
         return 0;
 }
 
+int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error) {
+        static const ProtoSlice any[4] = { { "", 0 }, { "0", 1 }, { "1", 1 }, { "1", 1 } };
+        ProtoSlice args[4];
+        const char *dummy;
+
+        if (!ret_error)
+                ret_error = &dummy;
+        if (!ret || (argc > 0 && !argv))
+                return *ret_error = "ERR invalid arguments", -EINVAL;
+        if (argc != 1)
+                return *ret_error = "ERR divvyd's DEL takes one key: a CL.THROTTLE cell", -EINVAL;
+        /* the cell's identity is the key alone: any parameters name it */
+        memcpy(args, any, sizeof(args));
+        args[0] = argv[0];
+        if (client_limit_parse_throttle(4, args, ret, ret_error) < 0)
+                return -EINVAL;
+        ret->op = ALGO_PEEK;
+        ret->count = 0;
+        ret->del = true;
+        return 0;
+}
+
 /* redis-cell's rate_limit() on the state st (w1 = the TAT in ns as redis-cell stores it, a u64;
  * w0 = the µs from which its Redis key has expired, 0 = no key). */
 static void cell_apply(const AlgoParams *p, AlgoOp op, uint64_t now_usec, AlgoState *st, AlgoResult *res) {

@@ -78,6 +78,7 @@ typedef struct ClientLimit {
          * daemon applies its --client-time-max-age rules as to the line protocol's "@time". */
         uint64_t at_usec;
         uint64_t interval_usec;             /* CL: the emission interval T in whole µs (truncated); RL: 0 */
+        bool del;                           /* DEL: the store deletes the cell (STORE_RESET) */
         char error[CLIENT_LIMIT_ERROR_MAX]; /* storage of *ret_error for some errors */
 } ClientLimit;
 
@@ -88,6 +89,12 @@ typedef struct ClientLimit {
  * integer: <arg>", "Cell error: Zero rates are not supported" (count or period 0, or above 10^9
  * per second), pointing to a static string or into ret->error. */
 int client_limit_parse_throttle(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
+
+/* Parses DEL's arguments (argv[0] = key; argc 1) into *ret: the CL.THROTTLE cell of that key,
+ * with del set; the store deletes it (STORE_RESET) and its credit output (1 if a live cell was
+ * deleted, else 0) is DEL's integer reply (client_limit_reduce_reply()). Returns 0, or -EINVAL
+ * with *ret_error as for client_limit_parse_throttle(). */
+int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
 
 /* Parses RL.REDUCE's, RL.GET's, RL.PREDUCE's or RL.PGET's arguments (cmd: the command's name,
  * NUL-terminated, any case; argv[0] = key; argc 3 to 10, 8 for the GETs, as Smyte) into *ret.

@@ -164,6 +164,7 @@ static const char *const command_table[_RESP_CMD_MAX] = {
         [RESP_CMD_RL_GET] = "RL.GET",
         [RESP_CMD_RL_PREDUCE] = "RL.PREDUCE",
         [RESP_CMD_RL_PGET] = "RL.PGET",
+        [RESP_CMD_DEL] = "DEL",
 };
 
 bool resp_slice_eq(ProtoSlice s, const char *word) {

@@ -412,6 +412,7 @@ static size_t batch_take_resp_command(const Batch *b, BatchSlot *slot, const Res
         case RESP_CMD_RL_GET:
         case RESP_CMD_RL_PREDUCE:
         case RESP_CMD_RL_PGET:
+        case RESP_CMD_DEL:
                 RESP_ERROR("CL.THROTTLE and RL.* are off: start divvyd with --allow-client-limits");
         case RESP_CMD_AUTH:
                 RESP_ERROR("AUTH <password> called without any password configured for the default user");
@@ -453,7 +454,7 @@ static size_t batch_resp_reply_max(ProtoVerb verb) {
 }
 
 static bool resp_is_client_limit(RespCommand cmd) {
-        return cmd >= RESP_CMD_CL_THROTTLE && cmd <= RESP_CMD_RL_PGET;
+        return cmd >= RESP_CMD_CL_THROTTLE && cmd <= RESP_CMD_DEL;
 }
 
 /* CL.THROTTLE or RL.* in slot (the batch's last), with --allow-client-limits: one store hit on
@@ -471,6 +472,8 @@ static void batch_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest
 
         if (slot->resp_cmd == RESP_CMD_CL_THROTTLE)
                 r = client_limit_parse_throttle((int) req->argc - 1, req->argv + 1, cl, &err);
+        else if (slot->resp_cmd == RESP_CMD_DEL)
+                r = client_limit_parse_del((int) req->argc - 1, req->argv + 1, cl, &err);
         else
                 r = client_limit_parse_reduce(resp_command_to_string(slot->resp_cmd), (int) req->argc - 1,
                                               req->argv + 1, cl, &err);
@@ -491,7 +494,7 @@ static void batch_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest
                 .credit_limit = cl->algo.credit_limit,
                 .reset_seconds = cl->algo.reset_seconds,
                 .algo = &cl->algo,
-                .op = store_op[cl->op < _ALGO_OP_MAX ? cl->op : ALGO_PEEK],
+                .op = cl->del ? STORE_RESET : store_op[cl->op < _ALGO_OP_MAX ? cl->op : ALGO_PEEK],
                 .count = cl->count,
                 .at_usec = cl->at_usec,
         };

@@ -7,7 +7,7 @@ runs with tests/integration/fakeclock.c preloaded (compiled here with cc), which
 wall clock at the value this test writes before each command (a case's start + the table's
 ms). The sweeper runs every millisecond on that clock, so a replayed RL bucket (AT in 1970)
 deleted by the wall clock while it lives on its own time line would change Smyte's answers.
-Also: DEL deletes a cell.
+Also: DEL deletes a cell, as redis-cell's users delete one.
 
 Run one test:  tests/integration/test_peers.py Peers.test_redis_cell
 """
@@ -102,6 +102,21 @@ class Peers(harness.DaemonTestCase):
 
     def test_smyte(self):
         self.replay("smyte.tsv")
+
+    def test_del(self):
+        # redis-cell's users delete a cell with DEL: 1 if a live cell was deleted, else 0; the
+        # next CL.THROTTLE starts it afresh.
+        self.set_clock(BASE_NS)
+        with self.d.connect("tcp") as c:
+            for argv, expect in [(("CL.THROTTLE", "del:k", "0", "1", "60"), "0 1 0 -1 60"),
+                                 (("CL.THROTTLE", "del:k", "0", "1", "60"), "1 1 0 60 60"),
+                                 (("DEL", "del:k"), "1"),
+                                 (("DEL", "del:k"), "0"),
+                                 (("CL.THROTTLE", "del:k", "0", "1", "60"), "0 1 0 -1 60"),
+                                 (("DEL", "del:k", "other"),
+                                  "-ERR divvyd's DEL takes one key: a CL.THROTTLE cell")]:
+                c.send(harness.resp_command(*argv))
+                self.assertEqual(read_reply(c), expect, argv)
 
 
 if __name__ == "__main__":
