@@ -432,7 +432,9 @@ static void smyte_apply(const AlgoParams *p, AlgoOp op, uint64_t count, uint64_t
         uint64_t max = (uint64_t) p->peer_args[SMYTE_MAX], amount = (uint64_t) p->peer_args[SMYTE_AMOUNT];
         uint64_t refill = (uint64_t) p->peer_args[SMYTE_REFILL_MS],
                  full = (uint64_t) p->peer_args[SMYTE_FULL_MS];
-        uint64_t now = now_usec / USEC_PER_MSEC, wall = (uint64_t) p->peer_args[SMYTE_WALL_MS];
+        uint64_t now =
+                (now_usec < ALGO_NOW_MAX ? now_usec : ALGO_NOW_MAX) / USEC_PER_MSEC; /* as algo_apply() */
+        uint64_t wall = (uint64_t) p->peer_args[SMYTE_WALL_MS];
         uint64_t have, refilled, left, shift_ms, code;
         uint64_t deficit = st->w1 & ((UINT64_C(1) << SMYTE_DEFICIT_BITS) - 1);
 
