@@ -787,6 +787,11 @@ START_TEST (test_peers_smyte) {
 }
 END_TEST
 
+START_TEST (test_peers_smyte_derived) {
+        replay_table("smyte-derived.tsv");
+}
+END_TEST
+
 static Suite *client_limits_suite(void) {
         Suite *s = suite_create("client-limits");
         TCase *tc = tcase_create("cell");
@@ -817,6 +822,7 @@ static Suite *client_limits_suite(void) {
         tcase_add_test(tc, test_peers_redis_cell);
         tcase_add_test(tc, test_peers_redis_cell_derived);
         tcase_add_test(tc, test_peers_smyte);
+        tcase_add_test(tc, test_peers_smyte_derived);
         suite_add_tcase(s, tc);
         return s;
 }

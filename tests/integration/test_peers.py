@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """The peers' own test expectations against the daemon through RESP (issue #33): every line of
-tests/data/peers/redis-cell.tsv and smyte.tsv (and redis-cell-derived.tsv: values derived from
-redis-cell's code where divvyd differed) sent as a RESP command to divvyd with
+tests/data/peers/redis-cell.tsv and smyte.tsv (and redis-cell-derived.tsv, smyte-derived.tsv:
+values derived from the peers' code where divvyd differed) sent as a RESP command to divvyd with
 --allow-client-limits, its reply compared with the table's. The clock is controlled: divvyd
 runs with tests/integration/fakeclock.c preloaded (compiled here with cc), which freezes its
 wall clock at the value this test writes before each command (a case's start + the table's
@@ -83,6 +83,7 @@ class Peers(harness.DaemonTestCase):
 
     def replay(self, name):
         start = BASE_NS + CASE_GAP_NS * {"redis-cell.tsv": 1, "redis-cell-derived.tsv": 10**2}.get(name, 10**3)
+        # (Smyte's cases: every time is AT, in the past of this clock, but for future_at's)
         prev, n = None, 0
         with self.d.connect("tcp") as c:
             for case, clock, argv, expect in read_table(name):
@@ -106,6 +107,9 @@ class Peers(harness.DaemonTestCase):
 
     def test_smyte(self):
         self.replay("smyte.tsv")
+
+    def test_smyte_derived(self):
+        self.replay("smyte-derived.tsv")
 
     def test_del(self):
         # redis-cell's users delete a cell with DEL: 1 if a live cell was deleted, else 0; the
