@@ -49,8 +49,6 @@
 #define CLIENT_LIMIT_ERROR_MAX                                                                              \
         160 /* bytes: ClientLimit.error, for the errors that quote an argument (cut to 64 bytes) */
 #define CLIENT_LIMIT_THROTTLE_REPLY_LEN 5 /* integers in CL.THROTTLE's reply */
-#define CLIENT_LIMIT_AT_MAX                                                                                 \
-        UINT64_C(99999999999) /* s: the latest AT (year 5138), as the line protocol's 11-digit "@time" */
 
 typedef enum ClientLimitKind {
         CLIENT_LIMIT_THROTTLE, /* redis-cell's CL.THROTTLE: continuous token bucket (GCRA) */
@@ -74,8 +72,9 @@ typedef struct ClientLimit {
         AlgoOp op;                        /* ALGO_TAKE or ALGO_PEEK */
         /* RL: tokens to take; CL: quantity as a two's complement int64 (< 0: a refund) */
         uint64_t count;
-        /* RL's AT in wall-clock µs (AT 0 is 1 µs: 0 means none), or 0: the daemon's clock. The
-         * daemon applies its --client-time-max-age rules as to the line protocol's "@time". */
+        /* RL's AT in µs since the epoch (AT 0 is 1 µs: 0 means none; saturated), or 0: the
+         * daemon's clock. The client's time line, as Smyte takes it: not subject to
+         * --client-time-max-age, nor made now when later (algo_apply()'s ALGO_NOW_MAX bounds it). */
         uint64_t at_usec;
         uint64_t interval_usec;             /* CL: the emission interval T in whole µs (truncated); RL: 0 */
         bool del;                           /* DEL: the store deletes the cell (STORE_RESET) */
