@@ -7,13 +7,13 @@
 
 #include "core/resp.h"
 
-/* The semantics are described in client-limits.h. Learned from redis-cell's README and
- * src/lib.rs (argument parsing, the reply, its rounding) and Smyte's README and
- * RateLimitHandler.cpp (arguments, defaults, the reply); no code is taken from either. */
+/* The semantics are described in client-limits.h. Learned from redis-cell's README,
+ * src/lib.rs (argument parsing, errors, the reply's rounding), src/cell/mod.rs (the GCRA) and
+ * src/cell/store.rs (the key's TTL), and from Smyte's README and RateLimitHandler.cpp
+ * (arguments, defaults, the bucket, the reply); no code is taken from either. */
 
 typedef unsigned __int128 u128;
 
-#define USEC_PER_SEC  UINT64_C(1000000)
 #define USEC_PER_MSEC UINT64_C(1000)
 #define QUOTE_MAX     64 /* bytes of an argument quoted in an error */
 
