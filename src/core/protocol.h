@@ -229,3 +229,6 @@ typedef struct ProtoExplain {
  * - lists: the refs joined by ',' (labels hold no ','), "-" when empty; a list longer than
  *   PROTO_RULE_LIST_MAX bytes ends with the element "..." after the last ref that fits. */
 size_t proto_format_explain(char *buf, const ProtoExplain *e);
+/* The same fields without "OK " and "\n" (NUL-terminated; RESP's EXPLAIN reply): at most
+ * PROTO_REPLY_EXPLAIN_MAX - 4 bytes and the NUL. */
+size_t proto_format_explain_fields(char *buf, const ProtoExplain *e);
