@@ -522,20 +522,20 @@ static char *append_rule_ref(char *p, const ProtoRuleRef *ref) {
         return number_append_u64(p, ref->index);
 }
 
-size_t proto_format_decision(char *buf, const ProtoDecision *d) {
+size_t proto_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule) {
         char *p = buf;
 
         /* At most 15 + 5 + 4 * (7 + 20) + 6 + 255 + 1 bytes and the NUL: within PROTO_REPLY_V2_MAX. */
-        p = append_str(p, d->allowed ? "OK allowed=true credit=" : "OK allowed=false credit=");
-        p = number_append_u64(p, d->credit);
+        p = append_str(p, res->allowed ? "OK allowed=true credit=" : "OK allowed=false credit=");
+        p = number_append_u64(p, res->credit);
         p = append_str(p, " limit=");
-        p = number_append_u64(p, d->limit);
+        p = number_append_u64(p, res->limit);
         p = append_str(p, " reset=");
-        p = number_append_u64(p, d->reset);
+        p = number_append_u64(p, res->reset);
         p = append_str(p, " retry=");
-        p = number_append_i64(p, d->retry);
+        p = number_append_i64(p, res->retry);
         p = append_str(p, " rule=");
-        p = append_rule_ref(p, &d->rule);
+        p = append_rule_ref(p, rule);
         *p++ = '\n';
         *p = '\0';
         return (size_t) (p - buf);

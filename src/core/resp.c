@@ -425,21 +425,21 @@ static bool is_label_char(uint8_t c) {
                c == '-';
 }
 
-size_t resp_format_decision(char *buf, const ProtoDecision *d) {
+size_t resp_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule) {
         char *p = append_mem(buf, "*6" CRLF, 4), label[PROTO_LABEL_MAX + 24];
         size_t n = 0;
 
-        p = append_int(p, d->allowed);
-        p = append_int(p, d->credit > INT64_MAX ? INT64_MAX : (int64_t) d->credit);
-        p = append_int(p, d->limit > INT64_MAX ? INT64_MAX : (int64_t) d->limit);
-        p = append_int(p, d->reset > INT64_MAX ? INT64_MAX : (int64_t) d->reset);
-        p = append_int(p, d->retry);
-        if (d->rule.label && d->rule.label[0])
-                for (; d->rule.label[n] && n < PROTO_LABEL_MAX; n++)
-                        label[n] = is_label_char((uint8_t) d->rule.label[n]) ? d->rule.label[n] : '?';
+        p = append_int(p, res->allowed);
+        p = append_int(p, res->credit > INT64_MAX ? INT64_MAX : (int64_t) res->credit);
+        p = append_int(p, res->limit > INT64_MAX ? INT64_MAX : (int64_t) res->limit);
+        p = append_int(p, res->reset > INT64_MAX ? INT64_MAX : (int64_t) res->reset);
+        p = append_int(p, res->retry);
+        if (rule->label && rule->label[0])
+                for (; rule->label[n] && n < PROTO_LABEL_MAX; n++)
+                        label[n] = is_label_char((uint8_t) rule->label[n]) ? rule->label[n] : '?';
         else {
                 label[0] = '#';
-                n = (size_t) (number_append_u64(label + 1, d->rule.index) - label);
+                n = (size_t) (number_append_u64(label + 1, rule->index) - label);
         }
         p += resp_format_bulk(p, label, n);
         return (size_t) (p - buf);

@@ -148,7 +148,7 @@ size_t resp_format_array(char *buf, uint64_t n);
 /* A decision (TAKE, PEEK, CHARGE, REFUND): "*6" allowed 0|1, credit, limit, reset, retry, and
  * the binding rule's label as a bulk string ("#<index>" when it has none). At most
  * RESP_REPLY_DECISION_MAX bytes. */
-size_t resp_format_decision(char *buf, const ProtoDecision *d);
+size_t resp_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule);
 /* EXPLAIN: proto_format_explain_fields() as one bulk string. At most PROTO_REPLY_EXPLAIN_MAX +
  * RESP_BULK_OVERHEAD bytes. */
 size_t resp_format_explain(char *buf, const ProtoExplain *e);

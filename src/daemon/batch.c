@@ -399,17 +399,6 @@ ProtoRuleRef batch_rule_ref(const Rule *r) {
         return (ProtoRuleRef){ .label = r->label, .index = r->index };
 }
 
-ProtoDecision batch_proto_decision(const BatchDecision *d) {
-        return (ProtoDecision){
-                .allowed = d->res.allowed,
-                .credit = d->res.credit,
-                .limit = d->res.limit,
-                .reset = d->res.reset,
-                .retry = d->res.retry,
-                .rule = batch_rule_ref(d->rule),
-        };
-}
-
 void batch_explain(const Batch *b, const BatchSlot *slot, const ProtoRequest *req, ProtoRuleRef *canaries,
                    ProtoRuleRef *continues, ProtoExplain *ret) {
         const Rule *stop = b->rules_matched[slot->first_rule + slot->n_rules - 1];

@@ -140,9 +140,9 @@ static size_t line_format_decision(Batch *b, const BatchSlot *slot, const BatchD
                 len = proto_format_reset(p, res->credit);
                 break;
         default: { /* TAKE, PEEK, CHARGE, REFUND */
-                ProtoDecision pd = batch_proto_decision(d);
+                ProtoRuleRef rule = batch_rule_ref(d->rule);
 
-                len = proto_format_decision(p, &pd);
+                len = proto_format_decision(p, res, &rule);
                 break;
         }
         }

@@ -255,9 +255,9 @@ static size_t resp_format_decision_reply(Batch *b, const BatchSlot *slot, const 
                 len = resp_format_integer(p, res->credit > INT64_MAX ? INT64_MAX : (int64_t) res->credit);
                 break;
         default: { /* TAKE, PEEK, CHARGE, REFUND */
-                ProtoDecision pd = batch_proto_decision(d);
+                ProtoRuleRef rule = batch_rule_ref(d->rule);
 
-                len = resp_format_decision(p, &pd);
+                len = resp_format_decision(p, res, &rule);
                 break;
         }
         }

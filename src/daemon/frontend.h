@@ -149,8 +149,6 @@ void batch_take_limit(Batch *b, BatchSlot *slot);
 void batch_explain(const Batch *b, const BatchSlot *slot, const ProtoRequest *req, ProtoRuleRef *canaries,
                    ProtoRuleRef *continues, ProtoExplain *ret);
 ProtoRuleRef batch_rule_ref(const Rule *r);
-/* d as the protocol formatters take a decision of TAKE, PEEK, CHARGE or REFUND. */
-ProtoDecision batch_proto_decision(const BatchDecision *d);
 /* Logs slot's request, its reply (len bytes at reply, ending in "\n") and the rule that decided
  * (--debug). */
 void batch_log_reply(const BatchSlot *slot, const Rule *rule, const char *reply, size_t len);
