@@ -327,17 +327,6 @@ void batch_log_reply(const BatchSlot *slot, const Rule *rule, const char *reply,
                   rule->comment ?: "", rule->comment ? ")" : "");
 }
 
-/* A hit's outputs as the algorithm's result. */
-static inline void batch_hit_result(const StoreHit *h, AlgoResult *ret) {
-        *ret = (AlgoResult){
-                .allowed = h->allowed,
-                .credit = h->credit,
-                .limit = h->limit,
-                .reset = h->reset_left,
-                .retry = h->retry,
-        };
-}
-
 /* rule's answer; false if it has none (an enforcing rule not evaluated: an always-deny rule
  * decided the request without touching the counters). */
 static bool batch_rule_decision(const Batch *b, size_t rule_at, BatchDecision *ret) {
@@ -358,7 +347,7 @@ static bool batch_rule_decision(const Batch *b, size_t rule_at, BatchDecision *r
         if (b->rule_hit[rule_at] < 0)
                 return false;
         const StoreHit *h = b->hits + b->rule_hit[rule_at];
-        batch_hit_result(h, &ret->res);
+        ret->res = h->res;
         return true;
 }
 
@@ -446,7 +435,7 @@ static void batch_count_canaries(Batch *b, const BatchSlot *slot) {
 static void batch_decide(Batch *b, const BatchSlot *slot, BatchDecision *d) {
         if (slot->kind == BATCH_SLOT_LIMIT) {
                 *d = (BatchDecision){ .rule = NULL };
-                batch_hit_result(&b->hits[slot->first_hit], &d->res);
+                d->res = b->hits[slot->first_hit].res;
                 return;
         }
         switch (slot->verb) {
@@ -466,7 +455,7 @@ static void batch_decide(Batch *b, const BatchSlot *slot, BatchDecision *d) {
         case PROTO_VERB_RESET: {
                 uint64_t n = 0;
                 for (uint32_t i = 0; i < slot->n_hits; i++)
-                        n += b->hits[slot->first_hit + i].credit;
+                        n += b->hits[slot->first_hit + i].res.credit;
                 *d = (BatchDecision){ .res = { .allowed = true, .credit = n } };
                 return;
         }
