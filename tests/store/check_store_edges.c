@@ -84,22 +84,22 @@ START_TEST (test_clock_back_then_clean_stop) {
 
         s = open_with(&o);
         h = apply1(s, "before", STORE_HIT, 0, NULL, T0);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
         /* the clock steps an hour forward, the timer runs, and it steps back */
         (void) store_maintain(s, T0 + 3600 * SEC);
         (void) store_maintain(s, T0 + 1 * SEC);
         h = apply1(s, "before", STORE_HIT, 0, NULL, T0 + 1 * SEC); /* still its window */
-        ck_assert_uint_eq(h.credit, 3);
+        ck_assert_uint_eq(h.res.credit, 3);
         h = apply1(s, "after", STORE_HIT, 0, NULL, T0 + 2 * SEC);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
         store_close(s); /* a clean stop: its last checkpoint */
 
         o.now_usec = T0 + 3 * SEC;
         s = open_with(&o);
         h = apply1(s, "before", STORE_PEEK, 0, NULL, T0 + 3 * SEC);
-        ck_assert_uint_eq(h.credit, 3);
+        ck_assert_uint_eq(h.res.credit, 3);
         h = apply1(s, "after", STORE_PEEK, 0, NULL, T0 + 3 * SEC);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
         store_close(s);
 }
 END_TEST
@@ -126,14 +126,14 @@ START_TEST (test_batch_larger_than_segment) {
                 ck_assert_int_eq(store_apply(s, hits, N, T0), 0);
                 for (unsigned i = 0; i < N; i++) {
                         ck_assert_int_eq(hits[i].error, 0);
-                        ck_assert(hits[i].allowed);
+                        ck_assert(hits[i].res.allowed);
                 }
                 store_close(s);
                 s = open_with(&o);
                 h = apply1(s, actors[N - 1], STORE_PEEK, 0, NULL, T0);
-                ck_assert_uint_eq(h.credit, 4);
+                ck_assert_uint_eq(h.res.credit, 4);
                 h = apply1(s, actors[0], STORE_PEEK, 0, NULL, T0);
-                ck_assert_uint_eq(h.credit, 4);
+                ck_assert_uint_eq(h.res.credit, 4);
                 store_close(s);
         }
 }
@@ -251,12 +251,12 @@ START_TEST (test_verbs_replayed_after_kill) {
                                 StoreHit x = apply1(a, model_actor[i], STORE_PEEK, 1, &algos[j], ref_now);
                                 StoreHit y = apply1(b, model_actor[i], STORE_PEEK, 1, &algos[j], ref_now);
 
-                                ck_assert_msg(x.credit == y.credit && x.reset_left == y.reset_left &&
-                                                      x.allowed == y.allowed,
+                                ck_assert_msg(x.res.credit == y.res.credit && x.res.reset == y.res.reset &&
+                                                      x.res.allowed == y.res.allowed,
                                               "round %u, %s, algorithm %u: after the kill credit %" PRIu64
                                               " reset %" PRIu64 ", never killed %" PRIu64 " reset %" PRIu64,
-                                              round, model_actor[i], j, x.credit, x.reset_left, y.credit,
-                                              y.reset_left);
+                                              round, model_actor[i], j, x.res.credit, x.res.reset,
+                                              y.res.credit, y.res.reset);
                         }
                 store_close(a);
                 store_close(b);
@@ -296,27 +296,27 @@ START_TEST (test_batch_leaves_by_value) {
         b[2] = mkhit("g-ok", STORE_TAKE, 2, NULL);
         b[0].group = b[1].group = b[2].group = 7;
         ck_assert_int_eq(store_apply(s, b, 3, T0), 0);
-        ck_assert(!b[0].allowed);
-        ck_assert_int_eq(b[0].retry, -1);
-        ck_assert(b[1].allowed && b[1].credit == 4); /* each decided as if alone */
-        ck_assert(b[2].allowed && b[2].credit == 2);
+        ck_assert(!b[0].res.allowed);
+        ck_assert_int_eq(b[0].res.retry, -1);
+        ck_assert(b[1].res.allowed && b[1].res.credit == 4); /* each decided as if alone */
+        ck_assert(b[2].res.allowed && b[2].res.credit == 2);
         ck_assert_uint_eq(counters(s), 0); /* none applied, and the denied TAKE created nothing */
         h = apply1(s, "g-ok", STORE_HIT, 1, NULL, T0);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
 
         /* a TAKE above the capacity, alone: denied for ever, no counter left behind */
         h = apply1(s, "too-big", STORE_TAKE, 6, NULL, T0);
-        ck_assert(!h.allowed);
-        ck_assert_int_eq(h.retry, -1);
+        ck_assert(!h.res.allowed);
+        ck_assert_int_eq(h.res.retry, -1);
         ck_assert_uint_eq(counters(s), 1); /* g-ok only */
 
         /* RESET: credit 1 when a live counter was deleted, 0 for an expired one */
         h = apply1(s, "g-ok", STORE_RESET, 0, NULL, T0 + 1);
-        ck_assert_uint_eq(h.credit, 1);
+        ck_assert_uint_eq(h.res.credit, 1);
         (void) apply1(s, "old", STORE_HIT, 1, NULL, T0);
         h = apply1(s, "old", STORE_RESET, 0, NULL, T0 + 61 * SEC);
-        ck_assert(h.allowed);
-        ck_assert_uint_eq(h.credit, 0);
+        ck_assert(h.res.allowed);
+        ck_assert_uint_eq(h.res.credit, 0);
         ck_assert_uint_eq(counters(s), 0);
 
         /* expiry at the window's end exactly (fixed window: T0 + 60 s), not a microsecond later */
