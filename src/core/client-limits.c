@@ -336,7 +336,8 @@ int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv,
 
         *ret = (ClientLimit){ .kind = CLIENT_LIMIT_REDUCE };
         if (argc < 3 || argc > (reduce ? 10 : 8)) {
-                snprintf(ret->error, sizeof(ret->error), "ERR wrong number of arguments for '%s' command",
+                snprintf(ret->error, sizeof(ret->error),
+                         "Wrong number of arguments for '%s' command" /* Smyte's */,
                          reduce ? (ms ? "rl.preduce" : "rl.reduce") : (ms ? "rl.pget" : "rl.get"));
                 return *ret_error = ret->error, -EINVAL;
         }

@@ -98,9 +98,9 @@ int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, c
 /* Parses RL.REDUCE's, RL.GET's, RL.PREDUCE's or RL.PGET's arguments (cmd: the command's name,
  * NUL-terminated, any case; argv[0] = key; argc 3 to 10, 8 for the GETs, as Smyte) into *ret.
  * Returns 0, or -EINVAL with *ret_error as for client_limit_parse_throttle(), in Smyte's words
- * where Smyte refuses ("Syntax error", "Value is not an integer or out of range"), else with
- * "ERR " and divvyd's: a bucket that takes more than 200 years to refill from empty, an unknown
- * cmd. */
+ * where Smyte refuses ("Syntax error", "Value is not an integer or out of range", "Wrong number
+ * of arguments for 'rl.reduce' command"), else with "ERR " and divvyd's: max above 2^53-1, a
+ * bucket that takes more than 200 years to refill from empty, an unknown cmd. */
 int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv, ClientLimit *ret,
                               const char **ret_error);
 

@@ -638,12 +638,11 @@ static const struct {
         { "rl.reduce", "k 10 60 AT -1", "Value is not an integer or out of range" },
         { "rl.reduce", "k 10 60 AT 9223372036854775808", "Value is not an integer or out of range" },
         /* the number of arguments (Smyte's: 3 to 10, 8 for the GETs) */
-        { "rl.reduce", "k 10", "ERR wrong number of arguments for 'rl.reduce' command" },
-        { "RL.PGET", "k 10 60 AT 1 AT 2 STRICT STRICT",
-          "ERR wrong number of arguments for 'rl.pget' command" },
+        { "rl.reduce", "k 10", "Wrong number of arguments for 'rl.reduce' command" },
+        { "RL.PGET", "k 10 60 AT 1 AT 2 STRICT STRICT", "Wrong number of arguments for 'rl.pget' command" },
         { "rl.preduce", "k 10 60000 AT 1 AT 2 AT 3 STRICT STRICT",
-          "ERR wrong number of arguments for 'rl.preduce' command" },
-        { "rl.get", "k", "ERR wrong number of arguments for 'rl.get' command" },
+          "Wrong number of arguments for 'rl.preduce' command" },
+        { "rl.get", "k", "Wrong number of arguments for 'rl.get' command" },
         { "rl.sessionize", "k 10 60", "ERR unknown command" },
         { "rl.reduc", "k 10 60", "ERR unknown command" },
         /* what divvyd's state cannot hold */
