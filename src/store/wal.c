@@ -1127,10 +1127,6 @@ int wal_append(Wal *w, const CounterRecord *records, size_t n) {
                 return 0;
         if (n > (WAL_SEGMENT_SIZE_MAX - WAL_HEADER_SIZE) / WAL_RECORD_SIZE)
                 return wal_set_error(w, -EMSGSIZE, "%zu records do not fit in one journal segment", n);
-        for (size_t i = 0; i < n; i++)
-                if (records[i].algorithm >= _COUNTER_ALGORITHM_MAX)
-                        return wal_set_error(w, -EINVAL, "record %zu: unknown algorithm %u", i,
-                                             records[i].algorithm);
         if (n > w->capacity - w->count) {
                 /* a batch larger than a segment gets a larger one of its own: all or none, still */
                 r = rotate_sized(w, WAL_HEADER_SIZE + (uint64_t) n * WAL_RECORD_SIZE);

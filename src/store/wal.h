@@ -215,7 +215,9 @@ void wal_replay_damage(const Wal *w, WalDamage *ret);
  * rotates: every 2 MiB appended, one sync_file_range() starts the disk writing, so that a seal
  * has little left to wait for. With write_appends: one pwrite() of the records and one
  * sync_file_range() that starts writing their blocks (so that the sync finds them written),
- * and one pwrite() of zeros every WAL_ZERO_CHUNK bytes.
+ * and one pwrite() of zeros every WAL_ZERO_CHUNK bytes. The records are the caller's (the
+ * store's, from hits of validated rules): each algorithm < _COUNTER_ALGORITHM_MAX, not checked
+ * here; wal_replay() treats a record read back with another as damage.
  * Returns 0; -EMSGSIZE if n records exceed WAL_SEGMENT_SIZE_MAX; -ENOSPC (or another -errno, the
  * sentence in wal_error()) if the next segment could not be made or (write_appends) the
  * records could not be written: nothing was appended. */
