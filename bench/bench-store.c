@@ -63,6 +63,7 @@ static void set_hit(StoreHit *h, size_t slot, uint64_t counter) {
                 .actor_len = ACTOR_LEN,
                 .credit_limit = LIMIT,
                 .reset_seconds = reset,
+                .count = 1,
         };
 }
 

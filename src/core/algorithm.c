@@ -586,6 +586,14 @@ void algo_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now_usec, A
         *res = (AlgoResult){ 0 };
         if (!p || !st || op < 0 || op >= _ALGO_OP_MAX)
                 return;
+        if (op == ALGO_RESET) {
+                *res = (AlgoResult){ .allowed = true,
+                                     .write = st->w0 != 0 || st->w1 != 0,
+                                     .credit = st->w0 > now_usec,
+                                     .limit = p->credit_limit };
+                *st = (AlgoState){ 0, 0 };
+                return;
+        }
         if (p->peer != ALGO_PEER_NONE) {
                 client_limit_apply(p, op, n, now_usec, st, res);
                 return;

@@ -69,12 +69,16 @@ typedef struct AlgoParams {
  * static sentence without file or line (the caller adds them). */
 int algo_params_prepare(AlgoParams *p, const char **ret_reason);
 
+/* What a hit does to its counter: the one operation type of the store (StoreHit.op), the engine
+ * and the redis store's script (redis-script.lua's op numbers are these). divvy's HIT is TAKE 1,
+ * the zero value; the verb, and so the reply's shape, is the front-end's. */
 typedef enum AlgoOp {
-        ALGO_TAKE,   /* consume n iff it fits (HIT is TAKE 1) */
-        ALGO_PEEK,   /* the decision TAKE n would make; writes nothing */
-        ALGO_CHARGE, /* consume n unconditionally; windows clamp at 0, a token bucket goes into debt,
-                      * at most ALGO_DEBT_MAX_BURSTS * burst credits below empty */
-        ALGO_REFUND, /* give back up to n, capped at capacity; never creates or extends a window */
+        ALGO_TAKE = 0, /* consume n iff it fits (HIT is TAKE 1) */
+        ALGO_PEEK,     /* the decision TAKE n would make; writes nothing */
+        ALGO_CHARGE,   /* consume n unconditionally; windows clamp at 0, a token bucket goes into debt,
+                        * at most ALGO_DEBT_MAX_BURSTS * burst credits below empty */
+        ALGO_REFUND,   /* give back up to n, capped at capacity; never creates or extends a window */
+        ALGO_RESET,    /* delete the counter: *st becomes absent; n is not read */
         _ALGO_OP_MAX,
 } AlgoOp;
 
@@ -121,6 +125,8 @@ typedef struct AlgoResult {
  *   writes); PEEK restarts nothing, so its retry is the wait as it stands.
  * - CHARGE: applied whether or not it fits; allowed says whether it fit; reset is the seconds
  *   until full again; retry is 0 if it fit, else the seconds (>= 1) until a TAKE 1 would pass.
- * - REFUND: allowed; an absent or expired counter is left absent (write false, credit = limit). */
+ * - REFUND: allowed; an absent or expired counter is left absent (write false, credit = limit).
+ * - RESET: *st becomes absent (write iff it was not); allowed, credit 1 if the counter was live
+ *   (w0 > now_usec) else 0, limit creditLimit, reset and retry 0. The peers' counters alike. */
 void algo_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now_usec, AlgoState *st,
                 AlgoResult *res);

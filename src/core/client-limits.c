@@ -88,7 +88,8 @@ static uint8_t *put_le64(uint8_t *p, uint64_t v) {
  *   tag                        2 bytes, "cl" or "rl"
  *   hash128(key)               16 bytes (the key has no bound here: hashed first, fixed size)
  *   3 x u64le                  the parameters (RL's; 0, 0, 0 for CL: the key alone)
- * A format of the store: change it and every client-limit counter starts afresh. */
+ * The store's counter is this id with no actor (the key is hashed once, here). A format of the
+ * store: change it and every client-limit counter starts afresh. */
 static void compute_id(ClientLimit *cl, const char tag[2], uint64_t a, uint64_t b, uint64_t c) {
         uint8_t buf[sizeof(ID_MAGIC) - 1 + 2 + HASH128_SIZE + 3 * 8], *p = buf;
 
@@ -216,9 +217,8 @@ int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, c
         args[0] = argv[0];
         if (client_limit_parse_throttle(4, args, ret, ret_error) < 0)
                 return -EINVAL;
-        ret->op = ALGO_PEEK;
+        ret->op = ALGO_RESET;
         ret->count = 0;
-        ret->del = true;
         return 0;
 }
 

@@ -58,10 +58,9 @@ typedef enum ClientLimitKind {
 /*
  * One parsed call: what the daemon needs to build its StoreHit, and what the reply formatters
  * need. The StoreHit (store.h) is:
- *   rule_id = id, actor = key.ptr (never NULL, even for an empty key), actor_len = key.len,
+ *   rule_id = id, actor = NULL (id names the counter: the key is hashed into it once, here),
  *   credit_limit = algo.credit_limit, reset_seconds = algo.reset_seconds, algo = &algo,
- *   op = ALGO_TAKE -> STORE_TAKE, ALGO_PEEK -> STORE_PEEK, ALGO_REFUND -> STORE_REFUND,
- *   count = count, group = 0, at_usec = at_usec.
+ *   op = op, count = count, group = 0, at_usec = at_usec.
  * key points into argv: the ClientLimit is valid as long as the arguments are.
  */
 typedef struct ClientLimit {
@@ -69,7 +68,7 @@ typedef struct ClientLimit {
         uint8_t id[CLIENT_LIMIT_ID_SIZE]; /* the counter's identity (see above) */
         ProtoSlice key;                   /* the client's key: the counter's actor */
         AlgoParams algo;                  /* the peer's (.peer), not prepared: client_limit_apply() */
-        AlgoOp op;                        /* ALGO_TAKE or ALGO_PEEK */
+        AlgoOp op; /* ALGO_TAKE or ALGO_PEEK; DEL: ALGO_RESET (the store deletes the cell) */
         /* RL: tokens to take; CL: quantity as a two's complement int64 (< 0: a refund) */
         uint64_t count;
         /* RL's AT in µs since the epoch (AT 0 is 1 µs: 0 means none; saturated), or 0: the
@@ -77,7 +76,6 @@ typedef struct ClientLimit {
          * --client-time-max-age, nor made now when later (algo_apply()'s ALGO_NOW_MAX bounds it). */
         uint64_t at_usec;
         uint64_t interval_usec;             /* CL: the emission interval T in whole µs (truncated); RL: 0 */
-        bool del;                           /* DEL: the store deletes the cell (STORE_RESET) */
         char error[CLIENT_LIMIT_ERROR_MAX]; /* storage of *ret_error for some errors */
 } ClientLimit;
 
@@ -90,7 +88,7 @@ typedef struct ClientLimit {
 int client_limit_parse_throttle(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
 
 /* Parses DEL's arguments (argv[0] = key; argc 1) into *ret: the CL.THROTTLE cell of that key,
- * with del set; the store deletes it (STORE_RESET) and its credit output (1 if a live cell was
+ * with op ALGO_RESET; the store deletes it and its credit output (1 if a live cell was
  * deleted, else 0) is DEL's integer reply (client_limit_reduce_reply()). Returns 0, or -EINVAL
  * with *ret_error as for client_limit_parse_throttle(). */
 int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);

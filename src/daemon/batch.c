@@ -112,14 +112,15 @@ bool batch_has_room(const Batch *b) {
         return batch_room(b);
 }
 
-/* What each verb does to the counters of the rules a request matches. */
-static const StoreOp verb_store_op[_PROTO_VERB_MAX] = {
-        [PROTO_VERB_HIT] = STORE_HIT,       [PROTO_VERB_TAKE] = STORE_TAKE,
-        [PROTO_VERB_PEEK] = STORE_PEEK,     [PROTO_VERB_CHARGE] = STORE_CHARGE,
-        [PROTO_VERB_REFUND] = STORE_REFUND, [PROTO_VERB_RESET] = STORE_RESET,
+/* What each verb does to the counters of the rules a request matches (HIT: TAKE of the slot's
+ * count, 1; the verb stays the slot's, for the reply's shape). */
+static const AlgoOp verb_algo_op[_PROTO_VERB_MAX] = {
+        [PROTO_VERB_HIT] = ALGO_TAKE,      [PROTO_VERB_TAKE] = ALGO_TAKE,
+        [PROTO_VERB_PEEK] = ALGO_PEEK,     [PROTO_VERB_CHARGE] = ALGO_CHARGE,
+        [PROTO_VERB_REFUND] = ALGO_REFUND, [PROTO_VERB_RESET] = ALGO_RESET,
 };
 
-static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, StoreOp op, uint64_t count,
+static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, AlgoOp op, uint64_t count,
                           uint32_t group) {
         ProtoSlice actor = rule_actor(rule, &b->core.request);
 
@@ -148,7 +149,7 @@ void batch_match(Batch *b, BatchSlot *slot) {
         const Rule **matched = b->rules_matched + base;
         size_t n = 0, n_enforcing = 0;
         bool deny = false;
-        StoreOp op = verb_store_op[slot->verb];
+        AlgoOp op = verb_algo_op[slot->verb];
         uint32_t group = 0;
 
         if (slot->verb == PROTO_VERB_HELLO) {
@@ -175,7 +176,7 @@ void batch_match(Batch *b, BatchSlot *slot) {
         b->core.n_rules_matched += n;
         if (slot->verb == PROTO_VERB_EXPLAIN)
                 return;
-        if ((op == STORE_HIT || op == STORE_TAKE) && n_enforcing > 1)
+        if (op == ALGO_TAKE && n_enforcing > 1)
                 group = (uint32_t) (b->core.n_slots); /* this slot's index + 1: never 0 */
 
         /* Canaries first, so that the enforcing hits of a group are consecutive. */
@@ -184,7 +185,7 @@ void batch_match(Batch *b, BatchSlot *slot) {
 
                 if (rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
                         continue;
-                if (op != STORE_PEEK)
+                if (op != ALGO_PEEK)
                         batch_add_hit(b, base + i, rule, op, slot->count, 0);
         }
         for (size_t i = 0; i < n; i++) {
@@ -192,7 +193,7 @@ void batch_match(Batch *b, BatchSlot *slot) {
 
                 if (!rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
                         continue;
-                if (deny && (op == STORE_HIT || op == STORE_TAKE))
+                if (deny && op == ALGO_TAKE)
                         continue; /* an always-deny rule decides: nothing is charged */
                 batch_add_hit(b, base + i, rule, op, slot->count, group);
         }
@@ -234,14 +235,15 @@ ClientLimit *batch_slot_limit(Batch *b, const BatchSlot *slot) {
 
 /* The verb a client's limit's operation is counted as. */
 static const ProtoVerb algo_op_verb[_ALGO_OP_MAX] = {
-        [ALGO_TAKE] = PROTO_VERB_TAKE,
-        [ALGO_PEEK] = PROTO_VERB_PEEK,
-        [ALGO_CHARGE] = PROTO_VERB_CHARGE,
-        [ALGO_REFUND] = PROTO_VERB_REFUND,
+        [ALGO_TAKE] = PROTO_VERB_TAKE,     [ALGO_PEEK] = PROTO_VERB_PEEK,
+        [ALGO_CHARGE] = PROTO_VERB_CHARGE, [ALGO_REFUND] = PROTO_VERB_REFUND,
+        [ALGO_RESET] = PROTO_VERB_RESET, /* DEL */
 };
 
 /* A client's limit in slot (the batch's last), parsed: one store hit on the counter its
- * parameters name, a token bucket of those parameters; counted as the verb of its operation. */
+ * parameters name, a token bucket of those parameters; counted as the verb of its operation.
+ * The counter's id is cl->id, which client-limits.c hashed from the key once: the hit has no
+ * actor, so the store hashes the 16-byte id alone, not the key again. */
 void batch_take_limit(Batch *b, BatchSlot *slot) {
         ClientLimit *cl = &b->limits[slot - b->core.slots];
         AlgoOp op = cl->op < _ALGO_OP_MAX ? cl->op : ALGO_PEEK;
@@ -253,17 +255,15 @@ void batch_take_limit(Batch *b, BatchSlot *slot) {
         if (cl->at_usec != 0)
                 client_limit_set_wall_clock(cl, clock_usec(CLOCK_REALTIME));
         slot->kind = BATCH_SLOT_LIMIT;
-        slot->verb = cl->del ? PROTO_VERB_RESET : refund ? PROTO_VERB_REFUND : algo_op_verb[op];
+        slot->verb = refund ? PROTO_VERB_REFUND : algo_op_verb[op];
         slot->at_usec = cl->at_usec;
         slot->count = refund ? -cl->count : cl->count;
         b->hits[b->core.n_hits++] = (StoreHit){
                 .rule_id = cl->id,
-                .actor = cl->key.ptr ? cl->key.ptr : "",
-                .actor_len = cl->key.len,
                 .credit_limit = cl->algo.credit_limit,
                 .reset_seconds = cl->algo.reset_seconds,
                 .algo = &cl->algo,
-                .op = cl->del ? STORE_RESET : verb_store_op[algo_op_verb[op]], /* DEL deletes the cell */
+                .op = op, /* DEL: ALGO_RESET deletes the cell */
                 .count = cl->count,
                 .at_usec = cl->at_usec,
         };

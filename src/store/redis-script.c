@@ -15,6 +15,8 @@ const char redis_script_text[] = REDIS_SCRIPT_TEXT;
 const char redis_script_sha1[] = REDIS_SCRIPT_SHA1;
 
 _Static_assert(sizeof(REDIS_SCRIPT_SHA1) == 41, "the script's SHA1 is 40 hex digits");
+_Static_assert(ALGO_TAKE == 0 && ALGO_PEEK == 1 && ALGO_CHARGE == 2 && ALGO_REFUND == 3 && ALGO_RESET == 4,
+               "redis-script.lua's op numbers (TAKE, PEEK, CHARGE, REFUND, RESET) are the AlgoOp's");
 
 #define USEC_PER_SEC UINT64_C(1000000)
 
@@ -69,7 +71,7 @@ int redis_script_hit_args(const StoreHit *h, bool compat, uint64_t now_usec, cha
 
         if (!h || (!buf && size > 0) || !argv || !argvlen)
                 return -EINVAL;
-        if (h->op < 0 || h->op >= _STORE_OP_MAX)
+        if (h->op < 0 || h->op >= _ALGO_OP_MAX)
                 return -EINVAL;
         p = h->algo;
         if (!p) {

@@ -11,7 +11,7 @@
  * server's TIME, and REDIS_SCRIPT_ARGS_PER_HIT args per hit from redis_script_hit_args():
  *   compat algorithm op count creditLimit resetSeconds burst refillSeconds strict d0 d1 group
  *   at_usec
- * (decimal; op is the StoreOp; at_usec 0: the call's now). The reply is an array of
+ * (decimal; op is the AlgoOp, core/algorithm.h; at_usec 0: the call's now). The reply is an array of
  * REDIS_SCRIPT_RESULTS_PER_HIT integers per hit: allowed (0/1) credit reset limit retry.
  *
  * Semantics: for divvyd's own keys, each hit exactly as core/algorithm.c's algo_apply() on the

@@ -116,8 +116,9 @@ end
 local ABSENT = { w0 = 0, a = 0, b = 0 }
 
 -- Each algorithm: (p, op, n, now, st) -> allowed, credit, limit, reset, retry, new state or
--- nil (nothing written). op: 1 TAKE, 2 PEEK, 3 CHARGE, 4 REFUND. States: { w0, a, b }.
-local TAKE, PEEK, CHARGE, REFUND = 1, 2, 3, 4
+-- nil (nothing written). op: core/algorithm.h's AlgoOp (redis-script.c asserts the numbers):
+-- 0 TAKE, 1 PEEK, 2 CHARGE, 3 REFUND, 4 RESET. States: { w0, a, b }.
+local TAKE, PEEK, CHARGE, REFUND, RESET = 0, 1, 2, 3, 4
 
 ---- fixed window: w0 = the window's end, a = the credit left
 
@@ -498,7 +499,6 @@ local function load(key, compat)
   return e
 end
 
-local OPS = { [0] = TAKE, [1] = TAKE, [2] = PEEK, [3] = CHARGE, [4] = REFUND }
 local APPLY = { [0] = fixed_apply, [1] = sliding_apply, [2] = gcra_apply }
 
 local out = {}
@@ -509,7 +509,7 @@ for i = 1, nkeys do
   local key = KEYS[i]
   local compat = ARGV[base + 1] == '1'
   local algo = tonumber(ARGV[base + 2])
-  local sop = tonumber(ARGV[base + 3])
+  local op = tonumber(ARGV[base + 3])
   local n = tonumber(ARGV[base + 4])
   local p = { limit = tonumber(ARGV[base + 5]), reset = tonumber(ARGV[base + 6]),
     burst = tonumber(ARGV[base + 7]), refill = tonumber(ARGV[base + 8]), strict = ARGV[base + 9] == '1',
@@ -517,11 +517,11 @@ for i = 1, nkeys do
   local group = ARGV[base + 12]
   local now = tonumber(ARGV[base + 13])
   if now == 0 then now = call_now end
-  if now == nil or now > NOW_MAX or sop == nil or n == nil or p.limit == nil or algo == nil
+  if now == nil or now > NOW_MAX or op == nil or op < TAKE or op > RESET or n == nil
+    or p.limit == nil or algo == nil
     or (compat and algo ~= 0) then
     return redis.error_reply('ERR divvyd script: bad arguments of hit ' .. i)
   end
-  if sop == 0 then n = 1 end
   if group ~= '0' and (i == 1 or ARGV[base + 12 - NARGS] ~= group) then
     undo = {}
     group_ok = true
@@ -529,19 +529,19 @@ for i = 1, nkeys do
 
   local e = load(key, compat)
   local ok, credit, limit, reset, retry, ne
-  if sop == 5 then -- RESET: delete; credit 1 if a live counter was deleted
+  if op == RESET then -- delete; credit 1 if a live counter was deleted
     ok, limit, reset, retry = true, p.limit, 0, 0
     credit = 0
     if e.exists and (compat or (e.tag == algo and e.w0 > now)) then credit = 1 end
     if e.exists then ne = { exists = false, tag = -1, w0 = 0, a = 0, b = 0 } end
   elseif compat then
-    ok, credit, limit, reset, retry, ne = compat_apply(p, OPS[sop], n, e)
+    ok, credit, limit, reset, retry, ne = compat_apply(p, op, n, e)
   else
     local st = ABSENT
     if e.exists and e.tag == algo then st = e end
     local f = APPLY[algo]
     if algo == 2 and p.refill > 0 then f = bucket_apply end
-    ok, credit, limit, reset, retry, ne = f(p, OPS[sop], n, now, st)
+    ok, credit, limit, reset, retry, ne = f(p, op, n, now, st)
     if ne then
       ne = { exists = ne.w0 > 0, tag = algo, w0 = ne.w0, a = ne.a, b = ne.b }
     end

@@ -130,7 +130,7 @@ static void fallback_primary_done(void *userdata, int error) {
                         continue;
                 f->stats.failed_hits++;
                 p = store_fallback_policy(f, h->rule);
-                if (p != RULE_ON_ERROR_LOCAL && (h->op == STORE_REFUND || h->op == STORE_RESET))
+                if (p != RULE_ON_ERROR_LOCAL && (h->op == ALGO_REFUND || h->op == ALGO_RESET))
                         continue; /* not a decision: the error stands */
                 f->stats.fallbacks[p]++;
                 if (p == RULE_ON_ERROR_LOCAL) {

@@ -137,24 +137,10 @@ static int buffers_reserve(Store *s, size_t n) {
         return 0;
 }
 
-static bool hit_valid(const StoreHit *h) {
-        if (!h->rule_id || (!h->actor && h->actor_len > 0) || h->op >= _STORE_OP_MAX)
-                return false;
-        if (h->algo)
-                return h->algo->credit_limit > 0 && h->algo->reset_seconds > 0 && h->algo->algorithm >= 0 &&
-                       h->algo->algorithm < _ALGORITHM_MAX;
-        return h->credit_limit > 0 && h->reset_seconds > 0;
-}
-
 _Static_assert((int) ALGORITHM_FIXED_WINDOW == (int) COUNTER_FIXED_WINDOW &&
                        (int) ALGORITHM_SLIDING_WINDOW == (int) COUNTER_SLIDING_WINDOW &&
                        (int) ALGORITHM_TOKEN_BUCKET == (int) COUNTER_TOKEN_BUCKET,
                "a counter's tag is its rule's algorithm");
-
-static const AlgoOp store_op_algo[_STORE_OP_MAX] = {
-        [STORE_HIT] = ALGO_TAKE,      [STORE_TAKE] = ALGO_TAKE,     [STORE_PEEK] = ALGO_PEEK,
-        [STORE_CHARGE] = ALGO_CHARGE, [STORE_REFUND] = ALGO_REFUND, [STORE_RESET] = ALGO_PEEK,
-};
 
 /* Puts the table back as it was before hits [from, to) of the batch, newest first. */
 static void undo_range(Store *s, size_t from, size_t to) {
@@ -213,7 +199,7 @@ static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_
                 p = &fixed;
         }
 
-        if (h->op == STORE_HIT || h->op == STORE_TAKE || h->op == STORE_CHARGE) {
+        if (h->op == ALGO_TAKE || h->op == ALGO_CHARGE) {
                 r = table_put(s->table, s->ids[i], &e);
                 if (r < 0)
                         return r;
@@ -236,12 +222,10 @@ static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_
         }
         h->error = 0;
 
-        if (h->op == STORE_RESET) {
-                h->res = (AlgoResult){
-                        .allowed = true,
-                        .credit = e && st.w0 > now_usec, /* a live counter was deleted */
-                        .limit = p->credit_limit,
-                };
+        if (h->op == ALGO_RESET) {
+                /* credit: a live counter of this algorithm was deleted; another's goes too */
+                algo_apply(p, ALGO_RESET, 0, now_usec, &st, &h->res);
+                h->res.write = e != NULL;
                 if (!e)
                         return 0;
                 (void) table_delete(s->table, s->ids[i]);
@@ -249,7 +233,7 @@ static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_
                 return 0;
         }
 
-        algo_apply(p, store_op_algo[h->op], h->op == STORE_HIT ? 1 : h->count, now_usec, &st, &h->res);
+        algo_apply(p, h->op, h->count, now_usec, &st, &h->res);
         if (!h->res.write) {
                 if (r == 1) {
                         /* created for nothing (e.g. a TAKE above the capacity) */
@@ -321,11 +305,7 @@ static int apply_hits(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, boo
                 return -EINVAL;
         if (n == 0)
                 return 0;
-        for (i = 0; i < n; i++)
-                if (!hit_valid(hits + i)) {
-                        r = -EINVAL;
-                        goto fail;
-                }
+        /* the hits are the caller's contract (store.h): not checked here */
         r = buffers_reserve(s, n);
         if (r < 0)
                 goto fail;

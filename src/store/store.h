@@ -138,18 +138,12 @@ typedef struct StoreOptions {
         size_t table_memory_max; /* test hook: table_set_memory_max() of the table (0: none) */
 } StoreOptions;
 
-/* What a hit does to its counter (issue #15's verbs; core/algorithm.h has the arithmetic). */
-typedef enum StoreOp {
-        STORE_HIT,    /* divvy's HIT: TAKE 1 (count is not read) */
-        STORE_TAKE,   /* consume count credits iff they fit */
-        STORE_PEEK,   /* the decision of TAKE count; changes nothing */
-        STORE_CHARGE, /* consume count credits unconditionally */
-        STORE_REFUND, /* give back up to count credits; never creates a counter */
-        STORE_RESET,  /* delete the counter; credit is set to 1 if a live counter was deleted, else 0 */
-        _STORE_OP_MAX,
-} StoreOp;
-
-/* One hit of a batch. The caller fills the inputs; store_apply() the outputs. */
+/* One hit of a batch. The caller fills the inputs; store_apply() the outputs. The inputs are
+ * the caller's contract, not checked per hit: the engine builds hits from rules validated at
+ * load (rules-draft.c) and client limits validated when parsed (client-limits.c), so rule_id
+ * is set, actor is NULL only with actor_len 0, op is an AlgoOp, and algo is prepared
+ * (algo_params_prepare(), or a peer's) or NULL with credit_limit and reset_seconds > 0. What
+ * the store reads from disk (checkpoint, journal) it checks: that is input. */
 typedef struct StoreHit {
         /* in */
         const uint8_t *rule_id; /* RULE_ID_SIZE bytes (Rule.id) */
@@ -160,8 +154,8 @@ typedef struct StoreHit {
         /* The rule's algorithm and parameters (Rule.algo, prepared), or NULL: divvy's fixed
          * window of credit_limit per reset_seconds. */
         const AlgoParams *algo;
-        StoreOp op;     /* 0: STORE_HIT */
-        uint64_t count; /* credits, for every op but STORE_HIT and STORE_RESET */
+        AlgoOp op;      /* core/algorithm.h's (0: ALGO_TAKE; divvy's HIT is TAKE 1) */
+        uint64_t count; /* credits (not read by ALGO_RESET) */
         /* 0: the hit stands alone. Otherwise the consecutive hits with the same group are ALL OR
          * NOTHING (a request's enforcing rules, issue #15's matchPolicy=continue): each is
          * decided, and their changes are kept only if every one is allowed; if one is denied,
@@ -177,7 +171,7 @@ typedef struct StoreHit {
          * allowed; credit left after this hit; limit, the counter's capacity (creditLimit, or a
          * token bucket's burst); reset, whole seconds until the counter is full again, rounded up,
          * >= 1, when denied until the hit would pass (the retry-after); retry, seconds: 0 allowed,
-         * >= 1 denied, -1 can never pass. STORE_RESET: allowed, credit 1 if a live counter was
+         * >= 1 denied, -1 can never pass. ALGO_RESET: allowed, credit 1 if a live counter was
          * deleted, else 0. All zero after an error. write is the local store's own. */
         AlgoResult res;
 } StoreHit;

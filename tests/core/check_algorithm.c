@@ -1131,6 +1131,42 @@ START_TEST (test_client_limits_leave_no_debt) {
 END_TEST
 #undef S
 
+/* RESET deletes whatever the algorithm: the state becomes absent; credit 1 only if the counter
+ * was live (w0 > now), write only if there was a state to delete; n is not read. */
+START_TEST (test_reset) {
+        const AlgoParams ps[] = {
+                params(ALGORITHM_FIXED_WINDOW, 5, 10, 0, 0, false),
+                params(ALGORITHM_SLIDING_WINDOW, 5, 10, 0, 0, false),
+                params(ALGORITHM_TOKEN_BUCKET, 5, 10, 0, 0, false),
+                params(ALGORITHM_TOKEN_BUCKET, 5, 10, 0, 2, true),
+        };
+
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+                AlgoState st = { 0, 0 };
+                AlgoResult res;
+
+                algo_apply(&ps[i], ALGO_TAKE, 2, T0, &st, &res);
+                ck_assert(res.write && st.w0 > T0);
+                algo_apply(&ps[i], ALGO_RESET, 99, T0 + 1, &st, &res);
+                ck_assert(res.allowed && res.write);
+                ck_assert_uint_eq(res.credit, 1); /* a live counter was deleted */
+                ck_assert_uint_eq(res.limit, 5);
+                ck_assert(res.reset == 0 && res.retry == 0);
+                ck_assert(st.w0 == 0 && st.w1 == 0);
+                algo_apply(&ps[i], ALGO_RESET, 0, T0 + 1, &st, &res); /* nothing left */
+                ck_assert(res.allowed && !res.write && res.credit == 0);
+                /* expired: deleted (written), but not reported as a live one */
+                algo_apply(&ps[i], ALGO_TAKE, 1, T0, &st, &res);
+                algo_apply(&ps[i], ALGO_RESET, 0, st.w0, &st, &res);
+                ck_assert(res.allowed && res.write && res.credit == 0);
+                ck_assert(st.w0 == 0 && st.w1 == 0);
+                /* a full bucket is as good as absent again: TAKE 5 passes */
+                algo_apply(&ps[i], ALGO_TAKE, 5, T0 + 2, &st, &res);
+                ck_assert(res.allowed);
+        }
+}
+END_TEST
+
 START_TEST (test_clock_back) {
         /* a wall clock stepped back: never a wrap, never a shorter wait than at the window start */
         AlgoParams sw = params(ALGORITHM_SLIDING_WINDOW, 2, 10, 0, 0, false);
@@ -1175,6 +1211,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_charge_bounded, 0, sizeof charge_cases / sizeof charge_cases[0]);
         tcase_add_test(tc, test_client_limits_leave_no_debt);
         tcase_add_test(tc, test_clock_back);
+        tcase_add_test(tc, test_reset);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("models");

@@ -414,7 +414,7 @@ START_TEST (test_identity) {
                 /* DEL names the cell by its key alone */
                 ck_assert_int_eq(client_limit_parse_del(1, split(&a, "user123")->v, &cl, &err), 0);
                 SAME(x, cl.id);
-                ck_assert(cl.del && cl.op == ALGO_PEEK && cl.key.len == 7);
+                ck_assert(cl.op == ALGO_RESET && cl.key.len == 7);
                 ck_assert_int_eq(client_limit_parse_del(2, split(&a, "user123 k2")->v, &cl, &err), -EINVAL);
                 ck_assert_str_eq(err, "ERR divvyd's DEL takes one key: a CL.THROTTLE cell");
                 ck_assert_int_eq(client_limit_parse_del(0, NULL, &cl, &err), -EINVAL);

@@ -149,7 +149,8 @@ static void fill_store(char actor[static 32]) {
                                .actor = actor,
                                .actor_len = strlen(actor),
                                .credit_limit = f->credit_limit,
-                               .reset_seconds = f->reset_seconds };
+                               .reset_seconds = f->reset_seconds,
+                               .count = 1 };
                 r = store_apply(store, &h, 1, NOW_USEC);
         }
         ck_assert_int_eq(r, -ENOSPC);

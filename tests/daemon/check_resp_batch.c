@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "batch-test-util.h"
+#include "core/client-limits.h"
 #include "check-run.h"
 
 static const char RULES[] = "[a=1]\ncreditLimit = 2\nresetSeconds = 60\nlabel = a\n"
@@ -406,6 +407,49 @@ START_TEST (test_client_limits_counted) {
 }
 END_TEST
 
+/* The hits of the last batch submitted, as the store got them; then the real store applies them. */
+static StoreHit seen[4];
+static size_t n_seen;
+
+static int seeing_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done,
+                         void *userdata) {
+        n_seen = n < 4 ? n : 4;
+        memcpy(seen, hits, n_seen * sizeof *hits);
+        return store_submit(backend, hits, n, now_usec, done, userdata);
+}
+
+START_TEST (test_client_limit_hits) {
+        /* A client's limit is one hit on the counter its id names, the key hashed into the id once
+         * (client-limits.c): no actor for the store to hash again. Its operation is the
+         * algorithm's: TAKE of the quantity, PEEK for 0, RESET for DEL. */
+        ClientLimit cl;
+        const char *err = NULL;
+        const ProtoSlice argv[4] = { { "user123", 7 }, { "15", 2 }, { "30", 2 }, { "60", 2 } };
+
+        ck_assert_int_eq(client_limit_parse_throttle(4, argv, &cl, &err), 0);
+        client_limits_batch();
+        batch_set_backend(batch, seeing_submit, store);
+        input(0, req("CL.THROTTLE|user123|15|30|60|2"));
+        input(0, req("DEL|user123"));
+        input(0, req("CL.THROTTLE|user123|15|30|60|0"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 3);
+        ck_assert_str_eq(output(0), "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
+                                    ":1\r\n" /* DEL: a live cell was deleted */
+                                    "*5\r\n:0\r\n:16\r\n:16\r\n:-1\r\n:0\r\n");
+        ck_assert_uint_eq(n_seen, 3);
+        for (size_t i = 0; i < 3; i++) {
+                ck_assert_mem_eq(seen[i].rule_id, cl.id, CLIENT_LIMIT_ID_SIZE);
+                ck_assert_ptr_null(seen[i].actor);
+                ck_assert_uint_eq(seen[i].actor_len, 0);
+        }
+        ck_assert_int_eq(seen[0].op, ALGO_TAKE);
+        ck_assert_uint_eq(seen[0].count, 2);
+        ck_assert_int_eq(seen[1].op, ALGO_RESET);
+        ck_assert_int_eq(seen[2].op, ALGO_PEEK);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("resp_batch");
         TCase *tc = tcase_create("resp");
@@ -423,6 +467,7 @@ int main(void) {
         tcase_add_test(tc, test_pipelined_batches);
         tcase_add_test(tc, test_client_limits);
         tcase_add_test(tc, test_client_limits_counted);
+        tcase_add_test(tc, test_client_limit_hits);
         tcase_add_test(tc, test_reply_room_then_compact);
         suite_add_tcase(s, tc);
         return check_run_suite(s);

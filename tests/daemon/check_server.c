@@ -308,7 +308,8 @@ static void use_full_store(char actor[static 32]) {
                                            .actor = keys[j],
                                            .actor_len = strlen(keys[j]),
                                            .credit_limit = 5,
-                                           .reset_seconds = 60 };
+                                           .reset_seconds = 60,
+                                           .count = 1 };
                 }
                 r = store_apply(store, b, n, now_usec);
                 if (r < 0 && n == 1)

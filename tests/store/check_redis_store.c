@@ -79,7 +79,8 @@ static StoreHit hit_of(const TestRule *t, const char *actor, uint32_t group) {
                 .credit_limit = t->rule.credit_limit,
                 .reset_seconds = t->rule.reset_seconds,
                 .algo = &t->rule.algo,
-                .op = STORE_HIT,
+                .op = ALGO_TAKE,
+                .count = 1,
                 .group = group,
                 .rule = &t->rule,
         };

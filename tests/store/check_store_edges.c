@@ -52,7 +52,7 @@ static Store *open_with(const StoreOptions *o) {
         return s;
 }
 
-static StoreHit mkhit(const char *actor, StoreOp op, uint64_t count, const AlgoParams *algo) {
+static StoreHit mkhit(const char *actor, AlgoOp op, uint64_t count, const AlgoParams *algo) {
         return (StoreHit){ .rule_id = RULE_A,
                            .actor = actor,
                            .actor_len = strlen(actor),
@@ -64,7 +64,7 @@ static StoreHit mkhit(const char *actor, StoreOp op, uint64_t count, const AlgoP
 }
 
 /* One hit alone at now; checks that it was applied and returns it. */
-static StoreHit apply1(Store *s, const char *actor, StoreOp op, uint64_t count, const AlgoParams *algo,
+static StoreHit apply1(Store *s, const char *actor, AlgoOp op, uint64_t count, const AlgoParams *algo,
                        uint64_t now) {
         StoreHit h = mkhit(actor, op, count, algo);
 
@@ -83,22 +83,22 @@ START_TEST (test_clock_back_then_clean_stop) {
         Store *s;
 
         s = open_with(&o);
-        h = apply1(s, "before", STORE_HIT, 0, NULL, T0);
+        h = apply1(s, "before", ALGO_TAKE, 1, NULL, T0);
         ck_assert_uint_eq(h.res.credit, 4);
         /* the clock steps an hour forward, the timer runs, and it steps back */
         (void) store_maintain(s, T0 + 3600 * SEC);
         (void) store_maintain(s, T0 + 1 * SEC);
-        h = apply1(s, "before", STORE_HIT, 0, NULL, T0 + 1 * SEC); /* still its window */
+        h = apply1(s, "before", ALGO_TAKE, 1, NULL, T0 + 1 * SEC); /* still its window */
         ck_assert_uint_eq(h.res.credit, 3);
-        h = apply1(s, "after", STORE_HIT, 0, NULL, T0 + 2 * SEC);
+        h = apply1(s, "after", ALGO_TAKE, 1, NULL, T0 + 2 * SEC);
         ck_assert_uint_eq(h.res.credit, 4);
         store_close(s); /* a clean stop: its last checkpoint */
 
         o.now_usec = T0 + 3 * SEC;
         s = open_with(&o);
-        h = apply1(s, "before", STORE_PEEK, 0, NULL, T0 + 3 * SEC);
+        h = apply1(s, "before", ALGO_PEEK, 0, NULL, T0 + 3 * SEC);
         ck_assert_uint_eq(h.res.credit, 3);
-        h = apply1(s, "after", STORE_PEEK, 0, NULL, T0 + 3 * SEC);
+        h = apply1(s, "after", ALGO_PEEK, 0, NULL, T0 + 3 * SEC);
         ck_assert_uint_eq(h.res.credit, 4);
         store_close(s);
 }
@@ -121,7 +121,7 @@ START_TEST (test_batch_larger_than_segment) {
                 s = open_with(&o);
                 for (unsigned i = 0; i < N; i++) {
                         snprintf(actors[i], sizeof actors[i], "b%u-%u", (unsigned) sync, i);
-                        hits[i] = mkhit(actors[i], STORE_HIT, 0, NULL);
+                        hits[i] = mkhit(actors[i], ALGO_TAKE, 1, NULL);
                 }
                 ck_assert_int_eq(store_apply(s, hits, N, T0), 0);
                 for (unsigned i = 0; i < N; i++) {
@@ -130,9 +130,9 @@ START_TEST (test_batch_larger_than_segment) {
                 }
                 store_close(s);
                 s = open_with(&o);
-                h = apply1(s, actors[N - 1], STORE_PEEK, 0, NULL, T0);
+                h = apply1(s, actors[N - 1], ALGO_PEEK, 0, NULL, T0);
                 ck_assert_uint_eq(h.res.credit, 4);
-                h = apply1(s, actors[0], STORE_PEEK, 0, NULL, T0);
+                h = apply1(s, actors[0], ALGO_PEEK, 0, NULL, T0);
                 ck_assert_uint_eq(h.res.credit, 4);
                 store_close(s);
         }
@@ -158,8 +158,8 @@ static const char *const model_actor[MODEL_ACTORS] = { "u0", "u1", "u2", "u3", "
  * the number of hits. */
 static size_t model_batch(uint64_t seed, unsigned k, const AlgoParams *algos, StoreHit out[4],
                           uint64_t *now) {
-        static const StoreOp ops[] = { STORE_HIT,    STORE_TAKE,   STORE_TAKE,  STORE_CHARGE,
-                                       STORE_REFUND, STORE_REFUND, STORE_RESET, STORE_PEEK };
+        static const AlgoOp ops[] = { ALGO_TAKE,   ALGO_TAKE,   ALGO_TAKE,  ALGO_CHARGE,
+                                      ALGO_REFUND, ALGO_REFUND, ALGO_RESET, ALGO_PEEK };
         size_t n;
 
         rng_state = seed * 1000003ULL + k;
@@ -248,8 +248,8 @@ START_TEST (test_verbs_replayed_after_kill) {
                 Store *a = open_with(&killed);
                 for (unsigned i = 0; i < MODEL_ACTORS; i++)
                         for (unsigned j = 0; j < 2; j++) {
-                                StoreHit x = apply1(a, model_actor[i], STORE_PEEK, 1, &algos[j], ref_now);
-                                StoreHit y = apply1(b, model_actor[i], STORE_PEEK, 1, &algos[j], ref_now);
+                                StoreHit x = apply1(a, model_actor[i], ALGO_PEEK, 1, &algos[j], ref_now);
+                                StoreHit y = apply1(b, model_actor[i], ALGO_PEEK, 1, &algos[j], ref_now);
 
                                 ck_assert_msg(x.res.credit == y.res.credit && x.res.reset == y.res.reset &&
                                                       x.res.allowed == y.res.allowed,
@@ -291,9 +291,9 @@ START_TEST (test_batch_leaves_by_value) {
         StoreHit b[3], h;
 
         /* group 7: denied first (TAKE 6 of 5), then two allowed alone */
-        b[0] = mkhit("g-deny", STORE_TAKE, 6, NULL);
-        b[1] = mkhit("g-ok", STORE_HIT, 1, NULL);
-        b[2] = mkhit("g-ok", STORE_TAKE, 2, NULL);
+        b[0] = mkhit("g-deny", ALGO_TAKE, 6, NULL);
+        b[1] = mkhit("g-ok", ALGO_TAKE, 1, NULL);
+        b[2] = mkhit("g-ok", ALGO_TAKE, 2, NULL);
         b[0].group = b[1].group = b[2].group = 7;
         ck_assert_int_eq(store_apply(s, b, 3, T0), 0);
         ck_assert(!b[0].res.allowed);
@@ -301,26 +301,26 @@ START_TEST (test_batch_leaves_by_value) {
         ck_assert(b[1].res.allowed && b[1].res.credit == 4); /* each decided as if alone */
         ck_assert(b[2].res.allowed && b[2].res.credit == 2);
         ck_assert_uint_eq(counters(s), 0); /* none applied, and the denied TAKE created nothing */
-        h = apply1(s, "g-ok", STORE_HIT, 1, NULL, T0);
+        h = apply1(s, "g-ok", ALGO_TAKE, 1, NULL, T0);
         ck_assert_uint_eq(h.res.credit, 4);
 
         /* a TAKE above the capacity, alone: denied for ever, no counter left behind */
-        h = apply1(s, "too-big", STORE_TAKE, 6, NULL, T0);
+        h = apply1(s, "too-big", ALGO_TAKE, 6, NULL, T0);
         ck_assert(!h.res.allowed);
         ck_assert_int_eq(h.res.retry, -1);
         ck_assert_uint_eq(counters(s), 1); /* g-ok only */
 
         /* RESET: credit 1 when a live counter was deleted, 0 for an expired one */
-        h = apply1(s, "g-ok", STORE_RESET, 0, NULL, T0 + 1);
+        h = apply1(s, "g-ok", ALGO_RESET, 0, NULL, T0 + 1);
         ck_assert_uint_eq(h.res.credit, 1);
-        (void) apply1(s, "old", STORE_HIT, 1, NULL, T0);
-        h = apply1(s, "old", STORE_RESET, 0, NULL, T0 + 61 * SEC);
+        (void) apply1(s, "old", ALGO_TAKE, 1, NULL, T0);
+        h = apply1(s, "old", ALGO_RESET, 0, NULL, T0 + 61 * SEC);
         ck_assert(h.res.allowed);
         ck_assert_uint_eq(h.res.credit, 0);
         ck_assert_uint_eq(counters(s), 0);
 
         /* expiry at the window's end exactly (fixed window: T0 + 60 s), not a microsecond later */
-        (void) apply1(s, "w", STORE_HIT, 1, NULL, T0);
+        (void) apply1(s, "w", ALGO_TAKE, 1, NULL, T0);
         ck_assert_uint_eq(sweep_at(s, T0 + 60 * SEC - 1), 0);
         ck_assert_uint_eq(sweep_at(s, T0 + 60 * SEC), 1);
         ck_assert_uint_eq(counters(s), 0);

@@ -109,7 +109,7 @@ static Rule rule_deny = { .on_backend_error = RULE_ON_ERROR_DENY };
 static Rule rule_local = { .on_backend_error = RULE_ON_ERROR_LOCAL };
 static Rule rule_default = { .on_backend_error = RULE_ON_ERROR_DEFAULT };
 
-static StoreHit hit(const Rule *rule, StoreOp op, uint32_t group) {
+static StoreHit hit(const Rule *rule, AlgoOp op, uint32_t group) {
         return (StoreHit){
                 .rule = rule, .credit_limit = 10, .reset_seconds = 60, .op = op, .count = 1, .group = group
         };
@@ -136,7 +136,7 @@ START_TEST (test_no_failure_passes_through) {
         Primary p = { 0 };
         Local l = { 0 };
         StoreFallback *f = make(&p, &l, RULE_ON_ERROR_DENY);
-        StoreHit h[2] = { hit(&rule_deny, STORE_HIT, 0), hit(&rule_local, STORE_HIT, 0) };
+        StoreHit h[2] = { hit(&rule_deny, ALGO_TAKE, 0), hit(&rule_local, ALGO_TAKE, 0) };
         StoreFallbackStats st;
 
         ck_assert_int_eq(store_fallback_submit(f, h, 2, 1, on_done, NULL), 0);
@@ -155,8 +155,8 @@ START_TEST (test_allow_and_deny) {
         Primary p = { .fail_mask = 0x3, .fail_error = -ETIMEDOUT };
         Local l = { 0 };
         StoreFallback *f = make(&p, &l, RULE_ON_ERROR_LOCAL);
-        StoreHit h[3] = { hit(&rule_allow, STORE_HIT, 0), hit(&rule_deny, STORE_TAKE, 0),
-                          hit(&rule_deny, STORE_HIT, 0) };
+        StoreHit h[3] = { hit(&rule_allow, ALGO_TAKE, 0), hit(&rule_deny, ALGO_TAKE, 0),
+                          hit(&rule_deny, ALGO_TAKE, 0) };
         StoreFallbackStats st;
 
         ck_assert_int_eq(store_fallback_submit(f, h, 3, 1, on_done, NULL), 0);
@@ -190,7 +190,7 @@ START_TEST (test_token_bucket_capacity_is_burst) {
         AlgoParams a = {
                 .algorithm = ALGORITHM_TOKEN_BUCKET, .credit_limit = 10, .reset_seconds = 60, .burst = 25
         };
-        StoreHit h = hit(NULL, STORE_HIT, 0);
+        StoreHit h = hit(NULL, ALGO_TAKE, 0);
 
         h.algo = &a;
         ck_assert_int_eq(store_fallback_submit(f, &h, 1, 1, on_done, NULL), 0);
@@ -204,7 +204,7 @@ END_TEST
 START_TEST (test_default_policy) {
         Primary p = { .fail_mask = 0x3, .fail_error = -ETIMEDOUT };
         StoreFallback *f = make(&p, NULL, RULE_ON_ERROR_DENY);
-        StoreHit h[2] = { hit(&rule_default, STORE_HIT, 0), hit(NULL, STORE_HIT, 0) };
+        StoreHit h[2] = { hit(&rule_default, ALGO_TAKE, 0), hit(NULL, ALGO_TAKE, 0) };
 
         ck_assert_int_eq(store_fallback_submit(f, h, 2, 1, on_done, NULL), 0);
         ck_assert(!h[0].res.allowed);
@@ -223,8 +223,8 @@ START_TEST (test_local_gets_failed_hits_in_order) {
         Primary p = { .fail_mask = 0xd, .fail_error = -ETIMEDOUT }; /* hits 0, 2, 3 */
         Local l = { 0 };
         StoreFallback *f = make(&p, &l, RULE_ON_ERROR_ALLOW);
-        StoreHit h[4] = { hit(&rule_local, STORE_HIT, 0), hit(&rule_local, STORE_HIT, 0),
-                          hit(&rule_local, STORE_TAKE, 7), hit(&rule_local, STORE_TAKE, 7) };
+        StoreHit h[4] = { hit(&rule_local, ALGO_TAKE, 0), hit(&rule_local, ALGO_TAKE, 0),
+                          hit(&rule_local, ALGO_TAKE, 7), hit(&rule_local, ALGO_TAKE, 7) };
         StoreFallbackStats st;
 
         h[2].count = 3;
@@ -253,7 +253,7 @@ START_TEST (test_local_failure_is_an_error) {
         Primary p = { .fail_mask = 0x1, .fail_error = -ETIMEDOUT };
         Local l = { .error = -ENOSPC };
         StoreFallback *f = make(&p, &l, RULE_ON_ERROR_LOCAL);
-        StoreHit h = hit(&rule_default, STORE_HIT, 0);
+        StoreHit h = hit(&rule_default, ALGO_TAKE, 0);
         StoreFallbackStats st;
 
         ck_assert_int_eq(store_fallback_submit(f, &h, 1, 1, on_done, NULL), 0);
@@ -268,8 +268,8 @@ START_TEST (test_refund_reset_keep_error) {
         Primary p = { .fail_mask = 0x7, .fail_error = -ETIMEDOUT };
         Local l = { 0 };
         StoreFallback *f = make(&p, &l, RULE_ON_ERROR_ALLOW);
-        StoreHit h[3] = { hit(&rule_allow, STORE_REFUND, 0), hit(&rule_deny, STORE_RESET, 0),
-                          hit(&rule_local, STORE_RESET, 0) };
+        StoreHit h[3] = { hit(&rule_allow, ALGO_REFUND, 0), hit(&rule_deny, ALGO_RESET, 0),
+                          hit(&rule_local, ALGO_RESET, 0) };
 
         ck_assert_int_eq(store_fallback_submit(f, h, 3, 1, on_done, NULL), 0);
         ck_assert_int_eq(h[0].error, -ETIMEDOUT);
@@ -283,7 +283,7 @@ END_TEST
 START_TEST (test_whole_batch_error_and_refusal) {
         Primary p = { .batch_error = -EIO };
         StoreFallback *f = make(&p, NULL, RULE_ON_ERROR_ALLOW);
-        StoreHit h[2] = { hit(NULL, STORE_HIT, 0), hit(&rule_deny, STORE_HIT, 0) };
+        StoreHit h[2] = { hit(NULL, ALGO_TAKE, 0), hit(&rule_deny, ALGO_TAKE, 0) };
 
         ck_assert_int_eq(store_fallback_submit(f, h, 2, 1, on_done, NULL), 0);
         ck_assert_int_eq(done_error, 0);
@@ -292,7 +292,7 @@ START_TEST (test_whole_batch_error_and_refusal) {
         ck_assert_int_eq(h[0].error, 0);
 
         p = (Primary){ .submit_error = -ENOTCONN };
-        h[0] = hit(NULL, STORE_HIT, 0);
+        h[0] = hit(NULL, ALGO_TAKE, 0);
         done_calls = 0;
         ck_assert_int_eq(store_fallback_submit(f, h, 1, 1, on_done, NULL), 0);
         ck_assert_int_eq(done_calls, 1);
@@ -306,7 +306,7 @@ START_TEST (test_later_completion_and_busy) {
         Primary p = { .later = true, .fail_mask = 0x1, .fail_error = -ETIMEDOUT };
         Local l = { 0 };
         StoreFallback *f = make(&p, &l, RULE_ON_ERROR_LOCAL);
-        StoreHit a = hit(NULL, STORE_HIT, 0), b = hit(NULL, STORE_HIT, 0), c = hit(NULL, STORE_HIT, 0);
+        StoreHit a = hit(NULL, ALGO_TAKE, 0), b = hit(NULL, ALGO_TAKE, 0), c = hit(NULL, ALGO_TAKE, 0);
 
         ck_assert_int_eq(store_fallback_submit(f, &a, 1, 1, on_done, NULL), 0);
         ck_assert_int_eq(store_fallback_submit(f, &b, 1, 1, on_done, NULL), 0);
@@ -336,7 +336,7 @@ START_TEST (test_bad_options) {
         ck_assert_int_eq(store_fallback_new(&o, &f), -EINVAL);
         o.max_hits = 1;
         ck_assert_int_eq(store_fallback_new(&o, &f), 0);
-        StoreHit h[2] = { hit(NULL, STORE_HIT, 0), hit(NULL, STORE_HIT, 0) };
+        StoreHit h[2] = { hit(NULL, ALGO_TAKE, 0), hit(NULL, ALGO_TAKE, 0) };
         ck_assert_int_eq(store_fallback_submit(f, h, 2, 1, on_done, NULL), -EINVAL);
         store_fallback_free(f);
 }

@@ -51,7 +51,8 @@ static void make_store(unsigned n) {
                                            .actor = keys[j],
                                            .actor_len = strlen(keys[j]),
                                            .credit_limit = 5,
-                                           .reset_seconds = 60 };
+                                           .reset_seconds = 60,
+                                           .count = 1 };
                 }
                 ck_assert_int_eq(store_apply(s, b, m, T0), 0);
         }
