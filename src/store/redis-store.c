@@ -1119,7 +1119,7 @@ static void discover_failed(RedisStore *s, uint64_t now) {
         Node *p = s->nodes[0];
 
         s->discovering = false;
-        s->recheck_at = now + REDIS_STORE_SENTINEL_CHECK_USEC;
+        s->recheck_at = now + s->o.sentinel_check_usec;
         if (s->rechecking || s->primary_known) {
                 s->rechecking = false;
                 return;
@@ -1197,7 +1197,7 @@ static void sentinel_reply(void *userdata, redisReply *r, int error) {
         s->sentinel_next = (s->sentinel_next + s->sentinel_tries - 1) % s->url.n_hosts; /* this one first */
         s->discovering = false;
         s->rechecking = false;
-        s->recheck_at = now + REDIS_STORE_SENTINEL_CHECK_USEC;
+        s->recheck_at = now + s->o.sentinel_check_usec;
         primary_set(s, &addr, r->element[0]->str, (int) port, now);
 }
 
@@ -2164,6 +2164,8 @@ int redis_store_open(const RedisStoreOptions *o, const RedisIo *io, RedisStore *
                 s->o.backoff_max_usec = s->o.backoff_min_usec;
         if (!s->o.breaker_threshold)
                 s->o.breaker_threshold = REDIS_STORE_BREAKER_THRESHOLD_DEFAULT;
+        if (!s->o.sentinel_check_usec)
+                s->o.sentinel_check_usec = REDIS_STORE_SENTINEL_CHECK_USEC;
         s->breaker_backoff = s->o.backoff_min_usec;
         s->rng = (now ^ ((uint64_t) getpid() << 32) ^ (uint64_t) (uintptr_t) s) | 1;
 

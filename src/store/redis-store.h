@@ -72,7 +72,7 @@
  * while one is in flight (half-open). Sentinel: the sentinels are asked in turn (SENTINEL
  * get-master-addr-by-name), the one that answered first next time; the primary is looked up again when its
  * connection fails, on a READONLY reply, on a timeout streak, when ROLE does not say master, and every
- * REDIS_STORE_SENTINEL_CHECK_USEC (the lookup connection stays open; the primary stays in use meanwhile).
+ * sentinel_check_usec (the lookup connection stays open; the primary stays in use meanwhile).
  * The store also subscribes to every sentinel's failover events (one connection per sentinel, its own
  * backoff), as Redis's Sentinel client guidelines ask: from a failover's start (+try-failover, or any later
  * step: +elected-leader, +failover-state-*, +selected-slave, ...) until its new primary is named
@@ -180,6 +180,8 @@ typedef struct RedisStoreOptions {
         uint64_t backoff_min_usec;     /* 0: REDIS_STORE_BACKOFF_MIN_DEFAULT_USEC */
         uint64_t backoff_max_usec;     /* 0: REDIS_STORE_BACKOFF_MAX_DEFAULT_USEC */
         unsigned breaker_threshold;    /* 0: REDIS_STORE_BREAKER_THRESHOLD_DEFAULT */
+        uint64_t sentinel_check_usec;  /* Sentinel: the periodic lookup's interval; 0:
+                                        * REDIS_STORE_SENTINEL_CHECK_USEC */
 } RedisStoreOptions;
 
 typedef enum RedisStoreState {

@@ -130,9 +130,28 @@ def may_skip_in_ci(reason):
     return mark
 
 
+def run_by(program):
+    """Decorator for a test class whose tests another program runs (program: its file name,
+    e.g. "test_durability_kill.py", which imports the class): a file's long tests split off
+    so that make -j runs them beside the rest. main() of the file that defines the class
+    leaves them out, unless they are named on its command line."""
+    def mark(cls):
+        cls.__run_by__ = program
+        return cls
+    return mark
+
+
+def _tests(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from _tests(t)
+        else:
+            yield t
+
+
 def test_name(test):
     """file.py:Class.test_x, as the SKIP and XFAIL lines name a test."""
-    return test.id().replace("__main__.", os.path.basename(sys.argv[0]) + ":", 1)
+    return test.id().replace(type(test).__module__ + ".", os.path.basename(sys.argv[0]) + ":", 1)
 
 
 def ci_skip_allowed(test):
@@ -351,8 +370,36 @@ class Daemon:
         """Waits for READY=1 (needs notify=True). Raises HarnessError with the log tail."""
         if not self.use_notify:
             raise HarnessError("wait_ready() needs the notify socket")
-        self.wait_note("READY=1", after=self.start_seq, timeout=timeout or START_TIMEOUT,
-                       what="READY=1 at start")
+        timeout = timeout or START_TIMEOUT
+        deadline = time.monotonic() + timeout
+        self.wait_note("READY=1", after=self.start_seq, timeout=timeout, what="READY=1 at start")
+        # READY=1 arrives while sd_notify() still holds its socket: wait for its close, so a
+        # test counting the daemon's descriptors from here on counts no passing one.
+        while self.notifying():
+            if time.monotonic() > deadline:
+                raise HarnessError("divvyd kept its notification socket open after READY=1\n%s" %
+                                   self.log_tail())
+            time.sleep(0.001)
+
+    def notifying(self):
+        """True while the process holds an unnamed AF_UNIX datagram socket: sd_notify()'s,
+        open only while it sends (the daemon keeps no other). False once it exited."""
+        try:
+            fd_dir = "/proc/%d/fd" % self.proc.pid
+            inodes = set()
+            for fd in os.listdir(fd_dir):
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except OSError:  # closed meanwhile
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:["):-1])
+            with open("/proc/net/unix") as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:  # exited
+            return False
+        # Num RefCount Protocol Flags Type St Inode [Path]; Type 0002: SOCK_DGRAM
+        return any(len(r) == 7 and r[4] == "0002" and r[6] in inodes for r in rows)
 
     def stop(self, sig=signal.SIGTERM, timeout=None):
         """Sends sig, waits (bounded) for exit, SIGKILLs as a last resort. Returns the exit
@@ -429,8 +476,9 @@ class Daemon:
 
     # --- notifications ---------------------------------------------------------------------
 
-    def drain_notes(self, timeout):
-        """Receives datagrams for up to timeout seconds (0: only what is queued)."""
+    def drain_notes(self, timeout, first=False):
+        """Receives datagrams for up to timeout seconds (0: only what is queued). With first,
+        returns as soon as one came (and what was queued behind it is read)."""
         if self.notify_sock is None:
             return
         deadline = time.monotonic() + timeout
@@ -444,8 +492,8 @@ class Daemon:
                 if line:
                     self.note_seq += 1
                     self.notes.append((self.note_seq, line))
-            if timeout == 0:
-                continue
+            if first:
+                deadline = 0
 
     def drain_notes_in_background(self, test):
         """Keeps receiving notifications in a thread, as systemd would, until the returned
@@ -497,7 +545,7 @@ class Daemon:
                     return hit
                 raise HarnessError("divvyd exited (status %s) before %s\n%s" %
                                    (self.proc.returncode, what or pattern, self.log_tail()))
-            self.drain_notes(min(left, 0.2))
+            self.drain_notes(min(left, 0.2), first=True)
         raise HarnessError("no %s within %.0fs; notifications: %r\n%s" %
                            (what or getattr(pattern, "pattern", pattern), timeout,
                             [l for _, l in self.notes][-20:], self.log_tail()))
@@ -794,7 +842,12 @@ def main(require_daemon=True):
     loader = unittest.TestLoader()
     module = sys.modules["__main__"]
     names = sys.argv[1:]
-    suite = loader.loadTestsFromNames(names, module) if names else loader.loadTestsFromModule(module)
+    if names:
+        suite = loader.loadTestsFromNames(names, module)
+    else:
+        me = os.path.basename(sys.argv[0])
+        suite = unittest.TestSuite(t for t in _tests(loader.loadTestsFromModule(module))
+                                   if getattr(type(t), "__run_by__", me) == me)
     runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=2, resultclass=_Result)
     result = runner.run(suite)
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)

@@ -290,6 +290,8 @@ class RedisServer(_Process, _Group):
             'save ""',
             "appendonly no",
             "protected-mode no",
+            # A replica's full sync starts at once (the default waits 5 s for more replicas).
+            "repl-diskless-sync-delay 0",
         ]
         if self.unix_path:
             lines += ["unixsocket %s" % self.unix_path, "unixsocketperm 700"]

@@ -34,7 +34,8 @@ segment and of an earlier one) after 2200 acknowledged --sync=always hits and a 
 restart replays every valid record after it, so exactly one acknowledged hit is lost (the
 damaged record's), and the damage is in the log at error level, the metric and STATUS=.
 
-Run one test:  tests/integration/test_durability.py Kill.test_kill_sync_always
+Kill runs as a program of its own, test_durability_kill.py (the longest tests: make -j runs them
+beside the rest). Run one test:  tests/integration/test_durability.py Kill.test_kill_sync_always
 """
 
 import os
@@ -237,6 +238,7 @@ class Load:
         return [w.error for w in self.workers if w.error]
 
 
+@harness.run_by("test_durability_kill.py")
 class Kill(harness.DaemonTestCase):
     ROUNDS = 50
     KEYS = 400

@@ -69,8 +69,9 @@ class Lifecycle(harness.DaemonTestCase):
         d.signal(signal.SIGHUP)
         seq_reloading, _ = d.wait_note("RELOADING=1", after=before)
         seq_ready, _ = d.wait_note("READY=1", after=seq_reloading, what="READY=1 after RELOADING=1")
-        # The STATUS of this reload comes with or soon after READY=1.
-        d.wait_note(re.compile(r"^STATUS="), after=seq_reloading, what="STATUS after reload")
+        # The STATUS of this reload comes after READY=1 (the one after RELOADING=1 says
+        # "Reloading").
+        d.wait_note(re.compile(r"^STATUS="), after=seq_ready, what="STATUS after reload")
         return [l for s, l in d.notes if s > before]
 
     def test_notify_ready_status_stopping(self):

@@ -233,7 +233,7 @@ class Standalone(harness.DaemonTestCase):
             if (m.get("divvyd_backend_up") == 1 and m.get("divvyd_backend_round_trip_seconds_count", 0) >= 1) \
                     or time.monotonic() > deadline:
                 break
-            time.sleep(0.2)
+            time.sleep(0.05)
         self.assertEqual(m.get("divvyd_backend_up"), 1)
         self.assertGreaterEqual(m.get("divvyd_backend_round_trip_seconds_count", 0), 1)
         self.assertEqual(m.get('divvyd_backend_fallbacks_total{policy="deny"}'), 0)
@@ -279,7 +279,7 @@ class Failures(harness.DaemonTestCase):
                 v = redis.client().get(divvy_key({"type": "deny", "u": "*"}, u2, 2, 60))
                 if v is not None:
                     break
-                time.sleep(0.3)
+                time.sleep(0.05)
             self.assertIsNotNone(v, d.log_tail())
             self.assertIn("is up", d.log_text())
 

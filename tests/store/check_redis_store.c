@@ -958,28 +958,27 @@ static bool sentinel_until(int sport, const char *cmd, bool (*check)(const redis
         return false;
 }
 
-static bool replica_known(const redisReply *rep, int port) {
-        if (rep->type != REDIS_REPLY_ARRAY)
-                return false;
-        for (size_t i = 0; i < rep->elements; i++) {
-                const redisReply *e = rep->element[i];
-                bool port_ok = false, flags_ok = false;
+/* The READONLY errors t has replied (INFO errorstats). */
+static uint64_t readonly_errors(const TestRedis *t) {
+        redisReply *rep = test_redis_command(t, "INFO errorstats");
+        const char *name = "errorstat_READONLY:count=", *p;
+        uint64_t n;
 
-                for (size_t k = 0; e->type == REDIS_REPLY_ARRAY && k + 1 < e->elements; k += 2) {
-                        if (strcmp(e->element[k]->str, "port") == 0)
-                                port_ok = atoi(e->element[k + 1]->str) == port;
-                        if (strcmp(e->element[k]->str, "flags") == 0)
-                                flags_ok = strcmp(e->element[k + 1]->str, "slave") == 0;
-                }
-                if (port_ok && flags_ok)
-                        return true;
-        }
-        return false;
+        ck_assert_ptr_nonnull(rep);
+        ck_assert_int_eq(rep->type, REDIS_REPLY_STRING);
+        p = strstr(rep->str, name);
+        n = p ? strtoull(p + strlen(name), NULL, 10) : 0;
+        freeReplyObject(rep);
+        return n;
 }
 
-static bool reply_ok(const redisReply *rep, int unused) {
-        (void) unused;
-        return rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "OK") == 0;
+/* Runs cmd on the sentinel, which must reply OK. */
+static void sentinel_ok(int sport, const char *cmd) {
+        redisReply *rep = sentinel_command(sport, cmd);
+
+        ck_assert_msg(rep && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "OK") == 0, "%s: %s", cmd,
+                      rep && rep->str ? rep->str : "no reply");
+        freeReplyObject(rep);
 }
 
 static bool primary_is(const redisReply *rep, int port) {
@@ -1005,21 +1004,25 @@ static void make_replica(const TestRedis *t, const TestRedis *primary) {
 }
 
 /* A primary demoted under a connection the store keeps open (REPLICAOF run on it directly:
- * nothing closes the store's connection, as the sentinel's own reconfiguration would) answers
- * READONLY: the store drops that connection, asks the sentinel again, and the next hits reach
- * the new primary; none reaches the old one. */
+ * nothing closes the store's connection, as the sentinel's own reconfiguration would), the
+ * sentinel re-pointed without a failover (SENTINEL REMOVE + MONITOR: no event the store follows)
+ * and no periodic lookup due (sentinel_check_usec: an hour), answers READONLY: the store drops
+ * that connection and asks the sentinel again, so the next hit does not reach the old primary and
+ * the hits after it reach the new one. */
 START_TEST (test_sentinel_readonly_follows_new_primary) {
         TestRule r;
         RedisStore *s;
         RedisStoreStats st;
         StoreHit h;
-        char url[128], addr[64];
+        redisReply *rep;
+        char url[128], addr[64], cmd[96];
         int sport = test_free_port();
-        uint64_t old_calls, new_calls;
+        uint64_t old_calls, old_readonly, new_calls, looked_up;
         pid_t pid;
         RedisStoreOptions o = { .backoff_min_usec = 20 * USEC_PER_MSEC,
                                 .backoff_max_usec = 80 * USEC_PER_MSEC,
-                                .breaker_threshold = 1000 };
+                                .breaker_threshold = 1000,
+                                .sentinel_check_usec = 3600 * USEC_PER_SEC };
 
         if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
                 return; /* not installed: nothing to test */
@@ -1027,40 +1030,61 @@ START_TEST (test_sentinel_readonly_follows_new_primary) {
         test_redis_start(&srv2);
         make_replica(&srv2, &srv);
         pid = sentinel_start(&srv, sport);
-        ck_assert_msg(sentinel_until(sport, "SENTINEL replicas mymaster", replica_known, srv2.port),
-                      "the sentinel never saw the replica");
         test_rule(&r, 100, 60, ALGORITHM_FIXED_WINDOW, 0x23);
         snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/mymaster", sport);
         s = open_store(url, &o);
         ck_assert(until_ok(s, &r, 20));
+        ck_assert_msg(sentinel_subscribed(sport, 7), "no subscription to the sentinel's failover events");
+        ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
+        looked_up = st.discoveries;
 
-        /* the sentinel names the replica; the old primary, still up, is demoted by hand */
-        ck_assert(sentinel_until(sport, "SENTINEL FAILOVER mymaster", reply_ok, 0));
-        ck_assert_msg(
-                sentinel_until(sport, "SENTINEL get-master-addr-by-name mymaster", primary_is, srv2.port),
-                "the failover did not end");
+        /* the replica promoted and the old primary, still up, demoted by hand; the sentinel
+         * re-pointed */
+        rep = test_redis_command(&srv2, "REPLICAOF NO ONE");
+        ck_assert_ptr_nonnull(rep);
+        ck_assert_int_eq(rep->type, REDIS_REPLY_STATUS);
+        freeReplyObject(rep);
         make_replica(&srv, &srv2);
+        sentinel_ok(sport, "SENTINEL REMOVE mymaster");
+        snprintf(cmd, sizeof(cmd), "SENTINEL MONITOR mymaster 127.0.0.1 %d 1", srv2.port);
+        sentinel_ok(sport, cmd);
+        ck_assert(sentinel_until(sport, "SENTINEL get-master-addr-by-name mymaster", primary_is, srv2.port));
+        for (int i = 0; i < 10; i++)
+                test_loop_once(&loop, 10000); /* whatever the sentinel published, the store has read */
         ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", srv.port);
-        ck_assert_str_eq(st.address, addr); /* the store's connection is still the old primary's */
+        ck_assert_str_eq(st.address, addr);           /* the store's connection is still the old primary's */
+        ck_assert_uint_eq(st.discoveries, looked_up); /* and nothing made it ask the sentinel */
 
+        old_readonly = readonly_errors(&srv);
         h = hit_of(&r, "dave", 0);
         run_batch(s, &h, 1);
         ck_assert_int_eq(h.error, -EROFS); /* READONLY: the demoted primary */
-        ck_assert_msg(until_ok(s, &r, 50), "hits still fail after the failover");
+        ck_assert_uint_eq(readonly_errors(&srv), old_readonly + 1);
         old_calls = script_calls(&srv);
+        old_readonly = readonly_errors(&srv);
         new_calls = script_calls(&srv2);
+        /* the next hit waits for the lookup (or fails, if that is slow): it is not sent to the old
+         * primary */
+        h = hit_of(&r, "erin", 0);
+        run_batch(s, &h, 1);
+        ck_assert_int_ne(h.error, -EROFS);
+        ck_assert_uint_eq(readonly_errors(&srv), old_readonly);
+        ck_assert_uint_eq(script_calls(&srv), old_calls);
+        ck_assert_msg(until_ok(s, &r, 50), "hits still fail after the READONLY");
         for (int i = 0; i < 5; i++) {
-                h = hit_of(&r, "erin", 0);
+                h = hit_of(&r, "frank", 0);
                 run_batch(s, &h, 1);
                 ck_assert_int_eq(h.error, 0);
                 ck_assert_uint_eq(h.credit, 99 - (uint64_t) i);
         }
-        ck_assert_uint_eq(script_calls(&srv), old_calls);      /* none reached the old primary */
-        ck_assert_uint_ge(script_calls(&srv2), new_calls + 5); /* all reached the new one */
+        ck_assert_uint_eq(readonly_errors(&srv), old_readonly); /* none reached the old primary */
+        ck_assert_uint_eq(script_calls(&srv), old_calls);
+        ck_assert_uint_ge(script_calls(&srv2), new_calls + 6); /* all reached the new one */
         ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", srv2.port);
         ck_assert_str_eq(st.address, addr);
+        ck_assert_uint_eq(st.primary_switches, 1);
         redis_store_close(s);
         sentinel_stop(pid, &srv);
 }
