@@ -22,7 +22,7 @@
 # window, each beside the fixed-window HIT (--no-algorithms skips it), after 6 s of unmeasured
 # load, each run starting one row later than the one before. --before PATH also measures an
 # older divvyd at 16,1 and 16,16 in the same run, for "no lower than before" (else the ratios
-# recorded in README).
+# recorded in bench/HISTORY.md).
 #
 # A big point (--10m: 10 million counters, or --big-actors N; --50m; --big N, repeatable)
 # uses actors like IPv4 addresses (divvy-benchmark --ipv4). Redis first: it is pre-filled
@@ -45,7 +45,7 @@
 # which no other process on the machine adds to. write_bytes is shown beside it, but it is
 # not the disk's count on Linux 6.x: the kernel adds a whole page-cache folio (up to 2 MiB)
 # to write_bytes when a write dirties any part of a clean one, and ext4 then writes only the
-# dirty 4 KiB blocks (README, Performance: "bytes written per HIT").
+# dirty 4 KiB blocks (bench/RESULTS.md, "10 million counters": "bytes written per HIT").
 #
 # --redis-store (issue #16; --only-redis-store: nothing else) measures divvyd with its counters
 # in Redis (--store=redis://), HIT at 16,16 over TCP on 10,000 actors, against the same
@@ -91,8 +91,8 @@ actors=10000
 redis_store=no
 script=$here/../src/store/redis-script.lua
 
-# The ratios the README recorded before issue #14 (TCP ÷ redis at 10,000 actors, commit
-# b3aff2d): "no lower than before" when --before is not given.
+# The ratios recorded with the version-1 store (TCP ÷ redis at 10,000 actors, commit
+# b3aff2d, bench/HISTORY.md): "no lower than before" when --before is not given.
 before_16_1=1.00
 before_16_16=0.82
 # Redis's memory per key of divvy's own, measured by the issue (for the table).
@@ -549,7 +549,7 @@ if [ "$with_matrix" = yes ]; then
 			src="before: --before divvyd, same run ($(median before-tcp "$c" "$pl" 4) req/s)"
 		else
 			[ "$pt" = 16,1 ] && b=$before_16_1 || b=$before_16_16
-			src="before: README's figure at b3aff2d (--before PATH measures it in this run)"
+			src="before: the figure recorded at b3aff2d (--before PATH measures it in this run)"
 		fi
 		row "$k, $c×$pl: TCP ÷ redis" "$(tcp_ratio "$c" "$pl")" ">=" "$b" "$src"
 	done

@@ -24,7 +24,7 @@ Per round it prints:
   lost     acknowledged decrements minus the decrements in the counter on the new primary.
   doubled  credits granted twice.
 Then the median and the largest follow time of each kind. Exit status 0 unless a round could
-not be set up; the figures are not judged here (README "Running a fleet" holds the targets).
+not be set up; the figures are not judged here (bench/RESULTS.md holds the targets).
 """
 
 import argparse

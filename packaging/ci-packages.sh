@@ -84,7 +84,8 @@ dpkg-deb -c "$(deb divvyd)" | awk '{ print $6 }' | sed 's|^\.||' > "$work/divvyd
 check_list divvyd.deb "$work/divvyd.deb.list" /usr/sbin/divvyd /usr/bin/divvy /usr/bin/divvy-benchmark \
         /etc/divvyd/rules.ini /etc/default/divvyd /lib/systemd/system/divvyd.service \
         /lib/systemd/system/divvyd.socket /lib/systemd/system/divvyd-admin.socket /usr/lib/sysusers.d/divvyd.conf \
-        /usr/lib/tmpfiles.d/divvyd.conf /usr/share/man/man8/divvyd.8.gz /usr/share/man/man5/divvyd.rules.5.gz /usr/share/man/man1/divvy.1.gz
+        /usr/lib/tmpfiles.d/divvyd.conf /usr/share/man/man8/divvyd.8.gz /usr/share/man/man5/divvyd.rules.5.gz /usr/share/man/man1/divvy.1.gz \
+        '/usr/share/doc/divvyd/README\.md(\.gz)?' '/usr/share/doc/divvyd/NEWS(\.gz)?' '/usr/share/doc/divvyd/docs/protocol\.md(\.gz)?'
 dpkg-deb -c "$(deb libdivvy0)" | awk '{ print $6 }' | sed 's|^\.||' > "$work/libdivvy0.deb.list"
 check_list libdivvy0.deb "$work/libdivvy0.deb.list" '/usr/lib/[^/]*/libdivvy\.so\.0'
 dpkg-deb -c "$(deb libdivvy-dev)" | awk '{ print $6 }' | sed 's|^\.||' > "$work/libdivvy-dev.deb.list"
@@ -100,7 +101,8 @@ rpm_of() { ls "$outdir"/"$1"-"$version"-*.rpm | grep -v -e debuginfo -e debugsou
 rpm -qlp "$(rpm_of divvyd)" > "$work/divvyd.rpm.list" 2>/dev/null
 check_list divvyd.rpm "$work/divvyd.rpm.list" /usr/sbin/divvyd /usr/bin/divvy /etc/divvyd/rules.ini \
         /etc/sysconfig/divvyd /usr/lib/systemd/system/divvyd.service /usr/lib/systemd/system/divvyd.socket \
-        /usr/lib/systemd/system/divvyd-admin.socket /usr/lib/sysusers.d/divvyd.conf /usr/lib/tmpfiles.d/divvyd.conf '/usr/share/man/man8/divvyd.8[.a-z]*'
+        /usr/lib/systemd/system/divvyd-admin.socket /usr/lib/sysusers.d/divvyd.conf /usr/lib/tmpfiles.d/divvyd.conf '/usr/share/man/man8/divvyd.8[.a-z]*' \
+        '/usr/share/doc/divvyd(-[0-9.]+)?/README\.md' '/usr/share/doc/divvyd(-[0-9.]+)?/docs/protocol\.md'
 rpm -qlp "$(rpm_of libdivvy)" 2>/dev/null | grep -q 'libdivvy\.so\.0' && ok "libdivvy.rpm has libdivvy.so.0" || bad "libdivvy.rpm lacks libdivvy.so.0"
 rpm -qlp "$(rpm_of libdivvy-devel)" 2>/dev/null | grep -q '/usr/include/divvy.h' && ok "libdivvy-devel.rpm has divvy.h" || bad "libdivvy-devel.rpm lacks divvy.h"
 rpm -qp --configfiles "$(rpm_of divvyd)" 2>/dev/null | grep -q /etc/divvyd/rules.ini && ok "rules.ini is an RPM config file" || bad "rules.ini is not %config"

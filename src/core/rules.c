@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "rules.h"
+#include "rules-internal.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -95,35 +96,6 @@ RuleOnError rule_on_error_from_string(const char *s) {
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-static int slice_cmp(const char *a, size_t a_len, const char *b, size_t b_len) {
-        size_t n = a_len < b_len ? a_len : b_len;
-        int c = n > 0 ? memcmp(a, b, n) : 0;
-        if (c != 0)
-                return c;
-        return a_len < b_len ? -1 : a_len > b_len ? 1 : 0;
-}
-
-static bool slice_eq(const char *a, size_t a_len, const char *b, size_t b_len) {
-        return a_len == b_len && (a_len == 0 || memcmp(a, b, a_len) == 0);
-}
-
-static char *memdup_nul(const char *p, size_t len) {
-        char *s = malloc(len + 1);
-        if (!s)
-                return NULL;
-        if (len > 0)
-                memcpy(s, p, len);
-        s[len] = '\0';
-        return s;
-}
-
-static bool has_control(const char *s) {
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
-                if (*p < 0x20 || *p == 0x7f)
-                        return true;
-        return false;
-}
-
 const char *rule_excerpt(const char *s, char buf[static RULE_EXCERPT_MAX + 4]) {
         size_t len = strlen(s), n = len > RULE_EXCERPT_MAX ? utf8_boundary(s, RULE_EXCERPT_MAX) : len;
         for (size_t i = 0; i < n; i++) {
@@ -134,17 +106,6 @@ const char *rule_excerpt(const char *s, char buf[static RULE_EXCERPT_MAX + 4]) {
                 memcpy(buf + n, "...", 3), n += 3;
         buf[n] = '\0';
         return buf;
-}
-
-static bool label_is_valid(const char *s) {
-        size_t n = 0;
-        for (const char *p = s; *p; p++, n++) {
-                char c = *p;
-                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '_' || c == '-'))
-                        return false;
-        }
-        return n >= 1 && n <= RULE_LABEL_MAX;
 }
 
 /* ---- describing rules ----------------------------------------------------------- */
@@ -255,10 +216,7 @@ const char *rule_draft_describe(const RuleDraft *d, char *buf, size_t size) {
         return writer_finish(&w);
 }
 
-/* Appends "rule <desc> <reason>" to diag (which may be NULL). Returns 0 or -ENOMEM. */
-static int report(Diag *diag, unsigned line, const char *desc, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-static int report(Diag *diag, unsigned line, const char *desc, const char *fmt, ...) {
+int rule_report(Diag *diag, unsigned line, const char *desc, const char *fmt, ...) {
         char *reason = NULL;
         va_list ap;
         int r;
@@ -275,76 +233,6 @@ static int report(Diag *diag, unsigned line, const char *desc, const char *fmt, 
         return r;
 }
 
-/* ---- drafts --------------------------------------------------------------------- */
-
-void rule_draft_init(RuleDraft *d, unsigned line) {
-        *d = (RuleDraft){ .line = line };
-}
-
-int rule_draft_add_pattern(RuleDraft *d, const char *key, size_t key_len, const char *value,
-                           size_t value_len) {
-        if (!key || key_len == 0 || key_len > RULE_TEXT_MAX || value_len > RULE_TEXT_MAX ||
-            (!value && value_len > 0))
-                return -EINVAL;
-        for (size_t i = 0; i < d->n_patterns; i++)
-                if (slice_eq(d->patterns[i].key.ptr, d->patterns[i].key.len, key, key_len))
-                        return -EEXIST;
-        if (d->n_patterns >= RULE_PATTERNS_MAX)
-                return -E2BIG;
-        d->patterns[d->n_patterns++] = (ProtoPair){
-                .key = { key, key_len },
-                .value = { value ? value : "", value_len },
-        };
-        return 0;
-}
-
-int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned line) {
-        RuleAttr a = rule_attr_from_string(name);
-        if (a < 0)
-                return -ENOENT;
-        if (!value)
-                return -EINVAL;
-        if (d->attrs[a])
-                return -EEXIST;
-        d->attrs[a] = value;
-        d->attr_lines[a] = line;
-        return 0;
-}
-
-static unsigned attr_line(const RuleDraft *d, RuleAttr a) {
-        return d->attr_lines[a] ? d->attr_lines[a] : d->line;
-}
-
-int rule_draft_set_diag(RuleDraft *d, const char *what, const char *name, const char *value, unsigned line,
-                        Diag *diag) {
-        char who[RULE_DESCRIBE_MAX + 16], desc[RULE_DESCRIBE_MAX], ex[RULE_EXCERPT_MAX + 4];
-        const char *suggestion;
-        int r, q;
-
-        r = rule_draft_set(d, name, value, line);
-        if (r >= 0 || !diag)
-                return r;
-
-        if (what)
-                snprintf(who, sizeof who, "%s", what);
-        else
-                snprintf(who, sizeof who, "rule %s", rule_draft_describe(d, desc, sizeof desc));
-        if (r == -ENOENT) {
-                suggestion = rule_attr_suggest(name);
-                if (suggestion)
-                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (did you mean \"%s\"?)",
-                                     who, rule_excerpt(name ? name : "", ex), suggestion);
-                else
-                        q = diag_add(diag, line, "%s has an unknown attribute \"%s\" (accepted: %s)", who,
-                                     rule_excerpt(name ? name : "", ex), rule_attr_names());
-        } else if (r == -EEXIST)
-                q = diag_add(diag, line, "%s sets %s twice (first on line %u)", who, name,
-                             attr_line(d, rule_attr_from_string(name)));
-        else
-                q = diag_add(diag, line, "%s has no value for %s", who, name ? name : "");
-        return q < 0 ? q : r;
-}
-
 /* ---- rules ---------------------------------------------------------------------- */
 
 static void pattern_done(RulePattern *p) {
@@ -354,7 +242,7 @@ static void pattern_done(RulePattern *p) {
         *p = (RulePattern){};
 }
 
-static void rule_done(Rule *r) {
+void rule_done(Rule *r) {
         for (size_t i = 0; i < r->n_patterns; i++)
                 pattern_done(&r->patterns[i]);
         free(r->patterns);
@@ -365,14 +253,9 @@ static void rule_done(Rule *r) {
         *r = (Rule){};
 }
 
-static int pattern_cmp(const void *a, const void *b) {
-        const RulePattern *x = a, *y = b;
-        return slice_cmp(x->key, x->key_len, y->key, y->key_len);
-}
-
 /* Classifies p->value and, for globs, splits it at '*' into its non-empty literal
  * segments (pointing into p->value). */
-static int pattern_compile(RulePattern *p) {
+int rule_pattern_compile(RulePattern *p) {
         const char *v = p->value;
         size_t len = p->value_len, n = 0;
 
@@ -522,7 +405,7 @@ static uint8_t *put_bytes(uint8_t *p, const char *s, size_t len) {
         return p + len;
 }
 
-static int rule_compute_id(Rule *r) {
+int rule_compute_id(Rule *r) {
         size_t size = strlen(RULE_ID_MAGIC) + 4 + 8 + 8 + 1 + 4 + r->actor_field_len + 1 + 1 + 8 + 8 + 1;
         for (size_t i = 0; i < r->n_patterns; i++)
                 size += 8 + r->patterns[i].key_len + r->patterns[i].value_len;
@@ -612,425 +495,6 @@ RuleSet *ruleset_free(RuleSet *rs) {
         free(rs->source);
         free(rs);
         return NULL;
-}
-
-/* Parses a required number attribute. Returns 1 if valid, 0 if reported, -ENOMEM. */
-static int draft_number(const RuleDraft *d, RuleAttr a, uint64_t max, const char *desc, Diag *diag,
-                        uint64_t *ret) {
-        char ex[RULE_EXCERPT_MAX + 4];
-        const char *name = rule_attr_to_string(a), *s = d->attrs[a];
-        int r;
-
-        if (!s)
-                r = report(diag, d->line, desc, "has no %s (it is required)", name);
-        else {
-                r = parse_uint64(s, 0, max, ret);
-                if (r >= 0)
-                        return 1;
-                if (r == -ERANGE)
-                        r = report(diag, attr_line(d, a), desc, "%s %s is above the maximum %" PRIu64, name,
-                                   rule_excerpt(s, ex), max);
-                else
-                        r = report(diag, attr_line(d, a), desc,
-                                   "%s \"%s\" is not a non-negative decimal integer", name,
-                                   rule_excerpt(s, ex));
-        }
-        return r < 0 ? r : 0;
-}
-
-/* An optional number attribute in [min, max]: *ret untouched if absent. Returns 1 if
- * absent or valid, 0 if reported, -ENOMEM. */
-static int draft_optional_number(const RuleDraft *d, RuleAttr a, uint64_t min, uint64_t max,
-                                 const char *min_hint, const char *desc, Diag *diag, uint64_t *ret) {
-        uint64_t v;
-        int r;
-
-        if (!d->attrs[a])
-                return 1;
-        r = draft_number(d, a, max, desc, diag, &v);
-        if (r <= 0)
-                return r;
-        if (v < min)
-                return report(diag, attr_line(d, a), desc,
-                              "%s %" PRIu64 " is below the minimum %" PRIu64 "%s", rule_attr_to_string(a), v,
-                              min, min_hint)
-                               ?: 0;
-        *ret = v;
-        return 1;
-}
-
-/* The line of the attribute a reason from algo_params_prepare() is about: the one it
- * names first ("refillSeconds 7 does not divide resetSeconds 60 ..."), else the
- * algorithm's, else the rule's. */
-static unsigned algo_reason_line(const RuleDraft *d, const char *reason) {
-        static const RuleAttr named[] = { RULE_ATTR_CREDIT_LIMIT, RULE_ATTR_RESET_SECONDS, RULE_ATTR_BURST,
-                                          RULE_ATTR_REFILL_SECONDS, RULE_ATTR_STRICT };
-        const char *first = NULL;
-        unsigned line = attr_line(d, RULE_ATTR_ALGORITHM);
-
-        for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
-                const char *at = d->attrs[named[i]] ? strstr(reason, rule_attr_to_string(named[i])) : NULL;
-                if (at && (!first || at < first)) {
-                        first = at;
-                        line = attr_line(d, named[i]);
-                }
-        }
-        return line;
-}
-
-/* algorithm, burst, refillSeconds and strict into rule->algo, with creditLimit and
- * resetSeconds (already in rule when limits_ok), then algo_params_prepare() unless the
- * rule is trivial (creditLimit 0 or resetSeconds 0 keep their meaning for every
- * algorithm). burst, refillSeconds and strict are refused on an algorithm that does
- * not use them: silently ignoring them would hide a mistake. Returns 1, 0 if reported,
- * -ENOMEM. */
-static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag *diag, Rule *rule) {
-        static const RuleAttr token_bucket_only[] = { RULE_ATTR_BURST, RULE_ATTR_REFILL_SECONDS,
-                                                      RULE_ATTR_STRICT };
-        char ex[RULE_EXCERPT_MAX + 4];
-        const char *s = d->attrs[RULE_ATTR_ALGORITHM], *reason = NULL;
-        AlgoParams *p = &rule->algo;
-        bool ok = true;
-        int q;
-
-        *p = (AlgoParams){ .algorithm = ALGORITHM_FIXED_WINDOW };
-        if (s) {
-                Algorithm a = algorithm_from_string(s);
-                if (a < 0)
-                        return report(diag, attr_line(d, RULE_ATTR_ALGORITHM), desc,
-                                      "has an unknown algorithm \"%s\" (accepted: fixed-window, "
-                                      "sliding-window, token-bucket, gcra)",
-                                      rule_excerpt(s, ex))
-                                       ?: 0;
-                p->algorithm = a;
-        }
-        if (p->algorithm != ALGORITHM_TOKEN_BUCKET) {
-                for (size_t i = 0; i < sizeof token_bucket_only / sizeof token_bucket_only[0]; i++) {
-                        RuleAttr a = token_bucket_only[i];
-                        if (!d->attrs[a])
-                                continue;
-                        q = report(diag, attr_line(d, a), desc,
-                                   "sets %s, which only the token-bucket algorithm uses (this rule's "
-                                   "algorithm is %s%s)",
-                                   rule_attr_to_string(a), algorithm_to_string(p->algorithm),
-                                   s ? "" : ", the default");
-                        if (q < 0)
-                                return q;
-                        ok = false;
-                }
-                if (!ok)
-                        return 0;
-        }
-
-        q = draft_optional_number(d, RULE_ATTR_BURST, 1, RULE_CREDIT_LIMIT_MAX,
-                                  " (leave burst out for a capacity of creditLimit)", desc, diag, &p->burst);
-        if (q < 0)
-                return q;
-        ok = ok && q > 0;
-        q = draft_optional_number(d, RULE_ATTR_REFILL_SECONDS, 0, RULE_RESET_SECONDS_MAX, "", desc, diag,
-                                  &p->refill_seconds);
-        if (q < 0)
-                return q;
-        ok = ok && q > 0;
-        s = d->attrs[RULE_ATTR_STRICT];
-        if (s && strcmp(s, "true") != 0 && strcmp(s, "false") != 0) {
-                q = report(diag, attr_line(d, RULE_ATTR_STRICT), desc,
-                           "has an invalid strict \"%s\" (accepted: true, false)", rule_excerpt(s, ex));
-                if (q < 0)
-                        return q;
-                ok = false;
-        }
-        p->strict = s && strcmp(s, "true") == 0;
-        if (!ok || !limits_ok)
-                return 0;
-
-        p->credit_limit = rule->credit_limit;
-        p->reset_seconds = rule->reset_seconds;
-        if (p->burst == 0) /* the capacity, as algo_params_prepare() sets it (trivial rules too) */
-                p->burst = p->credit_limit;
-        if (rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
-                return 1;
-        if (algo_params_prepare(p, &reason) < 0)
-                return report(diag, algo_reason_line(d, reason ? reason : ""), desc, "%s",
-                              reason ? reason : "has algorithm parameters that cannot be used")
-                               ?: 0;
-        return 1;
-}
-
-/* Copies the draft's operation into r (sorted, compiled); reports bad patterns.
- * Returns 1 if all valid, 0 if something was reported, -ENOMEM. */
-static int draft_patterns(const RuleDraft *d, Rule *r, const char *desc, Diag *diag) {
-        char ex[RULE_EXCERPT_MAX + 4];
-        int q = 0;
-        bool ok = true;
-
-        if (d->n_patterns > RULE_PATTERNS_MAX)
-                return report(diag, d->line, desc, "has more than %d operation keys", RULE_PATTERNS_MAX)
-                               ?: 0;
-        if (d->n_patterns == 0)
-                return 1;
-
-        r->patterns = calloc(d->n_patterns, sizeof(RulePattern));
-        if (!r->patterns)
-                return -ENOMEM;
-        for (size_t i = 0; i < d->n_patterns; i++) {
-                const ProtoPair *pp = &d->patterns[i];
-                const char *kp = pp->key.ptr ? pp->key.ptr : "", *vp = pp->value.ptr ? pp->value.ptr : "";
-                RulePattern *p = &r->patterns[r->n_patterns];
-
-                if (pp->key.len == 0 || pp->key.len > RULE_TEXT_MAX || pp->value.len > RULE_TEXT_MAX) {
-                        q = report(diag, d->line, desc,
-                                   "has an operation key or value that is empty or longer than %d bytes",
-                                   RULE_TEXT_MAX);
-                        if (q < 0)
-                                return q;
-                        ok = false;
-                        continue;
-                }
-                if (memchr(kp, '\0', pp->key.len) || memchr(vp, '\0', pp->value.len)) {
-                        q = report(diag, d->line, desc, "has a NUL byte in an operation key or value");
-                        if (q < 0)
-                                return q;
-                        ok = false;
-                        continue;
-                }
-                p->key = memdup_nul(kp, pp->key.len);
-                p->value = memdup_nul(vp, pp->value.len);
-                r->n_patterns++;
-                if (!p->key || !p->value)
-                        return -ENOMEM;
-                p->key_len = pp->key.len;
-                p->value_len = pp->value.len;
-        }
-        qsort(r->patterns, r->n_patterns, sizeof(RulePattern), pattern_cmp);
-        for (size_t i = 0; i < r->n_patterns; i++) {
-                RulePattern *p = &r->patterns[i];
-                if (i > 0 && pattern_cmp(&r->patterns[i - 1], p) == 0) {
-                        q = report(diag, d->line, desc, "has the operation key \"%s\" twice",
-                                   rule_excerpt(p->key, ex));
-                        if (q < 0)
-                                return q;
-                        ok = false;
-                }
-                if (pattern_compile(p) < 0)
-                        return -ENOMEM;
-        }
-        return ok;
-}
-
-/* Sets r->divvy_bucket from r's patterns (distinct keys). Returns 0 or -ENOMEM. */
-static int rule_divvy_bucket(Rule *r) {
-        size_t order[RULE_PATTERNS_MAX], len = 0, off = 0;
-        char *b;
-
-        assert(r->n_patterns <= RULE_PATTERNS_MAX);
-        /* Insertion sort of at most RULE_PATTERNS_MAX indices, in Node divvy's key order. */
-        for (size_t i = 0; i < r->n_patterns; i++) {
-                size_t j = i;
-                const RulePattern *p = &r->patterns[i];
-
-                for (; j > 0; j--) {
-                        const RulePattern *q = &r->patterns[order[j - 1]];
-                        if (utf8_cmp_utf16(q->key, q->key_len, p->key, p->key_len) <= 0)
-                                break;
-                        order[j] = order[j - 1];
-                }
-                order[j] = i;
-                len += (i > 0) + p->key_len + 1 + p->value_len;
-        }
-        b = malloc(len + 1);
-        if (!b)
-                return -ENOMEM;
-        for (size_t i = 0; i < r->n_patterns; i++) {
-                const RulePattern *p = &r->patterns[order[i]];
-
-                if (i > 0)
-                        b[off++] = ' ';
-                memcpy(b + off, p->key, p->key_len);
-                off += p->key_len;
-                b[off++] = '=';
-                memcpy(b + off, p->value, p->value_len);
-                off += p->value_len;
-        }
-        b[off] = '\0';
-        r->divvy_bucket = b;
-        r->divvy_bucket_len = off;
-        return 0;
-}
-
-/* Copies an optional text attribute, reporting over-long values and (if
- * no_control) control characters. Returns 1, 0 if reported, -ENOMEM. */
-static int draft_text(const RuleDraft *d, RuleAttr a, bool no_control, const char *desc, Diag *diag,
-                      char **ret, size_t *ret_len) {
-        const char *s = d->attrs[a], *name = rule_attr_to_string(a);
-        size_t len;
-        int q;
-
-        if (!s)
-                return 1;
-        len = strlen(s);
-        if (len > RULE_TEXT_MAX)
-                q = report(diag, attr_line(d, a), desc, "%s is longer than %d bytes", name, RULE_TEXT_MAX);
-        else if (no_control && has_control(s))
-                q = report(diag, attr_line(d, a), desc, "%s contains control characters", name);
-        else {
-                *ret = memdup_nul(s, len);
-                if (!*ret)
-                        return -ENOMEM;
-                if (ret_len)
-                        *ret_len = len;
-                return 1;
-        }
-        return q < 0 ? q : 0;
-}
-
-/* actorField: optional, not empty (an empty field would name no actor). Returns 1, 0
- * if reported, -ENOMEM. */
-static int draft_actor_field(const RuleDraft *d, const char *desc, Diag *diag, Rule *rule) {
-        const char *s = d->attrs[RULE_ATTR_ACTOR_FIELD];
-
-        if (s && s[0] == '\0')
-                return report(diag, attr_line(d, RULE_ATTR_ACTOR_FIELD), desc,
-                              "has an empty actorField (leave it out for one shared counter)")
-                               ?: 0;
-        return draft_text(d, RULE_ATTR_ACTOR_FIELD, false, desc, diag, &rule->actor_field,
-                          &rule->actor_field_len);
-}
-
-/* matchPolicy: optional, stop by default; a default rule must stop (it is the last
- * word for the requests nothing else matches). Returns 1, 0 if reported, -ENOMEM. */
-static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, MatchPolicy *ret) {
-        char ex[RULE_EXCERPT_MAX + 4];
-        const char *s = d->attrs[RULE_ATTR_MATCH_POLICY];
-        MatchPolicy p = MATCH_POLICY_STOP;
-
-        if (s) {
-                p = match_policy_from_string(s);
-                if (p < 0)
-                        return report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                                      "has an unknown matchPolicy \"%s\" (accepted: stop, canary, continue)",
-                                      rule_excerpt(s, ex))
-                                       ?: 0;
-        }
-        *ret = p;
-        if (d->n_patterns == 0 && p != MATCH_POLICY_STOP)
-                return report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                              "is a default rule (empty operation) and must have matchPolicy stop")
-                               ?: 0;
-        return 1;
-}
-
-/* label: optional, ^[a-zA-Z0-9_-]{1,255}$ (it names metrics series). Returns 1, 0 if
- * reported, -ENOMEM. */
-static int draft_label(const RuleDraft *d, const char *desc, Diag *diag, Rule *rule) {
-        char ex[RULE_EXCERPT_MAX + 4];
-        const char *s = d->attrs[RULE_ATTR_LABEL];
-
-        rule->label_line = s ? attr_line(d, RULE_ATTR_LABEL) : 0;
-        if (s && !label_is_valid(s))
-                return report(diag, attr_line(d, RULE_ATTR_LABEL), desc,
-                              "has an invalid label \"%s\": use 1 to %d of a-z A-Z 0-9 _ -",
-                              rule_excerpt(s, ex), RULE_LABEL_MAX)
-                               ?: 0;
-        return draft_text(d, RULE_ATTR_LABEL, true, desc, diag, &rule->label, NULL);
-}
-
-/* onBackendError: optional, the daemon's --on-backend-error when absent. Not part of the
- * rule's id: what a rule answers while the remote store is down says nothing about its
- * counter. Returns 1, 0 if reported, -ENOMEM. */
-static int draft_on_backend_error(const RuleDraft *d, const char *desc, Diag *diag, RuleOnError *ret) {
-        char ex[RULE_EXCERPT_MAX + 4];
-        const char *s = d->attrs[RULE_ATTR_ON_BACKEND_ERROR];
-        RuleOnError e = RULE_ON_ERROR_DEFAULT;
-
-        if (s) {
-                e = rule_on_error_from_string(s);
-                if (e < 0)
-                        return report(diag, attr_line(d, RULE_ATTR_ON_BACKEND_ERROR), desc,
-                                      "has an unknown onBackendError \"%s\" (accepted: allow, deny, local)",
-                                      rule_excerpt(s, ex))
-                                       ?: 0;
-        }
-        *ret = e;
-        return 1;
-}
-
-static int ruleset_grow(RuleSet *rs) {
-        if (rs->n_rules < rs->n_allocated)
-                return 0;
-        size_t n = rs->n_allocated ? rs->n_allocated * 2 : 16;
-        Rule *rules = realloc(rs->rules, n * sizeof(Rule));
-        if (!rules)
-                return -ENOMEM;
-        rs->rules = rules;
-        rs->n_allocated = n;
-        return 0;
-}
-
-int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
-        char desc[RULE_DESCRIBE_MAX];
-        Rule rule = { .line = d->line,
-                      .match_policy = MATCH_POLICY_STOP,
-                      .divvy_notes = d->divvy_notes,
-                      .divvy_attrs = d->divvy_attrs };
-        bool ok = true;
-        int q;
-
-        if (rs->finalized)
-                return -EBUSY;
-
-        rule_draft_describe(d, desc, sizeof desc);
-
-        if (rs->n_rules >= RULES_MAX) {
-                q = report(diag, d->line, desc, "is one too many: a config has at most %d rules", RULES_MAX);
-                return q < 0 ? q : -EINVAL;
-        }
-
-#define CHECK(expr)                                                                                         \
-        do {                                                                                                \
-                int _q = (expr);                                                                            \
-                if (_q < 0)                                                                                 \
-                        goto fail_errno;                                                                    \
-                if (_q == 0)                                                                                \
-                        ok = false;                                                                         \
-        } while (0)
-
-        if (d->is_default && d->n_patterns > 0)
-                CHECK(report(diag, d->line, desc, "is marked default but has an operation") ?: 0);
-
-        CHECK(draft_patterns(d, &rule, desc, diag));
-        bool ok_before_limits = ok;
-        ok = true;
-        CHECK(draft_number(d, RULE_ATTR_CREDIT_LIMIT, RULE_CREDIT_LIMIT_MAX, desc, diag,
-                           &rule.credit_limit));
-        CHECK(draft_number(d, RULE_ATTR_RESET_SECONDS, RULE_RESET_SECONDS_MAX, desc, diag,
-                           &rule.reset_seconds));
-        /* The algorithm's parameters are checked against the limits only when both are known. */
-        bool limits_ok = ok;
-        ok = ok && ok_before_limits;
-        CHECK(draft_algo(d, desc, limits_ok, diag, &rule));
-
-        CHECK(draft_actor_field(d, desc, diag, &rule));
-        CHECK(draft_match_policy(d, desc, diag, &rule.match_policy));
-        CHECK(draft_label(d, desc, diag, &rule));
-        CHECK(draft_on_backend_error(d, desc, diag, &rule.on_backend_error));
-        CHECK(draft_text(d, RULE_ATTR_COMMENT, true, desc, diag, &rule.comment, NULL));
-#undef CHECK
-
-        if (!ok) {
-                rule_done(&rule);
-                return -EINVAL;
-        }
-        if (rule_compute_id(&rule) < 0 || rule_divvy_bucket(&rule) < 0 || ruleset_grow(rs) < 0)
-                goto fail_errno;
-
-        rule.index = rs->n_rules;
-        rs->rules[rs->n_rules++] = rule;
-        return 0;
-
-fail_errno:
-        rule_done(&rule);
-        return -ENOMEM;
 }
 
 /* ---- the index -------------------------------------------------------------------- */
@@ -1319,10 +783,10 @@ static int check_labels(const RuleSet *rs, Diag *diag, bool *ok) {
                         continue;
                 }
                 const Rule *r = labelled[i], *f = labelled[first];
-                q = report(diag, r->label_line ? r->label_line : r->line,
-                           rule_describe(r, desc, sizeof desc),
-                           "has the label \"%s\" of rule %s (line %u): labels must be unique", r->label,
-                           rule_describe(f, other, sizeof other), f->line);
+                q = rule_report(diag, r->label_line ? r->label_line : r->line,
+                                rule_describe(r, desc, sizeof desc),
+                                "has the label \"%s\" of rule %s (line %u): labels must be unique", r->label,
+                                rule_describe(f, other, sizeof other), f->line);
                 *ok = false;
         }
         free(labelled);
@@ -1357,9 +821,10 @@ static int check_reachable(const RuleSet *rs, size_t end, Diag *diag, bool *ok) 
                         /* Canary and continue rules let matching go on: they mask nothing. */
                         if (e->match_policy != MATCH_POLICY_STOP || !rule_matches(e, &req))
                                 continue;
-                        int q = report(diag, r->line, rule_describe(r, desc, sizeof desc),
-                                       "is unreachable: rule %s (line %u) matches every request it matches",
-                                       rule_describe(e, other, sizeof other), e->line);
+                        int q = rule_report(
+                                diag, r->line, rule_describe(r, desc, sizeof desc),
+                                "is unreachable: rule %s (line %u) matches every request it matches",
+                                rule_describe(e, other, sizeof other), e->line);
                         if (q < 0)
                                 return q;
                         *ok = false;
@@ -1386,7 +851,7 @@ int ruleset_finalize(RuleSet *rs, Diag *diag) {
                 const Rule *r = &rs->rules[i];
                 q = 0;
                 if (r->n_patterns == 0 && i + 1 < rs->n_rules) {
-                        q = report(
+                        q = rule_report(
                                 diag, r->line, rule_describe(r, desc, sizeof desc),
                                 "must be the last rule: it matches every request, so the %zu rule%s after "
                                 "it %s unreachable",
@@ -1397,10 +862,11 @@ int ruleset_finalize(RuleSet *rs, Diag *diag) {
                 if (r->n_patterns == 0 && first_default == SIZE_MAX)
                         first_default = i;
                 if (r->match_policy != MATCH_POLICY_STOP && ++n_nonfinal == RULES_CANARY_MAX + 1) {
-                        q = report(diag, r->line, rule_describe(r, desc, sizeof desc),
-                                   "is one %s rule too many: a config has at most %d canary and continue "
-                                   "rules together",
-                                   match_policy_to_string(r->match_policy), RULES_CANARY_MAX);
+                        q = rule_report(
+                                diag, r->line, rule_describe(r, desc, sizeof desc),
+                                "is one %s rule too many: a config has at most %d canary and continue "
+                                "rules together",
+                                match_policy_to_string(r->match_policy), RULES_CANARY_MAX);
                         ok = false;
                 }
                 if (q < 0)
@@ -1408,9 +874,10 @@ int ruleset_finalize(RuleSet *rs, Diag *diag) {
         }
         const Rule *last = &rs->rules[rs->n_rules - 1];
         if (last->n_patterns != 0) {
-                q = report(diag, last->line, rule_describe(last, desc, sizeof desc),
-                           "is the last rule but not a default: a config must end with a [default] rule "
-                           "(empty operation) for the requests no other rule matches");
+                q = rule_report(
+                        diag, last->line, rule_describe(last, desc, sizeof desc),
+                        "is the last rule but not a default: a config must end with a [default] rule "
+                        "(empty operation) for the requests no other rule matches");
                 if (q < 0)
                         return q;
                 ok = false;

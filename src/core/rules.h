@@ -2,11 +2,13 @@
 #pragma once
 
 /*
- * rules.c: the configuration model (an ordered list of rules), its validation,
- * and the matcher that maps a parsed request (HIT or a version 2 verb) to the rules that apply.
+ * rules.c: the configuration model (an ordered list of rules), the whole config's validation
+ * (ruleset_finalize()), and the matcher that maps a parsed request (HIT or a version 2 verb) to
+ * the rules that apply. rules-draft.c: the drafts and ruleset_add(), which checks one draft and
+ * compiles it into a Rule.
  *
  * Pure code, no I/O: the loaders (config-ini.c, config-json.c) hand in RuleDrafts,
- * and every check of a value lives here, once. A finalized RuleSet is immutable;
+ * and every check of a value lives in these two files, once. A finalized RuleSet is immutable;
  * the server swaps whole RuleSets on reload.
  */
 

@@ -236,7 +236,7 @@ static int server_flush(Server *s, Connection *c) {
 }
 
 /* One connection's epoll event. Closes nothing but c. */
-static void connection_io(Server *s, Connection *c, uint32_t revents) {
+static void server_connection_event(Server *s, Connection *c, uint32_t revents) {
         ssize_t n;
         int r;
 
@@ -304,7 +304,7 @@ static int server_epoll_handler(sd_event_source *es, int fd, uint32_t revents, v
         /* Each connection appears once, and its handling closes no other one. */
         s->batch_follows = true;
         for (int i = 0; i < n; i++)
-                connection_io(s, events[i].data.ptr, events[i].events);
+                server_connection_event(s, events[i].data.ptr, events[i].events);
         s->batch_follows = false;
         if (s->ready_head)
                 server_run_batch(s);
@@ -409,7 +409,7 @@ static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
          * (or, lingering after an ERR, discarded) now, if the connection still takes input (a
          * blocked one is re-armed by epoll_ctl(), which re-checks readiness, once it drains). */
         if (held && (c->events & EPOLLIN))
-                connection_io(s, c, held);
+                server_connection_event(s, c, held);
 }
 
 /* A batch was answered (store.h: at once for the local store, later for one that completes

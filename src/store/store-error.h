@@ -12,6 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#define STORE_ERROR_MAX                                                                                     \
+        512 /* bytes of an error sentence the store keeps (a checkpoint's, the journal's)                   \
+             */
+
 /* Writes the sentence into buf (if buf is non-NULL and size > 0). */
 static inline void set_error(char *buf, size_t size, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));

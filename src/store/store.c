@@ -17,30 +17,29 @@
  * undone and the batch goes on. The buffers are allocated once and grow only when a batch
  * is larger than any before.
  *
+ * store_submit() with sync=always applies and journals the batch the same way, then queues its
+ * completion behind the group commit, whose thread (store-sync.c) syncs the journal.
+ *
  * The checkpoint (store_maintain()): rotate the journal so that its records up to now are in
- * sealed, immutable segments, and hand their range to a thread. The thread reads them with
- * wal_segment_read() (never the table, which the event loop keeps changing) in one or more
- * passes, each taking the records whose id.hi falls in one slice of the id space (so each
- * pass holds at most about checkpoint_pass_records records and writes one contiguous key
- * range of data.mdb), and checkpoint_write()s each pass; only the last pass records the lsn
- * the checkpoint covers (checkpoint.h: a record is a whole state, so counters checkpointed
- * newer than the recorded lsn are set right again by the replay). Then a bounded
+ * sealed, immutable segments, and hand their range to a thread (store-checkpoint-job.c). The
+ * thread reads them with wal_segment_read() (never the table, which the event loop keeps
+ * changing) in one or more passes, each taking the records whose id.hi falls in one slice of
+ * the id space (so each pass holds at most about checkpoint_pass_records records and writes
+ * one contiguous key range of data.mdb), and checkpoint_write()s each pass; only the last pass
+ * records the lsn the checkpoint covers (checkpoint.h: a record is a whole state, so counters
+ * checkpointed newer than the recorded lsn are set right again by the replay). Then a bounded
  * checkpoint_expire(). The event loop reaps the thread (an atomic flag, then pthread_join())
  * and deletes the covered segments with wal_release(). While a thread runs, the Checkpoint
  * is the thread's: the event loop uses the stats it cached at the last reap.
  */
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -48,6 +47,9 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "store-checkpoint-job.h"
+#include "store-internal.h"
+#include "store-sync.h"
 #include "store-error.h"
 #include "core/hash.h"
 #include "shared/clock.h"
@@ -60,122 +62,10 @@
 #define STORE_TAG_HASHED   2
 #define STORE_KEY_MAX      (RULE_ID_SIZE + 1 + STORE_ACTOR_INLINE_MAX) /* bytes: 417 */
 #define STORE_BATCH_INITIAL                                                                                 \
-        4096                /* hits the batch buffers hold from the start (the daemon's BATCH_HITS_MAX) */
-#define STORE_ERROR_MAX 512 /* bytes of a checkpoint's error sentence */
+        4096 /* hits the batch buffers hold from the start (the daemon's BATCH_HITS_MAX) */
 
 _Static_assert(STORE_ACTOR_INLINE_MAX >= HASH128_SIZE,
                "a hashed actor must not be longer than an inline one");
-
-/* One hit's table change, to undo it. */
-typedef struct Undo {
-        CounterId id;
-        CounterState state; /* before the hit */
-        uint8_t algorithm;
-        bool created; /* the hit created the entry: undoing deletes it */
-        bool absent;  /* the hit found no entry and created none: nothing to undo */
-} Undo;
-
-/* What the checkpoint thread is given and gives back. */
-#define CHECKPOINT_DISK_FULL_BYTES                                                                          \
-        (4ULL << 20) /* bytes: an EIO from LMDB with less than this free on the disk is a full disk */
-
-typedef struct Job {
-        /* in */
-        Checkpoint *checkpoint;
-        const char *dir;
-        uint64_t first_seq, last_seq; /* the sealed segments */
-        uint64_t last_lsn;            /* of last_seq: what the checkpoint covers */
-        uint64_t now_usec;
-        size_t pass_records;
-        uint64_t deadline_usec;   /* CLOCK_MONOTONIC; 0: none. Atomic: store_close() may set it */
-        uint64_t damage_from_seq; /* damage in segments from this one on is new: written since open */
-        /* out */
-        WalDamage damage; /* damaged records found in those segments (skipped) */
-        int result;
-        uint64_t duration_usec;
-        CheckpointStats stats; /* after the job, if stats_ok */
-        bool stats_ok;
-        char error[STORE_ERROR_MAX];
-        int done; /* set (release) by the thread when it is finished */
-} Job;
-
-/* A batch of store_submit() waiting for the group commit (sync=always). */
-typedef struct Pending {
-        uint64_t lsn; /* its last record's: durable once the journal is synced up to it */
-        StoreDoneFunc done;
-        void *userdata;
-} Pending;
-
-struct Store {
-        StoreOptions opts; /* path owned; defaults filled in */
-        Table *table;
-        Wal *wal;
-        Checkpoint *checkpoint; /* the thread's while job_running */
-        uint8_t id_key[COUNTER_ID_KEY_SIZE];
-
-        /* The batch buffers: ids, records, undo; capacity each. */
-        CounterId *ids;
-        CounterRecord *records;
-        Undo *undo;
-        size_t batch_capacity;
-
-        /* The checkpoint thread. */
-        pthread_t thread;
-        bool job_running;
-        Job job;
-        uint64_t covered_lsn;          /* the last checkpoint's lsn */
-        uint64_t last_checkpoint_usec; /* CLOCK_MONOTONIC: last success, or open */
-        uint64_t retry_usec;           /* CLOCK_MONOTONIC: no new attempt before */
-        uint64_t backoff_usec;         /* after the last failure (0: none) */
-        uint64_t release_seq;          /* the last checkpoint's segments could not all be deleted:
-                                        * retried up to this one by store_maintain() (0: none) */
-        CheckpointStats ckpt_stats;    /* cached at the last reap */
-        char ckpt_error[STORE_ERROR_MAX];
-        uint64_t opened_seq;                /* the last segment the journal held at open (0: none) */
-        uint64_t damaged_records;           /* damaged journal records skipped: at open, by checkpoints */
-        char damage_error[STORE_ERROR_MAX]; /* the last damage's sentence for the operator */
-        /* Why the journal's last segment preallocation failed ("" if it did not): a full disk,
-         * found by store_open() or store_maintain(), which retries it every call. */
-        char journal_error[STORE_ERROR_MAX];
-        uint64_t ckpt_failures, ckpt_ok;
-        uint64_t ckpt_duration_usec; /* of the last successful checkpoint job, every pass */
-
-        uint64_t swept_total;
-        uint64_t refused_limit, refused_memory; /* hits refused a new counter (StoreStats) */
-
-        /* Address space kept for the replay of the next start (see replay_reserve()). */
-        void *reserve;
-        size_t reserve_bytes;
-
-        /* The group commit (sync=always, store_submit()): the committer thread fdatasync()s the
-         * journal's current segment up to the newest lsn it was asked for and signals efd; the
-         * event loop completes the batches it covers (store_process()). The fields under
-         * commit_lock are shared; the FIFO is the event loop's. */
-        bool committer; /* the thread runs */
-        pthread_t commit_thread;
-        pthread_mutex_t commit_lock;
-        pthread_cond_t commit_wake;                /* the thread: work, or stop */
-        pthread_cond_t commit_idle;                /* the event loop: a sync finished */
-        int commit_efd;                            /* eventfd, readable when a sync finished */
-        int commit_fd;                             /* dup() of the current segment's fd (-1: none) */
-        uint64_t commit_seq;                       /* its segment */
-        uint64_t commit_want;                      /* newest lsn to make durable */
-        uint64_t commit_tried;                     /* newest lsn a sync was attempted for */
-        uint64_t commit_synced;                    /* newest lsn known durable */
-        uint64_t commit_fail_from, commit_fail_to; /* lsns a failed sync left unsynced (to 0: none) */
-        int commit_fail_error;
-        bool commit_busy, commit_stop;
-        uint64_t commit_syncs;     /* successful syncs of the thread */
-        uint64_t commit_sync_usec; /* time they took */
-        Pending *pending;          /* FIFO ring, in lsn order */
-        size_t pending_head, pending_n, pending_cap;
-        bool opened;         /* store_open() succeeded: store_close() may checkpoint */
-        bool finished;       /* store_finish() ran: store_close() does not repeat it */
-        uint64_t clock_usec; /* the wall clock store_maintain() or store_checkpoint() was given last
-                              * (not the largest: after a step back, a larger one would drop
-                              * counters live at the clock the hits are answered at), else
-                              * store_open()'s: what store_close()'s checkpoint takes for now */
-};
 
 /* Writes the version-1 counter key of h to out; returns its length (<= STORE_KEY_MAX). The id
  * is its keyed hash (counter.h): the layout must not change. */
@@ -223,7 +113,7 @@ const StoreOptions *store_options(const Store *s) {
 
 /* ---- the HIT path ---- */
 
-static int batch_reserve(Store *s, size_t n) {
+static int buffers_reserve(Store *s, size_t n) {
         size_t cap = s->batch_capacity;
         void *p;
 
@@ -446,7 +336,7 @@ static int apply_hits(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, boo
                         r = -EINVAL;
                         goto fail;
                 }
-        r = batch_reserve(s, n);
+        r = buffers_reserve(s, n);
         if (r < 0)
                 goto fail;
 
@@ -513,162 +403,16 @@ fail:
         return r;
 }
 
-static void commit_refresh(Store *s);
-
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
         size_t m;
         int r;
 
         r = apply_hits(s, hits, n, now_usec, true, &m);
-        commit_refresh(s);
+        store_commit_refresh(s);
         return r;
 }
 
-/* ---- the group commit ---- */
-
-static int commit_sync_fd(Store *s, int fd) {
-        if (s->opts.journal_sync)
-                return s->opts.journal_sync(fd);
-        if (fd < 0)
-                return -EBADF;
-        return fdatasync(fd) < 0 ? -errno : 0;
-}
-
-static void commit_signal(Store *s) {
-        uint64_t one = 1;
-
-        /* cannot fail but by overflow of the count, which leaves it readable anyway */
-        (void) !write(s->commit_efd, &one, sizeof one);
-}
-
-/* Under commit_lock: a sync up to lsn failed with error r. */
-static void commit_failed(Store *s, uint64_t lsn, int r) {
-        if (s->commit_fail_to == 0)
-                s->commit_fail_from = s->commit_synced + 1;
-        if (lsn > s->commit_fail_to)
-                s->commit_fail_to = lsn;
-        s->commit_fail_error = r;
-}
-
-static void *commit_thread(void *userdata) {
-        Store *s = userdata;
-
-        pthread_mutex_lock(&s->commit_lock);
-        for (;;) {
-                uint64_t target, start, took;
-                int fd, r;
-
-                while (!s->commit_stop && s->commit_want <= s->commit_tried)
-                        pthread_cond_wait(&s->commit_wake, &s->commit_lock);
-                if (s->commit_want <= s->commit_tried)
-                        break; /* stopping, and everything asked for was tried */
-                target = s->commit_want;
-                fd = s->commit_fd;
-                s->commit_busy = true;
-                pthread_mutex_unlock(&s->commit_lock);
-
-                /* Every batch appended up to target is in the segment's pages: one sync covers
-                 * them all (the group commit), however many arrived while the last one ran. */
-                start = clock_usec(CLOCK_MONOTONIC);
-                r = commit_sync_fd(s, fd);
-                took = clock_usec(CLOCK_MONOTONIC) - start;
-
-                pthread_mutex_lock(&s->commit_lock);
-                s->commit_busy = false;
-                if (target > s->commit_tried)
-                        s->commit_tried = target;
-                if (r >= 0) {
-                        if (target > s->commit_synced)
-                                s->commit_synced = target;
-                        /* stats read them */
-                        __atomic_add_fetch(&s->commit_syncs, 1, __ATOMIC_RELAXED);
-                        __atomic_add_fetch(&s->commit_sync_usec, took, __ATOMIC_RELAXED);
-                } else
-                        commit_failed(s, target, r);
-                pthread_cond_broadcast(&s->commit_idle);
-                commit_signal(s);
-        }
-        pthread_mutex_unlock(&s->commit_lock);
-        return NULL;
-}
-
-/* Starts the committer (store_open(), sync=always). Returns 0 or -errno. */
-static int commit_start(Store *s) {
-        uint64_t last;
-        int fd, r;
-
-        s->commit_fd = -1;
-        s->commit_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (s->commit_efd < 0)
-                return -errno;
-        wal_current(s->wal, &fd, &s->commit_seq, &last);
-        /* none yet on a full disk: the first batch journaled hands it over (submit_always()) */
-        s->commit_fd = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
-        if (fd >= 0 && s->commit_fd < 0)
-                return -errno;
-        s->commit_synced = s->commit_tried = s->commit_want = last; /* wal_open() synced them */
-        r = -pthread_mutex_init(&s->commit_lock, NULL);
-        if (r < 0)
-                return r;
-        if (pthread_cond_init(&s->commit_wake, NULL) != 0 || pthread_cond_init(&s->commit_idle, NULL) != 0)
-                return -ENOMEM; /* cannot happen with default attributes */
-        /* The thread takes no signal: it starts before the daemon blocks the ones its event
-         * loop handles (signalfd), and one delivered here would kill the process. */
-        sigset_t all, old;
-        sigfillset(&all);
-        (void) pthread_sigmask(SIG_SETMASK, &all, &old);
-        r = -pthread_create(&s->commit_thread, NULL, commit_thread, s);
-        (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (r < 0)
-                return r;
-        s->committer = true;
-        return 0;
-}
-
-/* The journal's current segment changed (a rotation since the last batch: the old segment was
- * synced when it was sealed): syncs the new one and its name here, once per segment, and hands
- * its fd to the thread once it is idle. Under commit_lock. */
-static void commit_rotated(Store *s, int fd, uint64_t seq, uint64_t last) {
-        int r;
-
-        while (s->commit_busy)
-                pthread_cond_wait(&s->commit_idle, &s->commit_lock);
-        if (s->commit_fd >= 0)
-                close(s->commit_fd);
-        s->commit_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        s->commit_seq = seq;
-        r = s->commit_fd < 0 ? -errno : wal_sync(s->wal);
-        if (r >= 0 && s->opts.journal_sync)
-                r = s->opts.journal_sync(s->commit_fd);
-        if (r >= 0) {
-                if (last > s->commit_synced)
-                        s->commit_synced = last;
-        } else
-                commit_failed(s, last, r);
-        if (last > s->commit_tried)
-                s->commit_tried = last;
-        if (last > s->commit_want)
-                s->commit_want = last;
-        commit_signal(s);
-}
-
-/* After anything that may have rotated the journal (store_apply(), a checkpoint's start): the
- * thread gets the new segment at once, so that its dup() of the old one, deleted after the
- * checkpoint, does not keep the old one's disk space. No system call unless it rotated. */
-static void commit_refresh(Store *s) {
-        uint64_t seq, last;
-        int fd;
-
-        if (!s || !s->committer)
-                return;
-        wal_current(s->wal, &fd, &seq, &last);
-        if ((seq == s->commit_seq && s->commit_fd >= 0) || fd < 0)
-                return; /* the event loop's own field: the thread never writes it; fd < 0: no
-                         * segment yet (a full disk), nothing to sync */
-        pthread_mutex_lock(&s->commit_lock);
-        commit_rotated(s, fd, seq, last);
-        pthread_mutex_unlock(&s->commit_lock);
-}
+/* ---- the group commit's side of a batch (the thread: store-sync.c) ---- */
 
 static int pending_reserve(Store *s) {
         Pending *p;
@@ -714,7 +458,7 @@ static int submit_always(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, 
 
         pthread_mutex_lock(&s->commit_lock);
         if (seq != s->commit_seq || s->commit_fd < 0)
-                commit_rotated(s, fd, seq, last);
+                store_commit_rotated(s, fd, seq, last);
         else if (last > s->commit_want) {
                 s->commit_want = last;
                 wake = !s->commit_busy; /* a busy thread looks again when its sync returns */
@@ -726,67 +470,6 @@ static int submit_always(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, 
         if (wake)
                 pthread_cond_signal(&s->commit_wake);
         return 0;
-}
-
-int store_event_fd(Store *s) {
-        return s && s->committer ? s->commit_efd : -1;
-}
-
-int store_process(Store *s) {
-        uint64_t v, synced, from, to, covered;
-        int error, n = 0;
-
-        if (!s)
-                return -EINVAL;
-        if (!s->committer && s->pending_n == 0)
-                return 0;
-        if (s->commit_efd >= 0)
-                (void) !read(s->commit_efd, &v, sizeof v); /* EAGAIN: nothing new, fine */
-        pthread_mutex_lock(&s->commit_lock);
-        synced = s->commit_synced;
-        from = s->commit_fail_from;
-        to = s->commit_fail_to;
-        error = s->commit_fail_error;
-        s->commit_fail_to = 0; /* taken: every batch it concerns is queued already */
-        pthread_mutex_unlock(&s->commit_lock);
-        covered = synced > to ? synced : to;
-
-        while (s->pending_n > 0) {
-                Pending p = s->pending[s->pending_head];
-
-                if (p.lsn > covered)
-                        break;
-                s->pending_head = (s->pending_head + 1) % s->pending_cap;
-                s->pending_n--;
-                n++;
-                /* done may submit the next batch: the entry is off the FIFO first */
-                if (p.done)
-                        p.done(p.userdata, to > 0 && p.lsn >= from && p.lsn <= to ? error : 0);
-        }
-        return n;
-}
-
-/* Stops the committer after its last sync and completes what it covered (store_close()). */
-static void commit_stop(Store *s) {
-        if (s->committer) {
-                pthread_mutex_lock(&s->commit_lock);
-                s->commit_stop = true;
-                pthread_cond_signal(&s->commit_wake);
-                pthread_mutex_unlock(&s->commit_lock);
-                (void) pthread_join(s->commit_thread, NULL);
-                (void) store_process(s); /* the thread tried everything queued: completes all */
-                s->committer = false;
-                pthread_cond_destroy(&s->commit_wake);
-                pthread_cond_destroy(&s->commit_idle);
-                pthread_mutex_destroy(&s->commit_lock);
-        }
-        if (s->commit_fd >= 0)
-                close(s->commit_fd);
-        if (s->commit_efd >= 0)
-                close(s->commit_efd);
-        s->commit_fd = s->commit_efd = -1;
-        free(s->pending);
-        s->pending = NULL;
 }
 
 int store_submit(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, StoreDoneFunc done, void *userdata) {
@@ -838,250 +521,6 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
         return (deleted > 0 && examined == max_slots) || table_expire_unfinished(s->table);
 }
 
-/* ---- the checkpoint thread ---- */
-
-/* One pass of a checkpoint: the records of one slice of the id space, one per id (the last
- * read wins: the journal is in lsn order), found again through an open-addressing index of
- * their positions, so that a journal of many changes to few counters needs little memory. */
-typedef struct Pass {
-        uint64_t hi_min, hi_max; /* inclusive: the slice of ids this pass takes */
-        CounterRecord *records;
-        size_t n, allocated;
-        uint32_t *slots;  /* position + 1 of the record of an id; 0: empty */
-        size_t slot_mask; /* slots - 1, a power of two >= 2 * allocated */
-        size_t limit;     /* 0: grow as needed; else -E2BIG past limit distinct ids */
-        bool count_only;
-        uint64_t counted;
-} Pass;
-
-static uint32_t *pass_slot(Pass *p, CounterId id) {
-        /* ids are a keyed hash: their low bits are as good as any */
-        for (size_t i = (size_t) id.lo & p->slot_mask;; i = (i + 1) & p->slot_mask) {
-                uint32_t v = p->slots[i];
-
-                if (v == 0 || counter_id_compare(&p->records[v - 1].id, &id) == 0)
-                        return p->slots + i;
-        }
-}
-
-static int pass_grow(Pass *p) {
-        size_t a = p->allocated ? p->allocated * 2 : 4096, cap = 1;
-        CounterRecord *q;
-        uint32_t *slots;
-
-        if (a > UINT32_MAX / 2)
-                return -E2BIG;
-        while (cap < 2 * a)
-                cap <<= 1;
-        q = reallocarray(p->records, a, sizeof *q);
-        if (!q)
-                return -ENOMEM;
-        p->records = q;
-        slots = calloc(cap, sizeof *slots);
-        if (!slots)
-                return -ENOMEM;
-        free(p->slots);
-        p->slots = slots;
-        p->slot_mask = cap - 1;
-        p->allocated = a;
-        for (size_t i = 0; i < p->n; i++)
-                *pass_slot(p, p->records[i].id) = (uint32_t) i + 1;
-        return 0;
-}
-
-static void pass_reset(Pass *p) {
-        p->n = 0;
-        if (p->slots)
-                memset(p->slots, 0, (p->slot_mask + 1) * sizeof *p->slots);
-}
-
-static int pass_take(const CounterRecord *r, const WalPosition *pos, void *userdata) {
-        Pass *p = userdata;
-        uint32_t *slot;
-        int k;
-
-        (void) pos;
-        if (p->count_only) {
-                p->counted++;
-                return 0;
-        }
-        if (r->id.hi < p->hi_min || r->id.hi > p->hi_max)
-                return 0;
-        if (p->allocated == 0) {
-                k = pass_grow(p);
-                if (k < 0)
-                        return k;
-        }
-        slot = pass_slot(p, r->id);
-        if (*slot != 0) {
-                p->records[*slot - 1] = *r; /* a later state of the same counter */
-                return 0;
-        }
-        if (p->n == p->allocated) {
-                if (p->limit > 0 && p->n >= p->limit)
-                        return -E2BIG;
-                k = pass_grow(p);
-                if (k < 0)
-                        return k;
-                slot = pass_slot(p, r->id);
-        }
-        p->records[p->n] = *r;
-        *slot = (uint32_t) ++p->n;
-        return 0;
-}
-
-/* Reads the job's segments whole (checking every record) into p; seg_records (may be NULL)
- * gets the number of valid records of each. */
-static int job_read(Job *j, Pass *p, uint64_t after_lsn, uint64_t *seg_records) {
-        j->damage = (WalDamage){};
-        for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
-                WalSegmentInfo info;
-                int r = wal_segment_read(j->dir, seq, after_lsn, j->last_lsn, pass_take, p, &info, j->error,
-                                         sizeof j->error);
-                if (r < 0)
-                        return r;
-                if (seg_records)
-                        seg_records[seq - j->first_seq] = info.records;
-                if (info.damaged > 0 && seq >= j->damage_from_seq) {
-                        if (j->damage.records == 0)
-                                j->damage = (WalDamage){ .first_seq = seq,
-                                                         .first_index = info.first_damaged,
-                                                         .first_lsn = info.first_lsn + info.first_damaged };
-                        j->damage.records += info.damaged;
-                        j->damage.segments++;
-                        j->damage.last_seq = seq;
-                }
-        }
-        return 0;
-}
-
-/* Reads p's slice of the records job_read() found: the others are skipped unchecked, so that
- * a pass costs the records of its slice, not every record of the journal again. */
-static int job_read_slice(Job *j, Pass *p, uint64_t after_lsn, const uint64_t *seg_records) {
-        for (uint64_t seq = j->first_seq; seq <= j->last_seq; seq++) {
-                int r = wal_segment_read_slice(j->dir, seq, after_lsn, seg_records[seq - j->first_seq],
-                                               p->hi_min, p->hi_max, pass_take, p, j->error,
-                                               sizeof j->error);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-/* Words a failed checkpoint write into j->error and returns r. LMDB turns a short write
- * (mdb_page_flush: "short write, filesystem full?") into EIO, so an EIO with almost no room
- * left on the database's filesystem is reported as the full disk it is. */
-static int checkpoint_failure_reason(Job *j, int r) {
-        struct statvfs fs;
-
-        if (r == -EIO && statvfs(j->dir, &fs) == 0 &&
-            (uint64_t) fs.f_bavail * fs.f_frsize < CHECKPOINT_DISK_FULL_BYTES)
-                r = -ENOSPC;
-        set_error(j->error, sizeof j->error, "writing the checkpoint failed: %s%s", strerror(-r),
-                  r == -ENOSPC ? " (the maximum map size, less its reserve, is reached, or the disk is full)"
-                               : "");
-        return r;
-}
-
-static bool job_past_deadline(Job *j) {
-        uint64_t d = __atomic_load_n(&j->deadline_usec, __ATOMIC_RELAXED);
-
-        return d != 0 && clock_usec(CLOCK_MONOTONIC) >= d;
-}
-
-static int job_run(Job *j) {
-        uint64_t after = checkpoint_journal_seq(j->checkpoint);
-        Pass p = { .hi_max = UINT64_MAX, .limit = j->pass_records };
-        uint64_t passes = 1, *seg_records = NULL;
-        bool have_first;
-        int r;
-
-        /* First, one pass over every id: enough unless the journal changed more than
-         * pass_records counters (then -E2BIG, found early, after that many). */
-        while (p.allocated < p.limit) {
-                r = pass_grow(&p);
-                if (r < 0)
-                        goto finish;
-        }
-        r = job_read(j, &p, after, NULL);
-        have_first = r >= 0;
-        if (r == -E2BIG) {
-                /* passes over slices of the id space, sized by the number of records */
-                p = (Pass){ .records = p.records,
-                            .allocated = p.allocated,
-                            .slots = p.slots,
-                            .slot_mask = p.slot_mask,
-                            .count_only = true };
-                seg_records = calloc(j->last_seq - j->first_seq + 1, sizeof *seg_records);
-                if (!seg_records) {
-                        r = -ENOMEM;
-                        goto finish;
-                }
-                r = job_read(j, &p, after, seg_records);
-                if (r < 0)
-                        goto finish;
-                passes = p.counted / j->pass_records + 2;
-                p.count_only = false;
-        } else if (r < 0)
-                goto finish;
-        for (uint64_t k = 0; k < passes; k++) {
-                bool last = k + 1 == passes;
-
-                if (job_past_deadline(j)) {
-                        /* the passes written stay (checkpoint.h: safe), journal_seq does not move */
-                        set_error(j->error, sizeof j->error, "checkpoint stopped at its deadline");
-                        r = -ETIMEDOUT;
-                        break;
-                }
-                if (!have_first) {
-                        /* slice k of the id space: [k * 2^64 / passes, (k + 1) * 2^64 / passes) */
-                        p.hi_min = (uint64_t) (((unsigned __int128) k << 64) / passes);
-                        p.hi_max = last ? UINT64_MAX
-                                        : (uint64_t) (((unsigned __int128) (k + 1) << 64) / passes) - 1;
-                        pass_reset(&p);
-                        r = job_read_slice(j, &p, after, seg_records);
-                        if (r < 0)
-                                break;
-                }
-                if (p.n == 0 && !last)
-                        continue;
-                r = checkpoint_write(j->checkpoint, p.records, p.n,
-                                     last ? j->last_lsn : checkpoint_journal_seq(j->checkpoint),
-                                     j->now_usec);
-                if (r < 0) {
-                        r = checkpoint_failure_reason(j, r);
-                        break;
-                }
-        }
-finish:
-        free(seg_records);
-        free(p.slots);
-        free(p.records);
-        if (r < 0)
-                return r;
-        (void) checkpoint_expire(j->checkpoint, j->now_usec, CHECKPOINT_EXPIRE_MAX_DEFAULT, NULL);
-        return 0;
-}
-
-static void *job_thread(void *userdata) {
-        Job *j = userdata;
-        uint64_t start = clock_usec(CLOCK_MONOTONIC);
-
-        /* Below the event loop: on 2 CPUs the checkpoint would otherwise take half of the
-         * loop's time whenever the clients keep the other busy. Linux's nice is per thread.
-         * Not SCHED_IDLE: a saturated machine must not starve it (the journal would grow
-         * without bound). Best effort. */
-        (void) setpriority(PRIO_PROCESS, (id_t) gettid(), STORE_CHECKPOINT_NICE);
-        j->result = job_run(j);
-        j->duration_usec = clock_usec(CLOCK_MONOTONIC) - start;
-        /* The passes' buffer grew through sizes glibc keeps in this thread's arena after
-         * free(): give those pages back, or RSS keeps tens of MB per live checkpoint thread. */
-        (void) malloc_trim(0);
-        j->stats_ok = checkpoint_get_stats(j->checkpoint, &j->stats) >= 0;
-        __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
-        return NULL;
-}
-
 /* A checkpoint failed, or could not start: the next attempt after 1 s, then 2, 4, ... up to
  * STORE_CHECKPOINT_RETRY_MAX_USEC, until one succeeds. */
 static void checkpoint_backoff(Store *s) {
@@ -1115,7 +554,7 @@ static void damage_describe(Store *s, const WalDamage *d, const char *what) {
 /* Joins a job that is done (or, with wait, waits for it) and takes its result. Returns 1 if
  * one was reaped, 0 if none. */
 static int job_reap(Store *s, bool wait) {
-        Job *j = &s->job;
+        CheckpointJob *j = &s->job;
         int r;
 
         if (!s->job_running)
@@ -1174,7 +613,7 @@ static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t
         r = wal_sealed_last_lsn(s->wal, last, &lsn);
         if (r < 0)
                 return r;
-        s->job = (Job){
+        s->job = (CheckpointJob){
                 .checkpoint = s->checkpoint,
                 .dir = s->opts.path,
                 .first_seq = first,
@@ -1185,7 +624,7 @@ static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t
                 .deadline_usec = deadline_usec,
                 .damage_from_seq = s->opened_seq + 1,
         };
-        r = -pthread_create(&s->thread, NULL, job_thread, &s->job);
+        r = -pthread_create(&s->thread, NULL, checkpoint_job_thread, &s->job);
         if (r < 0)
                 return r;
         s->job_running = true;
@@ -1255,7 +694,7 @@ int store_maintain(Store *s, uint64_t now_usec) {
             (pending >= checkpoint_threshold(s) ||
              now - s->last_checkpoint_usec >= s->opts.checkpoint_interval_usec)) {
                 r = job_start(s, now_usec, 0, 0);
-                commit_refresh(s);
+                store_commit_refresh(s);
                 if (r < 0) {
                         set_error(s->ckpt_error, sizeof s->ckpt_error, "cannot start a checkpoint: %s",
                                   wal_error(s->wal)[0] ? wal_error(s->wal) : strerror(-r));
@@ -1282,7 +721,7 @@ int store_checkpoint(Store *s, uint64_t now_usec) {
         if (journal_pending(s) == 0)
                 return 0;
         r = job_start(s, now_usec, 0, 0);
-        commit_refresh(s);
+        store_commit_refresh(s);
         if (r <= 0)
                 return r;
         (void) job_reap(s, true);
@@ -1647,11 +1086,11 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         table_set_count_max(s->table,
                             s->opts.max_counters > SIZE_MAX ? SIZE_MAX : (size_t) s->opts.max_counters);
         replay_reserve(s);
-        r = batch_reserve(s, STORE_BATCH_INITIAL);
+        r = buffers_reserve(s, STORE_BATCH_INITIAL);
         if (r < 0)
                 goto fail;
         if (s->opts.sync == STORE_SYNC_ALWAYS) {
-                r = commit_start(s);
+                r = store_commit_start(s);
                 if (r < 0) {
                         set_error(errbuf, errbuf_size, "cannot start the journal's sync thread: %s",
                                   strerror(-r));
@@ -1720,7 +1159,7 @@ int store_finish(Store *s) {
                 return -EINVAL;
         if (s->finished)
                 return 0;
-        commit_stop(s); /* every batch submitted is completed */
+        store_commit_stop(s); /* every batch submitted is completed */
         if (s->reserve) {
                 /* the next start's room, this process's last checkpoint's until it exits */
                 (void) munmap(s->reserve, s->reserve_bytes);
