@@ -67,6 +67,13 @@ sockets=$(grep -lE '\b(socket|connect|accept4?|bind|listen|send|recv|epoll_[a-z]
 check "core/ and shared/ touch no socket" [ -z "$sockets" ]
 [ -z "$sockets" ] || echo "  $sockets"
 
+# The batch engine knows the protocols' front-ends only through frontend.h's Frontend: it includes
+# none of them (frontend-*.h, frontends.h), so a protocol more is a file more, not an engine edit.
+engine_fe=$(grep -lE '#include "(daemon/)?frontend(-[a-z0-9]+|s)\.h"' "$src/daemon/batch.c" "$src/daemon/batch.h" \
+        "$src/daemon/frontend.h" || true)
+check "the engine (batch.c) includes no protocol front-end" [ -z "$engine_fe" ]
+[ -z "$engine_fe" ] || echo "  $engine_fe"
+
 # Calls between files: every .o of the daemon's libraries, its defined and undefined symbols.
 objs=$(find "$top_builddir/src/shared" "$top_builddir/src/core" "$top_builddir/src/store" \
         "$top_builddir/src/daemon" -name '*.o' ! -name 'divvyd-main.o' 2>/dev/null | grep '/\.libs/' || true)

@@ -99,9 +99,8 @@ int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv,
 /* Formats CL.THROTTLE's reply from the result of cl's operation into out: limited (0 or 1),
  * limit (max_burst + 1), remaining, retry_after (s; -1 when allowed, and when quantity is above
  * the limit: it can never pass), reset_after (s until the bucket is full again). res is
- * algo_apply()'s result or a StoreHit's outputs (allowed, credit, limit, reset = reset_left,
- * retry). Seconds are rounded up from microseconds (redis-cell rounds up from milliseconds,
- * dropping a sub-millisecond rest: the two differ only by such a rest). A denied take's
+ * algo_apply()'s result (a StoreHit's res). Seconds are rounded up from microseconds (redis-cell rounds up
+ * from milliseconds, dropping a sub-millisecond rest: the two differ only by such a rest). A denied take's
  * reset_after is derived from its retry and remaining, as the result says when the take would
  * pass, not when the bucket is full: exact when (limit - quantity) * T is whole seconds or the
  * time until full is whole emission intervals (every take so far at one instant), else never

@@ -522,20 +522,20 @@ static char *append_rule_ref(char *p, const ProtoRuleRef *ref) {
         return number_append_u64(p, ref->index);
 }
 
-size_t proto_format_decision(char *buf, const ProtoDecision *d) {
+size_t proto_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule) {
         char *p = buf;
 
         /* At most 15 + 5 + 4 * (7 + 20) + 6 + 255 + 1 bytes and the NUL: within PROTO_REPLY_V2_MAX. */
-        p = append_str(p, d->allowed ? "OK allowed=true credit=" : "OK allowed=false credit=");
-        p = number_append_u64(p, d->credit);
+        p = append_str(p, res->allowed ? "OK allowed=true credit=" : "OK allowed=false credit=");
+        p = number_append_u64(p, res->credit);
         p = append_str(p, " limit=");
-        p = number_append_u64(p, d->limit);
+        p = number_append_u64(p, res->limit);
         p = append_str(p, " reset=");
-        p = number_append_u64(p, d->reset);
+        p = number_append_u64(p, res->reset);
         p = append_str(p, " retry=");
-        p = number_append_i64(p, d->retry);
+        p = number_append_i64(p, res->retry);
         p = append_str(p, " rule=");
-        p = append_rule_ref(p, &d->rule);
+        p = append_rule_ref(p, rule);
         *p++ = '\n';
         *p = '\0';
         return (size_t) (p - buf);
@@ -643,12 +643,12 @@ static char *append_rule_list(char *p, const ProtoRuleRef *refs, size_t n) {
         return p;
 }
 
-size_t proto_format_explain(char *buf, const ProtoExplain *e) {
+size_t proto_format_explain_fields(char *buf, const ProtoExplain *e) {
         char *p = buf;
 
-        /* At most 8 + 255 + 7 + 20 + 8 + 32 + 7 + 2 + 512 + 11 + 32 + 10 + 1536 + 10 + 1536 + 1
-         * bytes and the NUL: 3988 <= PROTO_REPLY_EXPLAIN_MAX. */
-        p = append_str(p, "OK rule=");
+        /* With proto_format_explain()'s "OK " and "\n": at most 8 + 255 + 7 + 20 + 8 + 32 + 7 + 2 + 512 + 11
+         * + 32 + 10 + 1536 + 10 + 1536 + 1 bytes and the NUL: 3988 <= PROTO_REPLY_EXPLAIN_MAX. */
+        p = append_str(p, "rule=");
         p = append_rule_ref(p, &e->rule);
         p = append_str(p, " index=");
         p = number_append_u64(p, e->rule.index);
@@ -665,9 +665,18 @@ size_t proto_format_explain(char *buf, const ProtoExplain *e) {
         p = append_rule_list(p, e->canaries, e->n_canaries);
         p = append_str(p, " continue=");
         p = append_rule_list(p, e->continues, e->n_continues);
-        *p++ = '\n';
         *p = '\0';
         return (size_t) (p - buf);
+}
+
+size_t proto_format_explain(char *buf, const ProtoExplain *e) {
+        size_t n;
+
+        memcpy(buf, "OK ", 3);
+        n = 3 + proto_format_explain_fields(buf + 3, e);
+        buf[n++] = '\n';
+        buf[n] = '\0';
+        return n;
 }
 
 _Static_assert(8 + PROTO_LABEL_MAX + 7 + 20 + 8 + PROTO_NAME_MAX + 7 + 2 + PROTO_ACTOR_TEXT_MAX + 11 +

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/algorithm.h"
 #include "shared/limits.h"
 
 #define PROTO_LINE_MAX  DIVVY_PROTO_LINE_MAX
@@ -183,19 +184,12 @@ typedef struct ProtoRuleRef {
         uint64_t index;    /* the rule's 0-based position in the config */
 } ProtoRuleRef;
 
-/* The answer to TAKE, PEEK, CHARGE or REFUND. */
-typedef struct ProtoDecision {
-        bool allowed;
-        uint64_t credit;   /* whole credits left */
-        uint64_t limit;    /* capacity */
-        uint64_t reset;    /* s until full again (allowed) or until this request would pass (denied) */
-        int64_t retry;     /* s: 0 allowed, >= 1 denied, -1 never */
-        ProtoRuleRef rule; /* the binding rule */
-} ProtoDecision;
-
-/* "OK allowed=true credit=7 limit=10 reset=42 retry=0 rule=<label or #index>\n" into buf (at
+/* The answer to TAKE, PEEK, CHARGE or REFUND: the algorithm's result (allowed, credit left,
+ * limit, reset: s until full again when allowed or until this request would pass when denied,
+ * retry: s, 0 allowed, >= 1 denied, -1 never) and the binding rule, as
+ * "OK allowed=true credit=7 limit=10 reset=42 retry=0 rule=<label or #index>\n" into buf (at
  * least PROTO_REPLY_V2_MAX bytes). Returns the length written. */
-size_t proto_format_decision(char *buf, const ProtoDecision *d);
+size_t proto_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule);
 
 /* "OK proto=2 server=divvyd/<version> verbs=HIT,HELLO,TAKE,PEEK,CHARGE,REFUND,RESET,EXPLAIN\n"
  * into buf (at least PROTO_REPLY_V2_MAX bytes). version: NUL-terminated, cut at
@@ -229,3 +223,6 @@ typedef struct ProtoExplain {
  * - lists: the refs joined by ',' (labels hold no ','), "-" when empty; a list longer than
  *   PROTO_RULE_LIST_MAX bytes ends with the element "..." after the last ref that fits. */
 size_t proto_format_explain(char *buf, const ProtoExplain *e);
+/* The same fields without "OK " and "\n" (NUL-terminated; RESP's EXPLAIN reply): at most
+ * PROTO_REPLY_EXPLAIN_MAX - 4 bytes and the NUL. */
+size_t proto_format_explain_fields(char *buf, const ProtoExplain *e);

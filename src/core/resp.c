@@ -143,29 +143,6 @@ int resp_parse(const char *buf, size_t len, size_t max_args, size_t max_bytes, R
         return 1;
 }
 
-static const char *const command_table[_RESP_CMD_MAX] = {
-        [RESP_CMD_HIT] = "HIT",
-        [RESP_CMD_TAKE] = "TAKE",
-        [RESP_CMD_PEEK] = "PEEK",
-        [RESP_CMD_CHARGE] = "CHARGE",
-        [RESP_CMD_REFUND] = "REFUND",
-        [RESP_CMD_RESET] = "RESET",
-        [RESP_CMD_EXPLAIN] = "EXPLAIN",
-        [RESP_CMD_PING] = "PING",
-        [RESP_CMD_ECHO] = "ECHO",
-        [RESP_CMD_QUIT] = "QUIT",
-        [RESP_CMD_HELLO] = "HELLO",
-        [RESP_CMD_CLIENT] = "CLIENT",
-        [RESP_CMD_COMMAND] = "COMMAND",
-        [RESP_CMD_SELECT] = "SELECT",
-        [RESP_CMD_AUTH] = "AUTH",
-        [RESP_CMD_CL_THROTTLE] = "CL.THROTTLE",
-        [RESP_CMD_RL_REDUCE] = "RL.REDUCE",
-        [RESP_CMD_RL_GET] = "RL.GET",
-        [RESP_CMD_RL_PREDUCE] = "RL.PREDUCE",
-        [RESP_CMD_RL_PGET] = "RL.PGET",
-};
-
 bool resp_slice_eq(ProtoSlice s, const char *word) {
         size_t i;
 
@@ -181,41 +158,6 @@ bool resp_slice_eq(ProtoSlice s, const char *word) {
                         return false;
         }
         return word[i] == 0;
-}
-
-RespCommand resp_command_from_name(ProtoSlice name) {
-        /* HIT first: it is the one on the hot path. */
-        for (RespCommand c = RESP_CMD_HIT; c < _RESP_CMD_MAX; c++)
-                if (resp_slice_eq(name, command_table[c]))
-                        return c;
-        return RESP_CMD_UNKNOWN;
-}
-
-const char *resp_command_to_string(RespCommand cmd) {
-        if (cmd <= RESP_CMD_UNKNOWN || cmd >= _RESP_CMD_MAX)
-                return NULL;
-        return command_table[cmd];
-}
-
-ProtoVerb resp_command_verb(RespCommand cmd) {
-        switch (cmd) {
-        case RESP_CMD_HIT:
-                return PROTO_VERB_HIT;
-        case RESP_CMD_TAKE:
-                return PROTO_VERB_TAKE;
-        case RESP_CMD_PEEK:
-                return PROTO_VERB_PEEK;
-        case RESP_CMD_CHARGE:
-                return PROTO_VERB_CHARGE;
-        case RESP_CMD_REFUND:
-                return PROTO_VERB_REFUND;
-        case RESP_CMD_RESET:
-                return PROTO_VERB_RESET;
-        case RESP_CMD_EXPLAIN:
-                return PROTO_VERB_EXPLAIN;
-        default:
-                return _PROTO_VERB_INVALID;
-        }
 }
 
 int resp_parse_int(ProtoSlice s, int64_t *ret) {
@@ -483,22 +425,28 @@ static bool is_label_char(uint8_t c) {
                c == '-';
 }
 
-size_t resp_format_decision(char *buf, const ProtoDecision *d) {
+size_t resp_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule) {
         char *p = append_mem(buf, "*6" CRLF, 4), label[PROTO_LABEL_MAX + 24];
         size_t n = 0;
 
-        p = append_int(p, d->allowed);
-        p = append_int(p, d->credit > INT64_MAX ? INT64_MAX : (int64_t) d->credit);
-        p = append_int(p, d->limit > INT64_MAX ? INT64_MAX : (int64_t) d->limit);
-        p = append_int(p, d->reset > INT64_MAX ? INT64_MAX : (int64_t) d->reset);
-        p = append_int(p, d->retry);
-        if (d->rule.label && d->rule.label[0])
-                for (; d->rule.label[n] && n < PROTO_LABEL_MAX; n++)
-                        label[n] = is_label_char((uint8_t) d->rule.label[n]) ? d->rule.label[n] : '?';
+        p = append_int(p, res->allowed);
+        p = append_int(p, res->credit > INT64_MAX ? INT64_MAX : (int64_t) res->credit);
+        p = append_int(p, res->limit > INT64_MAX ? INT64_MAX : (int64_t) res->limit);
+        p = append_int(p, res->reset > INT64_MAX ? INT64_MAX : (int64_t) res->reset);
+        p = append_int(p, res->retry);
+        if (rule->label && rule->label[0])
+                for (; rule->label[n] && n < PROTO_LABEL_MAX; n++)
+                        label[n] = is_label_char((uint8_t) rule->label[n]) ? rule->label[n] : '?';
         else {
                 label[0] = '#';
-                n = (size_t) (number_append_u64(label + 1, d->rule.index) - label);
+                n = (size_t) (number_append_u64(label + 1, rule->index) - label);
         }
         p += resp_format_bulk(p, label, n);
         return (size_t) (p - buf);
+}
+
+size_t resp_format_explain(char *buf, const ProtoExplain *e) {
+        char text[PROTO_REPLY_EXPLAIN_MAX];
+
+        return resp_format_bulk(buf, text, proto_format_explain_fields(text, e));
 }

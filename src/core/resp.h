@@ -82,6 +82,7 @@ typedef enum RespCommand {
         _RESP_CMD_MAX,
 } RespCommand;
 
+/* By RESP's command table (resp-commands.c). */
 RespCommand resp_command_from_name(ProtoSlice name);
 /* "HIT", "CL.THROTTLE", ... (upper case); NULL for RESP_CMD_UNKNOWN. */
 const char *resp_command_to_string(RespCommand cmd);
@@ -147,6 +148,9 @@ size_t resp_format_array(char *buf, uint64_t n);
 /* A decision (TAKE, PEEK, CHARGE, REFUND): "*6" allowed 0|1, credit, limit, reset, retry, and
  * the binding rule's label as a bulk string ("#<index>" when it has none). At most
  * RESP_REPLY_DECISION_MAX bytes. */
-size_t resp_format_decision(char *buf, const ProtoDecision *d);
+size_t resp_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule);
+/* EXPLAIN: proto_format_explain_fields() as one bulk string. At most PROTO_REPLY_EXPLAIN_MAX +
+ * RESP_BULK_OVERHEAD bytes. */
+size_t resp_format_explain(char *buf, const ProtoExplain *e);
 /* HIT: "*3" allowed 0|1, credit, reset (-1: never). At most 4 * RESP_INT_MAX_LEN bytes. */
 size_t resp_format_hit(char *buf, bool allowed, uint64_t credit, int64_t reset);

@@ -3,20 +3,21 @@
 
 /*
  * batch.c: the batch engine. The server hands it the connections that have requests
- * (batch_take(), one connection after the other); it frames, parses and matches their
- * lines into per-request slots that carry the matched rules, and collects the store hits
- * of all of them. batch_finish() then hands every hit to the store with ONE submit call
- * (store.h: store_submit(), completion-based); once the store completes (the local store at
- * once, inside batch_finish(); a remote one later, from the event loop) the batch formats
- * the replies in request order at the end of each connection's output buffer (room was
- * reserved when the request was taken), counts the outcomes in the Metrics and calls the
- * done callback. Until then the batch is pending: nothing may be taken, and the connections
- * of the batch and their input (the hits point into it) must stay as they are. It never
- * reads, writes or closes a socket: sending the replies is the server's job.
+ * (batch_take(), one connection after the other); the front-end of each connection's protocol
+ * (frontend.h) frames and parses their requests into per-request slots, which the engine
+ * matches to their rules, and the engine collects the store hits of all of them. batch_finish() then hands
+ * every hit to the store with ONE submit call (store.h: store_submit(), completion-based); once the store
+ * completes (the local store at once, inside batch_finish(); a remote one later, from the event loop) the
+ * batch formats every slot, counts its outcome in the Metrics once, whatever the protocol, and has the
+ * front-end format the reply in request order at the end of each connection's output buffer
+ * (room was reserved when the request was taken); then it calls the done callback. Until then the batch is
+ * pending: nothing may be taken, and the connections of the batch and their input (the hits point into it)
+ * must stay as they are. It never reads, writes or closes a socket: sending the replies is the server's job.
  *
  * The rules, the store and the metrics are borrowed; the rules may be swapped between
- * batches only (no pointer into a RuleSet outlives a batch). Everything a batch needs
- * is allocated once, by batch_new(): a batch allocates nothing.
+ * batches only (no pointer into a RuleSet outlives a batch). The batch's own arrays are
+ * allocated once, by batch_new(); the one allocation a batch may make is a connection's output
+ * buffer growing when a request is taken (room for its reply; connection_reserve()).
  */
 
 #include <stdbool.h>
@@ -47,12 +48,16 @@ typedef struct BatchSettings {
 } BatchSettings;
 
 typedef struct Batch Batch;
+typedef struct Frontend Frontend; /* frontend.h */
 
 int batch_new(const BatchSettings *settings, Batch **ret);
 Batch *batch_free(Batch *b);
 
 /* Borrowed; see above. */
 void batch_set_rules(Batch *b, const RuleSet *rules);
+/* The front-end that takes and answers the requests of connections speaking proto (borrowed;
+ * frontends.h: frontends_attach() sets every one divvyd has). */
+void batch_set_frontend(Batch *b, ConnectionProto proto, const Frontend *fe);
 /* The local store (store_submit()), or any backend with the same interface. */
 void batch_set_store(Batch *b, Store *store);
 void batch_set_backend(Batch *b, StoreSubmitFunc submit, void *backend);
@@ -67,9 +72,9 @@ void batch_set_metrics(Batch *b, Metrics *metrics);
 /* True if the batch can take at least one more request (of a new connection). */
 bool batch_has_room(const Batch *b);
 
-/* Takes up to BATCH_LINES_PER_CONNECTION requests of c, while the batch has room (lines, or RESP
- * requests on a RESP connection: see connection.h; both are matched, counted and decided alike,
- * and answered in the connection's protocol). Sets
+/* Takes up to BATCH_LINES_PER_CONNECTION requests of c, while the batch has room, by the
+ * front-end of c's protocol (lines, or RESP requests on a RESP connection: see connection.h; all
+ * are matched, counted and decided alike, and answered in the connection's protocol). Sets
  * c->blocked when c's unsent output is over the output limit, c->closing after a request
  * that is answered ERR (the input after it is dropped; on RESP, only after a framing error or
  * QUIT: other errors are answered and the connection goes on). c must stay alive until

@@ -44,6 +44,7 @@ typedef enum ConnectionProto {
         CONNECTION_PROTO_UNDECIDED,
         CONNECTION_PROTO_LINE,
         CONNECTION_PROTO_RESP,
+        _CONNECTION_PROTO_MAX,
 } ConnectionProto;
 
 /* What a RESP connection holds beyond a line connection's: allocated once, when its first

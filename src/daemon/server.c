@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "batch.h"
+#include "frontends.h"
 #include "connection.h"
 #include "log.h"
 #include "server.h"
@@ -594,6 +595,7 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                         server_free(s);
                         return r < 0 ? r : -ENOMEM;
                 }
+                frontends_attach(sb->batch);
                 batch_set_done(sb->batch, server_batch_done, sb);
         }
 

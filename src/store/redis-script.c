@@ -143,11 +143,13 @@ int redis_script_decode(const redisReply *r, StoreHit *hits, size_t n) {
                 redisReply *const *e = r->element + i * REDIS_SCRIPT_RESULTS_PER_HIT;
 
                 hits[i].error = 0;
-                hits[i].allowed = e[0]->integer == 1;
-                hits[i].credit = (uint64_t) e[1]->integer;
-                hits[i].reset_left = (uint64_t) e[2]->integer;
-                hits[i].limit = (uint64_t) e[3]->integer;
-                hits[i].retry = (int64_t) e[4]->integer;
+                hits[i].res = (AlgoResult){
+                        .allowed = e[0]->integer == 1,
+                        .credit = (uint64_t) e[1]->integer,
+                        .reset = (uint64_t) e[2]->integer,
+                        .limit = (uint64_t) e[3]->integer,
+                        .retry = (int64_t) e[4]->integer,
+                };
         }
         return 0;
 }

@@ -72,7 +72,7 @@ extern const char redis_script_sha1[]; /* its SHA1, 40 lowercase hex digits (com
 int redis_script_hit_args(const StoreHit *h, bool compat, uint64_t now_usec, char *buf, size_t size,
                           const char **argv, size_t *argvlen);
 
-/* Decodes the script's reply for hits[0..n): sets allowed, credit, reset_left, limit, retry and
+/* Decodes the script's reply for hits[0..n): sets res (allowed, credit, reset, limit, retry) and
  * error 0 of each. Returns 0, or -EPROTO (hits untouched) if r is not an array of
  * n * REDIS_SCRIPT_RESULTS_PER_HIT integers in their ranges (an error reply included: the
  * caller looks at r->type first for NOSCRIPT and cluster redirects). */

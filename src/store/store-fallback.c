@@ -90,11 +90,13 @@ static void fallback_decide(StoreHit *h, bool allow) {
         uint64_t capacity = h->algo && h->algo->burst ? h->algo->burst : h->credit_limit;
 
         h->error = 0;
-        h->allowed = allow;
-        h->limit = capacity;
-        h->credit = allow ? capacity : 0;
-        h->reset_left = h->reset_seconds;
-        h->retry = allow ? 0 : (int64_t) h->reset_seconds;
+        h->res = (AlgoResult){
+                .allowed = allow,
+                .limit = capacity,
+                .credit = allow ? capacity : 0,
+                .reset = h->reset_seconds,
+                .retry = allow ? 0 : (int64_t) h->reset_seconds,
+        };
 }
 
 static void fallback_local_done(void *userdata, int error) {
@@ -105,11 +107,7 @@ static void fallback_local_done(void *userdata, int error) {
                 const StoreHit *l = b->local_hits + i;
 
                 h->error = error < 0 ? error : l->error;
-                h->allowed = l->allowed;
-                h->credit = l->credit;
-                h->reset_left = l->reset_left;
-                h->limit = l->limit;
-                h->retry = l->retry;
+                h->res = l->res;
                 if (h->error < 0)
                         b->owner->stats.local_errors++;
         }

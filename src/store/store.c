@@ -202,7 +202,6 @@ static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_
         const AlgoParams *p = h->algo;
         TableEntry *e = NULL;
         AlgoState st = { 0, 0 };
-        AlgoResult res;
         int r;
 
         if (!p) {
@@ -238,11 +237,11 @@ static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_
         h->error = 0;
 
         if (h->op == STORE_RESET) {
-                h->allowed = true;
-                h->credit = e && st.w0 > now_usec; /* a live counter was deleted */
-                h->reset_left = 0;
-                h->limit = p->credit_limit;
-                h->retry = 0;
+                h->res = (AlgoResult){
+                        .allowed = true,
+                        .credit = e && st.w0 > now_usec, /* a live counter was deleted */
+                        .limit = p->credit_limit,
+                };
                 if (!e)
                         return 0;
                 (void) table_delete(s->table, s->ids[i]);
@@ -250,13 +249,8 @@ static int apply_hit(Store *s, StoreHit *h, size_t i, size_t *m, uint64_t batch_
                 return 0;
         }
 
-        algo_apply(p, store_op_algo[h->op], h->op == STORE_HIT ? 1 : h->count, now_usec, &st, &res);
-        h->allowed = res.allowed;
-        h->credit = res.credit;
-        h->reset_left = res.reset;
-        h->limit = res.limit;
-        h->retry = res.retry;
-        if (!res.write) {
+        algo_apply(p, store_op_algo[h->op], h->op == STORE_HIT ? 1 : h->count, now_usec, &st, &h->res);
+        if (!h->res.write) {
                 if (r == 1) {
                         /* created for nothing (e.g. a TAKE above the capacity) */
                         (void) table_delete(s->table, s->ids[i]);
@@ -289,11 +283,7 @@ static int apply_sync(Store *s) {
 /* Sets h's outputs to the failure r. */
 static void hit_fail(StoreHit *h, int r) {
         h->error = r;
-        h->allowed = false;
-        h->credit = 0;
-        h->reset_left = 0;
-        h->limit = 0;
-        h->retry = 0;
+        h->res = (AlgoResult){ .allowed = false };
 }
 
 /* Hit i could not get a new counter (r: -EDQUOT, -ENOMEM): it fails with its all-or-nothing
@@ -369,7 +359,7 @@ static int apply_hits(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, boo
                 }
                 if (h->group == 0)
                         continue;
-                group_ok = group_ok && h->allowed;
+                group_ok = group_ok && h->res.allowed;
                 if (!group_ok && (i + 1 == n || hits[i + 1].group != h->group)) {
                         /* all or nothing: one was denied, so none is applied */
                         undo_range(s, group_start, i + 1);

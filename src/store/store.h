@@ -173,12 +173,13 @@ typedef struct StoreHit {
         const Rule *rule;
         /* out */
         int error; /* 0, or -errno if this hit could not be applied */
-        bool allowed;
-        uint64_t credit;     /* credit left after this hit */
-        uint64_t reset_left; /* whole seconds until the counter is full again, rounded up, >= 1; when
-                              * denied, until the hit would pass (the retry-after) */
-        uint64_t limit;      /* the counter's capacity (creditLimit, or a token bucket's burst) */
-        int64_t retry;       /* seconds: 0 allowed, >= 1 denied, -1 can never pass */
+        /* The algorithm's result (algorithm.h), which the engine and the formatters use as it is:
+         * allowed; credit left after this hit; limit, the counter's capacity (creditLimit, or a
+         * token bucket's burst); reset, whole seconds until the counter is full again, rounded up,
+         * >= 1, when denied until the hit would pass (the retry-after); retry, seconds: 0 allowed,
+         * >= 1 denied, -1 can never pass. STORE_RESET: allowed, credit 1 if a live counter was
+         * deleted, else 0. All zero after an error. write is the local store's own. */
+        AlgoResult res;
 } StoreHit;
 
 typedef struct StoreStats {

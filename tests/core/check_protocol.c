@@ -942,23 +942,33 @@ START_TEST (test_format_decision) {
         size_t n;
 
         static const struct {
-                ProtoDecision d;
+                AlgoResult res;
+                ProtoRuleRef rule;
                 const char *reply;
         } cases[] = {
-                { { true, 7, 10, 42, 0, { "cookies", 3 } },
+                { { .allowed = true, .credit = 7, .limit = 10, .reset = 42, .retry = 0 },
+                  { "cookies", 3 },
                   "OK allowed=true credit=7 limit=10 reset=42 retry=0 rule=cookies\n" },
-                { { false, 0, 10, 17, 17, { NULL, 3 } },
+                { { .allowed = false, .credit = 0, .limit = 10, .reset = 17, .retry = 17 },
+                  { NULL, 3 },
                   "OK allowed=false credit=0 limit=10 reset=17 retry=17 rule=#3\n" },
-                { { false, 0, 0, 0, -1, { "", 0 } },
+                { { .allowed = false, .credit = 0, .limit = 0, .reset = 0, .retry = -1 },
+                  { "", 0 },
                   "OK allowed=false credit=0 limit=0 reset=0 retry=-1 rule=#0\n" },
-                { { true, 1, 2, 3, 0, { "a b=\"c", 1 } }, /* never a valid label: still one token */
+                { { .allowed = true, .credit = 1, .limit = 2, .reset = 3, .retry = 0 },
+                  { "a b=\"c", 1 }, /* never a valid label: still one token */
                   "OK allowed=true credit=1 limit=2 reset=3 retry=0 rule=a?b??c\n" },
-                { { false, UINT64_MAX, UINT64_MAX, UINT64_MAX, INT64_MIN, { NULL, UINT64_MAX } },
+                { { .allowed = false,
+                    .credit = UINT64_MAX,
+                    .limit = UINT64_MAX,
+                    .reset = UINT64_MAX,
+                    .retry = INT64_MIN },
+                  { NULL, UINT64_MAX },
                   "OK allowed=false credit=18446744073709551615 limit=18446744073709551615 "
                   "reset=18446744073709551615 retry=-9223372036854775808 rule=#18446744073709551615\n" },
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
-                n = proto_format_decision(buf, &cases[i].d);
+                n = proto_format_decision(buf, &cases[i].res, &cases[i].rule);
                 ck_assert_str_eq(buf, cases[i].reply);
                 ck_assert_uint_eq(n, strlen(cases[i].reply));
         }
@@ -968,7 +978,9 @@ START_TEST (test_format_decision) {
         memset(buf, 0x55, sizeof buf);
         n = proto_format_decision(
                 buf,
-                &(ProtoDecision){ false, UINT64_MAX, UINT64_MAX, UINT64_MAX, INT64_MIN, { label255, 1 } });
+                &(AlgoResult){
+                        .credit = UINT64_MAX, .limit = UINT64_MAX, .reset = UINT64_MAX, .retry = INT64_MIN },
+                &(ProtoRuleRef){ label255, 1 });
         snprintf(expected, sizeof expected,
                  "OK allowed=false credit=18446744073709551615 limit=18446744073709551615 "
                  "reset=18446744073709551615 retry=-9223372036854775808 rule=%.255s\n",

@@ -345,24 +345,23 @@ START_TEST (test_format) {
         CHECK_FORMAT(resp_format_array(buf, 12), "*12\r\n");
         CHECK_FORMAT(resp_format_hit(buf, true, 9, 60), "*3\r\n:1\r\n:9\r\n:60\r\n");
         CHECK_FORMAT(resp_format_hit(buf, false, 0, -1), "*3\r\n:0\r\n:0\r\n:-1\r\n");
-        CHECK_FORMAT(resp_format_decision(buf, &(ProtoDecision){ .allowed = true,
-                                                                 .credit = 7,
-                                                                 .limit = 10,
-                                                                 .reset = 42,
-                                                                 .retry = 0,
-                                                                 .rule = { "api", 3 } }),
-                     "*6\r\n:1\r\n:7\r\n:10\r\n:42\r\n:0\r\n$3\r\napi\r\n");
-        CHECK_FORMAT(resp_format_decision(buf, &(ProtoDecision){ .retry = -1, .rule = { NULL, 12 } }),
+        CHECK_FORMAT(
+                resp_format_decision(
+                        buf,
+                        &(AlgoResult){ .allowed = true, .credit = 7, .limit = 10, .reset = 42, .retry = 0 },
+                        &(ProtoRuleRef){ "api", 3 }),
+                "*6\r\n:1\r\n:7\r\n:10\r\n:42\r\n:0\r\n$3\r\napi\r\n");
+        CHECK_FORMAT(resp_format_decision(buf, &(AlgoResult){ .retry = -1 }, &(ProtoRuleRef){ NULL, 12 }),
                      "*6\r\n:0\r\n:0\r\n:0\r\n:0\r\n:-1\r\n$3\r\n#12\r\n");
 
         /* The longest decision fits its bound; a label is cut at PROTO_LABEL_MAX. */
         memset(label, 'l', sizeof label - 1);
         label[sizeof label - 1] = 0;
-        size_t n = resp_format_decision(buf, &(ProtoDecision){ .credit = UINT64_MAX,
-                                                               .limit = UINT64_MAX,
-                                                               .reset = UINT64_MAX,
-                                                               .retry = INT64_MIN,
-                                                               .rule = { label, 0 } });
+        size_t n = resp_format_decision(
+                buf,
+                &(AlgoResult){
+                        .credit = UINT64_MAX, .limit = UINT64_MAX, .reset = UINT64_MAX, .retry = INT64_MIN },
+                &(ProtoRuleRef){ label, 0 });
         ck_assert_uint_le(n, RESP_REPLY_DECISION_MAX);
         ck_assert(strstr(buf, "$255\r\n"));
 }

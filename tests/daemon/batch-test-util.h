@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon/batch.h"
+#include "daemon/frontends.h"
 #include "metrics-test-util.h"
 
 #define NOW_USEC         (1700000000ULL * 1000000ULL)
@@ -67,6 +68,7 @@ static inline void batch_test_setup(const char *rules_ini, bool resp_allowed) {
         ck_assert_int_eq(metrics_new(&metrics), 0);
         ck_assert_int_eq(metrics_set_rules(metrics, rules), 0);
         ck_assert_int_eq(batch_new(&(BatchSettings){ .output_limit = 4096 }, &batch), 0);
+        frontends_attach(batch);
         batch_set_rules(batch, rules);
         batch_set_store(batch, store);
         batch_set_metrics(batch, metrics);

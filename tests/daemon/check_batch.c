@@ -222,9 +222,9 @@ START_TEST (test_completes_later) {
         ck_assert_int_eq(batch_finish(batch, NOW_USEC), -EBUSY);
 
         /* the store's answers, then its completion: the replies in request order */
-        d.hits[0] = (StoreHit){ .allowed = true, .credit = 1, .reset_left = 60 };
-        d.hits[1] = (StoreHit){ .allowed = false, .credit = 0, .reset_left = 59 };
-        d.hits[2] = (StoreHit){ .allowed = true, .credit = 4, .reset_left = 60 };
+        d.hits[0] = (StoreHit){ .res = { .allowed = true, .credit = 1, .reset = 60 } };
+        d.hits[1] = (StoreHit){ .res = { .allowed = false, .credit = 0, .reset = 59 } };
+        d.hits[2] = (StoreHit){ .res = { .allowed = true, .credit = 4, .reset = 60 } };
         d.done(d.userdata, 0);
         ck_assert(!batch_pending(batch));
         ck_assert_uint_eq(done_calls, before + 1);
@@ -258,7 +258,7 @@ START_TEST (test_hit_error_answers_its_request_only) {
         ck_assert_uint_eq(d.hits[0].rule->credit_limit, 2);
         ck_assert_uint_eq(d.hits[1].rule->credit_limit, 5);
         d.hits[0] = (StoreHit){ .error = -ENOSPC };
-        d.hits[1] = (StoreHit){ .allowed = true, .credit = 4, .reset_left = 60 };
+        d.hits[1] = (StoreHit){ .res = { .allowed = true, .credit = 4, .reset = 60 } };
         d.done(d.userdata, 0);
         ck_assert_str_eq(output(0), "ERR unknown \"store full\"\n");
         ck_assert_str_eq(output(1), "OK true 4 60\n");

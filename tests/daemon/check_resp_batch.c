@@ -330,17 +330,23 @@ START_TEST (test_reply_room_then_compact) {
 }
 END_TEST
 
+/* The fixture's batch replaced by one with --allow-client-limits, on the same store. */
+static void client_limits_batch(void) {
+        batch = batch_free(batch);
+        ck_assert_int_eq(
+                batch_new(&(BatchSettings){ .output_limit = 4096, .allow_client_limits = true }, &batch), 0);
+        frontends_attach(batch);
+        batch_set_rules(batch, rules);
+        batch_set_store(batch, store);
+        batch_set_done(batch, on_done, NULL);
+}
+
 START_TEST (test_client_limits) {
         /* --allow-client-limits: a batch of its own, on the same store. redis-cell's worked example
          * (README: "CL.THROTTLE user123 15 30 60" on a fresh key), then Smyte's RL.*: the tokens
          * before the take, nothing taken when there are not enough, RL.PREDUCE's milliseconds
          * naming the same bucket as RL.REDUCE's seconds. */
-        batch = batch_free(batch);
-        ck_assert_int_eq(
-                batch_new(&(BatchSettings){ .output_limit = 4096, .allow_client_limits = true }, &batch), 0);
-        batch_set_rules(batch, rules);
-        batch_set_store(batch, store);
-        batch_set_done(batch, on_done, NULL);
+        client_limits_batch();
 
         input(0, req("CL.THROTTLE|user123|15|30|60"));
         input(0, req("cl.throttle|user123|15|30|60"));
@@ -372,6 +378,29 @@ START_TEST (test_client_limits) {
 }
 END_TEST
 
+START_TEST (test_client_limits_counted) {
+        /* CL.THROTTLE and RL.* are counted per outcome as the verb of their operation, as TAKE and
+         * PEEK are on a line: allowed and denied decisions and the credits taken. */
+        client_limits_batch();
+        batch_set_metrics(batch, metrics);
+
+        input(0, req("CL.THROTTLE|u|1|1|60")); /* a bucket of 2: taken */
+        input(0, req("CL.THROTTLE|u|1|1|60")); /* taken */
+        input(0, req("CL.THROTTLE|u|1|1|60")); /* denied */
+        input(0, req("CL.THROTTLE|u|1|1|60|0"));
+        input(0, req("RL.REDUCE|r|3|60|TAKE|2")); /* 2 taken */
+        input(0, req("RL.REDUCE|r|3|60|TAKE|2")); /* denied */
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 6);
+        ck_assert_uint_eq(metrics_verb_decisions(metrics, PROTO_VERB_TAKE, true), 3);
+        ck_assert_uint_eq(metrics_verb_decisions(metrics, PROTO_VERB_TAKE, false), 2);
+        ck_assert_uint_eq(metrics_verb_credits(metrics, PROTO_VERB_TAKE), 4);
+        ck_assert_uint_eq(metrics_verb_decisions(metrics, PROTO_VERB_PEEK, true) +
+                                  metrics_verb_decisions(metrics, PROTO_VERB_PEEK, false),
+                          1);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("resp_batch");
         TCase *tc = tcase_create("resp");
@@ -388,6 +417,7 @@ int main(void) {
         tcase_add_test(tc, test_resp_off);
         tcase_add_test(tc, test_pipelined_batches);
         tcase_add_test(tc, test_client_limits);
+        tcase_add_test(tc, test_client_limits_counted);
         tcase_add_test(tc, test_reply_room_then_compact);
         suite_add_tcase(s, tc);
         return check_run_suite(s);

@@ -15,6 +15,7 @@
 
 #include "build-config.h"
 #include "daemon/batch.h"
+#include "daemon/frontends.h"
 #include "metrics-test-util.h"
 #include "check-run.h"
 
@@ -185,6 +186,7 @@ static void setup(void) {
         ck_assert_int_eq(metrics_new(&metrics), 0);
         ck_assert_int_eq(metrics_set_rules(metrics, rules), 0);
         ck_assert_int_eq(batch_new(&(BatchSettings){ .output_limit = 64 * 1024 }, &batch), 0);
+        frontends_attach(batch);
         batch_set_rules(batch, rules);
         batch_set_store(batch, store);
         batch_set_metrics(batch, metrics);

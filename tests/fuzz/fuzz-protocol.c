@@ -182,12 +182,13 @@ static void check_v2_replies(const char *line, size_t len, const uint8_t *data, 
         text[len] = '\0'; /* cut at the first NUL, as a C string would be */
 
         memset(reply, 0x55, sizeof reply);
-        n = proto_format_decision(reply, &(ProtoDecision){ num[0] & 1,
-                                                           num[0],
-                                                           num[1],
-                                                           num[2],
-                                                           (int64_t) num[3],
-                                                           { size & 2 ? text : NULL, num[1] } });
+        n = proto_format_decision(reply,
+                                  &(AlgoResult){ .allowed = num[0] & 1,
+                                                 .credit = num[0],
+                                                 .limit = num[1],
+                                                 .reset = num[2],
+                                                 .retry = (int64_t) num[3] },
+                                  &(ProtoRuleRef){ size & 2 ? text : NULL, num[1] });
         fuzz_check(one_line(reply, n, PROTO_REPLY_V2_MAX) &&
                    (unsigned char) reply[PROTO_REPLY_V2_MAX] == 0x55);
         n = proto_format_hello(reply, text);

@@ -347,16 +347,16 @@ static void model_batch(const AlgoParams *p, AlgoState *st, const int *key, Stor
                         *s = (AlgoState){ 0, 0 };
                 } else
                         algo_apply(p, algo_op[h->op], h->op == STORE_HIT ? 1 : h->count, at, s, &res);
-                h->allowed = res.allowed;
-                h->credit = res.credit;
-                h->reset_left = res.reset;
-                h->limit = res.limit;
-                h->retry = res.retry;
+                h->res.allowed = res.allowed;
+                h->res.credit = res.credit;
+                h->res.reset = res.reset;
+                h->res.limit = res.limit;
+                h->res.retry = res.retry;
                 if (s->w0 > *ret_w0_max)
                         *ret_w0_max = s->w0;
                 if (h->group == 0)
                         continue;
-                ok = ok && h->allowed;
+                ok = ok && h->res.allowed;
                 if (!ok && (i + 1 == n || hits[i + 1].group != h->group))
                         memcpy(st, saved, sizeof saved);
         }
@@ -507,20 +507,21 @@ START_TEST (test_exact_random) {
                 for (size_t i = 0; i < call.n; i++) {
                         const StoreHit *g = call.hits + i, *w = want + i;
 
-                        expect(g->allowed == w->allowed && g->credit == w->credit &&
-                                       g->reset_left == w->reset_left && g->limit == w->limit &&
-                                       g->retry == w->retry,
+                        expect(g->res.allowed == w->res.allowed && g->res.credit == w->res.credit &&
+                                       g->res.reset == w->res.reset && g->res.limit == w->res.limit &&
+                                       g->res.retry == w->res.retry,
                                "config %d batch %d hit %zu/%zu (key %d, op %d, count %" PRIu64
                                ", group %" PRIu32 ", now %" PRIu64 " = start + %" PRIu64
                                "): script %d %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64
                                ", algo_apply %d %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64
                                " (state before w0 %" PRIu64 " w1 %" PRIu64 ")",
                                _i, b, i, call.n, key[i], g->op, g->count, g->group, now, now - start,
-                               g->allowed, g->credit, g->reset_left, g->limit, g->retry, w->allowed,
-                               w->credit, w->reset_left, w->limit, w->retry, st[key[i]].w0, st[key[i]].w1);
+                               g->res.allowed, g->res.credit, g->res.reset, g->res.limit, g->res.retry,
+                               w->res.allowed, w->res.credit, w->res.reset, w->res.limit, w->res.retry,
+                               st[key[i]].w0, st[key[i]].w1);
                         ops++;
-                        allowed += w->allowed;
-                        denied += !w->allowed;
+                        allowed += w->res.allowed;
+                        denied += !w->res.allowed;
                 }
                 for (int k = 0; k < KEYS_MODEL; k++) {
                         AlgoState got = { 0, 0 };
@@ -826,13 +827,13 @@ START_TEST (test_compat_hit_is_pipe_lua) {
                         r = redisCommand(c, "EVAL %s 1 %s %" PRIu64 " %" PRIu64, pipe_lua, ref, reset,
                                          limit - 1);
                         ck_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 3);
-                        ck_assert_int_eq(call.hits[0].allowed, r->element[0]->integer);
-                        ck_assert_int_eq((long long) call.hits[0].credit, r->element[1]->integer);
-                        ck_assert_int_eq((long long) call.hits[0].reset_left, r->element[2]->integer);
-                        ck_assert_int_eq(call.hits[0].reset_left, k == 0 ? reset : 30);
-                        ck_assert_int_eq(call.hits[0].limit, limit);
-                        ck_assert_int_eq(call.hits[0].retry, call.hits[0].allowed ? 0 : 30);
-                        ck_assert_int_eq(call.hits[0].allowed, k < limit);
+                        ck_assert_int_eq(call.hits[0].res.allowed, r->element[0]->integer);
+                        ck_assert_int_eq((long long) call.hits[0].res.credit, r->element[1]->integer);
+                        ck_assert_int_eq((long long) call.hits[0].res.reset, r->element[2]->integer);
+                        ck_assert_int_eq(call.hits[0].res.reset, k == 0 ? reset : 30);
+                        ck_assert_int_eq(call.hits[0].res.limit, limit);
+                        ck_assert_int_eq(call.hits[0].res.retry, call.hits[0].res.allowed ? 0 : 30);
+                        ck_assert_int_eq(call.hits[0].res.allowed, k < limit);
                         freeReplyObject(r);
                         ck_assert_str_eq(get(c, call.keys[0], v1, sizeof v1), get(c, ref, v2, sizeof v2));
                         ck_assert_int_eq(integer(c, "TTL %s", call.keys[0]), integer(c, "TTL %s", ref));
@@ -851,12 +852,12 @@ static void compat_do(redisContext *c, const char *key, StoreOp op, uint64_t cou
         call.compat[0] = true;
         snprintf(call.keys[0], KEY_MAX, "%s", key);
         run_ok(c, &call, 0);
-        ck_assert_msg(call.hits[0].allowed == allowed && call.hits[0].credit == credit &&
-                              call.hits[0].reset_left == reset && call.hits[0].retry == retry &&
-                              call.hits[0].limit == 5,
+        ck_assert_msg(call.hits[0].res.allowed == allowed && call.hits[0].res.credit == credit &&
+                              call.hits[0].res.reset == reset && call.hits[0].res.retry == retry &&
+                              call.hits[0].res.limit == 5,
                       "op %d count %" PRIu64 ": %d %" PRIu64 " %" PRIu64 " %" PRId64, op, count,
-                      call.hits[0].allowed, call.hits[0].credit, call.hits[0].reset_left,
-                      call.hits[0].retry);
+                      call.hits[0].res.allowed, call.hits[0].res.credit, call.hits[0].res.reset,
+                      call.hits[0].res.retry);
         if (value)
                 ck_assert_str_eq(get(c, key, v, sizeof v), value);
         else
@@ -962,15 +963,15 @@ START_TEST (test_groups) {
                        .hits = { hit_of(&p, STORE_TAKE, 1, 7), hit_of(&p, STORE_TAKE, 2, 7) },
                        .keys = { "g:a", "g:b" } };
         run_ok(c, &call, now);
-        ck_assert(call.hits[0].allowed && call.hits[0].credit == 1);
-        ck_assert(!call.hits[1].allowed && call.hits[1].credit == 1 && call.hits[1].retry > 0);
+        ck_assert(call.hits[0].res.allowed && call.hits[0].res.credit == 1);
+        ck_assert(!call.hits[1].res.allowed && call.hits[1].res.credit == 1 && call.hits[1].res.retry > 0);
         ck_assert_str_eq(state(c, "g:a", v), "(absent)");
         ck_assert_str_eq(state(c, "g:b", v), want);
 
         /* every one allowed: all written */
         call.hits[1].count = 1;
         run_ok(c, &call, now);
-        ck_assert(call.hits[0].allowed && call.hits[1].allowed && call.hits[1].credit == 0);
+        ck_assert(call.hits[0].res.allowed && call.hits[1].res.allowed && call.hits[1].res.credit == 0);
         ck_assert_str_eq(state(c, "g:a", v), want);
         snprintf(want, sizeof want, "1:%" PRIu64 ":0:2", now + 120 * SEC);
         ck_assert_str_eq(state(c, "g:b", v), want);
@@ -982,7 +983,7 @@ START_TEST (test_groups) {
                                  hit_of(&p, STORE_TAKE, 1, 3) },
                        .keys = { "g:c", "g:a", "g:b" } };
         run_ok(c, &call, now);
-        ck_assert(call.hits[0].allowed && call.hits[1].allowed && !call.hits[2].allowed);
+        ck_assert(call.hits[0].res.allowed && call.hits[1].res.allowed && !call.hits[2].res.allowed);
         ck_assert_str_ne(state(c, "g:c", v), "(absent)");
         ck_assert_str_eq(state(c, "g:a", v), before_a); /* the refund was undone */
         /* ... and a denied canary does not hold the group back */
@@ -991,7 +992,7 @@ START_TEST (test_groups) {
                        .hits = { hit_of(&p, STORE_TAKE, 2, 0), hit_of(&p, STORE_REFUND, 1, 3) },
                        .keys = { "g:c", "g:a" } };
         run_ok(c, &call, now);
-        ck_assert(!call.hits[0].allowed && call.hits[1].allowed);
+        ck_assert(!call.hits[0].res.allowed && call.hits[1].res.allowed);
         ck_assert_str_eq(state(c, "g:c", v), before_c);
         ck_assert_str_eq(state(c, "g:a", v), "(absent)"); /* refunded to empty: deleted */
 
@@ -1001,9 +1002,9 @@ START_TEST (test_groups) {
                                  hit_of(&p, STORE_HIT, 0, 0) },
                        .keys = { "g:d", "g:d", "g:d" } };
         run_ok(c, &call, now);
-        ck_assert(call.hits[0].allowed && call.hits[0].credit == 1);
-        ck_assert(call.hits[1].allowed && call.hits[1].credit == 0);
-        ck_assert(!call.hits[2].allowed && call.hits[2].credit == 0);
+        ck_assert(call.hits[0].res.allowed && call.hits[0].res.credit == 1);
+        ck_assert(call.hits[1].res.allowed && call.hits[1].res.credit == 0);
+        ck_assert(!call.hits[2].res.allowed && call.hits[2].res.credit == 0);
         snprintf(want, sizeof want, "1:%" PRIu64 ":0:2", now + 120 * SEC);
         ck_assert_str_eq(state(c, "g:d", v), want);
         /* ... and in a group: the second denied, so the first is undone too */
@@ -1011,12 +1012,12 @@ START_TEST (test_groups) {
                        .hits = { hit_of(&p, STORE_TAKE, 2, 1), hit_of(&p, STORE_TAKE, 1, 1) },
                        .keys = { "g:e", "g:e" } };
         run_ok(c, &call, now);
-        ck_assert(call.hits[0].allowed && call.hits[0].credit == 0);
-        ck_assert(!call.hits[1].allowed && call.hits[1].credit == 0);
+        ck_assert(call.hits[0].res.allowed && call.hits[0].res.credit == 0);
+        ck_assert(!call.hits[1].res.allowed && call.hits[1].res.credit == 0);
         ck_assert_str_eq(state(c, "g:e", v), "(absent)");
         call.hits[0].count = 1;
         run_ok(c, &call, now);
-        ck_assert(call.hits[0].allowed && call.hits[1].allowed && call.hits[1].credit == 0);
+        ck_assert(call.hits[0].res.allowed && call.hits[1].res.allowed && call.hits[1].res.credit == 0);
         ck_assert_str_eq(state(c, "g:e", v), want);
         redisFree(c);
 }
@@ -1042,9 +1043,9 @@ START_TEST (test_mixed_and_server_time) {
         before = server_now(c);
         run_ok(c, &call, 0); /* now = the server's TIME */
         after = server_now(c);
-        ck_assert(call.hits[0].allowed && call.hits[0].credit == 7 && call.hits[0].reset_left == 18);
-        ck_assert(call.hits[1].allowed && call.hits[1].credit == 3 && call.hits[1].reset_left == 30);
-        ck_assert(call.hits[2].allowed && call.hits[2].credit == 7 && call.hits[2].reset_left == 60);
+        ck_assert(call.hits[0].res.allowed && call.hits[0].res.credit == 7 && call.hits[0].res.reset == 18);
+        ck_assert(call.hits[1].res.allowed && call.hits[1].res.credit == 3 && call.hits[1].res.reset == 30);
+        ck_assert(call.hits[2].res.allowed && call.hits[2].res.credit == 7 && call.hits[2].res.reset == 60);
         parse_state(get(c, "m:tb", v, sizeof v), ALGORITHM_TOKEN_BUCKET, &got);
         ck_assert(got.w0 >= before + 18 * SEC && got.w0 <= after + 18 * SEC && got.w1 == 0);
         parse_state(get(c, "m:fw", v, sizeof v), ALGORITHM_FIXED_WINDOW, &got);
@@ -1059,8 +1060,8 @@ START_TEST (test_mixed_and_server_time) {
                        .hits = { hit_of(&fw, STORE_PEEK, 10, 0), hit_of(&fw, STORE_RESET, 0, 0) },
                        .keys = { "m:tb", "m:tb" } };
         run_ok(c, &call, 0);
-        ck_assert(call.hits[0].allowed && call.hits[0].credit == 0 && call.hits[0].reset_left == 60);
-        ck_assert(call.hits[1].allowed && call.hits[1].credit == 0 && call.hits[1].limit == 10);
+        ck_assert(call.hits[0].res.allowed && call.hits[0].res.credit == 0 && call.hits[0].res.reset == 60);
+        ck_assert(call.hits[1].res.allowed && call.hits[1].res.credit == 0 && call.hits[1].res.limit == 10);
         ck_assert_ptr_null(get(c, "m:tb", v, sizeof v));
         redisFree(c);
 }
@@ -1088,9 +1089,9 @@ START_TEST (test_debt_cap) {
         ck_assert_uint_eq(st.w0, now + 20 * SEC);
         parse_state(get(c, "d:tb", v, sizeof v), ALGORITHM_TOKEN_BUCKET, &got);
         ck_assert_uint_eq(got.w0, st.w0);
-        ck_assert(!call.hits[0].allowed && call.hits[0].credit == 0 && res.credit == 0);
-        ck_assert(call.hits[0].reset_left == 20 && res.reset == 20);
-        ck_assert(call.hits[0].retry == 11 && res.retry == 11);
+        ck_assert(!call.hits[0].res.allowed && call.hits[0].res.credit == 0 && res.credit == 0);
+        ck_assert(call.hits[0].res.reset == 20 && res.reset == 20);
+        ck_assert(call.hits[0].res.retry == 11 && res.retry == 11);
 
         st = (AlgoState){ 0, 0 };
         call = (Call){ .n = 1, .hits = { hit_of(&huge, STORE_CHARGE, UINT64_MAX, 0) }, .keys = { "d:tb" } };
@@ -1100,8 +1101,8 @@ START_TEST (test_debt_cap) {
         ck_assert_uint_eq(st.w0, now + 2 * huge.d1);
         parse_state(get(c, "d:tb", v, sizeof v), ALGORITHM_TOKEN_BUCKET, &got);
         ck_assert_uint_eq(got.w0, REDIS_SCRIPT_W0_MAX);
-        ck_assert(!call.hits[0].allowed && call.hits[0].credit == 0 && res.credit == 0);
-        ck_assert_uint_eq(call.hits[0].reset_left, (REDIS_SCRIPT_W0_MAX - now + SEC - 1) / SEC);
+        ck_assert(!call.hits[0].res.allowed && call.hits[0].res.credit == 0 && res.credit == 0);
+        ck_assert_uint_eq(call.hits[0].res.reset, (REDIS_SCRIPT_W0_MAX - now + SEC - 1) / SEC);
         ck_assert_uint_eq(res.reset, (2 * huge.d1 + SEC - 1) / SEC);
 
         /* discrete refills: the deficit is capped at two bursts */
@@ -1118,8 +1119,8 @@ START_TEST (test_debt_cap) {
                 ck_assert_uint_eq(got.w0, now + 20 * 6 * SEC);
                 ck_assert_uint_eq(got.w1, 20);
                 ck_assert(got.w0 == st.w0 && got.w1 == st.w1);
-                ck_assert(!call.hits[0].allowed && call.hits[0].credit == 0);
-                ck_assert(call.hits[0].retry == 66 && res.retry == 66); /* 11 refills */
+                ck_assert(!call.hits[0].res.allowed && call.hits[0].res.credit == 0);
+                ck_assert(call.hits[0].res.retry == 66 && res.retry == 66); /* 11 refills */
         }
         redisFree(c);
 }
@@ -1168,7 +1169,8 @@ START_TEST (test_args_and_decode) {
         }
         ints[6].integer = 9;
         ck_assert_int_eq(redis_script_decode(&arr, hits, 2), 0);
-        ck_assert(hits[0].allowed && hits[0].retry == -1 && hits[1].credit == 9 && hits[1].error == 0);
+        ck_assert(hits[0].res.allowed && hits[0].res.retry == -1 && hits[1].res.credit == 9 &&
+                  hits[1].error == 0);
         ck_assert_int_eq(redis_script_decode(&arr, hits, 1), -EPROTO);
         ints[5].integer = 2; /* allowed is 0 or 1 */
         ck_assert_int_eq(redis_script_decode(&arr, hits, 2), -EPROTO);

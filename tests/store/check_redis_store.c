@@ -148,8 +148,8 @@ START_TEST (test_compat_hits) {
         run_batch(s, hits, 5);
         for (int i = 0; i < 5; i++) {
                 ck_assert_int_eq(hits[i].error, 0);
-                ck_assert_int_eq(hits[i].allowed, i < 3);
-                ck_assert_uint_eq(hits[i].credit, i < 3 ? 2 - (uint64_t) i : 0);
+                ck_assert_int_eq(hits[i].res.allowed, i < 3);
+                ck_assert_uint_eq(hits[i].res.credit, i < 3 ? 2 - (uint64_t) i : 0);
         }
         rep = test_redis_command(&srv, "GET %s", COMPAT_KEY);
         ck_assert_int_eq(rep->type, REDIS_REPLY_STRING);
@@ -185,8 +185,8 @@ START_TEST (test_own_key) {
         s = open_store(tcp_url(url, sizeof(url)), NULL);
         run_batch(s, &h, 1);
         ck_assert_int_eq(h.error, 0);
-        ck_assert(h.allowed);
-        ck_assert_uint_eq(h.credit, 9);
+        ck_assert(h.res.allowed);
+        ck_assert_uint_eq(h.res.credit, 9);
         rep = test_redis_command(&srv, "EXISTS divvyd:{bob}:abababababababababababababababab");
         ck_assert_int_eq(rep->integer, 1);
         freeReplyObject(rep);
@@ -224,9 +224,9 @@ START_TEST (test_fleet_and_order) {
         done_log = &d;
         ck_assert_int_eq(redis_store_submit(s2, b, 2, 0, on_done, (void *) (intptr_t) 7), 0);
         ck_assert(test_loop_until(&loop2, &d.done, WAIT_USEC));
-        ck_assert(b[0].allowed);
-        ck_assert_uint_eq(b[0].credit, 0);
-        ck_assert(!b[1].allowed); /* the fleet's third and fourth hit */
+        ck_assert(b[0].res.allowed);
+        ck_assert_uint_eq(b[0].res.credit, 0);
+        ck_assert(!b[1].res.allowed); /* the fleet's third and fourth hit */
 
         /* order: two batches on s1, completed 1 then 2 */
         memset(&d, 0, sizeof(d));
@@ -240,7 +240,7 @@ START_TEST (test_fleet_and_order) {
         ck_assert_int_eq(d.calls, 2);
         ck_assert_int_eq(d.order[0], 1);
         ck_assert_int_eq(d.order[1], 2);
-        ck_assert_uint_eq(c[0].credit, 0);
+        ck_assert_uint_eq(c[0].res.credit, 0);
         redis_store_close(s1);
         redis_store_close(s2);
 }
@@ -266,8 +266,8 @@ START_TEST (test_noscript) {
         run_batch(s, h, 3);
         for (int i = 0; i < 3; i++)
                 ck_assert_int_eq(h[i].error, 0);
-        ck_assert(h[1].allowed);
-        ck_assert(!h[2].allowed);
+        ck_assert(h[1].res.allowed);
+        ck_assert(!h[2].res.allowed);
         ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
         ck_assert_uint_eq(st.noscript_reloads, 1);
         ck_assert_uint_eq(st.hits_failed, 0);
@@ -346,7 +346,7 @@ START_TEST (test_hung_server_timeout) {
         h = hit_of(&r, "dave", 0);
         run_batch(s, &h, 1);
         ck_assert_int_eq(h.error, 0);
-        ck_assert_uint_eq(h.credit, 100 - 3); /* the timed-out hit counted on the server */
+        ck_assert_uint_eq(h.res.credit, 100 - 3); /* the timed-out hit counted on the server */
         ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
         ck_assert_uint_eq(st.errors_timeout, 1);
         redis_store_close(s);
@@ -678,13 +678,13 @@ START_TEST (test_group_all_or_nothing) {
         h[1] = hit_of(&r1, "erin", 9);
         h[2] = hit_of(&r2, "erin", 9);
         run_batch(s, h, 3);
-        ck_assert(h[0].allowed);
-        ck_assert_uint_eq(h[0].credit, 4);
-        ck_assert(h[1].allowed); /* decided as if alone ... */
-        ck_assert(!h[2].allowed);
+        ck_assert(h[0].res.allowed);
+        ck_assert_uint_eq(h[0].res.credit, 4);
+        ck_assert(h[1].res.allowed); /* decided as if alone ... */
+        ck_assert(!h[2].res.allowed);
         h[0] = hit_of(&r1, "erin", 0);
         run_batch(s, h, 1);
-        ck_assert_uint_eq(h[0].credit, 3); /* ... but not applied: only the canary counted */
+        ck_assert_uint_eq(h[0].res.credit, 3); /* ... but not applied: only the canary counted */
         ck_assert_int_eq(redis_store_get_stats(s, &st), 0);
         ck_assert_uint_eq(st.calls, 3);
         redis_store_close(s);
@@ -769,7 +769,7 @@ START_TEST (test_cluster_one_node) {
         run_batch(s, h, 2);
         ck_assert_int_eq(h[0].error, 0);
         ck_assert_int_eq(h[1].error, 0);
-        ck_assert_uint_eq(h[0].credit, 2);
+        ck_assert_uint_eq(h[0].res.credit, 2);
         rep = test_redis_command(&srv, "EXISTS divvyd:{alice}:11111111111111111111111111111111");
         ck_assert_int_eq(rep->integer, 1);
         freeReplyObject(rep);
@@ -1076,7 +1076,7 @@ START_TEST (test_sentinel_readonly_follows_new_primary) {
                 h = hit_of(&r, "frank", 0);
                 run_batch(s, &h, 1);
                 ck_assert_int_eq(h.error, 0);
-                ck_assert_uint_eq(h.credit, 99 - (uint64_t) i);
+                ck_assert_uint_eq(h.res.credit, 99 - (uint64_t) i);
         }
         ck_assert_uint_eq(readonly_errors(&srv), old_readonly); /* none reached the old primary */
         ck_assert_uint_eq(script_calls(&srv), old_calls);

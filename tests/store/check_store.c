@@ -137,9 +137,9 @@ static void expect_hit(Store *s, const uint8_t *rule, const char *actor, size_t 
 
         ck_assert_int_eq(store_apply(s, &h, 1, now), 0);
         ck_assert_int_eq(h.error, 0);
-        ck_assert_msg(h.allowed == allowed, "allowed %d, expected %d", h.allowed, allowed);
-        ck_assert_uint_eq(h.credit, credit);
-        ck_assert_uint_eq(h.reset_left, reset_left);
+        ck_assert_msg(h.res.allowed == allowed, "allowed %d, expected %d", h.res.allowed, allowed);
+        ck_assert_uint_eq(h.res.credit, credit);
+        ck_assert_uint_eq(h.res.reset, reset_left);
 }
 
 /* A counter's credit, read by a PEEK of 0 (which journals nothing, so works on a full disk). */
@@ -150,8 +150,8 @@ static uint64_t peek_credit(Store *s, const uint8_t *rule, const char *actor, ui
         h.op = STORE_PEEK;
         h.count = 0;
         ck_assert_int_eq(store_apply(s, &h, 1, now), 0);
-        ck_assert(h.allowed);
-        return h.credit;
+        ck_assert(h.res.allowed);
+        return h.res.credit;
 }
 
 static StoreStats stats(Store *s) {
@@ -259,9 +259,9 @@ START_TEST (test_reset_left_rounding) {
                 StoreHit h = mkhit(RULE_A, NULL, 0, 1000000, 100);
 
                 ck_assert_int_eq(store_apply(s, &h, 1, T0 + table[i].offset_usec), 0);
-                ck_assert_msg(h.reset_left == table[i].reset_left,
+                ck_assert_msg(h.res.reset == table[i].reset_left,
                               "offset %llu: reset_left %llu, expected %llu",
-                              (unsigned long long) table[i].offset_usec, (unsigned long long) h.reset_left,
+                              (unsigned long long) table[i].offset_usec, (unsigned long long) h.res.reset,
                               (unsigned long long) table[i].reset_left);
         }
         store_close(s);
@@ -276,14 +276,14 @@ START_TEST (test_batch_in_order) {
         };
 
         ck_assert_int_eq(store_apply(s, b, 5, T0), 0);
-        ck_assert(b[0].allowed && b[0].credit == 1);
-        ck_assert(b[1].allowed && b[1].credit == 4);
-        ck_assert(b[2].allowed && b[2].credit == 0);
-        ck_assert(!b[3].allowed && b[3].credit == 0);
-        ck_assert(b[4].allowed && b[4].credit == 3);
+        ck_assert(b[0].res.allowed && b[0].res.credit == 1);
+        ck_assert(b[1].res.allowed && b[1].res.credit == 4);
+        ck_assert(b[2].res.allowed && b[2].res.credit == 0);
+        ck_assert(!b[3].res.allowed && b[3].res.credit == 0);
+        ck_assert(b[4].res.allowed && b[4].res.credit == 3);
         for (size_t i = 0; i < 5; i++) {
                 ck_assert_int_eq(b[i].error, 0);
-                ck_assert_uint_eq(b[i].reset_left, 30);
+                ck_assert_uint_eq(b[i].res.reset, 30);
         }
         ck_assert_uint_eq(stat_counters(s), 2);
 
@@ -983,8 +983,8 @@ START_TEST (test_algorithm_dispatch) {
         h = mkhit(RULE_A, "x", 1, 5, 60);
         h.algo = &tb;
         ck_assert_int_eq(store_apply(s, &h, 1, T0), 0);
-        ck_assert(h.allowed);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert(h.res.allowed);
+        ck_assert_uint_eq(h.res.credit, 4);
         store_close(s);
 
         /* replayed as a token bucket: the next take continues it */
@@ -992,8 +992,8 @@ START_TEST (test_algorithm_dispatch) {
         h = mkhit(RULE_A, "x", 1, 5, 60);
         h.algo = &tb;
         ck_assert_int_eq(store_apply(s, &h, 1, T0), 0);
-        ck_assert(h.allowed);
-        ck_assert_uint_eq(h.credit, 3);
+        ck_assert(h.res.allowed);
+        ck_assert_uint_eq(h.res.credit, 3);
         /* and back to a fixed window: a fresh one */
         expect_hit(s, RULE_A, "x", 1, 5, 60, T0, true, 4, 60);
         store_close(s);
@@ -1022,10 +1022,10 @@ START_TEST (test_group_all_or_nothing) {
         b[3].group = b[4].group = 2;
         ck_assert_int_eq(store_apply(s, b, 5, T0), 0);
         /* each reports its own decision as if alone */
-        ck_assert(b[0].allowed && b[0].credit == 3);
-        ck_assert(b[1].allowed && b[1].credit == 4);
-        ck_assert(!b[2].allowed);
-        ck_assert(b[3].allowed && b[4].allowed);
+        ck_assert(b[0].res.allowed && b[0].res.credit == 3);
+        ck_assert(b[1].res.allowed && b[1].res.credit == 4);
+        ck_assert(!b[2].res.allowed);
+        ck_assert(b[3].res.allowed && b[4].res.allowed);
         ck_assert_uint_eq(stat_counters(s), 3); /* old, ok-1, ok-2: not fresh, not deny */
         store_close(s);
 
@@ -1068,15 +1068,15 @@ START_TEST (test_max_counters_refuses_only_new) {
         b[3].group = b[4].group = 7;
         ck_assert_int_eq(store_apply(s, b, 6, T0), 0);
         ck_assert_int_eq(b[0].error, 0);
-        ck_assert(b[0].allowed && b[0].credit == 998);
+        ck_assert(b[0].res.allowed && b[0].res.credit == 998);
         ck_assert_int_eq(b[1].error, -EDQUOT);
-        ck_assert(!b[1].allowed);
+        ck_assert(!b[1].res.allowed);
         ck_assert_int_eq(b[2].error, 0);
-        ck_assert(b[2].allowed && b[2].credit == 998);
+        ck_assert(b[2].res.allowed && b[2].res.credit == 998);
         ck_assert_int_eq(b[3].error, -EDQUOT);
         ck_assert_int_eq(b[4].error, -EDQUOT);
         ck_assert_int_eq(b[5].error, 0);
-        ck_assert(b[5].allowed && b[5].credit == 997);
+        ck_assert(b[5].res.allowed && b[5].res.credit == 997);
         ck_assert_uint_eq(stats(s).counters, 3);
         ck_assert_uint_eq(stats(s).counters_max, 3);
         ck_assert_uint_eq(stats(s).refused_limit, 2);
@@ -1129,13 +1129,13 @@ START_TEST (test_table_enomem_fails_one_request) {
                 ck_assert_int_eq(store_apply(s, b, 3, T0), 0);
                 ck_assert_int_eq(b[0].error, 0);
                 ck_assert_int_eq(b[2].error, 0);
-                ck_assert_uint_eq(b[0].credit, 999 - 2 * n - 1);
-                ck_assert_uint_eq(b[2].credit, 999 - 2 * n - 2);
+                ck_assert_uint_eq(b[0].res.credit, 999 - 2 * n - 1);
+                ck_assert_uint_eq(b[2].res.credit, 999 - 2 * n - 2);
                 if (b[1].error != 0)
                         break;
         }
         ck_assert_int_eq(b[1].error, -ENOMEM);
-        ck_assert(!b[1].allowed);
+        ck_assert(!b[1].res.allowed);
         ck_assert_uint_gt(n, 100);
         ck_assert_uint_eq(stat_counters(s), n + 1);
         ck_assert_uint_eq(stats(s).refused_memory, 1);
@@ -1205,7 +1205,7 @@ START_TEST (test_undo_on_journal_full) {
         for (unsigned i = 0; r == 0; i++) {
                 ck_assert_uint_lt(i, 100000);
                 if (i > 0)
-                        x_left = h[2].credit;
+                        x_left = h[2].res.credit;
                 snprintf(key, sizeof key, "fill-%u", i);
                 h[0] = mkhit(RULE_A, "x", 1, 1000000, 3600);
                 h[1] = mkhit(RULE_A, key, strlen(key), 10, 3600);
@@ -1236,13 +1236,13 @@ START_TEST (test_undo_on_journal_full) {
         disk_full = false;
         StoreHit x = mkhit(RULE_A, "x", 1, 1000000, 3600);
         ck_assert_int_eq(store_apply(s, &x, 1, T0), 0);
-        ck_assert_uint_eq(x.credit, x_left - 1);
+        ck_assert_uint_eq(x.res.credit, x_left - 1);
         expect_hit(s, RULE_A, key, strlen(key), 10, 3600, T0, true, 9, 3600);
         store_close(s);
 
         /* the journal agrees with what was answered */
         s = open_store();
-        expect_hit(s, RULE_A, "x", 1, 1000000, 3600, T0, true, x.credit - 1, 3600);
+        expect_hit(s, RULE_A, "x", 1, 1000000, 3600, T0, true, x.res.credit - 1, 3600);
         expect_hit(s, RULE_A, key, strlen(key), 10, 3600, T0, true, 8, 3600);
         store_close(s);
 }
@@ -1277,8 +1277,8 @@ START_TEST (test_open_on_full_disk) {
         h.op = STORE_PEEK;
         h.count = 1;
         ck_assert_int_eq(store_apply(s, &h, 1, T0), 0);
-        ck_assert(h.allowed);
-        ck_assert_uint_eq(h.credit, 3); /* what TAKE 1 would leave of the 4 journaled */
+        ck_assert(h.res.allowed);
+        ck_assert_uint_eq(h.res.credit, 3); /* what TAKE 1 would leave of the 4 journaled */
         h = mkhit(RULE_A, "y", 1, 5, 3600);
         ck_assert_int_eq(store_apply(s, &h, 1, T0), -ENOSPC);
         ck_assert_int_eq(h.error, -ENOSPC);
@@ -1524,10 +1524,10 @@ START_TEST (test_submit_completes) {
         ck_assert_int_eq(store_submit(s, &h, 1, T0, on_done, &order), 0);
         ck_assert_int_eq(order, 1);
         ck_assert_int_eq(done_error, 0);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
         ck_assert_int_eq(store_submit_backend(s, &h, 1, T0, on_done, &order), 0);
         ck_assert_int_eq(order, 2);
-        ck_assert_uint_eq(h.credit, 3);
+        ck_assert_uint_eq(h.res.credit, 3);
         h.credit_limit = 0; /* invalid: completed with the error */
         ck_assert_int_eq(store_submit(s, &h, 1, T0, on_done, &order), 0);
         ck_assert_int_eq(order, 3);
@@ -1629,10 +1629,10 @@ START_TEST (test_group_commit_waits_for_sync) {
         ck_assert_int_ge(store_event_fd(s), 0);
         __atomic_store_n(&sync_hold, 1, __ATOMIC_RELEASE);
         gc_submit(s, &h[0], "gc-a", 0);
-        ck_assert_uint_eq(h[0].credit, 4); /* applied, not answered */
+        ck_assert_uint_eq(h[0].res.credit, 4); /* applied, not answered */
         gc_submit(s, &h[1], "gc-b", 1);
         gc_submit(s, &h[2], "gc-a", 2);
-        ck_assert_uint_eq(h[2].credit, 3); /* sees batch 0 */
+        ck_assert_uint_eq(h[2].res.credit, 3); /* sees batch 0 */
         for (unsigned i = 0; i < 20; i++) {
                 ck_assert_int_eq(store_process(s), 0); /* the sync is held: nothing is done */
                 nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
@@ -1652,7 +1652,7 @@ START_TEST (test_group_commit_waits_for_sync) {
         gc_submit(s, &h[1], "gc-z", 3);
         ck_assert_int_eq(gc_calls, 4);
         ck_assert_int_eq(gc_error[3], 0);
-        ck_assert(!h[1].allowed);
+        ck_assert(!h[1].res.allowed);
         store_close(s);
 }
 END_TEST
@@ -1697,7 +1697,7 @@ START_TEST (test_group_commit_sync_failure) {
         ck_assert_int_eq(gc_error[1], -EIO);
         __atomic_store_n(&sync_fail, 0, __ATOMIC_RELEASE);
         gc_submit(s, &h[2], "gc-f", 2);
-        ck_assert_uint_eq(h[2].credit, 2); /* conservative: the failed ones were counted */
+        ck_assert_uint_eq(h[2].res.credit, 2); /* conservative: the failed ones were counted */
         gc_wait(s, 3);
         ck_assert_int_eq(gc_order[2], 2);
         ck_assert_int_eq(gc_error[2], 0);
@@ -1829,11 +1829,11 @@ START_TEST (test_group_commit_open_on_full_disk) {
         gc_submit(s, &h, "a", 0);
         gc_wait(s, 1);
         ck_assert_int_eq(gc_error[0], 0);
-        ck_assert_uint_eq(h.credit, 3); /* the second hit on a; b's refused one counted nothing */
+        ck_assert_uint_eq(h.res.credit, 3); /* the second hit on a; b's refused one counted nothing */
         gc_submit(s, &h, "b", 1);
         gc_wait(s, 2);
         ck_assert_int_eq(gc_error[1], 0);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
         store_close(s);
 }
 END_TEST
@@ -2084,22 +2084,22 @@ START_TEST (test_clock_back_then_clean_stop) {
 
         s = open_with(&o);
         h = apply_one(s, "before", STORE_HIT, 0, NULL, T0);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
         /* the clock steps an hour forward, the timer runs, and it steps back */
         (void) store_maintain(s, T0 + 3600 * SEC);
         (void) store_maintain(s, T0 + 1 * SEC);
         h = apply_one(s, "before", STORE_HIT, 0, NULL, T0 + 1 * SEC); /* still its window */
-        ck_assert_uint_eq(h.credit, 3);
+        ck_assert_uint_eq(h.res.credit, 3);
         h = apply_one(s, "after", STORE_HIT, 0, NULL, T0 + 2 * SEC);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
         store_close(s); /* a clean stop: its last checkpoint */
 
         o.now_usec = T0 + 3 * SEC;
         s = open_with(&o);
         h = apply_one(s, "before", STORE_PEEK, 0, NULL, T0 + 3 * SEC);
-        ck_assert_uint_eq(h.credit, 3);
+        ck_assert_uint_eq(h.res.credit, 3);
         h = apply_one(s, "after", STORE_PEEK, 0, NULL, T0 + 3 * SEC);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
         store_close(s);
 }
 END_TEST
@@ -2126,14 +2126,14 @@ START_TEST (test_batch_larger_than_segment) {
                 ck_assert_int_eq(store_apply(s, hits, N, T0), 0);
                 for (unsigned i = 0; i < N; i++) {
                         ck_assert_int_eq(hits[i].error, 0);
-                        ck_assert(hits[i].allowed);
+                        ck_assert(hits[i].res.allowed);
                 }
                 store_close(s);
                 s = open_with(&o);
                 h = apply_one(s, actors[N - 1], STORE_PEEK, 0, NULL, T0);
-                ck_assert_uint_eq(h.credit, 4);
+                ck_assert_uint_eq(h.res.credit, 4);
                 h = apply_one(s, actors[0], STORE_PEEK, 0, NULL, T0);
-                ck_assert_uint_eq(h.credit, 4);
+                ck_assert_uint_eq(h.res.credit, 4);
                 store_close(s);
         }
 }
@@ -2251,12 +2251,12 @@ START_TEST (test_verbs_replayed_after_kill) {
                                 StoreHit x = apply_one(a, model_actor[i], STORE_PEEK, 1, &algos[j], ref_now);
                                 StoreHit y = apply_one(b, model_actor[i], STORE_PEEK, 1, &algos[j], ref_now);
 
-                                ck_assert_msg(x.credit == y.credit && x.reset_left == y.reset_left &&
-                                                      x.allowed == y.allowed,
+                                ck_assert_msg(x.res.credit == y.res.credit && x.res.reset == y.res.reset &&
+                                                      x.res.allowed == y.res.allowed,
                                               "round %u, %s, algorithm %u: after the kill credit %" PRIu64
                                               " reset %" PRIu64 ", never killed %" PRIu64 " reset %" PRIu64,
-                                              round, model_actor[i], j, x.credit, x.reset_left, y.credit,
-                                              y.reset_left);
+                                              round, model_actor[i], j, x.res.credit, x.res.reset,
+                                              y.res.credit, y.res.reset);
                         }
                 store_close(a);
                 store_close(b);
@@ -2289,27 +2289,27 @@ START_TEST (test_batch_leaves_by_value) {
         b[2] = algo_hit("g-ok", STORE_TAKE, 2, NULL);
         b[0].group = b[1].group = b[2].group = 7;
         ck_assert_int_eq(store_apply(s, b, 3, T0), 0);
-        ck_assert(!b[0].allowed);
-        ck_assert_int_eq(b[0].retry, -1);
-        ck_assert(b[1].allowed && b[1].credit == 4); /* each decided as if alone */
-        ck_assert(b[2].allowed && b[2].credit == 2);
+        ck_assert(!b[0].res.allowed);
+        ck_assert_int_eq(b[0].res.retry, -1);
+        ck_assert(b[1].res.allowed && b[1].res.credit == 4); /* each decided as if alone */
+        ck_assert(b[2].res.allowed && b[2].res.credit == 2);
         ck_assert_uint_eq(stat_counters(s), 0); /* none applied, and the denied TAKE created nothing */
         h = apply_one(s, "g-ok", STORE_HIT, 1, NULL, T0);
-        ck_assert_uint_eq(h.credit, 4);
+        ck_assert_uint_eq(h.res.credit, 4);
 
         /* a TAKE above the capacity, alone: denied for ever, no counter left behind */
         h = apply_one(s, "too-big", STORE_TAKE, 6, NULL, T0);
-        ck_assert(!h.allowed);
-        ck_assert_int_eq(h.retry, -1);
+        ck_assert(!h.res.allowed);
+        ck_assert_int_eq(h.res.retry, -1);
         ck_assert_uint_eq(stat_counters(s), 1); /* g-ok only */
 
         /* RESET: credit 1 when a live counter was deleted, 0 for an expired one */
         h = apply_one(s, "g-ok", STORE_RESET, 0, NULL, T0 + 1);
-        ck_assert_uint_eq(h.credit, 1);
+        ck_assert_uint_eq(h.res.credit, 1);
         (void) apply_one(s, "old", STORE_HIT, 1, NULL, T0);
         h = apply_one(s, "old", STORE_RESET, 0, NULL, T0 + 61 * SEC);
-        ck_assert(h.allowed);
-        ck_assert_uint_eq(h.credit, 0);
+        ck_assert(h.res.allowed);
+        ck_assert_uint_eq(h.res.credit, 0);
         ck_assert_uint_eq(stat_counters(s), 0);
 
         /* expiry at the window's end exactly (fixed window: T0 + 60 s), not a microsecond later */

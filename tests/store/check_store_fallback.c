@@ -33,16 +33,16 @@ static void primary_answer(Primary *p) {
                 StoreHit *h = p->hits + i;
                 if (p->fail_mask & (1u << i)) {
                         h->error = p->fail_error;
-                        h->allowed = true; /* garbage a fallback must overwrite */
-                        h->credit = 777;
+                        h->res.allowed = true; /* garbage a fallback must overwrite */
+                        h->res.credit = 777;
                         continue;
                 }
                 h->error = 0;
-                h->allowed = true;
-                h->credit = 100 + i;
-                h->limit = h->credit_limit;
-                h->reset_left = 5;
-                h->retry = 0;
+                h->res.allowed = true;
+                h->res.credit = 100 + i;
+                h->res.limit = h->credit_limit;
+                h->res.reset = 5;
+                h->res.retry = 0;
         }
 }
 
@@ -86,11 +86,11 @@ static int local_submit(void *backend, StoreHit *hits, size_t n, uint64_t now_us
         l->n = n;
         memcpy(l->got, hits, n * sizeof *hits);
         for (size_t i = 0; i < n; i++) {
-                hits[i].allowed = !l->error;
-                hits[i].credit = 42;
-                hits[i].limit = hits[i].credit_limit;
-                hits[i].reset_left = 9;
-                hits[i].retry = 0;
+                hits[i].res.allowed = !l->error;
+                hits[i].res.credit = 42;
+                hits[i].res.limit = hits[i].credit_limit;
+                hits[i].res.reset = 9;
+                hits[i].res.retry = 0;
                 hits[i].error = l->error;
         }
         done(userdata, l->error);
@@ -142,8 +142,8 @@ START_TEST (test_no_failure_passes_through) {
         ck_assert_int_eq(store_fallback_submit(f, h, 2, 1, on_done, NULL), 0);
         ck_assert_int_eq(done_calls, 1);
         ck_assert_int_eq(done_error, 0);
-        ck_assert_uint_eq(h[0].credit, 100);
-        ck_assert_uint_eq(h[1].credit, 101);
+        ck_assert_uint_eq(h[0].res.credit, 100);
+        ck_assert_uint_eq(h[1].res.credit, 101);
         ck_assert_uint_eq(l.calls, 0);
         store_fallback_get_stats(f, &st);
         ck_assert_uint_eq(st.failed_hits, 0);
@@ -163,17 +163,17 @@ START_TEST (test_allow_and_deny) {
         ck_assert_int_eq(done_calls, 1);
         ck_assert_int_eq(done_error, 0);
         ck_assert_int_eq(h[0].error, 0);
-        ck_assert(h[0].allowed);
-        ck_assert_uint_eq(h[0].credit, 10);
-        ck_assert_uint_eq(h[0].limit, 10);
-        ck_assert_uint_eq(h[0].reset_left, 60);
-        ck_assert_int_eq(h[0].retry, 0);
+        ck_assert(h[0].res.allowed);
+        ck_assert_uint_eq(h[0].res.credit, 10);
+        ck_assert_uint_eq(h[0].res.limit, 10);
+        ck_assert_uint_eq(h[0].res.reset, 60);
+        ck_assert_int_eq(h[0].res.retry, 0);
         ck_assert_int_eq(h[1].error, 0);
-        ck_assert(!h[1].allowed);
-        ck_assert_uint_eq(h[1].credit, 0);
-        ck_assert_uint_eq(h[1].reset_left, 60);
-        ck_assert_int_eq(h[1].retry, 60);
-        ck_assert_uint_eq(h[2].credit, 102); /* answered by the primary: untouched */
+        ck_assert(!h[1].res.allowed);
+        ck_assert_uint_eq(h[1].res.credit, 0);
+        ck_assert_uint_eq(h[1].res.reset, 60);
+        ck_assert_int_eq(h[1].res.retry, 60);
+        ck_assert_uint_eq(h[2].res.credit, 102); /* answered by the primary: untouched */
         ck_assert_uint_eq(l.calls, 0);
         store_fallback_get_stats(f, &st);
         ck_assert_uint_eq(st.failed_hits, 2);
@@ -194,9 +194,9 @@ START_TEST (test_token_bucket_capacity_is_burst) {
 
         h.algo = &a;
         ck_assert_int_eq(store_fallback_submit(f, &h, 1, 1, on_done, NULL), 0);
-        ck_assert(h.allowed);
-        ck_assert_uint_eq(h.credit, 25);
-        ck_assert_uint_eq(h.limit, 25);
+        ck_assert(h.res.allowed);
+        ck_assert_uint_eq(h.res.credit, 25);
+        ck_assert_uint_eq(h.res.limit, 25);
         store_fallback_free(f);
 }
 END_TEST
@@ -207,9 +207,9 @@ START_TEST (test_default_policy) {
         StoreHit h[2] = { hit(&rule_default, STORE_HIT, 0), hit(NULL, STORE_HIT, 0) };
 
         ck_assert_int_eq(store_fallback_submit(f, h, 2, 1, on_done, NULL), 0);
-        ck_assert(!h[0].allowed);
-        ck_assert(!h[1].allowed);
-        ck_assert_int_eq(h[0].retry, 60);
+        ck_assert(!h[0].res.allowed);
+        ck_assert(!h[1].res.allowed);
+        ck_assert_int_eq(h[0].res.retry, 60);
         ck_assert_int_eq(store_fallback_policy(f, &rule_allow), RULE_ON_ERROR_ALLOW);
         ck_assert_int_eq(store_fallback_policy(f, &rule_default), RULE_ON_ERROR_DENY);
         ck_assert_int_eq(store_fallback_policy(f, NULL), RULE_ON_ERROR_DENY);
@@ -237,11 +237,11 @@ START_TEST (test_local_gets_failed_hits_in_order) {
         ck_assert_uint_eq(l.got[1].count, 3);
         ck_assert_uint_eq(l.got[1].group, 7);
         ck_assert_uint_eq(l.got[2].group, 7);
-        ck_assert_uint_eq(h[0].credit, 42);
-        ck_assert_uint_eq(h[0].reset_left, 9);
-        ck_assert_uint_eq(h[1].credit, 101);
-        ck_assert_uint_eq(h[2].credit, 42);
-        ck_assert_uint_eq(h[3].credit, 42);
+        ck_assert_uint_eq(h[0].res.credit, 42);
+        ck_assert_uint_eq(h[0].res.reset, 9);
+        ck_assert_uint_eq(h[1].res.credit, 101);
+        ck_assert_uint_eq(h[2].res.credit, 42);
+        ck_assert_uint_eq(h[3].res.credit, 42);
         ck_assert_int_eq(h[3].error, 0);
         store_fallback_get_stats(f, &st);
         ck_assert_uint_eq(st.fallbacks[RULE_ON_ERROR_LOCAL], 3);
@@ -287,8 +287,8 @@ START_TEST (test_whole_batch_error_and_refusal) {
 
         ck_assert_int_eq(store_fallback_submit(f, h, 2, 1, on_done, NULL), 0);
         ck_assert_int_eq(done_error, 0);
-        ck_assert(h[0].allowed);
-        ck_assert(!h[1].allowed);
+        ck_assert(h[0].res.allowed);
+        ck_assert(!h[1].res.allowed);
         ck_assert_int_eq(h[0].error, 0);
 
         p = (Primary){ .submit_error = -ENOTCONN };
@@ -296,8 +296,8 @@ START_TEST (test_whole_batch_error_and_refusal) {
         done_calls = 0;
         ck_assert_int_eq(store_fallback_submit(f, h, 1, 1, on_done, NULL), 0);
         ck_assert_int_eq(done_calls, 1);
-        ck_assert(h[0].allowed);
-        ck_assert_uint_eq(h[0].credit, 10);
+        ck_assert(h[0].res.allowed);
+        ck_assert_uint_eq(h[0].res.credit, 10);
         store_fallback_free(f);
 }
 END_TEST
@@ -315,7 +315,7 @@ START_TEST (test_later_completion_and_busy) {
         ck_assert_int_eq(store_fallback_submit(f, &c, 1, 1, on_done, NULL), -EBUSY);
         primary_complete(&p); /* completes b (the last submitted) */
         ck_assert_int_eq(done_calls, 1);
-        ck_assert_uint_eq(b.credit, 42);
+        ck_assert_uint_eq(b.res.credit, 42);
         ck_assert_int_eq(store_fallback_submit(f, &c, 1, 1, on_done, NULL), 0);
         store_fallback_free(f);
 }
