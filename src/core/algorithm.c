@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "algorithm.h"
 
+#include "core/client-limits.h"
+
 #include <stddef.h>
 #include <string.h>
 
@@ -584,6 +586,10 @@ void algo_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now_usec, A
         *res = (AlgoResult){ 0 };
         if (!p || !st || op < 0 || op >= _ALGO_OP_MAX)
                 return;
+        if (p->peer != ALGO_PEER_NONE) {
+                client_limit_apply(p, op, n, now_usec, st, res);
+                return;
+        }
         if (p->algorithm == ALGORITHM_FIXED_WINDOW) {
                 fixed_apply(p, op, n, now_usec, st, res);
                 return;

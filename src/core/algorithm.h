@@ -45,6 +45,14 @@ typedef enum Algorithm {
 const char *algorithm_to_string(Algorithm a);   /* "fixed-window", "sliding-window", "token-bucket" */
 Algorithm algorithm_from_string(const char *s); /* also "gcra"; exact case */
 
+/* The peers' own arithmetic (client-limits.c), for CL.THROTTLE and RL.*: their counters are
+ * token-bucket counters of the store whose state algo_apply() leaves to client_limit_apply(). */
+typedef enum AlgoPeer {
+        ALGO_PEER_NONE = 0, /* divvyd's own algorithms: every rule */
+        ALGO_PEER_CELL,     /* redis-cell's GCRA */
+        ALGO_PEER_SMYTE,    /* Smyte's bucket */
+} AlgoPeer;
+
 typedef struct AlgoParams {
         Algorithm algorithm;
         uint64_t credit_limit;   /* > 0 */
@@ -53,6 +61,8 @@ typedef struct AlgoParams {
         uint64_t refill_seconds; /* token bucket: 0 = continuous refill; else discrete refills */
         bool strict;             /* token bucket: a hit on an empty bucket restarts its refill clock */
         uint64_t d0, d1;         /* derived by algo_params_prepare(); private to algorithm.c */
+        AlgoPeer peer;           /* ALGO_PEER_NONE, or client-limits.c applies (not prepared) */
+        int64_t peer_args[5];    /* private to client-limits.c */
 } AlgoParams;
 
 /* Validates p and derives what algo_apply() needs. Returns 0, or -EINVAL with *ret_reason a

@@ -7,17 +7,17 @@
 
 #include "core/resp.h"
 
-/* The semantics are described in client-limits.h. Learned from redis-cell's README and
- * src/lib.rs (argument parsing, the reply, its rounding) and Smyte's README and
- * RateLimitHandler.cpp (arguments, defaults, the reply); no code is taken from either. */
+/* The semantics are described in client-limits.h. Learned from redis-cell's README,
+ * src/lib.rs (argument parsing, errors, the reply's rounding), src/cell/mod.rs (the GCRA) and
+ * src/cell/store.rs (the key's TTL), and from Smyte's README and RateLimitHandler.cpp
+ * (arguments, defaults, the bucket, the reply); no code is taken from either. */
 
 typedef unsigned __int128 u128;
 
-#define USEC_PER_SEC  UINT64_C(1000000)
 #define USEC_PER_MSEC UINT64_C(1000)
 #define QUOTE_MAX     64 /* bytes of an argument quoted in an error */
 
-#define ID_MAGIC "divvyd-client-limit-v1" /* no rule id's encoding starts so ("divvyd-rule-id-v1") */
+#define ID_MAGIC "divvyd-client-limit-v2" /* no rule id's encoding starts so ("divvyd-rule-id-v1") */
 
 /* ---- helpers --------------------------------------------------------------------- */
 
@@ -83,10 +83,11 @@ static uint8_t *put_le64(uint8_t *p, uint64_t v) {
 }
 
 /* The counter's identity (client-limits.h): hash128() over
- *   "divvyd-client-limit-v1"   22 bytes, no NUL
+ *   "divvyd-client-limit-v2"   22 bytes, no NUL (v1: the layouts before the peers' own
+ *                              arithmetic, and CL's parameters in the identity)
  *   tag                        2 bytes, "cl" or "rl"
  *   hash128(key)               16 bytes (the key has no bound here: hashed first, fixed size)
- *   3 x u64le                  the parameters
+ *   3 x u64le                  the parameters (RL's; 0, 0, 0 for CL: the key alone)
  * A format of the store: change it and every client-limit counter starts afresh. */
 static void compute_id(ClientLimit *cl, const char tag[2], uint64_t a, uint64_t b, uint64_t c) {
         uint8_t buf[sizeof(ID_MAGIC) - 1 + 2 + HASH128_SIZE + 3 * 8], *p = buf;
@@ -103,20 +104,6 @@ static void compute_id(ClientLimit *cl, const char tag[2], uint64_t a, uint64_t 
         hash128(buf, (size_t) (p - buf), cl->id);
 }
 
-/* algo_params_prepare() after our own checks, which refuse in the command's words everything it
- * refuses: a failure here is a bug, reported with its reason rather than hidden. */
-static int prepare(ClientLimit *cl, const char *prefix, const char **ret_error) {
-        const char *reason = NULL;
-
-        if (algo_params_prepare(&cl->algo, &reason) < 0) {
-                snprintf(cl->error, sizeof(cl->error), "%s%s", prefix,
-                         reason ? reason : "invalid parameters");
-                *ret_error = cl->error;
-                return -EINVAL;
-        }
-        return 0;
-}
-
 static ProtoSlice key_of(const ProtoSlice *arg) {
         return (ProtoSlice){ arg->ptr ? arg->ptr : "", arg->ptr ? arg->len : 0 };
 }
@@ -125,9 +112,51 @@ static ProtoSlice key_of(const ProtoSlice *arg) {
 
 #define CELL "Cell error: " /* redis-cell's errors all start so */
 
+/* redis-cell's arithmetic, emulated: Rust's wrapping i64 (a release build), f64 and its
+ * saturating casts to i64, the time crate's Duration (whole seconds + nanoseconds, both
+ * truncated toward zero) and OffsetDateTime (years -9999 to 9999, a panic beyond). */
+typedef __int128 i128;
+
+#define NSEC_PER_SEC     INT64_C(1000000000)
+#define CELL_SECONDS_MIN INT64_C(-377705116800) /* -9999-01-01T00:00:00Z */
+#define CELL_SECONDS_MAX INT64_C(253402300799)  /* 9999-12-31T23:59:59Z */
+#define CELL_ERROR_EXPIRE                                                                                   \
+        INT64_MIN /* AlgoResult.retry: redis-cell answers "Error while setting key expire" */
+#define CELL_ERROR_PANIC (INT64_MIN + 1) /* AlgoResult.retry: redis-cell panics (the server dies) */
+
+enum { CELL_T, CELL_DVT, CELL_INCREMENT, CELL_LIMIT };
+
+static int64_t wrap_i64(i128 v) {
+        return (int64_t) (uint64_t) (u128) v;
+}
+
+static int64_t f64_to_i64(double d) {
+        if (d != d)
+                return 0;
+        if (d >= 9223372036854775807.0)
+                return INT64_MAX;
+        if (d <= -9223372036854775808.0)
+                return INT64_MIN;
+        return (int64_t) d;
+}
+
+static bool cell_time_ok(i128 ns) {
+        return ns >= (i128) CELL_SECONDS_MIN * NSEC_PER_SEC &&
+               ns < ((i128) CELL_SECONDS_MAX + 1) * NSEC_PER_SEC;
+}
+
+/* A Duration in ns as redis-cell's reply rounds it: as_seconds_f64() as i64, plus 1 if its
+ * subsec_milliseconds() > 0. */
+static int64_t cell_seconds(i128 ns) {
+        int64_t whole = (int64_t) (ns / NSEC_PER_SEC), sub = (int64_t) (ns % NSEC_PER_SEC);
+        int64_t s = f64_to_i64((double) whole + (double) sub / 1e9);
+
+        return sub / 1000000 > 0 ? wrap_i64((i128) s + 1) : s;
+}
+
 int client_limit_parse_throttle(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error) {
         int64_t v[4] = { 0, 0, 0, 1 }; /* quantity: 1 by default */
-        uint64_t burst, count, period, t;
+        int64_t t = 0;
         const char *dummy;
 
         if (!ret_error)
@@ -146,82 +175,129 @@ int client_limit_parse_throttle(int argc, const ProtoSlice *argv, ClientLimit *r
                                        quote_error(ret->error, CELL "Couldn't parse as integer: ", argv[i]),
                                -EINVAL;
 
-        /* redis-cell: a zero count or period is a zero rate. A negative one (redis-cell computes
-         * nonsense from it) and a negative max_burst (a limit of 0 or less) are refused. */
-        if (v[1] == 0 || v[2] == 0)
+        /* the emission interval: period in ns / count in f64, truncated; 0 is a zero rate (also
+         * when count is so high that it rounds to 0 ns) */
+        if (v[1] != 0 && v[2] != 0)
+                t = f64_to_i64((double) ((i128) v[2] * NSEC_PER_SEC) / (double) v[1]);
+        if (t == 0)
                 return *ret_error = CELL "Zero rates are not supported", -EINVAL;
-        if (v[1] < 0 || v[2] < 0)
-                return *ret_error = CELL "Negative rates are not supported", -EINVAL;
-        if (v[0] < 0)
-                return *ret_error = CELL "max_burst must not be negative", -EINVAL;
-        if ((uint64_t) v[0] >= ALGO_CREDIT_MAX)
-                return *ret_error = CELL "max_burst must be at most 9007199254740990", -EINVAL;
-        if ((uint64_t) v[1] > ALGO_CREDIT_MAX)
-                return *ret_error = CELL "count must be at most 9007199254740991", -EINVAL;
-        if ((uint64_t) v[2] > ALGO_RESET_SECONDS_MAX)
-                return *ret_error = CELL "period must be at most 3155760000 seconds (100 years)", -EINVAL;
-
-        burst = (uint64_t) v[0] + 1;
-        count = (uint64_t) v[1];
-        period = (uint64_t) v[2];
-        /* redis-cell refuses only an interval under 1 ns; divvyd's clock is in µs */
-        if (count > period * USEC_PER_SEC)
-                return *ret_error = CELL "Rates above 1000000 per second are not supported", -EINVAL;
-        t = period * USEC_PER_SEC / count + (period * USEC_PER_SEC % count != 0); /* as algorithm.c */
-        if ((u128) burst * t > ALGO_FILL_USEC_MAX)
-                return *ret_error = CELL "max_burst + 1 tokens take more than 200 years to refill at count "
-                                         "per period",
-                       -EINVAL;
 
         ret->algo = (AlgoParams){
                 .algorithm = ALGORITHM_TOKEN_BUCKET,
-                .credit_limit = count,
-                .reset_seconds = period,
-                .burst = burst,
+                .credit_limit = 1, /* for the store's checks: client_limit_apply() computes */
+                .reset_seconds = 1,
+                .peer = ALGO_PEER_CELL,
+                .peer_args = { [CELL_T] = t,
+                               [CELL_DVT] = wrap_i64((i128) t * wrap_i64((i128) v[0] + 1)),
+                               [CELL_INCREMENT] = wrap_i64((i128) t * v[3]),
+                               [CELL_LIMIT] = wrap_i64((i128) v[0] + 1) },
         };
-        if (prepare(ret, CELL, ret_error) < 0)
-                return -EINVAL;
-        ret->interval_usec = t;
-
-        if (v[3] > 0) {
-                ret->op = ALGO_TAKE;
-                ret->count = (uint64_t) v[3];
-        } else if (v[3] == 0) {
-                ret->op = ALGO_PEEK;
-                ret->count = 0;
-        } else {
-                /* what redis-cell's users do with -1: give a token back */
-                ret->op = ALGO_REFUND;
-                ret->count = v[3] == INT64_MIN ? (uint64_t) INT64_MAX + 1 : (uint64_t) -v[3];
-        }
-        compute_id(ret, "cl", (uint64_t) v[0], count, period);
+        ret->interval_usec = t > 0 ? (uint64_t) t / 1000 : 0;
+        /* the sign of quantity travels in count (two's complement): a refund writes as a take */
+        ret->op = v[3] == 0 ? ALGO_PEEK : ALGO_TAKE;
+        ret->count = (uint64_t) v[3];
+        compute_id(ret, "cl", 0, 0, 0);
         return 0;
+}
+
+int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error) {
+        static const ProtoSlice any[4] = { { "", 0 }, { "0", 1 }, { "1", 1 }, { "1", 1 } };
+        ProtoSlice args[4];
+        const char *dummy;
+
+        if (!ret_error)
+                ret_error = &dummy;
+        if (!ret || (argc > 0 && !argv))
+                return *ret_error = "ERR invalid arguments", -EINVAL;
+        if (argc != 1)
+                return *ret_error = "ERR divvyd's DEL takes one key: a CL.THROTTLE cell", -EINVAL;
+        /* the cell's identity is the key alone: any parameters name it */
+        memcpy(args, any, sizeof(args));
+        args[0] = argv[0];
+        if (client_limit_parse_throttle(4, args, ret, ret_error) < 0)
+                return -EINVAL;
+        ret->op = ALGO_PEEK;
+        ret->count = 0;
+        ret->del = true;
+        return 0;
+}
+
+/* redis-cell's rate_limit() on the state st (w1 = the TAT in ns as redis-cell stores it, a u64;
+ * w0 = the µs from which its Redis key has expired, 0 = no key). */
+static void cell_apply(const AlgoParams *p, AlgoOp op, uint64_t now_usec, AlgoState *st, AlgoResult *res) {
+        i128 t = p->peer_args[CELL_T], dvt = p->peer_args[CELL_DVT], inc = p->peer_args[CELL_INCREMENT];
+        i128 now = (i128) now_usec * 1000, tat, new_tat, diff, ttl, next;
+        i128 retry = -NSEC_PER_SEC; /* as redis-cell's Duration: -1 s unless limited and possible */
+        bool present = st->w0 > now_usec, limited;
+        int64_t remaining = 0;
+
+        if (op == ALGO_PEEK)
+                inc = 0;
+        tat = present ? (i128) st->w1 : now;
+        new_tat = (now > tat ? now : tat) + inc;
+        if (!cell_time_ok(new_tat) || !cell_time_ok(new_tat - dvt)) {
+                res->retry = CELL_ERROR_PANIC;
+                return;
+        }
+        diff = now - (new_tat - dvt);
+        limited = diff < 0;
+        if (limited) {
+                if (inc <= dvt)
+                        retry = -diff;
+                ttl = tat - now;
+        } else {
+                ttl = new_tat - now;
+                if (op != ALGO_PEEK) {
+                        /* written, then its expiry set: a TTL of -1 ms means none, below it is an
+                         * error (after the write: the key stays, without expiry) */
+                        int64_t ttl_ms = (int64_t) (ttl / 1000000);
+                        uint64_t stored = (uint64_t) (u128) new_tat;
+
+                        st->w1 = stored;
+                        if (ttl_ms >= 0)
+                                st->w0 = (now_usec / 1000 + (uint64_t) ttl_ms + 1) * 1000;
+                        else /* never expires: like no key once the TAT has passed */
+                                st->w0 = stored / 1000 + 1;
+                        if (st->w0 > ALGO_W0_MAX)
+                                st->w0 = ALGO_W0_MAX;
+                        res->write = true;
+                        if (ttl_ms < -1) {
+                                res->retry = CELL_ERROR_EXPIRE;
+                                return;
+                        }
+                }
+        }
+        next = dvt - ttl;
+        if (next > -t) {
+                int64_t us_next = (int64_t) (next / 1000), us_t = (int64_t) (t / 1000);
+
+                remaining = f64_to_i64((double) us_next / (double) us_t);
+        }
+        res->allowed = !limited;
+        res->credit = (uint64_t) remaining;
+        res->limit = (uint64_t) p->peer_args[CELL_LIMIT];
+        res->reset = (uint64_t) cell_seconds(ttl);
+        res->retry = cell_seconds(retry);
+}
+
+const char *client_limit_throttle_error(const AlgoResult *res) {
+        if (res->allowed)
+                return NULL;
+        if (res->retry == CELL_ERROR_EXPIRE)
+                return CELL "Error while setting key expire";
+        if (res->retry == CELL_ERROR_PANIC)
+                return "ERR redis-cell panics on this call (a time beyond the years -9999 to 9999)";
+        return NULL;
 }
 
 size_t client_limit_format_throttle(const ClientLimit *cl, const AlgoResult *res,
                                     int64_t out[CLIENT_LIMIT_THROTTLE_REPLY_LEN]) {
-        int64_t retry = -1;
-        uint64_t reset = res->reset;
-
-        if (!res->allowed && res->retry > 0) {
-                /* Denied, and it would pass after retry s: the result's reset is that wait; the
-                 * bucket is full x µs from now. x = wait + (burst - n) * T (the take passes once
-                 * x + n * T <= burst * T), with wait in ((retry - 1) s, retry s]; and remaining
-                 * r = floor((burst * T - x) / T), so x <= (burst - r) * T. Both bounds are upper
-                 * ones: the lower is the answer, rounded up. */
-                uint64_t t = cl->interval_usec, burst = cl->algo.burst, n = cl->count, r = res->credit;
-                u128 by_retry = (u128) (uint64_t) res->retry * USEC_PER_SEC + (u128) (burst - n) * t;
-                u128 by_remaining = (u128) (burst - (r < burst ? r : burst)) * t;
-                u128 x = by_retry < by_remaining ? by_retry : by_remaining;
-
-                retry = res->retry;
-                reset = (uint64_t) (x / USEC_PER_SEC + (x % USEC_PER_SEC != 0));
-        }
+        (void) cl;
         out[0] = res->allowed ? 0 : 1;
         out[1] = (int64_t) res->limit;
         out[2] = (int64_t) res->credit;
-        out[3] = retry;
-        out[4] = (int64_t) reset;
+        out[3] = res->retry;
+        out[4] = (int64_t) res->reset;
         return CLIENT_LIMIT_THROTTLE_REPLY_LEN;
 }
 
@@ -230,12 +306,16 @@ size_t client_limit_format_throttle(const ClientLimit *cl, const AlgoResult *res
 #define SMYTE_SYNTAX  "Syntax error"
 #define SMYTE_INTEGER "Value is not an integer or out of range"
 
+enum { SMYTE_MAX, SMYTE_AMOUNT, SMYTE_REFILL_MS, SMYTE_FULL_MS, SMYTE_WALL_MS };
+
+#define SMYTE_DEFICIT_BITS 53 /* w1's low bits: the deficit, at most max <= 2^53-1 */
+
 int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv, ClientLimit *ret,
                               const char **ret_error) {
         bool reduce, ms;
         int64_t max, refill, amount, take, at = 0;
         bool strict = false, has_at = false;
-        uint64_t refill_ms, refill_s, unit_ms;
+        uint64_t refill_ms, refills, unit_ms;
         const char *dummy;
 
         if (!ret_error)
@@ -256,7 +336,8 @@ int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv,
 
         *ret = (ClientLimit){ .kind = CLIENT_LIMIT_REDUCE };
         if (argc < 3 || argc > (reduce ? 10 : 8)) {
-                snprintf(ret->error, sizeof(ret->error), "ERR wrong number of arguments for '%s' command",
+                snprintf(ret->error, sizeof(ret->error),
+                         "Wrong number of arguments for '%s' command" /* Smyte's */,
                          reduce ? (ms ? "rl.preduce" : "rl.reduce") : (ms ? "rl.pget" : "rl.get"));
                 return *ret_error = ret->error, -EINVAL;
         }
@@ -294,53 +375,112 @@ int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv,
         if (max < 1 || refill < 1 || amount < 1 || take < 0 || at < 0)
                 return *ret_error = SMYTE_INTEGER, -EINVAL;
 
-        /* What divvyd's token bucket can hold */
-        refill_ms = (uint64_t) refill * unit_ms;
-        if (refill_ms % 1000 != 0)
-                return *ret_error = "ERR divvyd refills in whole seconds: the refilltime of RL.PREDUCE and "
-                                    "RL.PGET must be a multiple of 1000",
-                       -EINVAL;
-        refill_s = refill_ms / 1000;
+        /* Smyte's refill time: an int32 of seconds or ms, in ms; what our state can hold: max
+         * within 53 bits, a full refill from empty within 200 years */
         if ((uint64_t) max > ALGO_CREDIT_MAX)
                 return *ret_error = "ERR max must be at most 9007199254740991", -EINVAL;
-        if ((uint64_t) amount > ALGO_CREDIT_MAX)
-                return *ret_error = "ERR REFILL must be at most 9007199254740991", -EINVAL;
-        if ((uint64_t) amount > refill_s * USEC_PER_SEC)
-                return *ret_error =
-                               "ERR REFILL (default: max) above 1000000 tokens per second of refilltime "
-                               "is not supported",
-                       -EINVAL;
-        if ((u128) ((uint64_t) max / (uint64_t) amount + ((uint64_t) max % (uint64_t) amount != 0)) *
-                    (refill_s * USEC_PER_SEC) >
-            ALGO_FILL_USEC_MAX)
+        refill_ms = (uint64_t) refill * unit_ms;
+        refills = (uint64_t) max / (uint64_t) amount + ((uint64_t) max % (uint64_t) amount != 0);
+        if ((u128) refills * refill_ms * USEC_PER_MSEC > ALGO_FILL_USEC_MAX)
                 return *ret_error = "ERR max tokens take more than 200 years to refill", -EINVAL;
-        if ((uint64_t) at > CLIENT_LIMIT_AT_MAX * (1000 / unit_ms))
-                return *ret_error = SMYTE_INTEGER, -EINVAL;
 
-        /* amount tokens every refill_s seconds: creditLimit amount per resetSeconds refill_s, so
-         * that the credits per refill, creditLimit * refillSeconds / resetSeconds, are amount */
         ret->algo = (AlgoParams){
                 .algorithm = ALGORITHM_TOKEN_BUCKET,
-                .credit_limit = (uint64_t) amount,
-                .reset_seconds = refill_s,
-                .burst = (uint64_t) max,
-                .refill_seconds = refill_s,
+                .credit_limit = 1, /* for the store's checks: client_limit_apply() computes */
+                .reset_seconds = 1,
                 .strict = strict,
+                .peer = ALGO_PEER_SMYTE,
+                .peer_args = { [SMYTE_MAX] = max,
+                               [SMYTE_AMOUNT] = amount,
+                               [SMYTE_REFILL_MS] = (int64_t) refill_ms,
+                               [SMYTE_FULL_MS] = (int64_t) (refills * refill_ms) },
         };
-        if (prepare(ret, "ERR ", ret_error) < 0)
-                return -EINVAL;
-
         ret->op = take > 0 ? ALGO_TAKE : ALGO_PEEK; /* Smyte writes nothing for TAKE 0 */
         ret->count = (uint64_t) take;
-        if (has_at)
-                ret->at_usec = at == 0 ? 1 : (uint64_t) at * unit_ms * USEC_PER_MSEC;
+        if (has_at) /* in µs, 0 meaning none: AT 0 is 1 µs (still ms 0) */
+                ret->at_usec = at == 0 ? 1
+                               : (uint64_t) at > UINT64_MAX / 1000 / unit_ms
+                                       ? UINT64_MAX / 1000 * 1000
+                                       : (uint64_t) at * unit_ms * USEC_PER_MSEC;
         compute_id(ret, "rl", (uint64_t) max, (uint64_t) amount, refill_ms);
         return 0;
 }
 
-int64_t client_limit_reduce_reply(const ClientLimit *cl, const AlgoResult *res) {
-        /* an allowed take left credit: there were credit + count; a denied one took nothing */
-        uint64_t before = res->credit + (res->allowed && cl->op == ALGO_TAKE ? cl->count : 0);
+/* w1's top 11 bits: how far (in s, rounded up to m << e, e 5 bits, m 6 bits) the counter's time
+ * line (AT) was behind the wall clock when it was written, so that w0, the wall-clock time
+ * from which the store may delete it, is that much later than its expiry on its own time line:
+ * a replay of past events keeps its buckets as long as they live on the replayed time line. */
+static uint64_t shift_decode(uint64_t code) {
+        return (code & 63) << (code >> 6);
+}
 
-        return before > (uint64_t) INT64_MAX ? INT64_MAX : (int64_t) before;
+static uint64_t shift_encode(uint64_t seconds) {
+        unsigned e = 0;
+
+        while (e < 31 && seconds > (UINT64_C(63) << e))
+                e++;
+        if (seconds > (UINT64_C(63) << e))
+                return (UINT64_C(31) << 6) | 63; /* 4300 years: more than any w0 */
+        return ((uint64_t) e << 6) | ((seconds + (UINT64_C(1) << e) - 1) >> e);
+}
+
+/* Smyte's bucket on the state st: w1 = the shift (above) << 53 | max - the tokens in it (its
+ * deficit); w0 = its last refill mark + SMYTE_FULL_MS (the time a refill from empty takes) +
+ * the shift, in µs; 0 = no bucket. Kept until then, full or not, so that a full bucket keeps its
+ * refill schedule as Smyte's stored one does (Smyte's compaction drops a bucket idle as long). */
+static void smyte_apply(const AlgoParams *p, AlgoOp op, uint64_t count, uint64_t now_usec, AlgoState *st,
+                        AlgoResult *res) {
+        uint64_t max = (uint64_t) p->peer_args[SMYTE_MAX], amount = (uint64_t) p->peer_args[SMYTE_AMOUNT];
+        uint64_t refill = (uint64_t) p->peer_args[SMYTE_REFILL_MS],
+                 full = (uint64_t) p->peer_args[SMYTE_FULL_MS];
+        uint64_t now =
+                (now_usec < ALGO_NOW_MAX ? now_usec : ALGO_NOW_MAX) / USEC_PER_MSEC; /* as algo_apply() */
+        uint64_t wall = (uint64_t) p->peer_args[SMYTE_WALL_MS];
+        uint64_t have, refilled, left, shift_ms, code;
+        uint64_t deficit = st->w1 & ((UINT64_C(1) << SMYTE_DEFICIT_BITS) - 1);
+
+        shift_ms = shift_decode(st->w1 >> SMYTE_DEFICIT_BITS) * 1000;
+        if (st->w0 == 0 || st->w0 / USEC_PER_MSEC < full + shift_ms) {
+                have = max;
+                refilled = now;
+        } else {
+                uint64_t last = st->w0 / USEC_PER_MSEC - full - shift_ms;
+                uint64_t n = now > last ? (now - last) / refill : 0;
+                u128 sum = (u128) n * amount + (max - (deficit < max ? deficit : max));
+
+                have = sum < max ? (uint64_t) sum : max;
+                refilled = last + n * refill;
+        }
+        res->allowed = count <= have;
+        res->credit = have; /* Smyte's reply: the tokens before the take */
+        res->limit = max;
+        if (op != ALGO_TAKE || count == 0)
+                return;
+        left = count < have ? have - count : 0; /* a larger take drains the bucket */
+        if (p->strict && left == 0)
+                refilled = now; /* the refill clock restarts */
+        code = shift_encode(wall > now ? (wall - now + 999) / 1000 : 0);
+        st->w1 = code << SMYTE_DEFICIT_BITS | (max - left);
+        st->w0 = (refilled + full + shift_decode(code) * 1000) * USEC_PER_MSEC;
+        if (st->w0 > ALGO_W0_MAX)
+                st->w0 = ALGO_W0_MAX;
+        res->write = true;
+}
+
+void client_limit_set_wall_clock(ClientLimit *cl, uint64_t wall_usec) {
+        if (cl->algo.peer == ALGO_PEER_SMYTE)
+                cl->algo.peer_args[SMYTE_WALL_MS] = (int64_t) (wall_usec / USEC_PER_MSEC);
+}
+
+void client_limit_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now_usec, AlgoState *st,
+                        AlgoResult *res) {
+        if (p->peer == ALGO_PEER_CELL)
+                cell_apply(p, op, now_usec, st, res);
+        else if (p->peer == ALGO_PEER_SMYTE)
+                smyte_apply(p, op, n, now_usec, st, res);
+}
+
+int64_t client_limit_reduce_reply(const ClientLimit *cl, const AlgoResult *res) {
+        (void) cl;
+        return res->credit > (uint64_t) INT64_MAX ? INT64_MAX : (int64_t) res->credit;
 }

@@ -2,35 +2,39 @@
 #pragma once
 
 /*
- * client-limits.c: the commands whose CLIENT gives the limit with every call (issue #17), as
- * redis-cell and Smyte's ratelimit define them, mapped onto divvyd's token bucket
- * (algorithm.h). Pure: it parses the arguments of one command (RESP bulk strings, the command
- * name excluded), says which counter and which operation, and formats the reply from the
- * operation's result. No I/O, no allocation, no clock.
+ * client-limits.c: the commands whose CLIENT gives the limit with every call (issues #17, #33),
+ * with the peers' own semantics and arithmetic: redis-cell's and Smyte's ratelimit's. Pure: it
+ * parses the arguments of one command (RESP bulk strings, the command name excluded), says
+ * which counter and which operation, applies the peer's algorithm to the counter's two-word
+ * state (algo_apply() hands ALGO_PEER_* parameters to client_limit_apply()) and formats the
+ * reply. No I/O, no allocation, no clock. divvyd's own token bucket and windows (rules) are
+ * not involved: their semantics stay as documented.
  *
  *   CL.THROTTLE key max_burst count period [quantity]        (redis-cell)
- *     A continuous token bucket (GCRA) of burst max_burst + 1 refilled at count per period
- *     seconds. quantity (default 1): > 0 TAKE quantity, 0 PEEK, < 0 REFUND -quantity (what
- *     redis-cell's users do with -1 to give a token back; divvyd caps it at the capacity).
- *     Reply: client_limit_format_throttle().
+ *     redis-cell's GCRA, computed as redis-cell computes it: emission interval T = period in ns
+ *     / count (f64, truncated: up to 10^9 per second), delay variation tolerance T *
+ *     (max_burst + 1), the theoretical arrival time (TAT) in ns; quantity > 0 takes, 0 peeks,
+ *     < 0 moves the TAT back (a refund, past full too). Rust's wrapping i64 and saturating f64
+ *     casts are followed for negative and huge parameters; what panics in redis-cell (a time
+ *     beyond the years -9999 to 9999) is an error here. The key alone is the cell: a call with
+ *     other parameters reads the same TAT, as in redis-cell. Reply: the five integers, times
+ *     rounded as redis-cell rounds them (whole seconds, plus 1 if the millisecond part is > 0).
  *   RL.REDUCE key max refilltime [REFILL amount] [TAKE tokens] [AT timestamp] [STRICT]
  *   RL.GET key max refilltime [REFILL amount] [AT timestamp] [STRICT]        (Smyte)
  *   RL.PREDUCE, RL.PGET: the same with refilltime and AT in milliseconds.
- *     A bucket of max tokens, full at first, refilled with amount (default max) tokens every
- *     refilltime seconds after its first take (divvyd's discrete refills); TAKE (default 1,
- *     RL.GET 0) takes tokens iff they are all there (Smyte would drain the bucket on a larger
- *     take: divvyd takes nothing); TAKE 0 peeks; AT is the client's Unix time; STRICT restarts
- *     the refill clock on a denied take. Options are case-insensitive, in any order, the last
- *     of a repeated one wins. Reply: client_limit_reduce_reply().
+ *     Smyte's bucket: max tokens, full at first, amount (default max) tokens added every
+ *     refilltime after its last refill mark (the schedule is kept, also once full); a take
+ *     (TAKE, default 1; RL.GET 0) larger than what is left drains it; STRICT restarts the refill
+ *     clock when a take leaves it at 0; AT is the client's time (s or ms since the epoch; a
+ *     time earlier than the last refill refills nothing). Options are case-insensitive, in any
+ *     order, the last of a repeated one wins. Reply: the tokens before the take.
  *
- * The counter's identity: the parameters that shape the bucket are part of it (Smyte keys its
- * buckets by key, max, refill amount and refill time; divvyd's state layout depends on them
- * too), so two calls on one key with other parameters count in different counters. It is
- * hash128() of a tag of its own ("divvyd-client-limit-v1", which no rule id's encoding starts
- * with), "cl" or "rl", hash128(key) and the parameters (CL: max_burst, count, period; RL: max,
- * amount, refilltime in ms, so RL.REDUCE k 2 60 and RL.PREDUCE k 2 60000 share a bucket, as in
- * Smyte). quantity, TAKE, AT and STRICT are per call and not part of it. This encoding is part
- * of the store's format, like rule ids (rules.c).
+ * The counter's identity: CL: the key alone (redis-cell's Redis key); RL: the key and max,
+ * amount, refilltime in ms (Smyte's RocksDB key, so RL.REDUCE k 2 60 and RL.PREDUCE k 2 60000
+ * share a bucket). It is hash128() of a tag of its own ("divvyd-client-limit-v2", which no rule
+ * id's encoding starts with), "cl" or "rl", hash128(key) and the parameters (0s for CL). This
+ * encoding is part of the store's format, like rule ids (rules.c): counters of an older
+ * encoding ("-v1") are not read again and expire on their own.
  */
 
 #include <stdbool.h>
@@ -45,8 +49,6 @@
 #define CLIENT_LIMIT_ERROR_MAX                                                                              \
         160 /* bytes: ClientLimit.error, for the errors that quote an argument (cut to 64 bytes) */
 #define CLIENT_LIMIT_THROTTLE_REPLY_LEN 5 /* integers in CL.THROTTLE's reply */
-#define CLIENT_LIMIT_AT_MAX                                                                                 \
-        UINT64_C(99999999999) /* s: the latest AT (year 5138), as the line protocol's 11-digit "@time" */
 
 typedef enum ClientLimitKind {
         CLIENT_LIMIT_THROTTLE, /* redis-cell's CL.THROTTLE: continuous token bucket (GCRA) */
@@ -66,45 +68,63 @@ typedef struct ClientLimit {
         ClientLimitKind kind;
         uint8_t id[CLIENT_LIMIT_ID_SIZE]; /* the counter's identity (see above) */
         ProtoSlice key;                   /* the client's key: the counter's actor */
-        AlgoParams algo;                  /* a token bucket, prepared by algo_params_prepare() */
-        AlgoOp op;                        /* ALGO_TAKE, ALGO_PEEK or ALGO_REFUND */
-        uint64_t count;                   /* credits to take, peek at (0 or more) or refund */
-        /* RL's AT in wall-clock µs (AT 0 is 1 µs: 0 means none), or 0: the daemon's clock. The
-         * daemon applies its --client-time-max-age rules as to the line protocol's "@time". */
+        AlgoParams algo;                  /* the peer's (.peer), not prepared: client_limit_apply() */
+        AlgoOp op;                        /* ALGO_TAKE or ALGO_PEEK */
+        /* RL: tokens to take; CL: quantity as a two's complement int64 (< 0: a refund) */
+        uint64_t count;
+        /* RL's AT in µs since the epoch (AT 0 is 1 µs: 0 means none; saturated), or 0: the
+         * daemon's clock. The client's time line, as Smyte takes it: not subject to
+         * --client-time-max-age, nor made now when later (algo_apply()'s ALGO_NOW_MAX bounds it). */
         uint64_t at_usec;
-        uint64_t interval_usec; /* CL: the emission interval T (period / count in µs, rounded up as
-                                 * algorithm.c does); RL: 0 */
+        uint64_t interval_usec;             /* CL: the emission interval T in whole µs (truncated); RL: 0 */
+        bool del;                           /* DEL: the store deletes the cell (STORE_RESET) */
         char error[CLIENT_LIMIT_ERROR_MAX]; /* storage of *ret_error for some errors */
 } ClientLimit;
 
 /* Parses CL.THROTTLE's arguments (argv[0] = key; argc 4 or 5) into *ret. Integers are as
  * redis-cell takes them (optional sign, decimal digits, within int64). Returns 0, or -EINVAL
  * with *ret_error the error reply's text (without RESP's "-" and CRLF; printable ASCII, never a
- * CR or LF) as redis-cell words it ("Cell error: Zero rates are not supported", ...), pointing
- * to a static string or into ret->error. Refused beyond redis-cell: a negative max_burst, count
- * or period, and what divvyd's token bucket cannot hold (count above 2^53-1, period above 100
- * years, more than 1000000 per second, a bucket that takes more than 200 years to refill). */
+ * CR or LF) in redis-cell's words: "Cell error: Usage: ...", "Cell error: Couldn't parse as
+ * integer: <arg>", "Cell error: Zero rates are not supported" (count or period 0, or above 10^9
+ * per second), pointing to a static string or into ret->error. */
 int client_limit_parse_throttle(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
+
+/* Parses DEL's arguments (argv[0] = key; argc 1) into *ret: the CL.THROTTLE cell of that key,
+ * with del set; the store deletes it (STORE_RESET) and its credit output (1 if a live cell was
+ * deleted, else 0) is DEL's integer reply (client_limit_reduce_reply()). Returns 0, or -EINVAL
+ * with *ret_error as for client_limit_parse_throttle(). */
+int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
 
 /* Parses RL.REDUCE's, RL.GET's, RL.PREDUCE's or RL.PGET's arguments (cmd: the command's name,
  * NUL-terminated, any case; argv[0] = key; argc 3 to 10, 8 for the GETs, as Smyte) into *ret.
  * Returns 0, or -EINVAL with *ret_error as for client_limit_parse_throttle(), in Smyte's words
- * where Smyte refuses ("Syntax error", "Value is not an integer or out of range"), else with
- * "ERR " and divvyd's: refilltime of RL.P* not whole seconds, max or amount above 2^53-1,
- * amount above 1000000 per second of refilltime, AT after CLIENT_LIMIT_AT_MAX, a bucket that
- * takes more than 200 years to refill, an unknown cmd. */
+ * where Smyte refuses ("Syntax error", "Value is not an integer or out of range", "Wrong number
+ * of arguments for 'rl.reduce' command"), else with "ERR " and divvyd's: max above 2^53-1, a
+ * bucket that takes more than 200 years to refill from empty, an unknown cmd. */
 int client_limit_parse_reduce(const char *cmd, int argc, const ProtoSlice *argv, ClientLimit *ret,
                               const char **ret_error);
 
+/* The peer's algorithm (p->peer) for op (ALGO_TAKE n, ALGO_PEEK) at now_usec on *st; algo_apply()
+ * calls it. res: CL: allowed, credit = remaining, limit, reset = reset_after and retry =
+ * retry_after as redis-cell replies them (negative ones as two's complement), or an error
+ * (client_limit_throttle_error()); RL: allowed (the take fitted), credit = the tokens before
+ * the take (the reply), limit = max. */
+void client_limit_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now_usec, AlgoState *st,
+                        AlgoResult *res);
+
+/* The wall clock now, for RL's AT (the daemon sets it after parsing): a bucket on a time line
+ * behind the wall clock (a replay of past events) is kept by the store as long as it lives on
+ * that time line. Without it (0), the time line is taken as the wall clock. */
+void client_limit_set_wall_clock(ClientLimit *cl, uint64_t wall_usec);
+
+/* NULL, or the error redis-cell answers a CL.THROTTLE whose result is res with (the text, as
+ * for client_limit_parse_throttle()). Check it before client_limit_format_throttle(). */
+const char *client_limit_throttle_error(const AlgoResult *res);
+
 /* Formats CL.THROTTLE's reply from the result of cl's operation into out: limited (0 or 1),
- * limit (max_burst + 1), remaining, retry_after (s; -1 when allowed, and when quantity is above
- * the limit: it can never pass), reset_after (s until the bucket is full again). res is
- * algo_apply()'s result (a StoreHit's res). Seconds are rounded up from microseconds (redis-cell rounds up
- * from milliseconds, dropping a sub-millisecond rest: the two differ only by such a rest). A denied take's
- * reset_after is derived from its retry and remaining, as the result says when the take would
- * pass, not when the bucket is full: exact when (limit - quantity) * T is whole seconds or the
- * time until full is whole emission intervals (every take so far at one instant), else never
- * below the true value and at most 1 s above it. Returns CLIENT_LIMIT_THROTTLE_REPLY_LEN. */
+ * limit (max_burst + 1), remaining, retry_after, reset_after. res is client_limit_apply()'s
+ * result or a StoreHit's outputs (allowed, credit, limit, reset = reset_left, retry). Returns
+ * CLIENT_LIMIT_THROTTLE_REPLY_LEN. */
 size_t client_limit_format_throttle(const ClientLimit *cl, const AlgoResult *res,
                                     int64_t out[CLIENT_LIMIT_THROTTLE_REPLY_LEN]);
 

@@ -79,6 +79,7 @@ typedef enum RespCommand {
         RESP_CMD_RL_GET,
         RESP_CMD_RL_PREDUCE,
         RESP_CMD_RL_PGET,
+        RESP_CMD_DEL, /* DEL key: deletes a CL.THROTTLE cell, as redis-cell's users do */
         _RESP_CMD_MAX,
 } RespCommand;
 

@@ -243,18 +243,19 @@ static const ProtoVerb algo_op_verb[_ALGO_OP_MAX] = {
 /* A client's limit in slot (the batch's last), parsed: one store hit on the counter its
  * parameters name, a token bucket of those parameters; counted as the verb of its operation. */
 void batch_take_limit(Batch *b, BatchSlot *slot) {
-        const ClientLimit *cl = &b->limits[slot - b->core.slots];
+        ClientLimit *cl = &b->limits[slot - b->core.slots];
         AlgoOp op = cl->op < _ALGO_OP_MAX ? cl->op : ALGO_PEEK;
-        const char *why;
+        /* CL.THROTTLE's negative quantity (two's complement in count): counted as a refund of
+         * that many, applied as a take (redis-cell writes a cell it did not have) */
+        bool refund = cl->kind == CLIENT_LIMIT_THROTTLE && (int64_t) cl->count < 0;
 
-        if (cl->at_usec != 0 && (why = batch_check_time(b, cl->at_usec))) {
-                batch_slot_error(slot, PROTO_ERROR_BAD_TIME, why);
-                return;
-        }
+        /* RL's AT: any time Smyte accepts (not --client-time-max-age's), on the client's time line */
+        if (cl->at_usec != 0)
+                client_limit_set_wall_clock(cl, clock_usec(CLOCK_REALTIME));
         slot->kind = BATCH_SLOT_LIMIT;
-        slot->verb = algo_op_verb[op];
+        slot->verb = cl->del ? PROTO_VERB_RESET : refund ? PROTO_VERB_REFUND : algo_op_verb[op];
         slot->at_usec = cl->at_usec;
-        slot->count = cl->count;
+        slot->count = refund ? -cl->count : cl->count;
         b->hits[b->core.n_hits++] = (StoreHit){
                 .rule_id = cl->id,
                 .actor = cl->key.ptr ? cl->key.ptr : "",
@@ -262,7 +263,7 @@ void batch_take_limit(Batch *b, BatchSlot *slot) {
                 .credit_limit = cl->algo.credit_limit,
                 .reset_seconds = cl->algo.reset_seconds,
                 .algo = &cl->algo,
-                .op = verb_store_op[slot->verb],
+                .op = cl->del ? STORE_RESET : verb_store_op[algo_op_verb[op]], /* DEL deletes the cell */
                 .count = cl->count,
                 .at_usec = cl->at_usec,
         };
@@ -624,8 +625,9 @@ int batch_finish(Batch *b, uint64_t now_usec) {
                 return 0;
         }
         for (size_t i = 0; i < b->core.n_hits; i++)
-                if (b->hits[i].at_usec > now_usec)
+                if (b->hits[i].at_usec > now_usec && !(b->hits[i].algo && b->hits[i].algo->peer))
                         b->hits[i].at_usec = now_usec; /* a client's time is never in the future */
+        /* (but RL's AT, Smyte's client time line, is taken as it is) */
         r = b->submit(b->backend, b->hits, b->core.n_hits, now_usec, batch_store_done, b);
         if (r < 0)
                 batch_complete(b, r); /* not taken: answered with the error */

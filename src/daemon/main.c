@@ -101,7 +101,7 @@ static void help(void) {
                "                           Redis protocol (default on; see divvyd(8))\n"
                "      --allow-client-limits\n"
                "                           Accept CL.THROTTLE and RL.* over RESP: limits that the\n"
-               "                           clients define (default off)\n"
+               "                           clients define (default off; local store only)\n"
                "  -n, --check-config       Validate CONFIG, print a summary (and a line per rule with\n"
                "                           another algorithm or policy than divvy's; warnings for rules\n"
                "                           whose divvy keys in Redis can meet), exit\n"
@@ -718,6 +718,9 @@ static int settings_from_env(Options *o) {
                 settings->remote.password = e;
         if (settings->remote.on_error == RULE_ON_ERROR_DEFAULT)
                 settings->remote.on_error = RULE_ON_ERROR_LOCAL;
+        /* the peers' arithmetic (client-limits.c: 64-bit integers) does not run in Redis's Lua */
+        if (settings->remote.url && settings->server.allow_client_limits)
+                return log_error_errno(EINVAL, "--allow-client-limits needs the local store, not --store");
 
         if (o->n_listen == 0) {
                 char addr[64];

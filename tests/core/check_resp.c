@@ -158,6 +158,7 @@ START_TEST (test_command_names) {
         ck_assert_int_eq(resp_command_from_name((ProtoSlice){ "hit", 3 }), RESP_CMD_HIT);
         ck_assert_int_eq(resp_command_from_name((ProtoSlice){ "Cl.Throttle", 11 }), RESP_CMD_CL_THROTTLE);
         ck_assert_int_eq(resp_command_from_name((ProtoSlice){ "rl.pget", 7 }), RESP_CMD_RL_PGET);
+        ck_assert_int_eq(resp_command_from_name((ProtoSlice){ "del", 3 }), RESP_CMD_DEL);
         ck_assert_int_eq(resp_command_from_name((ProtoSlice){ "HITS", 4 }), RESP_CMD_UNKNOWN);
         ck_assert_int_eq(resp_command_from_name((ProtoSlice){ "HI", 2 }), RESP_CMD_UNKNOWN);
         ck_assert_int_eq(resp_command_from_name((ProtoSlice){ "", 0 }), RESP_CMD_UNKNOWN);

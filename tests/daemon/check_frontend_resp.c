@@ -342,15 +342,16 @@ static void client_limits_batch(void) {
 
 START_TEST (test_client_limits) {
         /* --allow-client-limits: a batch of its own, on the same store. redis-cell's worked example
-         * (README: "CL.THROTTLE user123 15 30 60" on a fresh key), then Smyte's RL.*: the tokens
-         * before the take, nothing taken when there are not enough, RL.PREDUCE's milliseconds
-         * naming the same bucket as RL.REDUCE's seconds. */
+         * (README: "CL.THROTTLE user123 15 30 60" on a fresh key; the key alone is the cell), then
+         * Smyte's RL.*: the tokens before the take, a larger take draining the bucket,
+         * RL.PREDUCE's milliseconds naming the same bucket as RL.REDUCE's seconds, AT at any
+         * time (a time before the last refill refills nothing). */
         client_limits_batch();
 
         input(0, req("CL.THROTTLE|user123|15|30|60"));
         input(0, req("cl.throttle|user123|15|30|60"));
         input(0, req("CL.THROTTLE|user123|15|30|60|0"));
-        input(0, req("CL.THROTTLE|user123|15|30|61")); /* other parameters: another counter */
+        input(0, req("CL.THROTTLE|user123|15|30|61")); /* other parameters: the same cell */
         input(0, req("CL.THROTTLE|user123|15|0|60"));
         input(0, req("CL.THROTTLE|user123|15"));
         input(0, req("RL.REDUCE|k|3|60"));
@@ -358,21 +359,20 @@ START_TEST (test_client_limits) {
         input(0, req("RL.REDUCE|k|3|60|TAKE|2"));
         input(0, req("RL.GET|k|3|60"));
         input(0, req("RL.PGET|k|3|60000"));
-        input(0, req("RL.REDUCE|k|3|60|AT|1700000000")); /* --client-time-max-age 0 */
+        input(0, req("RL.REDUCE|k|3|60|AT|1700000000")); /* not --client-time-max-age's */
         input(0, req("HIT|a|1"));                        /* the rules still decide the rest */
         batch_take(batch, conns[0]);
         ck_assert_uint_eq(finish(), 13);
-        ck_assert_str_eq(
-                output(0),
-                "*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:2\r\n"
-                "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
-                "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
-                "*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:3\r\n"
-                "-Cell error: Zero rates are not supported\r\n"
-                "-Cell error: Usage: cl.throttle <key> <max_burst> <count per period> <period> "
-                "[<quantity>]\r\n"
-                ":3\r\n:2\r\n:0\r\n:0\r\n:0\r\n"
-                "-ERR bad-time client timestamps are off (--client-time-max-age)\r\n" HIT3(1, 1, 60));
+        ck_assert_str_eq(output(0),
+                         "*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:2\r\n"
+                         "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
+                         "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
+                         "*5\r\n:0\r\n:16\r\n:13\r\n:-1\r\n:7\r\n"
+                         "-Cell error: Zero rates are not supported\r\n"
+                         "-Cell error: Usage: cl.throttle <key> <max_burst> <count per period> <period> "
+                         "[<quantity>]\r\n"
+                         ":3\r\n:2\r\n:0\r\n:0\r\n:0\r\n"
+                         ":0\r\n" HIT3(1, 1, 60));
         ck_assert(!conns[0]->closing);
 }
 END_TEST
@@ -388,15 +388,20 @@ START_TEST (test_client_limits_counted) {
         input(0, req("CL.THROTTLE|u|1|1|60")); /* denied */
         input(0, req("CL.THROTTLE|u|1|1|60|0"));
         input(0, req("RL.REDUCE|r|3|60|TAKE|2")); /* 2 taken */
-        input(0, req("RL.REDUCE|r|3|60|TAKE|2")); /* denied */
+        input(0, req("RL.REDUCE|r|3|60|TAKE|2")); /* denied (Smyte's drain) */
+        input(0, req("CL.THROTTLE|u|1|1|60|-1")); /* a refund of 1, counted as one */
+        input(0, req("DEL|u"));                   /* a reset */
         batch_take(batch, conns[0]);
-        ck_assert_uint_eq(finish(), 6);
+        ck_assert_uint_eq(finish(), 8);
         ck_assert_uint_eq(metrics_verb_decisions(metrics, PROTO_VERB_TAKE, true), 3);
         ck_assert_uint_eq(metrics_verb_decisions(metrics, PROTO_VERB_TAKE, false), 2);
         ck_assert_uint_eq(metrics_verb_credits(metrics, PROTO_VERB_TAKE), 4);
         ck_assert_uint_eq(metrics_verb_decisions(metrics, PROTO_VERB_PEEK, true) +
                                   metrics_verb_decisions(metrics, PROTO_VERB_PEEK, false),
                           1);
+        ck_assert_uint_eq(metrics_verb_decisions(metrics, PROTO_VERB_REFUND, true), 1);
+        ck_assert_uint_eq(metrics_verb_credits(metrics, PROTO_VERB_REFUND), 0);
+        ck_assert_uint_eq(metrics_verb_decisions(metrics, PROTO_VERB_RESET, true), 1);
 }
 END_TEST
 

@@ -185,12 +185,11 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
         self.assertEqual(self.cli("CL.THROTTLE", key, "15", "30", "60"), "0\n16\n15\n-1\n2\n")
         self.assertEqual(self.cli("CL.THROTTLE", key, "15", "30", "60", "0").split("\n")[:3], ["0", "16", "15"])
         self.assertIn("Zero rates", self.cli("CL.THROTTLE", key, "15", "0", "60"))
-        # Smyte: the tokens before the take; a take larger than what is left takes nothing.
+        # Smyte: the tokens before the take; a take larger than what is left drains the bucket.
         k = uid("rl")
         self.assertEqual(self.cli("RL.REDUCE", k, "3", "60"), "3\n")
         self.assertEqual(self.cli("RL.REDUCE", k, "3", "60", "TAKE", "5"), "2\n")
-        self.assertEqual(self.cli("RL.GET", k, "3", "60"), "2\n")
-        self.assertEqual(self.cli("RL.PREDUCE", k, "3", "60000", "TAKE", "2"), "2\n")
+        self.assertEqual(self.cli("RL.GET", k, "3", "60"), "0\n")
         self.assertEqual(self.cli("RL.PGET", k, "3", "60000"), "0\n")
 
     # --- bounds ----------------------------------------------------------------------------------
