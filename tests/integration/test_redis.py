@@ -612,8 +612,9 @@ class ClusterRouting(harness.DaemonTestCase):
     def test_chain_split_by_a_migration_waits_for_it(self):
         with redisfix.Cluster() as cl:
             http = harness.free_tcp_port()
-            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=%d" % (
-                60000 * harness.TIMEOUT_SCALE), "--http-port=%d" % http])
+            # the longest --backend-timeout there is: not scaled, the option's own maximum
+            d = self.start_daemon(CONFIG, args=["--store=%s" % cl.url(), "--backend-timeout=60000",
+                                                "--http-port=%d" % http])
             a = uid()
             hit = "HIT chain=%s u=%s" % (a, a)  # [chain=* u=*] continue + [chain=*]: two keys, one slot
             self.assertEqual(parse_ok(d.request(hit))[:2], (True, 1))
