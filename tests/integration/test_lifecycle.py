@@ -829,7 +829,7 @@ class ConfigErrors(harness.DaemonTestCase):
 
 class UnixSocketInUse(harness.DaemonTestCase):
     def test_live_socket_with_full_backlog(self):
-        # README "Unix sockets": a leftover socket file is removed only if nothing answers on
+        # docs/running.md "Unix sockets": a leftover socket file is removed only if nothing answers on
         # it. A live one whose owner does not accept (a hung or stopped previous instance)
         # with its backlog full made the probe's blocking connect() wait forever: divvyd
         # hung at start instead of refusing the path.

@@ -501,7 +501,7 @@ class ClosingCollector:
 
 class StatsdFlapping(harness.DaemonTestCase):
     def test_backoff_grows(self):
-        # README "statsd": a lost TCP connection is re-established with exponential backoff
+        # docs/metrics.md "statsd": a lost TCP connection is re-established with exponential backoff
         # (100 ms doubling to 30 s). A collector that accepts and closes at once made every
         # connection count as a working one, reset the backoff to 100 ms and logged a warning:
         # ten reconnects and ten warnings a second, forever.
@@ -523,7 +523,7 @@ class StatsdFlapping(harness.DaemonTestCase):
 
 class HttpGarbage(harness.DaemonTestCase):
     def test_client_garbage_is_not_logged_as_warnings(self):
-        # README "Running divvyd", Logging: client misbehaviour is logged at debug level only.
+        # docs/running.md "Running divvyd", Logging: client misbehaviour is logged at debug level only.
         # libmicrohttpd's messages about a client's bad request (400, 431, 505, a request cut
         # off) were all warnings: anyone who can reach the metrics port could write a line to
         # the log per connection.
@@ -559,7 +559,7 @@ class HttpGarbage(harness.DaemonTestCase):
         self.assertEqual(warnings, [], d.log_tail())
 
     def test_bad_http_address_is_a_usage_error(self):
-        # README: an invalid option value exits 2 before anything starts. --http-address was
+        # divvyd(8): an invalid option value exits 2 before anything starts. --http-address was
         # only checked when the endpoint started, which exited 1.
         for bad in ("[::1]", "localhost", "127.0.0.256", ""):
             d = self.new_daemon(data_path("itest.ini"), notify=False,

@@ -1838,7 +1838,7 @@ START_TEST (test_group_commit_open_on_full_disk) {
 }
 END_TEST
 
-/* A directory without lock.mdb (README: a hot copy by mdb_copy "is a valid store on its own")
+/* A directory without lock.mdb (docs/running.md: a hot copy by mdb_copy "is a valid store on its own")
  * gets one from the read-through check, the first to open it: it must be the daemon's to open
  * afterwards. Bug: the check's child opened the environment with mode 0, so lock.mdb was
  * created ---------- and divvyd, as any user but root, failed to start ("cannot open LMDB
@@ -1872,7 +1872,7 @@ START_TEST (test_verify_creates_usable_lock) {
 END_TEST
 
 /* A checkpoint that cannot start (the journal's next segment cannot be made: a full disk) is
- * retried after 1 s, then 2, 4, ... as README's "Checkpoints" says of any failed one. Bug: a
+ * retried after 1 s, then 2, 4, ... as STORE-DESIGN.md's "Checkpoints" says of any failed one. Bug: a
  * failed start set the backoff back to 1 s, so a full disk was retried, counted in
  * divvyd_checkpoint_failures_total and a 64 MiB segment fallocate()d every second for ever. */
 START_TEST (test_checkpoint_start_failure_backoff) {
@@ -2074,7 +2074,7 @@ static StoreHit apply_one(Store *s, const char *actor, StoreOp op, uint64_t coun
 }
 
 /* The wall clock the store was last given may be earlier than one it was given before (a step
- * back, README "Wall-clock steps"). The last checkpoint of a clean stop must judge what is live
+ * back, STORE-DESIGN.md "Wall-clock steps"). The last checkpoint of a clean stop must judge what is live
  * by the clock the hits were answered at, not by the largest one ever seen: a counter created
  * after the clock came back is live and must still be there after the restart. */
 START_TEST (test_clock_back_then_clean_stop) {
