@@ -391,7 +391,7 @@ static void divvy_rule_reasons(const Rule *r, char *buf, size_t size) {
                            "resetSeconds 0 with creditLimit %" PRIu64
                            " (divvy 1.7 refuses a resetSeconds under 1 unless creditLimit is 0)",
                            r->credit_limit);
-        /* Matching: README, "Differences from divvy", "Rules and matching". */
+        /* Matching: docs/differences.md, "Rules and matching". */
         for (size_t i = 0; i < r->n_patterns; i++) {
                 const RulePattern *p = &r->patterns[i];
                 const char *star = memchr(p->value, '*', p->value_len);

@@ -190,7 +190,7 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *connection
 
 /* libmicrohttpd hands us its own printf-style format strings. Its messages are almost all
  * about one client's request (malformed, too big, cut off, over the connection limit), one
- * line per connection: client misbehaviour, logged at debug level only (README "Running
+ * line per connection: client misbehaviour, logged at debug level only (docs/running.md "Running
  * divvyd", Logging), so that whoever reaches the port cannot fill the log. Failing to start
  * is reported by http_new()'s own message. */
 __attribute__((format(printf, 2, 0))) static void http_logger(void *cls, const char *format, va_list ap) {

@@ -74,7 +74,7 @@
            * of data.mdb, if that is more than STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's: at 10 million        \
            * counters a checkpoint rewrites most leaf pages (about 600 MB) however few records it           \
            * covers; 2 keeps that near 30 bytes per HIT, and store_close()'s last checkpoint of             \
-           * 20 million records within its 10 s (measured: see README, Performance) */
+           * 20 million records within its 10 s (measured: see bench/RESULTS.md) */
 #define STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT                                                                \
         (2ULL << 30) /* bytes: ... but no more journal than this (the replay after a crash) */
 #define STORE_CHECKPOINT_NICE                                                                               \

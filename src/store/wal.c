@@ -1077,7 +1077,7 @@ static void zero_ahead(Wal *w) {
  * the blocks are written (or on their way) when that sync begins, and it mostly waits for the
  * disk's cache flush alone: one device round trip instead of two (fdatasync() of 10 KB on this
  * machine's virtio disk: 90 µs, 44 µs when the blocks were written beforehand). Measured: 8-15 %
- * more HITs/s with --sync=always at 16 x 16 (README "Durability"). Costs one system call per
+ * more HITs/s with --sync=always at 16 x 16 (STORE-DESIGN.md, "Durability"). Costs one system call per
  * batch on the event loop, and the unfinished last block is written once per batch instead of
  * once per sync (157 against 138 bytes written to the disk per HIT). Advisory: a failed write
  * shows at the sync. */

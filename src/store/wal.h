@@ -118,7 +118,7 @@ typedef struct WalOptions {
          * of a written-back page; and each append starts writing its blocks at once, so that
          * the sync mostly waits for the disk's cache flush alone. Same files, same contents;
          * only the cost of a sync changes, and the unfinished last block is written once per
-         * append instead of once per sync (see README "Durability"). */
+         * append instead of once per sync (see STORE-DESIGN.md, "Durability"). */
         bool write_appends;
         /* Test hook: starts writing len bytes of fd at off to disk without waiting, like
          * sync_file_range(SYNC_FILE_RANGE_WRITE) (NULL: that). The early write-outs only make

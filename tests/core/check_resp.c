@@ -368,7 +368,7 @@ START_TEST (test_format) {
 }
 END_TEST
 
-/* HIT's errors are divvy's two codes in either syntax (README: bad-count, bad-time and
+/* HIT's errors are divvy's two codes in either syntax (docs/protocol.md: bad-count, bad-time and
  * forbidden are for the new verbs only): whatever its arguments, a HIT that fails says
  * unknown, as the same words on a line do. */
 START_TEST (test_hit_errors_keep_divvy_codes) {

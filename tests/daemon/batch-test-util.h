@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* Shared by the tests of batch.c (check_batch, check_resp_batch): a real store in a temporary
- * directory, the rules, metrics and batch over it, and BATCH_TEST_CONNS connections on
+/* Shared by the tests of the engine and its front-ends (check_batch, check_frontend_resp): a real store in a
+ * temporary directory, the rules, metrics and batch over it, and BATCH_TEST_CONNS connections on
  * socketpairs; input as the server would have read it, and the replies a connection has to
  * send. No event loop: the tests call batch_take() and batch_finish() as the server does. */
 

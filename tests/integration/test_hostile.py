@@ -262,7 +262,7 @@ class Hostile(harness.DaemonTestCase):
 
     def test_never_reading_memory_bound_given_back(self):
         # Clients that pipeline and never read, at the default --output-limit (1 MiB): each
-        # costs the daemon at most the documented bound (README "Security": output_limit + 49
+        # costs the daemon at most the documented bound (docs/security.md "Security": output_limit + 49
         # KiB), also after others like them have come and gone, and once they read every
         # reply that memory is given back while they stay connected (the output buffer returns
         # to its small size). Memory is VmRSS; the count of replies is exact.

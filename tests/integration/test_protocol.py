@@ -2,17 +2,33 @@
 # SPDX-License-Identifier: MIT
 """divvyd over real sockets: divvy's README transcripts, rule semantics, framing and errors.
 
+Framing at its edges:
+
+- Lingering after an ERR when more than one discard pass of input (256 KiB) is already queued
+  with the peer's FIN behind it: divvyd must read on to that EOF and close, not wait for the
+  linger timeout and then close on unread input (a reset). Regression test: the discard loop
+  stopped at its bound and, edge-triggered, was never woken again.
+- Every request of each verb, line protocol (v1 and v2, "\\n" and "\\r\\n") and RESP, fed one
+  byte per read() of the daemon (a Unix socket, each byte's consumption checked with
+  TIOCOUTQ, so the daemon really sees every partial frame) and a mixed pipeline cut in two at
+  every byte: replies byte-identical to the same requests sent whole, with --sync=always (the
+  batch in flight while the rest of the input arrives).
+
 Run one test:  tests/integration/test_protocol.py Framing.test_byte_by_byte
 """
 
 import itertools
 import os
+import re
+import shutil
+import signal
 import socket
 import struct
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faultlib  # noqa: E402
 import harness  # noqa: E402
 from harness import data_path, example_path  # noqa: E402
 
@@ -325,6 +341,154 @@ class Framing(harness.DaemonTestCase):
         c.send("HIT path=/open\n" * 1000)
         c.close()
         self.assertEqual(self.d.request("HIT path=/open"), "OK true 5 0")
+
+
+SO_SNDBUFFORCE = 32  # <asm-generic/socket.h>: SO_SNDBUF beyond wmem_max (needs CAP_NET_ADMIN)
+
+
+DISCARD_PASS = 64 * 4096  # bytes connection_discard_input() reads per call
+
+
+class Linger(harness.DaemonTestCase):
+    def test_discard_reaches_eof(self):
+        d = self.start_daemon(data_path("itest.ini"), args=["--debug"], listen=("unix",))
+        pid = d.pid()
+        fds0 = faultlib.fd_count(pid)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(harness.IO_TIMEOUT)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 8 << 20)
+        except OSError:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)  # capped at wmem_max
+        s.connect(d.unix_path)
+        with harness.Conn(s) as c:
+            # A bad line: ERR, then divvyd shuts down its side and lingers, discarding input.
+            c.send("FOO\n")
+            self.assertEqual(c.readline(), 'ERR unknown-command "unknown command"')
+            self.assertTrue(c.at_eof())
+            self.assertEqual(faultlib.fd_count(pid), fds0 + 1)
+            # While it is stopped, queue several discard passes of input and our FIN, so that
+            # it wakes to one edge with all of it waiting.
+            try:
+                faultlib.freeze(pid)  # SIGSTOP, every thread stopped
+                s.setblocking(False)
+                queued, chunk = 0, b"x" * 65536
+                while queued < 6 * DISCARD_PASS:
+                    try:
+                        queued += s.send(chunk)
+                    except BlockingIOError:
+                        break
+                s.shutdown(socket.SHUT_WR)
+            finally:
+                d.signal(signal.SIGCONT)
+            if queued <= DISCARD_PASS + 4096:
+                self.skipTest("could queue only %d bytes on a Unix socket (SO_SNDBUF capped by "
+                              "net.core.wmem_max)" % queued)
+            faultlib.wait_for(lambda: faultlib.fd_count(pid) == fds0, 10,
+                              "the daemon to close the connection")
+        # Closed because it read our EOF, not by the linger timeout with input unread.
+        self.assertNotRegex(d.log_text(), r"peer did not close")
+
+
+class Split(harness.DaemonTestCase):
+    """Requests fed in pieces against the same requests sent whole, --sync=always."""
+
+    LINES = ["HIT path=/fw user={u}", 'hit "path"="/fw" "user"="{u}"', "TAKE 2 path=/tb user={u}",
+             "PEEK path=/sw user={u}", "PEEK 0 path=/fw user={u}", "CHARGE 3 path=/sw user={u}",
+             "REFUND 1 path=/fw user={u}", "RESET path=/fw user={u}", "EXPLAIN path=/multi/x user={u}",
+             "HELLO", "TAKE 1 path=/multi/{u} user={u}", "HIT path=/canary/x user={u}",
+             "TAKE 0 path=/fw user={u}", "FOO {u}"]
+    RESP = [("HIT", "path", "/fw", "user", "{u}"), ("TAKE", "2", "path", "/tb", "user", "{u}"),
+            ("PEEK", "path", "/sw", "user", "{u}"), ("PEEK", "0", "path", "/fw", "user", "{u}"),
+            ("CHARGE", "3", "path", "/sw", "user", "{u}"), ("REFUND", "1", "path", "/fw", "user", "{u}"),
+            ("RESET", "path", "/fw", "user", "{u}"), ("EXPLAIN", "path", "/multi/x", "user", "{u}"),
+            ("HELLO", "2", "SETNAME", "n{u}"), ("CLIENT", "GETNAME"), ("PING", "a {u}"), ("ECHO", "{u}"),
+            ("COMMAND", "INFO", "a", "b"), ("SELECT", "0"), ("CL.THROTTLE", "{u}", "15", "30", "60"),
+            ("RL.REDUCE", "{u}", "3", "60"), ("NOPE", "{u}"), ("TAKE", "0", "path", "/fw"), ("QUIT",)]
+
+    @classmethod
+    def setUpClass(cls):
+        tmp = harness.make_tmpdir()
+        cls.addClassCleanup(shutil.rmtree, tmp, True)
+        cls.admin_path = os.path.join(tmp, "admin.sock")
+        cls.d = cls.start_shared_daemon(data_path("verbs.ini"), tmpdir=tmp, listen=("unix",),
+                                        args=["--sync=always", "--allow-client-limits",
+                                              "--listen", "admin:unix:" + cls.admin_path])
+
+    def setUp(self):
+        super().setUp()
+        self.d.drain_notes(0)
+
+    def actor(self, tag):
+        """A fresh actor of fixed length: its counters are new, its replies comparable."""
+        return "%s%05d" % (tag, next(_ids))
+
+    def exchange(self, chunks, admin=False):
+        """Sends chunks on a new Unix connection, each read by the daemon before the next is
+        sent (TIOCOUTQ), half-closes, returns everything the daemon said until it closed."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(harness.IO_TIMEOUT)
+        s.connect(self.admin_path if admin else self.d.unix_path)
+        with s:
+            for ch in chunks:
+                s.sendall(ch)
+                deadline = time.monotonic() + harness.IO_TIMEOUT
+                while harness.unix_sent_unread(s) > 0:
+                    if time.monotonic() > deadline:
+                        raise harness.HarnessError("the daemon did not read %r" % ch)
+                    time.sleep(0.0002)
+            s.shutdown(socket.SHUT_WR)
+            return harness.read_until_close(s, reset_ends=True)
+
+    def compare(self, make, pieces, admin=False, whole=None):
+        """make(actor) -> bytes; the replies to it sent whole (or whole, from an earlier call)
+        and in pieces(bytes) -> chunks, each on fresh counters. Returns the whole replies."""
+        # RESP's HELLO shows the connection's id: the only bytes allowed to differ.
+        strip = re.compile(rb"\$2\r\nid\r\n:\d+\r\n")
+        if whole is None:
+            uw = self.actor("w")
+            whole = strip.sub(b"", self.exchange([make(uw)], admin).replace(uw.encode(), b"U"))
+        us = self.actor("s")
+        split = strip.sub(b"", self.exchange(pieces(make(us)), admin).replace(us.encode(), b"U"))
+        self.assertEqual(split, whole, make(us)[:80])
+        return whole
+
+    @staticmethod
+    def bytewise(data):
+        return [data[i:i + 1] for i in range(len(data))]
+
+    def test_every_request_byte_by_byte(self):
+        for admin in (False, True):
+            for t in self.LINES:
+                for end in ("\n", "\r\n"):
+                    with self.subTest(line=t, end=end, admin=admin):
+                        self.compare(lambda u: (t.format(u=u) + end).encode(), self.bytewise, admin)
+            for args in self.RESP:
+                with self.subTest(resp=args, admin=admin):
+                    got = self.compare(lambda u: harness.resp_command(*[a.format(u=u) for a in args]), self.bytewise, admin)
+                    self.assertTrue(got, args)
+
+    def test_pipeline_cut_at_every_byte(self):
+        def lines(u):
+            return ("HIT path=/fw user={u}\r\nTAKE 2 path=/tb user={u}\nPEEK path=/fw user={u}\r\nHELLO\n"
+                    "EXPLAIN path=/sw user={u}\nCHARGE 1 path=/sw user={u}\nREFUND 1 path=/fw user={u}\n"
+                    "HIT path=/fw user={u}\n").format(u=u).encode()
+
+        def resps(u):
+            return (harness.resp_command("HIT", "path", "/fw", "user", u) + b"\r\n" + harness.resp_command("TAKE", "2", "path", "/tb", "user", u) +
+                    harness.resp_command("PING") + harness.resp_command("PEEK", "path", "/fw", "user", u) + b"*0\r\n" + harness.resp_command("ECHO", u) +
+                    harness.resp_command("TAKE", "0", "path", "/x") + harness.resp_command("EXPLAIN", "path", "/sw", "user", u) +
+                    harness.resp_command("REFUND", "1", "path", "/fw", "user", u) + harness.resp_command("NOPE") +
+                    harness.resp_command("CHARGE", "1", "path", "/sw", "user", u))
+
+        for make, tag in ((lines, "line"), (resps, "resp")):
+            n, got = len(make(self.actor("x"))), None
+            for pos in range(1, n):
+                with self.subTest(proto=tag, cut=pos):
+                    got = self.compare(make, lambda data: [data[:pos], data[pos:]], whole=got)
+            # the whole pipeline is answered (the line one up to its ERR forbidden)
+            self.assertTrue(got.endswith(b'ERR forbidden "REFUND needs an admin listener"\n')
+                            if tag == "line" else got.endswith(b"$2\r\nsw\r\n"), got[-80:])
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ health checks) and hiredis from C (tests/integration/hiredis-client), against
 tests/data/verbs.ini; redis-cell's worked example with --allow-client-limits; malformed RESP
 bounded like a bad line (one error, that connection closed, nothing else affected).
 
+- RESP's limits exactly at and one past each bound over a socket (a 10,368-byte request,
+  8,192-byte bulk, 136 arguments, 64 distinct keys), and maximal requests pipelined so that
+  the input buffer holds a framed request and a partial one across compactions; a RESP
+  connection that turns to the line protocol after its first request.
+
 Run one test:  tests/integration/test_resp.py Resp.test_redis_cli
 """
 
@@ -17,8 +22,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faultlib  # noqa: E402
 import harness  # noqa: E402
 from harness import data_path  # noqa: E402
 import redisfix  # noqa: E402  (finds Debian's python3-redis under a pyenv python3 too)
@@ -271,6 +278,72 @@ class RespOff(RespDaemonMixin, harness.DaemonTestCase):
             d.wait_ready()
         self.assertEqual(self.raw(harness.resp_command("HIT", "path", "/fw", "user", "sa"), kind="unix", d=d),
                          b"*3\r\n:1\r\n:9\r\n:3600\r\n")
+
+
+class RespLimits(harness.DaemonTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = cls.start_shared_daemon(data_path("verbs.ini"), args=["--sync=always"])
+
+    def raw(self, data, kind="tcp"):
+        with self.d.connect(kind) as c:
+            t = threading.Thread(target=faultlib.send_quietly, args=(c.sock, data, True), daemon=True)
+            t.start()
+            out = harness.read_until_close(c.sock, reset_ends=True)
+            t.join(harness.IO_TIMEOUT)
+            return out
+
+    @staticmethod
+    def sized(total):
+        """A HIT of 62 short pairs, one 8,000-byte value and one padded to make the request
+        exactly total bytes long (no bulk over 8,192)."""
+        pairs = [x for i in range(62) for x in ("k%d" % i, "v")]
+        v = "x" * (total - len(harness.resp_command("HIT", *pairs, "y", "x" * 8000, "z", "")))
+        r = harness.resp_command("HIT", *pairs, "y", "x" * 8000, "z", v)
+        while len(r) > total:
+            v = v[:-1]
+            r = harness.resp_command("HIT", *pairs, "y", "x" * 8000, "z", v)
+        assert len(r) == total, len(r)
+        return r
+
+    def test_at_and_past_each_bound(self):
+        deny = b"*3\r\n:0\r\n:0\r\n:-1\r\n"  # verbs.ini's default rule
+        err = b"-ERR Protocol error: "
+        pairs = lambda n, pre="k": [x for i in range(n) for x in ("%s%d" % (pre, i), "v")]  # noqa: E731
+        cases = [
+            (self.sized(10368), deny),
+            (self.sized(10369), err + b"request longer than the line limit\r\n"),
+            (harness.resp_command("HIT", "k", "v" * 8192), deny),
+            (harness.resp_command("HIT", "k", "v" * 8193), err + b"bulk string longer than the line limit\r\n"),
+            (harness.resp_command("HIT", *pairs(64)), deny),
+            (harness.resp_command("HIT", *pairs(65)), b"-ERR unknown too many key=value pairs\r\n"),
+            (harness.resp_command("TAKE", "1", *(["k", "v"] * 67)), b"*6\r\n:0\r\n:0\r\n:0\r\n:0\r\n:-1\r\n$2\r\n#9\r\n"),
+            (harness.resp_command("TAKE", "1", "@1", *(["k", "v"] * 67)), err + b"too many arguments\r\n"),
+            (b"*000000000000000001\r\n$4\r\nPING\r\n", b"+PONG\r\n"),
+            (b"*0000000000000000001\r\n$4\r\nPING\r\n", err + b"invalid length\r\n"),
+            (b"*-2\r\n", err + b"invalid length\r\n"),
+            (b"*1\r\n$-1\r\n", err + b"invalid length\r\n"),
+            (b"*0\r\n*-1\r\n\r\n\n" + harness.resp_command("PING"), b"+PONG\r\n"),
+        ]
+        for i, (data, want) in enumerate(cases):
+            with self.subTest(case=i, head=data[:30]):
+                self.assertEqual(self.raw(data, "unix" if i % 2 else "tcp"), want)
+
+    def test_maximal_requests_pipelined(self):
+        # Three requests of 10,368 bytes and ECHOs of 8,190: the input buffer holds one framed
+        # request and part of the next, framed again after each compaction.
+        big = self.sized(10368)
+        self.assertEqual(self.raw(big * 3), b"*3\r\n:0\r\n:0\r\n:-1\r\n" * 3)
+        echoes = [("%05d" % i) * 1638 for i in range(60)]
+        want = b"".join(b"$8190\r\n%s\r\n" % e.encode() for e in echoes)
+        for kind in ("tcp", "unix"):
+            self.assertEqual(self.raw(b"".join(harness.resp_command("ECHO", e) for e in echoes), kind), want)
+
+    def test_resp_then_line(self):
+        # The first byte decided RESP: a divvy line after a RESP request is broken framing.
+        self.assertEqual(self.raw(harness.resp_command("PING") + b"HIT path=/fw user=x\n" + harness.resp_command("PING")),
+                         b"+PONG\r\n-ERR Protocol error: expected '*' (divvyd takes RESP arrays of bulk "
+                         b"strings)\r\n")
 
 
 if __name__ == "__main__":

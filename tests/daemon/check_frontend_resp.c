@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* batch.c with RESP connections (issue #17): requests taken from socketpairs whose first byte
- * is '*', matched and applied to a real store in the same batches as line requests, answered
- * in RESP in request order; connection commands; errors that leave the connection open and
- * framing errors that close it; --resp=off. No event loop: the tests call batch_take() and
- * batch_finish() as the server does. */
+/* frontend-resp.c, RESP's front-end of the engine (issue #17): requests taken from socketpairs whose first
+ * byte is '*', matched and applied to a real store in the same batches as line requests, answered in RESP in
+ * request order; connection commands; errors that leave the connection open and framing errors that close
+ * it; --resp=off. No event loop: the tests call batch_take() and batch_finish() as the server does. */
 
 #include <check.h>
 #include <errno.h>
@@ -451,7 +450,7 @@ START_TEST (test_client_limit_hits) {
 END_TEST
 
 int main(void) {
-        Suite *s = suite_create("resp_batch");
+        Suite *s = suite_create("frontend_resp");
         TCase *tc = tcase_create("resp");
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_same_counters_as_lines);
