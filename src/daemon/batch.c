@@ -496,8 +496,8 @@ static inline int batch_slot_failed(const Batch *b, const BatchSlot *slot, int s
         return 0;
 }
 
-/* The reason of an ERR for the store's -errno r (docs/protocol.md, "Errors close the connection"): a fixed text, or the
- * error's in b's buffer. */
+/* The reason of an ERR for the store's -errno r (docs/protocol.md, "Errors close the connection"): a fixed
+ * text, or the error's in b's buffer. */
 static const char *batch_store_reason(Batch *b, int r) {
         if (r == -ENOSPC)
                 return "store full";
