@@ -50,13 +50,16 @@ static void handle_ok(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
         plan->room = RESP_ERROR_ROOM;
 }
 
+/* HELLO [protover [AUTH username password] [SETNAME name]]: plan->n is the version asked for
+ * (2 or 3; 0: the connection's stays). AUTH is Redis's with its default user and no password
+ * configured: "default" with any password passes, another user name is refused. */
 static void handle_hello(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
-        int64_t v;
+        int64_t v = 0;
 
         if (argc >= 2) {
                 if (resp_parse_int(argv[1], &v) < 0)
                         return plan_error(plan, "Protocol version is not an integer or out of range");
-                if (v != 2) {
+                if (v != 2 && v != 3) {
                         plan->reply = RESP_REPLY_NOPROTO;
                         plan->room = RESP_ERROR_ROOM;
                         return;
@@ -68,17 +71,24 @@ static void handle_hello(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
                                 return plan_error(plan, REASON_NAME);
                         plan->sub = RESP_SUB_SETNAME;
                         plan->arg = argv[++i];
-                } else if (resp_slice_eq(argv[i], "AUTH"))
-                        return plan_error(plan,
-                                          "AUTH is not supported: divvyd has no passwords (use an admin "
-                                          "listener or a Unix socket's mode)");
-                else
+                } else if (resp_slice_eq(argv[i], "AUTH") && i + 2 < argc) {
+                        if (!resp_slice_eq(argv[i + 1], "default")) {
+                                plan->reply = RESP_REPLY_TEXT_ERROR;
+                                plan->reason =
+                                        "WRONGPASS invalid username-password pair or user is disabled.";
+                                plan->room = RESP_ERROR_ROOM;
+                                return;
+                        }
+                        i += 2;
+                } else
                         return plan_error(plan, "Syntax error in HELLO option");
         }
+        plan->n = (uint64_t) v;
         plan->room = RESP_ERROR_ROOM + 256;
 }
 
-/* CLIENT's subcommands: { name, arguments with CLIENT and the name, what the reply says }. */
+/* CLIENT's subcommands: { name, arguments with CLIENT and the name (0: at least 3), what the reply
+ * says }. */
 static const struct {
         const char *name;
         size_t argc;
@@ -88,13 +98,14 @@ static const struct {
         { "GETNAME", 2, RESP_SUB_GETNAME },
         { "SETINFO", 4, RESP_SUB_OK },
         { "ID", 2, RESP_SUB_ID },
+        { "MAINT_NOTIFICATIONS", 0, RESP_SUB_OK }, /* Redis 8's: on|off [option value ...] */
 };
 
 static void handle_client(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
         for (size_t i = 0; i < sizeof client_subcommands / sizeof client_subcommands[0]; i++) {
                 if (!resp_slice_eq(argv[1], client_subcommands[i].name))
                         continue;
-                if (argc != client_subcommands[i].argc)
+                if (client_subcommands[i].argc ? argc != client_subcommands[i].argc : argc < 3)
                         return plan_arity(plan);
                 if (client_subcommands[i].sub == RESP_SUB_SETNAME) {
                         if (!resp_client_name_ok(argv[2]))
@@ -105,7 +116,8 @@ static void handle_client(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
                 plan->room = RESP_ERROR_ROOM + RESP_CLIENT_NAME_MAX;
                 return;
         }
-        plan_error(plan, "unknown CLIENT subcommand (divvyd knows SETNAME, GETNAME, SETINFO and ID)");
+        plan_error(plan, "unknown CLIENT subcommand (divvyd knows SETNAME, GETNAME, SETINFO, ID and "
+                         "MAINT_NOTIFICATIONS)");
 }
 
 static void handle_command(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
@@ -128,14 +140,15 @@ static void handle_select(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
         if (resp_parse_int(argv[1], &v) < 0)
                 return plan_error(plan, "value is not an integer or out of range");
         if (v != 0)
-                return plan_error(plan, "DB index is out of range (divvyd has database 0 only)");
+                return plan_error(plan, "DB index is out of range");
         plan->room = RESP_ERROR_ROOM;
 }
 
 static void handle_auth(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
         (void) argv;
         (void) argc;
-        plan_error(plan, "AUTH <password> called without any password configured for the default user");
+        plan_error(plan, "AUTH <password> called without any password configured for the default user. Are "
+                         "you sure your configuration is correct?");
 }
 
 static void handle_client_limit_off(const ProtoSlice *argv, size_t argc, RespPlan *plan) {

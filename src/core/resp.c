@@ -402,13 +402,26 @@ size_t resp_format_null(char *buf) {
         return 5;
 }
 
-size_t resp_format_array(char *buf, uint64_t n) {
+static size_t format_aggregate(char *buf, char type, uint64_t n) {
         char *p = buf;
 
-        *p++ = '*';
+        *p++ = type;
         p = number_append_u64(p, n);
         p = append_mem(p, CRLF, 2);
         return (size_t) (p - buf);
+}
+
+size_t resp_format_array(char *buf, uint64_t n) {
+        return format_aggregate(buf, '*', n);
+}
+
+size_t resp_format_map(char *buf, uint64_t n) {
+        return format_aggregate(buf, '%', n);
+}
+
+size_t resp_format_null3(char *buf) {
+        memcpy(buf, "_" CRLF, 3);
+        return 3;
 }
 
 size_t resp_format_hit(char *buf, bool allowed, uint64_t credit, int64_t reset) {

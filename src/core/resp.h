@@ -2,7 +2,8 @@
 #pragma once
 
 /*
- * resp.c: RESP2, the Redis protocol, as a second way to ask divvyd (issue #17).
+ * resp.c: RESP, the Redis protocol (RESP2; RESP3 replies after HELLO 3), as a second way to ask
+ * divvyd (issue #17).
  *
  * Pure code: no I/O, no allocation. The parser takes a request (an array of bulk strings,
  * "*N\r\n$len\r\n...\r\n", as redis-cli and every client library send) from a connection's
@@ -141,6 +142,10 @@ size_t resp_format_bulk(char *buf, const char *p, size_t len);
 size_t resp_format_null(char *buf);
 /* "*<n>\r\n": at most RESP_INT_MAX_LEN bytes. */
 size_t resp_format_array(char *buf, uint64_t n);
+/* RESP3 (after HELLO 3): "%<n>\r\n", a map of n pairs (2n elements follow), at most
+ * RESP_INT_MAX_LEN bytes; "_\r\n", the null (3 bytes). */
+size_t resp_format_map(char *buf, uint64_t n);
+size_t resp_format_null3(char *buf);
 
 /* The longest reply of divvyd's own commands but EXPLAIN: an array of 6 integers and a
  * rule label (PROTO_LABEL_MAX bytes, or "#<index>"). */

@@ -54,6 +54,7 @@ typedef struct ConnectionResp {
         size_t name_len;
         bool has_name;
         char name[CONNECTION_NAME_MAX]; /* CLIENT SETNAME */
+        bool resp3;                     /* HELLO 3 (until HELLO 2): replies in RESP3's types */
 } ConnectionResp;
 
 typedef struct Connection Connection;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* frontend-resp.c: RESP2's front-end; see frontend-resp.h. */
+/* frontend-resp.c: RESP's front-end (RESP2, and RESP3 after HELLO 3); see frontend-resp.h. */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -278,17 +278,22 @@ static char *resp_put_bulk(char *p, const char *s) {
         return p + resp_format_bulk(p, s, strlen(s));
 }
 
-/* HELLO's reply: Redis's map, as a flat array in RESP2. */
+/* RESP's null in the connection's version: "$-1" (RESP2) or "_" (RESP3). */
+static size_t resp_fe_null(const Connection *c, char *p) {
+        return c->resp->resp3 ? resp_format_null3(p) : resp_format_null(p);
+}
+
+/* HELLO's reply: Redis's map (RESP3), or the same as a flat array (RESP2). */
 static size_t resp_fe_format_hello(const Connection *c, char *buf) {
         char *p = buf;
 
-        p += resp_format_array(p, 14);
+        p += c->resp->resp3 ? resp_format_map(p, 7) : resp_format_array(p, 14);
         p = resp_put_bulk(p, "server");
         p = resp_put_bulk(p, "divvyd");
         p = resp_put_bulk(p, "version");
         p += resp_format_bulk(p, PACKAGE_VERSION, strnlen(PACKAGE_VERSION, PROTO_VERSION_MAX));
         p = resp_put_bulk(p, "proto");
-        p += resp_format_integer(p, 2);
+        p += resp_format_integer(p, c->resp->resp3 ? 3 : 2);
         p = resp_put_bulk(p, "id");
         p += resp_format_integer(p, (int64_t) c->id);
         p = resp_put_bulk(p, "mode");
@@ -322,6 +327,8 @@ static size_t resp_format_local(Batch *b, const BatchSlot *slot, char *p) {
         case RESP_CMD_HELLO:
                 if (slot->fe_sub == RESP_SUB_SETNAME)
                         resp_fe_set_name(c, slot->arg);
+                if (slot->n) /* the version asked for: this reply is already in it */
+                        c->resp->resp3 = slot->n == 3;
                 return resp_fe_format_hello(c, p);
         case RESP_CMD_CLIENT:
                 switch (slot->fe_sub) {
@@ -330,7 +337,7 @@ static size_t resp_format_local(Batch *b, const BatchSlot *slot, char *p) {
                         break;
                 case RESP_SUB_GETNAME:
                         if (!c->resp->has_name)
-                                return resp_format_null(p);
+                                return resp_fe_null(c, p);
                         return resp_format_bulk(p, c->resp->name, c->resp->name_len);
                 case RESP_SUB_ID:
                         return resp_format_integer(p, (int64_t) c->id);
@@ -344,7 +351,7 @@ static size_t resp_format_local(Batch *b, const BatchSlot *slot, char *p) {
                 if (slot->fe_sub == RESP_SUB_INFO) {
                         size_t len = resp_format_array(p, slot->n);
                         for (uint64_t i = 0; i < slot->n; i++)
-                                len += resp_format_null(p + len);
+                                len += resp_fe_null(c, p + len);
                         return len;
                 }
                 return resp_format_array(p, 0);

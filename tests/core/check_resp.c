@@ -342,6 +342,8 @@ START_TEST (test_format) {
         CHECK_FORMAT(resp_format_bulk(buf, "ab\r\n", 4), "$4\r\nab\r\n\r\n");
         CHECK_FORMAT(resp_format_bulk(buf, NULL, 0), "$0\r\n\r\n");
         CHECK_FORMAT(resp_format_null(buf), "$-1\r\n");
+        CHECK_FORMAT(resp_format_null3(buf), "_\r\n");
+        CHECK_FORMAT(resp_format_map(buf, 7), "%7\r\n");
         CHECK_FORMAT(resp_format_array(buf, 0), "*0\r\n");
         CHECK_FORMAT(resp_format_array(buf, 12), "*12\r\n");
         CHECK_FORMAT(resp_format_hit(buf, true, 9, 60), "*3\r\n:1\r\n:9\r\n:60\r\n");

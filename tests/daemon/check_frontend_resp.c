@@ -141,7 +141,7 @@ END_TEST
 
 START_TEST (test_connection_commands) {
         input(0, req("HELLO"));
-        input(0, req("HELLO|3"));
+        input(0, req("HELLO|4"));
         input(0, req("HELLO|x"));
         input(0, req("CLIENT|GETNAME"));
         input(0, req("CLIENT|SETNAME|me"));
@@ -171,12 +171,41 @@ START_TEST (test_connection_commands) {
                          "-ERR Client names cannot contain spaces, newlines or special characters, nor "
                          "be longer than 128 bytes\r\n"
                          "+OK\r\n:1\r\n"
-                         "-ERR unknown CLIENT subcommand (divvyd knows SETNAME, GETNAME, SETINFO and ID)\r\n"
-                         "+OK\r\n-ERR DB index is out of range (divvyd has database 0 only)\r\n"
+                         "-ERR unknown CLIENT subcommand (divvyd knows SETNAME, GETNAME, SETINFO, ID and "
+                         "MAINT_NOTIFICATIONS)\r\n"
+                         "+OK\r\n-ERR DB index is out of range\r\n"
                          "*0\r\n*2\r\n$-1\r\n$-1\r\n$4\r\na\r\nb\r\n"
                          "-ERR AUTH <password> called without any password configured for the default "
-                         "user\r\n");
+                         "user. Are you sure your configuration is correct?\r\n");
         ck_assert(!conns[0]->closing);
+}
+END_TEST
+
+/* What redis-py 8 sends on connecting, then a HIT, in RESP3; HELLO 2 switches back. */
+START_TEST (test_resp3) {
+        input(0, req("HELLO|3|AUTH|default|pw|SETNAME|me"));
+        input(0, req("CLIENT|SETINFO|LIB-NAME|redis-py"));
+        input(0, req("CLIENT|MAINT_NOTIFICATIONS|on|moving-endpoint-type|internal-ip"));
+        input(0, req("CLIENT|GETNAME"));
+        input(0, req("HIT|f|u1"));
+        input(0, req("COMMAND|INFO|get"));
+        input(0, req("HELLO|3|AUTH|bob|pw"));
+        input(0, req("HELLO|2"));
+        input(0, req("COMMAND|INFO|get"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 9);
+        const char *out = output(0);
+        ck_assert_msg(strncmp(out, "%7\r\n$6\r\nserver\r\n$6\r\ndivvyd\r\n$7\r\nversion\r\n", 41) == 0, "%s",
+                      out);
+        ck_assert(strstr(out, "$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:1\r\n"));
+        out = strstr(out, "$7\r\nmodules\r\n*0\r\n") + 17;
+        const char *middle = "+OK\r\n+OK\r\n$2\r\nme\r\n" HIT3(
+                1, 4, 60) "*1\r\n_\r\n"
+                          "-WRONGPASS invalid username-password pair or user is disabled.\r\n*14\r\n";
+        ck_assert_msg(strncmp(out, middle, strlen(middle)) == 0, "%s", out);
+        ck_assert(strstr(out, "$5\r\nproto\r\n:2\r\n"));
+        ck_assert_str_eq(strstr(out, "$7\r\nmodules\r\n*0\r\n") + 17, "*1\r\n$-1\r\n");
+        ck_assert(!conns[0]->resp->resp3);
 }
 END_TEST
 
@@ -458,6 +487,7 @@ int main(void) {
         tcase_add_test(tc, test_admin);
         tcase_add_test(tc, test_command_errors_keep_connection);
         tcase_add_test(tc, test_connection_commands);
+        tcase_add_test(tc, test_resp3);
         tcase_add_test(tc, test_quit);
         tcase_add_test(tc, test_partial_input);
         tcase_add_loop_test(tc, test_framing_errors_close, 0,

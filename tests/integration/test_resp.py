@@ -38,6 +38,55 @@ def uid(prefix):
     return "%s-%d-%d" % (prefix, os.getpid(), next(_ids))
 
 
+NULL2 = "$-1"  # RESP2's null, told apart from RESP3's "_" (None)
+
+
+def resp_read(conn):
+    """One reply, RESP2 or RESP3, from a harness.Conn: str (simple), ("ERR", text), int, bytes
+    (bulk), None ("_"), NULL2 ("$-1" or "*-1"), list ("*"), dict ("%"), bool ("#")."""
+    def line():
+        while b"\r\n" not in conn.buf:
+            if not conn._fill():
+                raise EOFError("closed: %r" % conn.buf)
+        out, conn.buf = conn.buf.split(b"\r\n", 1)
+        return out.decode()
+
+    head = line()
+    kind, rest = head[0], head[1:]
+    if kind == "+":
+        return rest
+    if kind == "-":
+        return ("ERR", rest)
+    if kind == ":":
+        return int(rest)
+    if kind == "_":
+        return None
+    if kind == "#":
+        return rest == "t"
+    if kind == "$":
+        n = int(rest)
+        if n < 0:
+            return NULL2
+        while len(conn.buf) < n + 2:
+            if not conn._fill():
+                raise EOFError("closed in a bulk")
+        out, conn.buf = conn.buf[:n], conn.buf[n + 2:]
+        return out
+    if kind == "*":
+        n = int(rest)
+        return NULL2 if n < 0 else [resp_read(conn) for _ in range(n)]
+    if kind == "%":
+        return dict((resp_read(conn), resp_read(conn)) for _ in range(int(rest)))
+    raise AssertionError("unexpected reply %r" % head)
+
+
+def resp_session(d, *commands):
+    """The replies to commands (tuples of arguments) sent pipelined on one fresh connection."""
+    with d.connect("tcp") as c:
+        c.send(b"".join(harness.resp_command(*cmd) for cmd in commands))
+        return [resp_read(c) for _ in commands]
+
+
 class RespDaemonMixin:
     def cli(self, *args, port=None, stdin=None, extra=()):
         """redis-cli's output (raw: one line per element) for one command."""
@@ -94,11 +143,39 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
         # Errors name the problem; the connection stays usable (redis-cli prints "(error)" on a tty).
         self.assertEqual(self.cli("FROB", "x"), "ERR unknown command 'FROB'\n")
         self.assertEqual(self.cli("TAKE", "0", "path", "/fw"), "ERR bad-count count must be at least 1\n")
-        self.assertIn("NOPROTO", self.cli("HELLO", "3"))
+        self.assertIn("NOPROTO", self.cli("HELLO", "4"))
         self.assertIn("divvyd", self.cli("HELLO", "2"))
         self.assertEqual(self.cli("SELECT", "0"), "OK\n")
         self.assertIn("out of range", self.cli("SELECT", "1"))
         self.assertEqual(self.cli("RESET", "path", "/fw", "user", u), "ERR forbidden RESET needs an admin listener\n")
+
+    def test_resp3_session(self):
+        # What redis-py 8 sends on connecting with its defaults, then a HIT; HELLO 2 goes back.
+        u = uid("resp3")
+        got = resp_session(self.d,
+                           ("HELLO", "3", "AUTH", "default", "x", "SETNAME", "me"),
+                           ("CLIENT", "SETINFO", "LIB-NAME", "redis-py"),
+                           ("CLIENT", "SETINFO", "LIB-VER", "8.0.0"),
+                           ("CLIENT", "MAINT_NOTIFICATIONS", "on", "moving-endpoint-type", "internal-ip"),
+                           ("HIT", "path", "/fw", "user", u),
+                           ("CLIENT", "GETNAME"),
+                           ("COMMAND", "INFO", "get"),
+                           ("HELLO", "4"),
+                           ("HELLO", "2"),
+                           ("COMMAND", "INFO", "get"),
+                           ("AUTH", "pw"))
+        hello = got[0]
+        self.assertIsInstance(hello, dict)
+        self.assertEqual(set(hello), {b"server", b"version", b"proto", b"id", b"mode", b"role", b"modules"})
+        self.assertEqual((hello[b"server"], hello[b"proto"], hello[b"mode"], hello[b"role"], hello[b"modules"]),
+                         (b"divvyd", 3, b"standalone", b"master", []))
+        self.assertEqual(got[1:5], ["OK", "OK", "OK", [1, 9, 3600]])
+        self.assertEqual(got[5:7], [b"me", [None]])
+        self.assertEqual(got[7], ("ERR", "NOPROTO sorry, this protocol version is not supported"))
+        self.assertEqual(got[8][got[8].index(b"proto") + 1], 2)  # a flat array again
+        self.assertEqual(got[9], [NULL2])
+        self.assertEqual(got[10], ("ERR", "ERR AUTH <password> called without any password configured for "
+                                          "the default user. Are you sure your configuration is correct?"))
 
     def test_admin_listener(self):
         # RESET and REFUND over RESP: admin listeners only, as on the line protocol.
