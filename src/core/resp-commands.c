@@ -151,6 +151,24 @@ static void handle_auth(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
                          "you sure your configuration is correct?");
 }
 
+/* INFO [section ...]: the sections named (any case; "default", "all" and "everything": every
+ * one; none: every one), in plan->n; an unknown name adds nothing, as in Redis. */
+static void handle_info(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
+        static const char *const names[] = { "SERVER",      "CLIENTS", "MEMORY",
+                                             "PERSISTENCE", "STATS",   "KEYSPACE" };
+
+        plan->n = argc == 1 ? RESP_INFO_ALL : 0;
+        for (size_t i = 1; i < argc; i++) {
+                if (resp_slice_eq(argv[i], "DEFAULT") || resp_slice_eq(argv[i], "ALL") ||
+                    resp_slice_eq(argv[i], "EVERYTHING"))
+                        plan->n = RESP_INFO_ALL;
+                for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+                        if (resp_slice_eq(argv[i], names[k]))
+                                plan->n |= 1u << k;
+        }
+        plan->room = RESP_ERROR_ROOM + RESP_INFO_MAX + RESP_BULK_OVERHEAD;
+}
+
 static void handle_client_limit_off(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
         (void) argv;
         (void) argc;
@@ -189,6 +207,7 @@ static const RespCommandRow command_table[_RESP_CMD_MAX] = {
         CONN("COMMAND", -1, 0, handle_command, RESP_CMD_COMMAND),
         CONN("SELECT", 2, 0, handle_select, RESP_CMD_SELECT),
         CONN("AUTH", -1, 0, handle_auth, RESP_CMD_AUTH),
+        CONN("INFO", -1, 0, handle_info, RESP_CMD_INFO),
         LIMIT("CL.THROTTLE", RESP_CMD_CL_THROTTLE),
         LIMIT("RL.REDUCE", RESP_CMD_RL_REDUCE),
         LIMIT("RL.GET", RESP_CMD_RL_GET),
@@ -199,11 +218,11 @@ static const RespCommandRow command_table[_RESP_CMD_MAX] = {
 
 /* The commands in the order of their names (upper case, byte order), for the binary search. */
 static const uint8_t by_name[_RESP_CMD_MAX - 1] = {
-        RESP_CMD_AUTH,   RESP_CMD_CHARGE,  RESP_CMD_CL_THROTTLE, RESP_CMD_CLIENT,    RESP_CMD_COMMAND,
-        RESP_CMD_DEL,    RESP_CMD_ECHO,    RESP_CMD_EXPLAIN,     RESP_CMD_HELLO,     RESP_CMD_HIT,
-        RESP_CMD_PEEK,   RESP_CMD_PING,    RESP_CMD_QUIT,        RESP_CMD_REFUND,    RESP_CMD_RESET,
-        RESP_CMD_RL_GET, RESP_CMD_RL_PGET, RESP_CMD_RL_PREDUCE,  RESP_CMD_RL_REDUCE, RESP_CMD_SELECT,
-        RESP_CMD_TAKE,
+        RESP_CMD_AUTH,   RESP_CMD_CHARGE, RESP_CMD_CL_THROTTLE, RESP_CMD_CLIENT,     RESP_CMD_COMMAND,
+        RESP_CMD_DEL,    RESP_CMD_ECHO,   RESP_CMD_EXPLAIN,     RESP_CMD_HELLO,      RESP_CMD_HIT,
+        RESP_CMD_INFO,   RESP_CMD_PEEK,   RESP_CMD_PING,        RESP_CMD_QUIT,       RESP_CMD_REFUND,
+        RESP_CMD_RESET,  RESP_CMD_RL_GET, RESP_CMD_RL_PGET,     RESP_CMD_RL_PREDUCE, RESP_CMD_RL_REDUCE,
+        RESP_CMD_SELECT, RESP_CMD_TAKE,
 };
 
 /* name (any case) against an upper-case word, as strcmp() orders them. */

@@ -87,6 +87,18 @@ const RespCommandRow *resp_command_row(RespCommand cmd);
  * command): the arity check, then the row's handler. */
 void resp_command_plan(const RespCommandRow *row, const ProtoSlice *argv, size_t argc, RespPlan *ret);
 
+/* INFO's sections, in the order of its reply; a plan's n is the set asked for. */
+typedef enum RespInfoSection {
+        RESP_INFO_SERVER = 1 << 0,
+        RESP_INFO_CLIENTS = 1 << 1,
+        RESP_INFO_MEMORY = 1 << 2,
+        RESP_INFO_PERSISTENCE = 1 << 3,
+        RESP_INFO_STATS = 1 << 4,
+        RESP_INFO_KEYSPACE = 1 << 5,
+        RESP_INFO_ALL = (1 << 6) - 1,
+} RespInfoSection;
+#define RESP_INFO_MAX 1024 /* bytes of INFO's text, every section */
+
 /* True if name may be a client's name (Redis: no spaces, newlines or special characters, at
  * most RESP_CLIENT_NAME_MAX bytes). */
 bool resp_client_name_ok(ProtoSlice name);

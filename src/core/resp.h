@@ -74,6 +74,7 @@ typedef enum RespCommand {
         RESP_CMD_COMMAND,
         RESP_CMD_SELECT,
         RESP_CMD_AUTH,
+        RESP_CMD_INFO, /* INFO [section ...]: Redis's text, divvyd's figures */
         /* redis-cell and Smyte's ratelimit (--allow-client-limits) */
         RESP_CMD_CL_THROTTLE,
         RESP_CMD_RL_REDUCE,

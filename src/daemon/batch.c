@@ -104,6 +104,10 @@ void batch_set_metrics(Batch *b, Metrics *metrics) {
         b->metrics = metrics;
 }
 
+const Metrics *batch_metrics(const Batch *b) {
+        return b->metrics;
+}
+
 uint64_t batch_store_errors(const Batch *b) {
         return b->store_errors;
 }

@@ -2,6 +2,7 @@
 /* frontend-resp.c: RESP's front-end (RESP2, and RESP3 after HELLO 3); see frontend-resp.h. */
 
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -305,6 +306,67 @@ static size_t resp_fe_format_hello(const Connection *c, char *buf) {
         return (size_t) (p - buf);
 }
 
+/* One "name:value" line of INFO's text (Redis's line ends are "\r\n"), cut at end. */
+static char *info_line(char *p, const char *end, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static char *info_line(char *p, const char *end, const char *fmt, ...) {
+        va_list ap;
+        int n;
+
+        va_start(ap, fmt);
+        n = vsnprintf(p, (size_t) (end - p), fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return p;
+        return p + ((size_t) n < (size_t) (end - p) ? (size_t) n : (size_t) (end - p - 1));
+}
+
+/* INFO's reply: a Redis-shaped text of the sections asked for (RespInfoSection), the figures the
+ * metrics hold (zero without them). ioredis's ready check reads "loading:0". */
+static size_t resp_fe_format_info(Batch *b, uint64_t sections, char *buf) {
+        const Metrics *m = batch_metrics(b);
+        MetricsStoreGauges g = { 0 };
+        char text[RESP_INFO_MAX], *p = text, *end = text + sizeof text;
+        uint64_t up = m ? metrics_uptime_usec(m) / 1000000 : 0;
+
+        if (m)
+                (void) metrics_store_gauges(m, &g);
+        if (sections & RESP_INFO_SERVER)
+                p = info_line(
+                        p, end,
+                        "# Server\r\nredis_version:7.2.0\r\ndivvyd_version:%s\r\nredis_mode:standalone\r\n"
+                        "uptime_in_seconds:%" PRIu64 "\r\nuptime_in_days:%" PRIu64 "\r\n\r\n",
+                        PACKAGE_VERSION, up, up / 86400);
+        if (sections & RESP_INFO_CLIENTS)
+                p = info_line(p, end, "# Clients\r\nconnected_clients:%" PRIu64 "\r\n\r\n",
+                              m ? metrics_connections(m) : 0);
+        if (sections & RESP_INFO_MEMORY)
+                p = info_line(p, end, "# Memory\r\nused_memory:%" PRIu64 "\r\n\r\n", g.memory_bytes);
+        if (sections & RESP_INFO_PERSISTENCE)
+                p = info_line(p, end,
+                              "# Persistence\r\nloading:0\r\nasync_loading:0\r\n"
+                              "divvyd_checkpoint_age_seconds:%" PRIu64
+                              "\r\ndivvyd_checkpoint_failures:%" PRIu64 "\r\ndivvyd_journal_bytes:%" PRIu64
+                              "\r\ndivvyd_store_bytes:%" PRIu64 "\r\n\r\n",
+                              g.checkpoint_age_usec / 1000000, g.checkpoint_failures, g.journal_bytes,
+                              g.size_bytes);
+        if (sections & RESP_INFO_STATS)
+                p = info_line(p, end,
+                              "# Stats\r\ndivvyd_hits_accepted:%" PRIu64 "\r\ndivvyd_hits_rejected:%" PRIu64
+                              "\r\ndivvyd_hits_canary_accepted:%" PRIu64
+                              "\r\ndivvyd_hits_canary_rejected:%" PRIu64 "\r\n\r\n",
+                              m ? metrics_hits_total(m, METRICS_STATUS_ACCEPTED) : 0,
+                              m ? metrics_hits_total(m, METRICS_STATUS_REJECTED) : 0,
+                              m ? metrics_hits_total(m, METRICS_STATUS_CANARY_ACCEPTED) : 0,
+                              m ? metrics_hits_total(m, METRICS_STATUS_CANARY_REJECTED) : 0);
+        if (sections & RESP_INFO_KEYSPACE)
+                p = info_line(p, end,
+                              "# Keyspace\r\ndb0:keys=%" PRIu64 ",expires=%" PRIu64 ",avg_ttl=0\r\n\r\n",
+                              g.counters, g.counters);
+        if (p > text) /* Redis ends the text without the last blank line */
+                p -= 2;
+        return resp_format_bulk(buf, text, (size_t) (p - text));
+}
+
 static void resp_fe_set_name(Connection *c, ProtoSlice name) {
         memcpy(c->resp->name, name.ptr, name.len);
         c->resp->name_len = name.len;
@@ -355,6 +417,8 @@ static size_t resp_format_local(Batch *b, const BatchSlot *slot, char *p) {
                         return len;
                 }
                 return resp_format_array(p, 0);
+        case RESP_CMD_INFO:
+                return resp_fe_format_info(b, slot->n, p);
         case RESP_CMD_QUIT:
                 c->err_sent = true; /* +OK is the last reply */
                 return resp_format_simple(p, "OK");

@@ -10,6 +10,8 @@
 
 #include "metrics.h"
 
+#include "shared/clock.h"
+
 #define LOAD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 /* Single writer: a load and a store, not a locked read-modify-write. */
@@ -53,6 +55,7 @@ struct Metrics {
         uint64_t store_set; /* metrics_set_store() was called */
         uint64_t statsd_dropped;
         uint64_t serving;
+        uint64_t start_usec;    /* CLOCK_MONOTONIC at metrics_new() */
         MetricsBackend backend; /* each field with STORE/LOAD */
         uint64_t backend_set;
 
@@ -113,6 +116,7 @@ int metrics_new(Metrics **ret) {
         }
         m->n_labels = 1; /* slot 0: unlabelled */
         m->rng = 0x9e3779b97f4a7c15ULL;
+        m->start_usec = clock_usec(CLOCK_MONOTONIC);
         *ret = m;
         return 0;
 }
@@ -395,6 +399,10 @@ uint64_t metrics_errors(const Metrics *m, ProtoErrorCode code) {
 
 uint64_t metrics_connections(const Metrics *m) {
         return LOAD(m->connections);
+}
+
+uint64_t metrics_uptime_usec(const Metrics *m) {
+        return clock_usec(CLOCK_MONOTONIC) - m->start_usec;
 }
 
 uint64_t metrics_statsd_dropped(const Metrics *m) {

@@ -120,6 +120,7 @@ uint64_t metrics_connections(const Metrics *m);
 uint64_t metrics_verb_decisions(const Metrics *m, ProtoVerb verb, bool allowed);
 uint64_t metrics_verb_credits(const Metrics *m, ProtoVerb verb);
 uint64_t metrics_statsd_dropped(const Metrics *m);
+uint64_t metrics_uptime_usec(const Metrics *m); /* since metrics_new(), as RESP's INFO says */
 bool metrics_serving(const Metrics *m);
 
 /* The store's gauges for statsd, as metrics_set_store() last set them. */

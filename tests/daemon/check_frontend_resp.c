@@ -209,6 +209,29 @@ START_TEST (test_resp3) {
 }
 END_TEST
 
+/* INFO: Redis's shape with divvyd's figures; ioredis's ready check reads "loading:0". */
+START_TEST (test_info) {
+        input(0, req("HIT|f|u1"));
+        input(0, req("INFO"));
+        input(0, req("INFO|persistence"));
+        input(0, req("INFO|nosuch"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 4);
+        const char *out = output(0) + strlen(HIT3(1, 4, 60));
+        ck_assert_msg(strstr(out, "\r\n# Server\r\nredis_version:7.2.0\r\ndivvyd_version:"), "%s", out);
+        ck_assert(strstr(out, "\r\nuptime_in_seconds:"));
+        ck_assert(strstr(out, "\r\n# Clients\r\nconnected_clients:"));
+        ck_assert(strstr(out, "\r\n# Persistence\r\nloading:0\r\n"));
+        ck_assert(strstr(out, "\r\ndivvyd_hits_accepted:1\r\ndivvyd_hits_rejected:0\r\n"));
+        ck_assert(strstr(out, "\r\n# Keyspace\r\ndb0:keys="));
+        out = strstr(out, "avg_ttl=0\r\n\r\n") + strlen("avg_ttl=0\r\n\r\n");
+        ck_assert_msg(strncmp(out, "$", 1) == 0 && strstr(out, "\r\n# Persistence\r\nloading:0\r\n") &&
+                              !strstr(out, "# Server"),
+                      "%s", out);
+        ck_assert(strstr(out, "\r\n$0\r\n\r\n"));
+}
+END_TEST
+
 START_TEST (test_quit) {
         input(0, req("PING"));
         input(0, req("QUIT"));
@@ -488,6 +511,7 @@ int main(void) {
         tcase_add_test(tc, test_command_errors_keep_connection);
         tcase_add_test(tc, test_connection_commands);
         tcase_add_test(tc, test_resp3);
+        tcase_add_test(tc, test_info);
         tcase_add_test(tc, test_quit);
         tcase_add_test(tc, test_partial_input);
         tcase_add_loop_test(tc, test_framing_errors_close, 0,

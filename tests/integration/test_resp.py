@@ -177,6 +177,26 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
         self.assertEqual(got[10], ("ERR", "ERR AUTH <password> called without any password configured for "
                                           "the default user. Are you sure your configuration is correct?"))
 
+    def test_info(self):
+        # ioredis's ready check: INFO, then "loading:0"; redis-py parses the whole text.
+        got = resp_session(self.d, ("INFO",), ("INFO", "persistence"))
+        self.assertIn(b"\r\nloading:0\r\n", got[0])
+        self.assertTrue(got[0].startswith(b"# Server\r\nredis_version:"), got[0])
+        self.assertTrue(got[1].startswith(b"# Persistence\r\nloading:0\r\n"), got[1])
+        if redis is None:
+            return
+        r = redis.Redis(host="127.0.0.1", port=self.d.port, socket_timeout=harness.IO_TIMEOUT)
+        info = r.info()
+        self.assertEqual(info["loading"], 0)
+        self.assertGreaterEqual(info["connected_clients"], 1)
+        self.assertEqual(info["redis_mode"], "standalone")
+        # Redis's own text, which redis-py from 5.0 on raises as AuthenticationError (4.3: ResponseError)
+        with self.assertRaises(redis.ResponseError) as e:
+            r.execute_command("AUTH", "pw")
+        self.assertEqual(str(e.exception), "AUTH <password> called without any password configured for the "
+                         "default user. Are you sure your configuration is correct?")
+        r.close()
+
     def test_admin_listener(self):
         # RESET and REFUND over RESP: admin listeners only, as on the line protocol.
         u = uid("admin")
