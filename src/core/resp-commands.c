@@ -208,6 +208,10 @@ static const RespCommandRow command_table[_RESP_CMD_MAX] = {
         CONN("SELECT", 2, 0, handle_select, RESP_CMD_SELECT),
         CONN("AUTH", -1, 0, handle_auth, RESP_CMD_AUTH),
         CONN("INFO", -1, 0, handle_info, RESP_CMD_INFO),
+        CONN("MULTI", 1, RESP_COMMAND_TRANSACTION, handle_ok, RESP_CMD_MULTI),
+        CONN("EXEC", 1, RESP_COMMAND_TRANSACTION, handle_ok, RESP_CMD_EXEC),
+        CONN("DISCARD", 1, RESP_COMMAND_TRANSACTION, handle_ok, RESP_CMD_DISCARD),
+        CONN("WATCH", -2, RESP_COMMAND_TRANSACTION, handle_ok, RESP_CMD_WATCH),
         LIMIT("CL.THROTTLE", RESP_CMD_CL_THROTTLE),
         LIMIT("RL.REDUCE", RESP_CMD_RL_REDUCE),
         LIMIT("RL.GET", RESP_CMD_RL_GET),
@@ -218,11 +222,12 @@ static const RespCommandRow command_table[_RESP_CMD_MAX] = {
 
 /* The commands in the order of their names (upper case, byte order), for the binary search. */
 static const uint8_t by_name[_RESP_CMD_MAX - 1] = {
-        RESP_CMD_AUTH,   RESP_CMD_CHARGE, RESP_CMD_CL_THROTTLE, RESP_CMD_CLIENT,     RESP_CMD_COMMAND,
-        RESP_CMD_DEL,    RESP_CMD_ECHO,   RESP_CMD_EXPLAIN,     RESP_CMD_HELLO,      RESP_CMD_HIT,
-        RESP_CMD_INFO,   RESP_CMD_PEEK,   RESP_CMD_PING,        RESP_CMD_QUIT,       RESP_CMD_REFUND,
-        RESP_CMD_RESET,  RESP_CMD_RL_GET, RESP_CMD_RL_PGET,     RESP_CMD_RL_PREDUCE, RESP_CMD_RL_REDUCE,
-        RESP_CMD_SELECT, RESP_CMD_TAKE,
+        RESP_CMD_AUTH,    RESP_CMD_CHARGE,     RESP_CMD_CL_THROTTLE, RESP_CMD_CLIENT, RESP_CMD_COMMAND,
+        RESP_CMD_DEL,     RESP_CMD_DISCARD,    RESP_CMD_ECHO,        RESP_CMD_EXEC,   RESP_CMD_EXPLAIN,
+        RESP_CMD_HELLO,   RESP_CMD_HIT,        RESP_CMD_INFO,        RESP_CMD_MULTI,  RESP_CMD_PEEK,
+        RESP_CMD_PING,    RESP_CMD_QUIT,       RESP_CMD_REFUND,      RESP_CMD_RESET,  RESP_CMD_RL_GET,
+        RESP_CMD_RL_PGET, RESP_CMD_RL_PREDUCE, RESP_CMD_RL_REDUCE,   RESP_CMD_SELECT, RESP_CMD_TAKE,
+        RESP_CMD_WATCH,
 };
 
 /* name (any case) against an upper-case word, as strcmp() orders them. */

@@ -47,7 +47,8 @@ typedef enum RespSub {
         RESP_SUB_ID,
         RESP_SUB_EMPTY, /* COMMAND, COMMAND DOCS: an empty array */
         RESP_SUB_COUNT,
-        RESP_SUB_INFO, /* n: the names asked about */
+        RESP_SUB_INFO,   /* n: the names asked about */
+        RESP_SUB_QUEUED, /* a request queued after MULTI: +QUEUED */
 } RespSub;
 
 /* A connection command's reply, decided when it is taken. */
@@ -64,6 +65,7 @@ typedef enum RespCommandFlags {
         RESP_COMMAND_VERB = 1 << 0,         /* divvyd's own: resp_to_request(), then the engine */
         RESP_COMMAND_CLIENT_LIMIT = 1 << 1, /* CL.THROTTLE, RL.*: --allow-client-limits */
         RESP_COMMAND_CLOSE = 1 << 2,        /* the connection closes after the reply (QUIT) */
+        RESP_COMMAND_TRANSACTION = 1 << 3,  /* MULTI, EXEC, DISCARD, WATCH: the front-end's state */
 } RespCommandFlags;
 
 /* Fills *plan (zeroed by the caller) for argv[0..argc), which passed the row's arity. */

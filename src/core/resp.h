@@ -74,7 +74,11 @@ typedef enum RespCommand {
         RESP_CMD_COMMAND,
         RESP_CMD_SELECT,
         RESP_CMD_AUTH,
-        RESP_CMD_INFO, /* INFO [section ...]: Redis's text, divvyd's figures */
+        RESP_CMD_INFO,  /* INFO [section ...]: Redis's text, divvyd's figures */
+        RESP_CMD_MULTI, /* MULTI, EXEC, DISCARD, WATCH: transactions, by the front-end */
+        RESP_CMD_EXEC,
+        RESP_CMD_DISCARD,
+        RESP_CMD_WATCH,
         /* redis-cell and Smyte's ratelimit (--allow-client-limits) */
         RESP_CMD_CL_THROTTLE,
         RESP_CMD_RL_REDUCE,

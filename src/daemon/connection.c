@@ -79,6 +79,8 @@ Connection *connection_free(Connection *c) {
         free(c->in);
         connection_unmap_output(c);
         free(c->out_heap);
+        if (c->resp)
+                free(c->resp->multi_buf);
         free(c->resp);
         free(c);
         return NULL;

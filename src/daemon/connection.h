@@ -55,6 +55,11 @@ typedef struct ConnectionResp {
         bool has_name;
         char name[CONNECTION_NAME_MAX]; /* CLIENT SETNAME */
         bool resp3;                     /* HELLO 3 (until HELLO 2): replies in RESP3's types */
+        /* MULTI until EXEC or DISCARD: the queued requests' bytes, copied (frontend-resp.c) */
+        bool multi, multi_aborted; /* an error while queueing: EXEC answers EXECABORT */
+        unsigned multi_n;          /* requests queued */
+        size_t multi_len;          /* their bytes in multi_buf */
+        char *multi_buf;           /* RESP_MULTI_BYTES, allocated at the first MULTI */
 } ConnectionResp;
 
 typedef struct Connection Connection;

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend-resp.h"
@@ -17,6 +18,7 @@
 #include "core/resp-commands.h"
 
 _Static_assert(RESP_CLIENT_NAME_MAX == CONNECTION_NAME_MAX, "a client's name fits its connection");
+_Static_assert(RESP_MULTI_BYTES >= RESP_REQUEST_MAX, "a transaction may queue any one request");
 
 /* The room a reply to one of divvyd's own commands needs on RESP (an error included). */
 static size_t resp_verb_reply_max(ProtoVerb verb) {
@@ -77,23 +79,190 @@ static void resp_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest 
                 slot->fe_reply = RESP_REPLY_PROTO_ERROR;
 }
 
+/* How one framed request is taken: its row, and one of its verb (resp_to_request() into
+ * batch_request()), a client's limit, or a connection command's plan. */
+typedef struct RespTaken {
+        const RespCommandRow *row;
+        ProtoVerb verb;
+        bool limit;
+        RespPlan plan;
+} RespTaken;
+
+/* Classifies req (a complete request of at least one argument) into *t; returns the room its
+ * reply may take. */
+static size_t resp_classify(Batch *b, const RespRequest *req, RespTaken *t) {
+        *t = (RespTaken){ .verb = _PROTO_VERB_INVALID, .plan = { .reply = RESP_REPLY_NORMAL } };
+        t->row = resp_command_lookup(req->argv[0]);
+        if (t->row && (t->row->flags & RESP_COMMAND_VERB)) {
+                t->verb = t->row->verb;
+                /* parsed before the room is reserved: the slices point into the input, which
+                 * reserving does not move */
+                if (resp_to_request(t->verb, req->argv, req->argc, batch_request(b)) < 0) {
+                        t->verb = _PROTO_VERB_INVALID; /* answered with the request's error */
+                        return resp_verb_reply_max(t->row->verb);
+                }
+                return resp_verb_reply_max(t->verb);
+        }
+        if (t->row && (t->row->flags & RESP_COMMAND_CLIENT_LIMIT) &&
+            batch_settings(b)->allow_client_limits) {
+                t->limit = true;
+                return RESP_ERROR_ROOM + CLIENT_LIMIT_ERROR_MAX;
+        }
+        resp_command_plan(t->row, req->argv, req->argc, &t->plan);
+        return t->plan.room;
+}
+
+/* Takes req, classified as t, into slot: to the engine, or answered by the front-end. */
+static void resp_take_one(Batch *b, BatchSlot *slot, const RespRequest *req, const RespTaken *t) {
+        ProtoRequest *request = batch_request(b);
+
+        slot->fe_cmd = (uint8_t) (t->row ? t->row->cmd : RESP_CMD_UNKNOWN);
+        if (t->limit)
+                return resp_take_client_limit(b, slot, req);
+        if (!t->row || !(t->row->flags & RESP_COMMAND_VERB))
+                return resp_take_plan(slot, &t->plan);
+        if (t->verb < 0)
+                return resp_slot_error(slot, RESP_REPLY_PROTO_ERROR, request->error_code,
+                                       request->error_reason);
+        slot->verb = t->verb;
+        if (!batch_admit(b, slot)) {
+                slot->fe_reply = RESP_REPLY_PROTO_ERROR; /* answered; the connection goes on */
+                return;
+        }
+        batch_match(b, slot);
+        if (slot->kind == BATCH_SLOT_ERROR)
+                slot->fe_reply = RESP_REPLY_PROTO_ERROR;
+}
+
+/* A slot answered by the front-end with fe_cmd's reply (sub and n as resp_format_local() reads). */
+static void resp_slot_local(BatchSlot *slot, RespCommand cmd, RespSub sub, uint64_t n) {
+        slot->kind = BATCH_SLOT_LOCAL;
+        slot->fe_cmd = (uint8_t) cmd;
+        slot->fe_sub = (uint8_t) sub;
+        slot->n = n;
+}
+
+static void resp_multi_reset(ConnectionResp *cr) {
+        cr->multi = cr->multi_aborted = false;
+        cr->multi_n = 0;
+        cr->multi_len = 0;
+}
+
+/* The whole transaction's slots must fit one batch and one connection's share of it. */
+_Static_assert((RESP_MULTI_MAX + 1) * RULES_MATCH_MAX <= BATCH_HITS_MAX, "a transaction fits a batch");
+_Static_assert(RESP_MULTI_MAX + 1 <= BATCH_LINES_PER_CONNECTION, "a transaction fits a connection's share");
+_Static_assert(RESP_MULTI_MAX + 1 <= BATCH_REQUESTS_MAX, "a transaction fits a batch's slots");
+
+/* EXEC after MULTI (cr->multi, not aborted): the queued requests, parsed again from multi_buf,
+ * taken into this batch behind one slot for the array's header, all or none. Returns false if
+ * they do not fit this batch or c's output now (EXEC stays unread for the next batch). */
+static bool resp_take_exec(Batch *b, Connection *c, ProtoSlice exec, size_t *reserved, unsigned taken) {
+        ConnectionResp *cr = c->resp;
+        const BatchCore *k = (const BatchCore *) (const void *) b;
+        size_t room = RESP_INT_MAX_LEN, off;
+        RespRequest req;
+        RespTaken t;
+        BatchSlot *slot;
+
+        if (taken + cr->multi_n + 1 > BATCH_LINES_PER_CONNECTION ||
+            k->n_slots + cr->multi_n + 1 > BATCH_REQUESTS_MAX ||
+            k->n_hits + (cr->multi_n + 1) * RULES_MATCH_MAX > BATCH_HITS_MAX ||
+            k->n_rules_matched + (cr->multi_n + 1) * RULES_MATCH_MAX > BATCH_RULES_MAX)
+                return false;
+        for (off = 0; off < cr->multi_len; off += req.consumed) {
+                if (resp_parse(cr->multi_buf + off, cr->multi_len - off, RESP_ARGS_MAX, RESP_REQUEST_MAX,
+                               &req) <= 0)
+                        return false; /* cannot be: each was parsed when it was queued */
+                room += resp_classify(b, &req, &t);
+        }
+        if (!batch_reserve_replies(c, *reserved + room, taken))
+                return false;
+        *reserved += room;
+        slot = batch_slot_add(b, c, exec);
+        resp_slot_local(slot, RESP_CMD_EXEC, RESP_SUB_NONE, cr->multi_n);
+        connection_consume_input(c, exec.len);
+        for (off = 0; off < cr->multi_len; off += req.consumed) {
+                (void) resp_parse(cr->multi_buf + off, cr->multi_len - off, RESP_ARGS_MAX, RESP_REQUEST_MAX,
+                                  &req);
+                (void) resp_classify(b, &req, &t);
+                resp_take_one(b, batch_slot_add(b, c, (ProtoSlice){ cr->multi_buf + off, req.consumed }),
+                              &req, &t);
+        }
+        resp_multi_reset(cr); /* multi_buf is not written again before this batch is answered */
+        return true;
+}
+
+/* A request on a connection in a transaction, or MULTI, EXEC, DISCARD or WATCH, in slot (added,
+ * its input consumed): queued (+QUEUED) or answered. Redis's rules: an unknown command or a wrong
+ * number of arguments while queueing, WATCH inside MULTI, and a transaction beyond
+ * RESP_MULTI_MAX requests or RESP_MULTI_BYTES bytes abort it (EXEC answers EXECABORT); a nested
+ * MULTI is refused and the transaction goes on. */
+static void resp_take_transaction(Connection *c, BatchSlot *slot, const RespTaken *t, ProtoSlice bytes) {
+        ConnectionResp *cr = c->resp;
+        RespCommand cmd = t->row ? t->row->cmd : RESP_CMD_UNKNOWN;
+        const char *err = NULL;
+
+        if (t->plan.reply == RESP_REPLY_UNKNOWN || t->plan.reply == RESP_REPLY_ARITY) {
+                cr->multi_aborted = cr->multi;
+                return resp_take_plan(slot, &t->plan);
+        }
+        switch (cmd) {
+        case RESP_CMD_MULTI:
+                if (cr->multi)
+                        err = "MULTI calls can not be nested";
+                else if (!cr->multi_buf && !(cr->multi_buf = malloc(RESP_MULTI_BYTES)))
+                        err = "out of memory";
+                else
+                        cr->multi = true;
+                break;
+        case RESP_CMD_EXEC:
+                err = "EXEC without MULTI"; /* a transaction's EXEC is resp_take_exec()'s */
+                break;
+        case RESP_CMD_DISCARD:
+                if (!cr->multi)
+                        err = "DISCARD without MULTI";
+                resp_multi_reset(cr);
+                break;
+        case RESP_CMD_WATCH:
+                if (cr->multi) {
+                        err = "WATCH inside MULTI is not allowed";
+                        cr->multi_aborted = true;
+                } else
+                        err = "WATCH is not supported: divvyd's EXEC runs its commands together, "
+                              "without optimistic locking";
+                break;
+        default: /* queued */
+                if (cr->multi_n >= RESP_MULTI_MAX || cr->multi_len + bytes.len > RESP_MULTI_BYTES) {
+                        err = "transaction too large: divvyd queues at most " RESP_MULTI_MAX_TEXT
+                              " commands of at most " RESP_MULTI_BYTES_TEXT " bytes in all";
+                        cr->multi_aborted = true;
+                        break;
+                }
+                memcpy(cr->multi_buf + cr->multi_len, bytes.ptr, bytes.len);
+                cr->multi_len += bytes.len;
+                cr->multi_n++;
+                return resp_slot_local(slot, RESP_CMD_MULTI, RESP_SUB_QUEUED, 0);
+        }
+        slot->fe_cmd = (uint8_t) cmd;
+        if (err)
+                return resp_slot_error(slot, RESP_REPLY_ERROR, PROTO_ERROR_UNKNOWN, err);
+        resp_slot_local(slot, cmd, RESP_SUB_OK, 0);
+}
+
 /* The RESP requests of c, one slot each: the same slots, rules and hits as lines. A command's
  * error is answered and the connection goes on; broken framing is answered once and closes it,
  * like a line protocol error. */
 static void resp_take(Batch *b, Connection *c) {
-        ProtoRequest *request = batch_request(b);
         unsigned taken = 0;
         size_t reserved = 0, room;
         ConnectionResp *cr = c->resp;
 
         while (taken < BATCH_LINES_PER_CONNECTION && batch_room(b)) {
                 const RespRequest *req = cr ? &cr->req : NULL;
-                const RespCommandRow *row = NULL;
-                ProtoVerb verb = _PROTO_VERB_INVALID;
-                bool limit = false;
-                RespPlan plan = { .reply = RESP_REPLY_NORMAL };
+                RespTaken t = { .verb = _PROTO_VERB_INVALID };
                 BatchSlot *slot;
                 size_t consumed;
+                bool transaction;
                 int r;
 
                 if (connection_unsent(c) >= batch_settings(b)->output_limit) {
@@ -107,6 +276,8 @@ static void resp_take(Batch *b, Connection *c) {
                                 connection_consume_input(c, c->in_len - c->in_pos);
                         break;
                 }
+                cr = c->resp;
+                req = cr ? &cr->req : NULL;
                 if (r > 0 && req->argc == 0) {
                         /* "*0" or "*-1": Redis answers nothing, and so do we */
                         connection_consume_input(c, c->frame_consumed);
@@ -118,64 +289,48 @@ static void resp_take(Batch *b, Connection *c) {
                         room = RESP_ERROR_ROOM;
                         consumed = c->in_len - c->in_pos;
                 } else {
-                        row = resp_command_lookup(req->argv[0]);
                         consumed = c->frame_consumed;
-                        if (row && (row->flags & RESP_COMMAND_VERB)) {
-                                verb = row->verb;
-                                room = resp_verb_reply_max(verb);
-                                /* parsed before the room is reserved: the slices point into the
-                                 * input, which reserving does not move */
-                                if (resp_to_request(verb, req->argv, req->argc, request) < 0)
-                                        verb = _PROTO_VERB_INVALID; /* answered with the request's error */
-                        } else if (row && (row->flags & RESP_COMMAND_CLIENT_LIMIT) &&
-                                   batch_settings(b)->allow_client_limits) {
-                                limit = true;
-                                room = RESP_ERROR_ROOM + CLIENT_LIMIT_ERROR_MAX;
-                        } else {
-                                resp_command_plan(row, req->argv, req->argc, &plan);
-                                room = plan.room;
-                        }
+                        room = resp_classify(b, req, &t);
+                }
+                transaction = r > 0 && t.row && !(t.row->flags & RESP_COMMAND_CLOSE) &&
+                              (cr->multi || (t.row->flags & RESP_COMMAND_TRANSACTION));
+                if (transaction && cr->multi && !cr->multi_aborted && t.row->cmd == RESP_CMD_EXEC &&
+                    t.plan.reply == RESP_REPLY_NORMAL) {
+                        if (resp_take_exec(b, c, (ProtoSlice){ c->in + c->in_pos, consumed }, &reserved,
+                                           taken))
+                                taken++;
+                        break; /* the transaction's replies end what this batch takes from c */
                 }
                 if (!batch_reserve_replies(c, reserved + room, taken))
                         break;
                 reserved += room;
                 slot = batch_slot_add(b, c, (ProtoSlice){ c->in + c->in_pos, consumed });
-                slot->fe_cmd = (uint8_t) (row ? row->cmd : RESP_CMD_UNKNOWN);
-                connection_consume_input(c, consumed);
+                slot->fe_cmd = (uint8_t) (t.row ? t.row->cmd : RESP_CMD_UNKNOWN);
                 taken++;
 
                 if (r < 0) {
+                        connection_consume_input(c, consumed);
                         resp_slot_error(slot, RESP_REPLY_FATAL, PROTO_ERROR_UNKNOWN,
                                         r == -ENOMEM ? "out of memory" : req->error);
                         c->closing = true;
                         break;
                 }
-                if (limit) {
-                        resp_take_client_limit(b, slot, req);
-                        continue;
+                if (transaction && t.row->cmd == RESP_CMD_EXEC && cr->multi &&
+                    t.plan.reply == RESP_REPLY_NORMAL) {
+                        /* aborted while queueing: nothing runs */
+                        resp_slot_error(slot, RESP_REPLY_TEXT_ERROR, PROTO_ERROR_UNKNOWN,
+                                        "EXECABORT Transaction discarded because of previous errors.");
+                        resp_multi_reset(cr);
+                } else if (transaction || (cr->multi && !t.row))
+                        resp_take_transaction(c, slot, &t, (ProtoSlice){ c->in + c->in_pos, consumed });
+                else
+                        resp_take_one(b, slot, req, &t);
+                connection_consume_input(c, consumed);
+                if (t.row && (t.row->flags & RESP_COMMAND_CLOSE)) {
+                        c->closing = true; /* +OK, then closed: what follows is not read */
+                        connection_consume_input(c, c->in_len - c->in_pos);
+                        break;
                 }
-                if (!row || !(row->flags & RESP_COMMAND_VERB)) {
-                        resp_take_plan(slot, &plan);
-                        if (row && (row->flags & RESP_COMMAND_CLOSE)) {
-                                c->closing = true; /* +OK, then closed: what follows is not read */
-                                connection_consume_input(c, c->in_len - c->in_pos);
-                                break;
-                        }
-                        continue;
-                }
-                if (verb < 0) {
-                        resp_slot_error(slot, RESP_REPLY_PROTO_ERROR, request->error_code,
-                                        request->error_reason);
-                        continue;
-                }
-                slot->verb = verb;
-                if (!batch_admit(b, slot)) {
-                        slot->fe_reply = RESP_REPLY_PROTO_ERROR; /* answered; the connection goes on */
-                        continue;
-                }
-                batch_match(b, slot);
-                if (slot->kind == BATCH_SLOT_ERROR)
-                        slot->fe_reply = RESP_REPLY_PROTO_ERROR;
         }
 }
 
@@ -419,6 +574,10 @@ static size_t resp_format_local(Batch *b, const BatchSlot *slot, char *p) {
                 return resp_format_array(p, 0);
         case RESP_CMD_INFO:
                 return resp_fe_format_info(b, slot->n, p);
+        case RESP_CMD_MULTI:
+                return resp_format_simple(p, slot->fe_sub == RESP_SUB_QUEUED ? "QUEUED" : "OK");
+        case RESP_CMD_EXEC: /* the header: the queued requests' replies follow in their slots */
+                return resp_format_array(p, slot->n);
         case RESP_CMD_QUIT:
                 c->err_sent = true; /* +OK is the last reply */
                 return resp_format_simple(p, "OK");

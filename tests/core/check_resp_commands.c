@@ -55,6 +55,7 @@ START_TEST (test_lookup) {
         ck_assert_ptr_null(resp_command_lookup(slice("ZZZ")));
         ck_assert_int_eq(resp_command_lookup(slice("cl.throttle"))->flags, RESP_COMMAND_CLIENT_LIMIT);
         ck_assert_int_eq(resp_command_lookup(slice("Quit"))->flags, RESP_COMMAND_CLOSE);
+        ck_assert_int_eq(resp_command_lookup(slice("exec"))->flags, RESP_COMMAND_TRANSACTION);
         ck_assert_int_eq(resp_command_lookup(slice("hit"))->verb, PROTO_VERB_HIT);
 }
 END_TEST
@@ -113,6 +114,12 @@ static const struct {
           RESP_INFO_PERSISTENCE | RESP_INFO_CLIENTS, NULL },
         { "INFO|server|everything", RESP_REPLY_NORMAL, RESP_SUB_NONE, NULL, RESP_INFO_ALL, NULL },
         { "INFO|nosuch", RESP_REPLY_NORMAL, RESP_SUB_NONE, NULL, 0, NULL },
+        { "MULTI", RESP_REPLY_NORMAL, RESP_SUB_NONE, NULL, 0, NULL },
+        { "multi|x", RESP_REPLY_ARITY, RESP_SUB_NONE, NULL, 0, NULL },
+        { "EXEC|x", RESP_REPLY_ARITY, RESP_SUB_NONE, NULL, 0, NULL },
+        { "DISCARD", RESP_REPLY_NORMAL, RESP_SUB_NONE, NULL, 0, NULL },
+        { "WATCH", RESP_REPLY_ARITY, RESP_SUB_NONE, NULL, 0, NULL },
+        { "WATCH|k|l", RESP_REPLY_NORMAL, RESP_SUB_NONE, NULL, 0, NULL },
         { "CL.THROTTLE|k|1|2|3", RESP_REPLY_ERROR, RESP_SUB_NONE, NULL, 0, "--allow-client-limits" },
         { "RL.GET|k|1|2", RESP_REPLY_ERROR, RESP_SUB_NONE, NULL, 0, "--allow-client-limits" },
         { "GET|k", RESP_REPLY_UNKNOWN, RESP_SUB_NONE, "GET", 0, NULL },

@@ -17,6 +17,7 @@
 
 #include "batch-test-util.h"
 #include "core/client-limits.h"
+#include "daemon/frontend-resp.h"
 #include "check-run.h"
 
 static const char RULES[] = "[a=1]\ncreditLimit = 2\nresetSeconds = 60\nlabel = a\n"
@@ -229,6 +230,73 @@ START_TEST (test_info) {
                               !strstr(out, "# Server"),
                       "%s", out);
         ck_assert(strstr(out, "\r\n$0\r\n\r\n"));
+}
+END_TEST
+
+#define EXECABORT "-EXECABORT Transaction discarded because of previous errors.\r\n"
+
+/* MULTI/EXEC/DISCARD as Redis's: a transaction that is not executed charges nothing; an executed
+ * one takes its requests into one batch, its replies in one array, in order. */
+START_TEST (test_transactions) {
+        input(0, req("MULTI"));
+        input(0, req("HIT|f|t1"));
+        input(0, req("FROB"));
+        input(0, req("HIT|f|t1"));
+        input(0, req("EXEC"));
+        input(0, req("HIT|f|t1")); /* the first hit of t1 */
+        input(0, req("EXEC"));
+        input(0, req("DISCARD"));
+        input(0, req("WATCH|k"));
+        input(0, req("MULTI"));
+        input(0, req("MULTI"));
+        input(0, req("HIT|f|t2"));
+        input(0, req("DISCARD"));
+        input(0, req("MULTI"));
+        input(0, req("HIT|f|t2"));
+        input(0, req("PING"));
+        input(0, req("HIT|f|t2"));
+        input(0, req("EXEC"));
+        input(0, req("HIT|f|t2"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 18 + 3); /* the queued requests have a slot each again at EXEC */
+        ck_assert_str_eq(
+                output(0),
+                "+OK\r\n+QUEUED\r\n-ERR unknown command 'FROB'\r\n+QUEUED\r\n" EXECABORT HIT3(
+                        1, 4, 60) "-ERR EXEC without MULTI\r\n-ERR DISCARD without MULTI\r\n"
+                                  "-ERR WATCH is not supported: divvyd's EXEC runs its commands together, "
+                                  "without optimistic locking\r\n"
+                                  "+OK\r\n-ERR MULTI calls can not be nested\r\n+QUEUED\r\n+OK\r\n"
+                                  "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n"
+                                  "*3\r\n" HIT3(1, 4, 60) "+PONG\r\n" HIT3(1, 3, 60));
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_ACCEPTED), 3);
+        /* EXEC ends what a batch takes from the connection: the next HIT is the next batch's */
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 1);
+        ck_assert_str_eq(output(0), HIT3(1, 2, 60));
+
+        /* WATCH inside MULTI, and a transaction beyond RESP_MULTI_MAX requests: aborted */
+        input(0, req("MULTI"));
+        input(0, req("WATCH|k"));
+        input(0, req("HIT|f|t3"));
+        input(0, req("EXEC"));
+        input(0, req("MULTI"));
+        for (unsigned i = 0; i <= RESP_MULTI_MAX; i++)
+                input(0, req("HIT|f|t3"));
+        input(0, req("EXEC"));
+        input(0, req("HIT|f|t3"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 4 + 1 + RESP_MULTI_MAX + 1 + 1 + 1);
+        const char *out = output(0);
+        ck_assert(strncmp(out,
+                          "+OK\r\n-ERR WATCH inside MULTI is not allowed\r\n+QUEUED\r\n" EXECABORT "+OK\r\n",
+                          strlen("+OK\r\n-ERR WATCH inside MULTI is not allowed\r\n+QUEUED\r\n" EXECABORT
+                                 "+OK\r\n")) == 0);
+        ck_assert_str_eq(strstr(out, "-ERR transaction too large"),
+                         "-ERR transaction too large: divvyd queues at most " RESP_MULTI_MAX_TEXT
+                         " commands of at most " RESP_MULTI_BYTES_TEXT
+                         " bytes in all\r\n" EXECABORT HIT3(1, 4, 60));
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_ACCEPTED), 5);
+        ck_assert(!conns[0]->resp->multi);
 }
 END_TEST
 
@@ -512,6 +580,7 @@ int main(void) {
         tcase_add_test(tc, test_connection_commands);
         tcase_add_test(tc, test_resp3);
         tcase_add_test(tc, test_info);
+        tcase_add_test(tc, test_transactions);
         tcase_add_test(tc, test_quit);
         tcase_add_test(tc, test_partial_input);
         tcase_add_loop_test(tc, test_framing_errors_close, 0,

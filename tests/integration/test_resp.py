@@ -197,6 +197,35 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
                          "default user. Are you sure your configuration is correct?")
         r.close()
 
+    def test_transactions(self):
+        u = uid("multi")
+        hit = ("HIT", "path", "/fw", "user", u)
+        # An error while queueing: EXEC runs nothing, nothing is charged.
+        got = resp_session(self.d, ("MULTI",), hit, ("NOSUCH",), hit, ("EXEC",), hit)
+        self.assertEqual(got[:5], ["OK", "QUEUED", ("ERR", "ERR unknown command 'NOSUCH'"), "QUEUED",
+                                   ("ERR", "EXECABORT Transaction discarded because of previous errors.")])
+        self.assertEqual(got[5], [1, 9, 3600])  # the first hit of u
+        # Executed: the replies in order, in one array.
+        got = resp_session(self.d, ("MULTI",), hit, ("PING",), hit, ("EXEC",))
+        self.assertEqual(got, ["OK", "QUEUED", "QUEUED", "QUEUED", [[1, 8, 3600], "PONG", [1, 7, 3600]]])
+        got = resp_session(self.d, ("MULTI",), hit, ("DISCARD",), ("EXEC",), hit)
+        self.assertEqual(got, ["OK", "QUEUED", "OK", ("ERR", "ERR EXEC without MULTI"), [1, 6, 3600]])
+        if redis is None:
+            return
+        # redis-py's default pipeline is a transaction.
+        r = redis.Redis(host="127.0.0.1", port=self.d.port, socket_timeout=harness.IO_TIMEOUT)
+        p = r.pipeline()
+        p.execute_command(*hit)
+        p.execute_command(*hit)
+        self.assertEqual(p.execute(), [[1, 5, 3600], [1, 4, 3600]])
+        p = r.pipeline()
+        p.execute_command(*hit)
+        p.execute_command("NOSUCH")
+        with self.assertRaises(redis.ResponseError):
+            p.execute()
+        self.assertEqual(r.execute_command(*hit), [1, 3, 3600])  # the failed pipeline charged nothing
+        r.close()
+
     def test_admin_listener(self):
         # RESET and REFUND over RESP: admin listeners only, as on the line protocol.
         u = uid("admin")
