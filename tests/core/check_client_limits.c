@@ -739,10 +739,12 @@ static void replay_table(const char *name) {
                 snprintf(keyed, sizeof(keyed), "%s:%s", c, sp + 1);
                 split(&a, keyed);
                 counters_sweep(now);
-                if (strcmp(cmd, "CL.THROTTLE") == 0) {
+                if (strcmp(cmd, "CL.THROTTLE") == 0 || strcmp(cmd, "GCRA") == 0) {
                         int64_t out[5];
+                        int r = strcmp(cmd, "GCRA") == 0 ? client_limit_parse_gcra(a.n, a.v, &cl, &err)
+                                                         : client_limit_parse_throttle(a.n, a.v, &cl, &err);
 
-                        if (client_limit_parse_throttle(a.n, a.v, &cl, &err) < 0) {
+                        if (r < 0) {
                                 snprintf(reply, sizeof(reply), "-%s", err);
                         } else {
                                 res = apply(&cl, now);
@@ -778,6 +780,11 @@ END_TEST
 
 START_TEST (test_peers_redis_cell_derived) {
         replay_table("redis-cell-derived.tsv");
+}
+END_TEST
+
+START_TEST (test_peers_redis_gcra) {
+        replay_table("redis-gcra.tsv");
 }
 END_TEST
 
@@ -820,6 +827,7 @@ static Suite *client_limits_suite(void) {
         tc = tcase_create("peers");
         tcase_add_test(tc, test_peers_redis_cell);
         tcase_add_test(tc, test_peers_redis_cell_derived);
+        tcase_add_test(tc, test_peers_redis_gcra);
         tcase_add_test(tc, test_peers_smyte);
         tcase_add_test(tc, test_peers_smyte_derived);
         suite_add_tcase(s, tc);
