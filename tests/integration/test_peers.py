@@ -83,7 +83,7 @@ class Peers(harness.DaemonTestCase):
 
     def replay(self, name):
         start = BASE_NS + CASE_GAP_NS * {"redis-cell.tsv": 1, "redis-cell-derived.tsv": 10**2,
-                                     "redis-gcra.tsv": 5 * 10**2}.get(name, 10**3)
+                                     "redis-gcra.tsv": 5 * 10**2, "throttled.tsv": 6 * 10**2}.get(name, 10**3)
         # (Smyte's cases: every time is AT, in the past of this clock, but for future_at's)
         prev, n = None, 0
         with self.d.connect("tcp") as c:
@@ -108,6 +108,9 @@ class Peers(harness.DaemonTestCase):
 
     def test_redis_gcra(self):
         self.replay("redis-gcra.tsv")
+
+    def test_throttled(self):
+        self.replay("throttled.tsv")
 
     def test_smyte(self):
         self.replay("smyte.tsv")
