@@ -783,6 +783,27 @@ START_TEST (test_peers_redis_cell_derived) {
 }
 END_TEST
 
+/* gcra.tcl's calls the tables cannot write: GCRA without a key, and huge counts */
+START_TEST (test_gcra_arity) {
+        ClientLimit cl;
+        const char *err = NULL;
+        ProtoSlice argv[7] = { { "k", 1 },      { "1", 1 }, { "1", 1 }, { "1", 1 },
+                               { "TOKENS", 6 }, { "1", 1 }, { "x", 1 } };
+
+        ck_assert_int_eq(client_limit_parse_gcra(0, NULL, &cl, &err), -EINVAL);
+        ck_assert_str_eq(err, "ERR wrong number of arguments for 'gcra' command");
+        ck_assert_int_eq(client_limit_parse_gcra(7, argv, &cl, &err), -EINVAL);
+        ck_assert_str_eq(err, "ERR wrong number of arguments for 'gcra' command");
+        ck_assert_int_eq(client_limit_parse_gcra(6, argv, &cl, &err), 0);
+        ck_assert_uint_eq(cl.kind, CLIENT_LIMIT_GCRA);
+        ck_assert_uint_eq(cl.count, 1);
+        ck_assert_uint_eq(cl.interval_usec, 1000000);
+        argv[4] = (ProtoSlice){ "tokenz", 6 };
+        ck_assert_int_eq(client_limit_parse_gcra(6, argv, &cl, &err), -EINVAL);
+        ck_assert_str_eq(err, "ERR syntax error");
+}
+END_TEST
+
 START_TEST (test_peers_redis_gcra) {
         replay_table("redis-gcra.tsv");
 }
@@ -832,6 +853,7 @@ static Suite *client_limits_suite(void) {
         tc = tcase_create("peers");
         tcase_add_test(tc, test_peers_redis_cell);
         tcase_add_test(tc, test_peers_redis_cell_derived);
+        tcase_add_test(tc, test_gcra_arity);
         tcase_add_test(tc, test_peers_redis_gcra);
         tcase_add_test(tc, test_peers_throttled);
         tcase_add_test(tc, test_peers_smyte);
