@@ -51,6 +51,7 @@ typedef enum AlgoPeer {
         ALGO_PEER_NONE = 0, /* divvyd's own algorithms: every rule */
         ALGO_PEER_CELL,     /* redis-cell's GCRA */
         ALGO_PEER_SMYTE,    /* Smyte's bucket */
+        ALGO_PEER_REDIS,    /* Redis's GCRA command */
 } AlgoPeer;
 
 typedef struct AlgoParams {

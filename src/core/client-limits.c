@@ -2,7 +2,9 @@
 #include "client-limits.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/resp.h"
@@ -10,7 +12,8 @@
 /* The semantics are described in client-limits.h. Learned from redis-cell's README,
  * src/lib.rs (argument parsing, errors, the reply's rounding), src/cell/mod.rs (the GCRA) and
  * src/cell/store.rs (the key's TTL), and from Smyte's README and RateLimitHandler.cpp
- * (arguments, defaults, the bucket, the reply); no code is taken from either. */
+ * (arguments, defaults, the bucket, the reply), and from Redis's src/gcra.c, gcra.json and
+ * tests/unit/gcra.tcl (GCRA); no code is taken from any. */
 
 typedef unsigned __int128 u128;
 
@@ -126,6 +129,14 @@ typedef __int128 i128;
 #define CELL_ERROR_PANIC (INT64_MIN + 1) /* AlgoResult.retry: redis-cell panics (the server dies) */
 
 enum { CELL_T, CELL_DVT, CELL_INCREMENT, CELL_LIMIT };
+
+#define GCRA_ERROR_OVERFLOW (INT64_MIN + 2) /* AlgoResult.retry: Redis's TOKENS overflow error */
+#define GCRA_OVERFLOW_TOKENS                                                                                \
+        "ERR GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and "        \
+        "TOKENS would cause an overflow"
+#define GCRA_OVERFLOW_BURST                                                                                 \
+        "ERR GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and "        \
+        "max_burst would cause an overflow"
 
 static int64_t wrap_i64(i128 v) {
         return (int64_t) (uint64_t) (u128) v;
@@ -287,6 +298,8 @@ const char *client_limit_throttle_error(const AlgoResult *res) {
                 return CELL "Error while setting key expire";
         if (res->retry == CELL_ERROR_PANIC)
                 return "ERR redis-cell panics on this call (a time beyond the years -9999 to 9999)";
+        if (res->retry == GCRA_ERROR_OVERFLOW)
+                return GCRA_OVERFLOW_TOKENS;
         return NULL;
 }
 
@@ -299,6 +312,150 @@ size_t client_limit_format_throttle(const ClientLimit *cl, const AlgoResult *res
         out[3] = res->retry;
         out[4] = (int64_t) res->reset;
         return CLIENT_LIMIT_THROTTLE_REPLY_LEN;
+}
+
+/* ---- GCRA (Redis 8.8) --------------------------------------------------------------- */
+
+enum { GCRA_T, GCRA_VARIANCE, GCRA_INCREMENT, GCRA_LIMIT };
+
+/* s as Redis's string2ll() takes an integer: an optional '-', then "0" alone or digits not
+ * starting with 0, within int64. */
+static bool parse_redis_ll(ProtoSlice s, int64_t *ret) {
+        size_t neg = s.ptr && s.len > 0 && s.ptr[0] == '-';
+
+        if (!s.ptr || s.len == 0 || s.ptr[0] == '+' || (s.len > neg && s.ptr[neg] == '0' && s.len != 1))
+                return false;
+        return parse_i64(s, ret);
+}
+
+/* s as Redis's string2d() takes a double: the whole string, no leading blank, no NaN, no
+ * overflow or underflow to 0 (fast_float's syntax: no hexadecimal). */
+static bool parse_redis_double(ProtoSlice s, double *ret) {
+        char buf[128], *end;
+
+        if (!s.ptr || s.len == 0 || s.len >= sizeof(buf) || s.ptr[0] == ' ' ||
+            (s.ptr[0] >= '\t' && s.ptr[0] <= '\r'))
+                return false;
+        memcpy(buf, s.ptr, s.len);
+        buf[s.len] = '\0';
+        if (strchr(buf, 'x') || strchr(buf, 'X'))
+                return false;
+        errno = 0;
+        *ret = strtod(buf, &end);
+        if ((size_t) (end - buf) != s.len || *ret != *ret ||
+            (errno == ERANGE && (*ret == HUGE_VAL || *ret == -HUGE_VAL || *ret == 0)))
+                return false;
+        return true;
+}
+
+int client_limit_parse_gcra(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error) {
+        int64_t burst, per_period, tokens = 1, t;
+        double period;
+        const char *dummy;
+
+        if (!ret_error)
+                ret_error = &dummy;
+        if (!ret || (argc > 0 && !argv))
+                return *ret_error = "ERR invalid arguments", -EINVAL;
+        if (argc < 4 || argc > 6)
+                return *ret_error = "ERR wrong number of arguments for 'gcra' command", -EINVAL;
+        *ret = (ClientLimit){ .kind = CLIENT_LIMIT_GCRA, .key = key_of(&argv[0]) };
+        if (!parse_redis_ll(argv[1], &burst) || burst < 0)
+                return *ret_error = "ERR value is out of range, must be positive", -EINVAL;
+        if (burst < INT64_MAX)
+                burst++;
+        if (!parse_redis_ll(argv[2], &per_period))
+                return *ret_error = "ERR value is not an integer or out of range", -EINVAL;
+        if (per_period < 1)
+                return *ret_error =
+                               "ERR value is out of range, value must between 1 and 9223372036854775807",
+                       -EINVAL;
+        if (!parse_redis_double(argv[3], &period))
+                return *ret_error = "ERR value is not a valid float", -EINVAL;
+        if (period <= 0 || period >= 1e12)
+                return *ret_error = "ERR period must be > 0 and < 1e12", -EINVAL;
+        if (argc >= 5) {
+                if (!resp_slice_eq(argv[4], "tokens"))
+                        return *ret_error = "ERR syntax error", -EINVAL;
+                if (argc == 5)
+                        return *ret_error = "ERR Missing TOKENS value", -EINVAL;
+                if (!parse_redis_ll(argv[5], &tokens))
+                        return *ret_error = "ERR value is not an integer or out of range", -EINVAL;
+                if (tokens < 1)
+                        return *ret_error = "ERR value is out of range, value must between 1 and "
+                                            "9223372036854775807",
+                               -EINVAL;
+        }
+        /* T in whole µs, rounded half up as Redis's cast of (x + 0.5); at least 1 */
+        t = (int64_t) (period * 1000000. / (double) per_period + 0.5);
+        if (t == 0)
+                t = 1;
+        if (t > INT64_MAX / tokens)
+                return *ret_error = GCRA_OVERFLOW_TOKENS, -EINVAL;
+        if (t > INT64_MAX / burst)
+                return *ret_error = GCRA_OVERFLOW_BURST, -EINVAL;
+        ret->algo = (AlgoParams){
+                .algorithm = ALGORITHM_TOKEN_BUCKET,
+                .credit_limit = 1, /* for the store's checks: client_limit_apply() computes */
+                .reset_seconds = 1,
+                .peer = ALGO_PEER_REDIS,
+                .peer_args = { [GCRA_T] = t,
+                               [GCRA_VARIANCE] = t * burst,
+                               [GCRA_INCREMENT] = t * tokens,
+                               [GCRA_LIMIT] = burst },
+        };
+        ret->interval_usec = (uint64_t) t;
+        ret->op = ALGO_TAKE;
+        ret->count = (uint64_t) tokens;
+        compute_id(ret, "gc", 0, 0, 0);
+        return 0;
+}
+
+/* Whole seconds rounded up from µs, as Redis's ceil(us / 1000000.) (equal below 2^53 µs, 285
+ * years; C's division truncates toward zero, which rounds a negative quotient up). */
+static int64_t gcra_seconds(int64_t us) {
+        return us > 0 ? us / 1000000 + (us % 1000000 != 0) : us / 1000000;
+}
+
+/* Redis's gcraCommand() on the state st (w1 = the TAT in µs, Redis's string value; w0 = the µs
+ * from which its key has expired: PXAT = the TAT in ms rounded up, live while now <= PXAT). */
+static void redis_gcra_apply(const AlgoParams *p, uint64_t now_usec, AlgoState *st, AlgoResult *res) {
+        int64_t t = p->peer_args[GCRA_T], variance = p->peer_args[GCRA_VARIANCE],
+                inc = p->peer_args[GCRA_INCREMENT];
+        int64_t now = (int64_t) (now_usec < ALGO_NOW_MAX ? now_usec : ALGO_NOW_MAX) / 1000 * 1000;
+        int64_t tat = st->w0 > (uint64_t) now && st->w1 > 0 && st->w1 <= INT64_MAX ? (int64_t) st->w1 : now;
+        int64_t base = now > tat ? now : tat, new_tat, ttl, remaining = 0, retry = -1;
+        i128 diff, next;
+
+        *res = (AlgoResult){ .limit = (uint64_t) p->peer_args[GCRA_LIMIT] };
+        if (INT64_MAX - base < inc) {
+                res->retry = GCRA_ERROR_OVERFLOW;
+                return;
+        }
+        new_tat = base + inc;
+        diff = (i128) now - ((i128) new_tat - variance);
+        if (diff < 0) {
+                /* a take larger than max_burst + 1 never fits: no retry */
+                if (inc <= variance)
+                        retry = gcra_seconds(wrap_i64(-diff));
+                ttl = tat - now;
+        } else {
+                uint64_t pxat_ms = ((uint64_t) new_tat + 999) / 1000;
+
+                ttl = new_tat - now;
+                st->w1 = (uint64_t) new_tat;
+                st->w0 = (pxat_ms + 1) * 1000;
+                if (st->w0 > ALGO_W0_MAX)
+                        st->w0 = ALGO_W0_MAX;
+                res->write = true;
+                res->allowed = true;
+        }
+        next = (i128) variance - ttl;
+        if (next > -(i128) t)
+                remaining = wrap_i64(next / t);
+        res->credit = (uint64_t) remaining;
+        res->reset = (uint64_t) gcra_seconds(ttl);
+        res->retry = retry;
 }
 
 /* ---- RL.REDUCE, RL.GET, RL.PREDUCE, RL.PGET --------------------------------------- */
@@ -478,6 +635,8 @@ void client_limit_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
                 cell_apply(p, op, now_usec, st, res);
         else if (p->peer == ALGO_PEER_SMYTE)
                 smyte_apply(p, op, n, now_usec, st, res);
+        else if (p->peer == ALGO_PEER_REDIS)
+                redis_gcra_apply(p, now_usec, st, res);
 }
 
 int64_t client_limit_reduce_reply(const ClientLimit *cl, const AlgoResult *res) {

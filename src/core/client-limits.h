@@ -19,6 +19,14 @@
  *     beyond the years -9999 to 9999) is an error here. The key alone is the cell: a call with
  *     other parameters reads the same TAT, as in redis-cell. Reply: the five integers, times
  *     rounded as redis-cell rounds them (whole seconds, plus 1 if the millisecond part is > 0).
+ *   GCRA key max_burst tokens_per_period period [TOKENS count]        (Redis 8.8)
+ *     Redis's GCRA command, computed as Redis computes it: the clock in whole ms, emission
+ *     interval T = period (seconds, a double) in µs / tokens_per_period rounded half up (at
+ *     least 1 µs), tolerance T * (max_burst + 1), the TAT in µs; count (default 1) >= 1.
+ *     The key alone is the counter, in a namespace of its own (a CL.THROTTLE cell of the same
+ *     key is another counter). Reply: limited, max_burst + 1, remaining, retry_after (-1 if
+ *     allowed, or if count can never fit), reset_after: whole seconds rounded up. Errors in
+ *     Redis's words.
  *   RL.REDUCE key max refilltime [REFILL amount] [TAKE tokens] [AT timestamp] [STRICT]
  *   RL.GET key max refilltime [REFILL amount] [AT timestamp] [STRICT]        (Smyte)
  *   RL.PREDUCE, RL.PGET: the same with refilltime and AT in milliseconds.
@@ -53,6 +61,7 @@
 typedef enum ClientLimitKind {
         CLIENT_LIMIT_THROTTLE, /* redis-cell's CL.THROTTLE: continuous token bucket (GCRA) */
         CLIENT_LIMIT_REDUCE,   /* Smyte's RL.REDUCE, RL.GET, RL.PREDUCE, RL.PGET: discrete refills */
+        CLIENT_LIMIT_GCRA,     /* Redis's GCRA (8.8): GCRA in whole µs, its own counters */
 } ClientLimitKind;
 
 /*
@@ -93,6 +102,12 @@ int client_limit_parse_throttle(int argc, const ProtoSlice *argv, ClientLimit *r
  * with *ret_error as for client_limit_parse_throttle(). */
 int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
 
+/* Parses GCRA's arguments (argv[0] = key; argc 4 or 6) into *ret. Returns 0, or -EINVAL with
+ * *ret_error as for client_limit_parse_throttle(), in Redis's words ("ERR wrong number of
+ * arguments for 'gcra' command", "ERR value is out of range, must be positive", "ERR period must
+ * be > 0 and < 1e12", ...). */
+int client_limit_parse_gcra(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
+
 /* Parses RL.REDUCE's, RL.GET's, RL.PREDUCE's or RL.PGET's arguments (cmd: the command's name,
  * NUL-terminated, any case; argv[0] = key; argc 3 to 10, 8 for the GETs, as Smyte) into *ret.
  * Returns 0, or -EINVAL with *ret_error as for client_limit_parse_throttle(), in Smyte's words
@@ -115,11 +130,11 @@ void client_limit_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
  * that time line. Without it (0), the time line is taken as the wall clock. */
 void client_limit_set_wall_clock(ClientLimit *cl, uint64_t wall_usec);
 
-/* NULL, or the error redis-cell answers a CL.THROTTLE whose result is res with (the text, as
- * for client_limit_parse_throttle()). Check it before client_limit_format_throttle(). */
+/* NULL, or the error redis-cell answers a CL.THROTTLE (or Redis a GCRA) whose result is res with (the text,
+ * as for client_limit_parse_throttle()). Check it before client_limit_format_throttle(). */
 const char *client_limit_throttle_error(const AlgoResult *res);
 
-/* Formats CL.THROTTLE's reply from the result of cl's operation into out: limited (0 or 1),
+/* Formats CL.THROTTLE's (and GCRA's) reply from the result of cl's operation into out: limited (0 or 1),
  * limit (max_burst + 1), remaining, retry_after, reset_after. res is client_limit_apply()'s
  * result or a StoreHit's outputs (allowed, credit, limit, reset = reset_left, retry). Returns
  * CLIENT_LIMIT_THROTTLE_REPLY_LEN. */

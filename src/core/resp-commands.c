@@ -218,16 +218,17 @@ static const RespCommandRow command_table[_RESP_CMD_MAX] = {
         LIMIT("RL.PREDUCE", RESP_CMD_RL_PREDUCE),
         LIMIT("RL.PGET", RESP_CMD_RL_PGET),
         LIMIT("DEL", RESP_CMD_DEL),
+        LIMIT("GCRA", RESP_CMD_GCRA),
 };
 
 /* The commands in the order of their names (upper case, byte order), for the binary search. */
 static const uint8_t by_name[_RESP_CMD_MAX - 1] = {
-        RESP_CMD_AUTH,    RESP_CMD_CHARGE,     RESP_CMD_CL_THROTTLE, RESP_CMD_CLIENT, RESP_CMD_COMMAND,
-        RESP_CMD_DEL,     RESP_CMD_DISCARD,    RESP_CMD_ECHO,        RESP_CMD_EXEC,   RESP_CMD_EXPLAIN,
-        RESP_CMD_HELLO,   RESP_CMD_HIT,        RESP_CMD_INFO,        RESP_CMD_MULTI,  RESP_CMD_PEEK,
-        RESP_CMD_PING,    RESP_CMD_QUIT,       RESP_CMD_REFUND,      RESP_CMD_RESET,  RESP_CMD_RL_GET,
-        RESP_CMD_RL_PGET, RESP_CMD_RL_PREDUCE, RESP_CMD_RL_REDUCE,   RESP_CMD_SELECT, RESP_CMD_TAKE,
-        RESP_CMD_WATCH,
+        RESP_CMD_AUTH,   RESP_CMD_CHARGE,  RESP_CMD_CL_THROTTLE, RESP_CMD_CLIENT,    RESP_CMD_COMMAND,
+        RESP_CMD_DEL,    RESP_CMD_DISCARD, RESP_CMD_ECHO,        RESP_CMD_EXEC,      RESP_CMD_EXPLAIN,
+        RESP_CMD_GCRA,   RESP_CMD_HELLO,   RESP_CMD_HIT,         RESP_CMD_INFO,      RESP_CMD_MULTI,
+        RESP_CMD_PEEK,   RESP_CMD_PING,    RESP_CMD_QUIT,        RESP_CMD_REFUND,    RESP_CMD_RESET,
+        RESP_CMD_RL_GET, RESP_CMD_RL_PGET, RESP_CMD_RL_PREDUCE,  RESP_CMD_RL_REDUCE, RESP_CMD_SELECT,
+        RESP_CMD_TAKE,   RESP_CMD_WATCH,
 };
 
 /* name (any case) against an upper-case word, as strcmp() orders them. */

@@ -85,7 +85,8 @@ typedef enum RespCommand {
         RESP_CMD_RL_GET,
         RESP_CMD_RL_PREDUCE,
         RESP_CMD_RL_PGET,
-        RESP_CMD_DEL, /* DEL key: deletes a CL.THROTTLE cell, as redis-cell's users do */
+        RESP_CMD_DEL,  /* DEL key: deletes a CL.THROTTLE cell, as redis-cell's users do */
+        RESP_CMD_GCRA, /* Redis 8.8's GCRA (--allow-client-limits) */
         _RESP_CMD_MAX,
 } RespCommand;
 

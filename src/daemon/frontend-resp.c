@@ -64,6 +64,8 @@ static void resp_take_client_limit(Batch *b, BatchSlot *slot, const RespRequest 
 
         if (slot->fe_cmd == RESP_CMD_CL_THROTTLE)
                 r = client_limit_parse_throttle((int) req->argc - 1, req->argv + 1, cl, &err);
+        else if (slot->fe_cmd == RESP_CMD_GCRA)
+                r = client_limit_parse_gcra((int) req->argc - 1, req->argv + 1, cl, &err);
         else if (slot->fe_cmd == RESP_CMD_DEL)
                 r = client_limit_parse_del((int) req->argc - 1, req->argv + 1, cl, &err);
         else
@@ -369,7 +371,7 @@ static size_t resp_format_client_limit(Batch *b, const BatchSlot *slot, const Al
         int64_t v[CLIENT_LIMIT_THROTTLE_REPLY_LEN];
         size_t len, n;
 
-        if (slot->fe_cmd != RESP_CMD_CL_THROTTLE) /* RL.* and DEL: one integer */
+        if (slot->fe_cmd != RESP_CMD_CL_THROTTLE && slot->fe_cmd != RESP_CMD_GCRA) /* RL.*, DEL: one */
                 return resp_format_integer(p, client_limit_reduce_reply(cl, res));
         if (client_limit_throttle_error(res))
                 return resp_format_error_text(p, client_limit_throttle_error(res));

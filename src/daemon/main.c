@@ -100,7 +100,7 @@ static void help(void) {
                "      --resp=on|off        Answer connections whose first byte is '*' in RESP, the\n"
                "                           Redis protocol (default on; see divvyd(8))\n"
                "      --allow-client-limits\n"
-               "                           Accept CL.THROTTLE and RL.* over RESP: limits that the\n"
+               "                           Accept CL.THROTTLE, GCRA and RL.* over RESP: limits that the\n"
                "                           clients define (default off; local store only)\n"
                "  -n, --check-config       Validate CONFIG, print a summary (and a line per rule with\n"
                "                           another algorithm or policy than divvy's; warnings for rules\n"

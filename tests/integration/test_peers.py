@@ -82,7 +82,8 @@ class Peers(harness.DaemonTestCase):
         os.pwrite(cls.clock_fd, struct.pack("<q", ns), 0)
 
     def replay(self, name):
-        start = BASE_NS + CASE_GAP_NS * {"redis-cell.tsv": 1, "redis-cell-derived.tsv": 10**2}.get(name, 10**3)
+        start = BASE_NS + CASE_GAP_NS * {"redis-cell.tsv": 1, "redis-cell-derived.tsv": 10**2,
+                                     "redis-gcra.tsv": 5 * 10**2, "throttled.tsv": 6 * 10**2}.get(name, 10**3)
         # (Smyte's cases: every time is AT, in the past of this clock, but for future_at's)
         prev, n = None, 0
         with self.d.connect("tcp") as c:
@@ -104,6 +105,12 @@ class Peers(harness.DaemonTestCase):
 
     def test_redis_cell_derived(self):
         self.replay("redis-cell-derived.tsv")
+
+    def test_redis_gcra(self):
+        self.replay("redis-gcra.tsv")
+
+    def test_throttled(self):
+        self.replay("throttled.tsv")
 
     def test_smyte(self):
         self.replay("smyte.tsv")
