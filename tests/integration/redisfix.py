@@ -595,6 +595,25 @@ class Sentinels(_Group):
 
 # --- a sentinel of the test's own ------------------------------------------------------------
 
+def parse_command(buf):
+    """One RESP array of bulk strings off buf: (argv as bytes, rest), or (None, buf) if it is
+    not whole yet."""
+    if not buf.startswith(b"*") or b"\r\n" not in buf:
+        return None, buf
+    head, rest = buf.split(b"\r\n", 1)
+    argv = []
+    for _ in range(int(head[1:])):
+        if b"\r\n" not in rest:
+            return None, buf
+        ln, rest = rest.split(b"\r\n", 1)
+        n = int(ln[1:])
+        if len(rest) < n + 2:
+            return None, buf
+        argv.append(rest[:n])
+        rest = rest[n + 2:]
+    return argv, rest
+
+
 class FakeSentinel:
     """A stand-in for redis-sentinel on 127.0.0.1:<free port>, for events a real failover gives
     no control over: it answers PING, SENTINEL get-master-addr-by-name (with `master`, a (host,
@@ -663,21 +682,9 @@ class FakeSentinel:
 
     @staticmethod
     def _parse(buf):
-        """One RESP array of bulk strings off buf: (argv, rest), or (None, buf) if incomplete."""
-        if not buf.startswith(b"*") or b"\r\n" not in buf:
-            return None, buf
-        head, rest = buf.split(b"\r\n", 1)
-        argv = []
-        for _ in range(int(head[1:])):
-            if b"\r\n" not in rest:
-                return None, buf
-            ln, rest = rest.split(b"\r\n", 1)
-            n = int(ln[1:])
-            if len(rest) < n + 2:
-                return None, buf
-            argv.append(rest[:n].decode())
-            rest = rest[n + 2:]
-        return argv, rest
+        """One RESP array of bulk strings off buf, as text: (argv, rest), or (None, buf)."""
+        argv, rest = parse_command(buf)
+        return (None, buf) if argv is None else ([a.decode() for a in argv], rest)
 
     def _answer(self, c, argv):
         cmd = argv[0].upper()

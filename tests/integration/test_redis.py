@@ -829,23 +829,7 @@ class FakeCluster:
             return b"+PONG\r\n"
         return b"-ERR a fake cluster node\r\n"
 
-    @staticmethod
-    def parse(buf):
-        """(argv, rest) of the first whole command in buf, or (None, buf)."""
-        if not buf.startswith(b"*") or b"\r\n" not in buf:
-            return None, buf
-        head, rest = buf.split(b"\r\n", 1)
-        argv = []
-        for _ in range(int(head[1:])):
-            if b"\r\n" not in rest:
-                return None, buf
-            h, rest = rest.split(b"\r\n", 1)
-            k = int(h[1:])
-            if len(rest) < k + 2:
-                return None, buf
-            argv.append(rest[:k])
-            rest = rest[k + 2:]
-        return argv, rest
+    parse = staticmethod(redisfix.parse_command)
 
     def run(self):
         import selectors
