@@ -834,6 +834,38 @@ def skip_all(reason, ci_ok=None):
     sys.exit(77)
 
 
+NPM_TIMEOUT = 90  # seconds: a cold install of a few small packages; no registry: skip
+
+
+def npm_install(pkg_dir, dest, marker, what):
+    """Installs the packages pinned in pkg_dir (package.json + package-lock.json) with `npm ci`
+    into dest, unless dest/node_modules/marker exists. Returns the node_modules directory, or
+    calls skip_all() with the reason (node or npm missing, no registry, a failed install)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node:
+        skip_all("node not found: install Node.js to run the %s test" % what)
+    if not npm:
+        skip_all("npm not found: install npm to run the %s test" % what)
+    modules = os.path.join(dest, "node_modules")
+    if os.path.exists(os.path.join(modules, marker)):
+        return modules
+    os.makedirs(dest, exist_ok=True)
+    for f in ("package.json", "package-lock.json"):
+        shutil.copyfile(os.path.join(pkg_dir, f), os.path.join(dest, f))
+    cmd = [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--fetch-retries=1",
+           "--fetch-timeout=20000"]
+    print("installing the %s: %s (in %s)" % (what, " ".join(cmd), dest))
+    try:
+        p = subprocess.run(cmd, cwd=dest, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=NPM_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        skip_all("npm ci timed out after %ds (no registry access?)" % NPM_TIMEOUT)
+    if p.returncode != 0 or not os.path.exists(os.path.join(modules, marker)):
+        print(p.stdout.decode("utf-8", "replace")[-3000:])
+        skip_all("npm ci failed (exit %d): cannot install the %s" % (p.returncode, what))
+    return modules
+
+
 def main(require_daemon=True):
     """unittest main: runs the file's tests (or those named in argv, e.g. T.test_x), prints
     "N passed, N failed, N skipped" as the last line, exits 0, 1, or 77 if nothing can run."""

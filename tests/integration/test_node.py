@@ -16,7 +16,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import data_path  # noqa: E402
 
-NPM_TIMEOUT = 90  # seconds: a cold install of two small packages; no registry: skip
 NODE_TIMEOUT = 60 * harness.TIMEOUT_SCALE  # seconds: the node test itself
 
 
@@ -30,31 +29,8 @@ def deps_dir():
 
 def install_deps():
     """Returns the node_modules directory, or calls skip_all() with the reason."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node:
-        harness.skip_all("node not found: install Node.js to run the divvy client test")
-    if not npm:
-        harness.skip_all("npm not found: install npm to run the divvy client test")
-    dest = deps_dir()
-    modules = os.path.join(dest, "node_modules")
-    marker = os.path.join(modules, "@button", "divvy-client", "package.json")
-    if os.path.exists(marker):
-        return modules
-    os.makedirs(dest, exist_ok=True)
-    for f in ("package.json", "package-lock.json"):
-        shutil.copyfile(os.path.join(node_dir(), f), os.path.join(dest, f))
-    cmd = [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--fetch-retries=1",
-           "--fetch-timeout=20000"]
-    print("installing the divvy Node client: %s (in %s)" % (" ".join(cmd), dest))
-    try:
-        p = subprocess.run(cmd, cwd=dest, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=NPM_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        harness.skip_all("npm ci timed out after %ds (no registry access?)" % NPM_TIMEOUT)
-    if p.returncode != 0 or not os.path.exists(marker):
-        print(p.stdout.decode("utf-8", "replace")[-3000:])
-        harness.skip_all("npm ci failed (exit %d): cannot install @button/divvy-client" % p.returncode)
-    return modules
+    return harness.npm_install(node_dir(), deps_dir(), os.path.join("@button", "divvy-client", "package.json"),
+                               "divvy Node client")
 
 
 class NodeClient(harness.DaemonTestCase):
