@@ -11,6 +11,11 @@
  * is from the write of its batch to the read that completed its reply. Every reply
  * is verified; ERR, malformed replies and lost connections make the exit status 1.
  *
+ * In RESP (--redis) the replies are read as nested values (arrays, maps, bulk strings,
+ * integers, booleans, nulls): --resp3 sends HELLO 3 on each connection before the load, and
+ * --multi wraps each batch of P requests in MULTI ... EXEC (one +OK, P +QUEUED, then EXEC's
+ * array of P replies, each counted as a request's).
+ *
  * Not library code: this is a program, it prints.
  */
 
@@ -23,6 +28,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -47,9 +53,13 @@
 #define TEMPLATE_MAX    1024                 /* bytes: longest rendered request or key */
 #define REQUEST_MAX     (TEMPLATE_MAX + 512) /* bytes: one request with its RESP framing */
 #define REDIS_WORDS_MAX 32                   /* words of a whole Redis command: bounds its framing */
-#define REDIS_ARRAY_MAX 64                   /* elements of an array reply (a script's) */
-#define IN_SIZE         (64u * 1024u)        /* bytes: input buffer per connection, many replies a read */
-#define REPLY_LINE_MAX  512                  /* bytes: a reply line longer than this is malformed */
+#define REDIS_ARRAY_MAX 64                   /* elements of an array or map reply (a script's) */
+#define REDIS_DEPTH_MAX 4    /* nesting of a reply: EXEC's array of maps holds arrays at most */
+#define MULTI_OVERHEAD  32   /* bytes: "*1\r\n$5\r\nMULTI\r\n" and "*1\r\n$4\r\nEXEC\r\n" around a batch */
+#define HELLO_MAX       4096 /* bytes: the longest reply to HELLO 3 we read */
+#define HELLO_MSEC      5000 /* ms: how long we wait for it */
+#define IN_SIZE         (64u * 1024u) /* bytes: input buffer per connection, many replies a read */
+#define REPLY_LINE_MAX  512           /* bytes: a reply line longer than this is malformed */
 #define STALL_NSEC                                                                                          \
         (10ULL * NSEC_PER_SEC) /* 10 s without any reply while requests are outstanding: the                \
                                 * server is stuck; give up instead of hanging */
@@ -88,6 +98,8 @@ typedef struct Options {
         bool redis;           /* INCR in RESP instead of divvy HITs */
         bool redis_command;   /* --redis with a template of several words: the whole command */
         char redis_sep;       /* what separates its words: ' ', or a tab if the template has one */
+        bool resp3;           /* --resp3: HELLO 3 on connecting (implies --redis) */
+        bool multi;           /* --multi: each batch in MULTI ... EXEC (implies --redis) */
         bool ipv4;            /* {actor} as a dotted quad instead of a number */
         bool quiet;           /* only the machine-readable line */
         const char *template;
@@ -96,8 +108,8 @@ typedef struct Options {
 } Options;
 
 typedef struct Stats {
-        uint64_t ok_true;   /* OK true (redis: integer replies) */
-        uint64_t ok_false;  /* OK false */
+        uint64_t ok_true;   /* OK true (redis: any reply but an error, or a #f in it) */
+        uint64_t ok_false;  /* OK false (redis: a reply holding RESP3's false, #f) */
         uint64_t err;       /* ERR replies (redis: error replies) */
         uint64_t malformed; /* replies that are neither */
         uint64_t conn_errors;
@@ -121,8 +133,15 @@ typedef struct Conn {
         size_t out_len, out_pos;
         char in[IN_SIZE];
         size_t in_len;
-        unsigned array_left; /* --redis: elements of an array reply still to read (divvyd's RESP) */
-        bool in_bulk;        /* --redis: the next line is a bulk string's data */
+        /* --redis: the reply being read, a value nested depth deep; left[i]: elements still to
+         * read at level i */
+        unsigned depth;
+        unsigned left[REDIS_DEPTH_MAX];
+        bool in_bulk;     /* the next line is a bulk string's data */
+        bool unit_false;  /* the request's reply holds a #f */
+        bool unit_err;    /* the request's reply holds an error */
+        unsigned acks;    /* --multi: +OK and +QUEUED still expected before EXEC's array */
+        unsigned batch_n; /* --multi: requests in the current transaction */
 } Conn;
 
 typedef struct Worker {
@@ -315,8 +334,9 @@ static void conn_close(Worker *w, Conn *c) {
         close(c->fd);
         c->open = false;
         c->pending = 0;
-        c->array_left = 0;
-        c->in_bulk = false;
+        c->depth = 0;
+        c->in_bulk = c->unit_false = c->unit_err = false;
+        c->acks = 0;
 }
 
 static void conn_fail(Worker *w, Conn *c, const char *what, int error) {
@@ -361,6 +381,12 @@ static void conn_next_batch(Worker *w, Conn *c) {
                 batch = (unsigned) c->quota;
 
         c->out_len = c->out_pos = 0;
+        if (opt.multi) {
+                memcpy(c->out, "*1\r\n$5\r\nMULTI\r\n", 15);
+                c->out_len = 15;
+                c->acks = batch + 1;
+                c->batch_n = batch;
+        }
         for (unsigned i = 0; i < batch; i++) {
                 uint64_t actor;
 
@@ -370,6 +396,10 @@ static void conn_next_batch(Worker *w, Conn *c) {
                         actor = xorshift(&w->rng) % opt.actors;
                 c->seq++;
                 c->out_len += put_request(c->out + c->out_len, actor);
+        }
+        if (opt.multi) {
+                memcpy(c->out + c->out_len, "*1\r\n$4\r\nEXEC\r\n", 14);
+                c->out_len += 14;
         }
         if (measured && c->quota != UINT64_MAX)
                 c->quota -= batch;
@@ -444,6 +474,134 @@ static void report_reply(Worker *w, Conn *c, const char *what, const char *l, si
                 (int) (n > 200 ? 200 : n), l);
 }
 
+/* A request's reply is complete (its value, or with --multi its element of EXEC's array). */
+static void finish_unit(Worker *w, Conn *c, uint64_t t) {
+        count_reply(w, c, t);
+        if (c->unit_err)
+                w->stats.err++;
+        else if (c->unit_false)
+                w->stats.ok_false++;
+        else
+                w->stats.ok_true++;
+        c->unit_false = c->unit_err = false;
+}
+
+/* --multi: a top-level line before EXEC's array, +OK to MULTI then +QUEUED for each request.
+ * Returns false if it is anything else. */
+static bool handle_multi_ack(Worker *w, Conn *c, const char *l, size_t n) {
+        bool want_ok = c->acks == c->batch_n + 1;
+
+        if (c->acks > 0 && ((want_ok && n == 3 && memcmp(l, "+OK", 3) == 0) ||
+                            (!want_ok && n == 7 && memcmp(l, "+QUEUED", 7) == 0))) {
+                c->acks--;
+                return true;
+        }
+        if (l[0] == '-')
+                w->stats.err++;
+        else
+                w->stats.malformed++;
+        report_reply(w, c,
+                     c->acks == 0 ? "expected EXEC's array"
+                     : want_ok    ? "expected +OK"
+                                  : "expected +QUEUED",
+                     l, n);
+        return false;
+}
+
+/* Handles one line of a RESP reply (its "\r" included) as part of a nested value: arrays and maps
+ * open a level, bulk strings take two lines, the rest are one line. The value a request is answered
+ * with (at the top level; with --multi, an element of EXEC's array) is counted when it completes.
+ * Returns false when the connection must be dropped. */
+static bool handle_resp_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t) {
+        unsigned unit_depth = opt.multi ? 1 : 0;
+        unsigned long k;
+
+        if (n < 2 || l[n - 1] != '\r') {
+                w->stats.malformed++;
+                report_reply(w, c, "malformed reply line", l, n);
+                return false;
+        }
+        n--;
+        if (c->in_bulk)
+                c->in_bulk = false; /* a bulk string's data: its value is complete */
+        else if (opt.multi && c->depth == 0 && l[0] != '*')
+                return handle_multi_ack(w, c, l, n);
+        else
+                switch (l[0]) {
+                case '*':
+                case '%':
+                        if (!is_uint(l + 1, n - 1, false) ||
+                            (k = strtoul(l + 1, NULL, 10)) > REDIS_ARRAY_MAX ||
+                            (c->depth == 0 && opt.multi && (c->acks != 0 || k != c->batch_n)) ||
+                            (k > 0 && c->depth >= REDIS_DEPTH_MAX)) {
+                                w->stats.malformed++;
+                                report_reply(w, c,
+                                             opt.multi && c->depth == 0
+                                                     ? "EXEC's array does not match the MULTI"
+                                                     : "malformed or too deep aggregate",
+                                             l, n);
+                                return false;
+                        }
+                        if (l[0] == '%')
+                                k *= 2;
+                        if (k > 0) {
+                                c->left[c->depth++] = (unsigned) k;
+                                return true;
+                        }
+                        break; /* an empty one is a whole value */
+                case '$':
+                        if (n == 3 && memcmp(l, "$-1", 3) == 0)
+                                break;
+                        if (!is_uint(l + 1, n - 1, false)) {
+                                w->stats.malformed++;
+                                report_reply(w, c, "malformed bulk string", l, n);
+                                return false;
+                        }
+                        c->in_bulk = true;
+                        return true;
+                case ':':
+                        if (!is_uint(l + 1, n - 1, true)) {
+                                w->stats.malformed++;
+                                report_reply(w, c, "malformed integer", l, n);
+                                return false;
+                        }
+                        break;
+                case '#':
+                        if (n != 2 || (l[1] != 't' && l[1] != 'f')) {
+                                w->stats.malformed++;
+                                report_reply(w, c, "malformed boolean", l, n);
+                                return false;
+                        }
+                        c->unit_false |= l[1] == 'f';
+                        break;
+                case '_':
+                case '+':
+                        break;
+                case '-':
+                        if (!c->unit_err)
+                                report_reply(w, c, "error reply", l, n);
+                        c->unit_err = true;
+                        break;
+                default:
+                        w->stats.malformed++;
+                        report_reply(w, c, "malformed reply", l, n);
+                        return false;
+                }
+        /* a value is complete at level c->depth: count it if it is a request's reply, then close
+         * the aggregates it completes */
+        for (;;) {
+                if (c->depth == unit_depth)
+                        finish_unit(w, c, t);
+                if (c->depth == 0)
+                        return true;
+                if (--c->left[c->depth - 1] > 0)
+                        return true;
+                c->depth--;
+                if (c->depth == 0 && opt.multi)
+                        return true; /* EXEC's array: its elements were counted */
+        }
+}
+
 /* Handles one complete reply line (without "\n"; with its "\r" for RESP). Returns false
  * when the connection must be dropped. */
 static bool handle_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t) {
@@ -452,52 +610,8 @@ static bool handle_line(Worker *w, Conn *c, const char *l, size_t n, uint64_t t)
                 report_reply(w, c, "reply without a request", l, n);
                 return false;
         }
-        if (opt.redis && (c->array_left > 0 || (n >= 3 && l[0] == '*'))) {
-                /* An array reply (divvyd's RESP HIT, CL.THROTTLE, ...): one reply, counted at its
-                 * last element; a bulk element takes two lines. */
-                if (c->array_left == 0) {
-                        if (!is_uint(l + 1, n - 2, false) || l[n - 1] != '\r' ||
-                            strtoul(l + 1, NULL, 10) > REDIS_ARRAY_MAX) {
-                                w->stats.malformed++;
-                                report_reply(w, c, "malformed array header", l, n);
-                                return false;
-                        }
-                        c->array_left = (unsigned) strtoul(l + 1, NULL, 10);
-                        if (c->array_left > 0)
-                                return true;
-                } else if (c->in_bulk)
-                        c->in_bulk = false;
-                else if (l[0] == '$' && l[1] != '-') {
-                        c->in_bulk = true;
-                        return true;
-                }
-                if (c->array_left > 0 && --c->array_left > 0)
-                        return true;
-                count_reply(w, c, t);
-                w->stats.ok_true++;
-                return true;
-        }
-        if (opt.redis) {
-                bool integer = n >= 2 && l[n - 1] == '\r' && l[0] == ':' && is_uint(l + 1, n - 2, true);
-
-                count_reply(w, c, t);
-                if (integer) {
-                        w->stats.ok_true++;
-                        return true;
-                }
-                if (opt.redis_command && n == 4 && memcmp(l, "+OK\r", 4) == 0) {
-                        w->stats.ok_true++; /* SET, SETEX */
-                        return true;
-                }
-                if (n >= 1 && l[0] == '-') {
-                        w->stats.err++;
-                        report_reply(w, c, "error reply", l, n);
-                        return true;
-                }
-                w->stats.malformed++;
-                report_reply(w, c, "malformed reply", l, n);
-                return false;
-        }
+        if (opt.redis)
+                return handle_resp_line(w, c, l, n, t);
         count_reply(w, c, t);
         switch (parse_ok(l, n)) {
         case 1:
@@ -659,6 +773,70 @@ static int parse_address(const char *a) {
         return 0;
 }
 
+/* The end of the RESP value at b[pos..len): its offset past the last "\r\n", 0 if incomplete,
+ * SIZE_MAX if malformed or nested deeper than depth. For HELLO's reply, read before the load. */
+static size_t resp_value_end(const char *b, size_t len, size_t pos, unsigned depth) {
+        const char *nl = memchr(b + pos, '\n', len - pos);
+        size_t end;
+        unsigned long k;
+
+        if (pos >= len || !nl)
+                return 0;
+        end = (size_t) (nl - b) + 1;
+        switch (b[pos]) {
+        case '*':
+        case '%':
+                k = strtoul(b + pos + 1, NULL, 10);
+                if (depth == 0 || k > REDIS_ARRAY_MAX)
+                        return SIZE_MAX;
+                for (unsigned long i = 0; i < (b[pos] == '%' ? 2 * k : k); i++) {
+                        end = resp_value_end(b, len, end, depth - 1);
+                        if (end == 0 || end == SIZE_MAX)
+                                return end;
+                }
+                return end;
+        case '$':
+                if (b[pos + 1] == '-')
+                        return end;
+                k = strtoul(b + pos + 1, NULL, 10);
+                return end + k + 2 <= len ? end + k + 2 : (k > HELLO_MAX ? SIZE_MAX : 0);
+        default:
+                return end;
+        }
+}
+
+/* --resp3: HELLO 3 on the blocking socket fd, its reply read whole. Returns 0, or -EPROTO with
+ * the reply printed if it is not RESP3's map (an error: the server speaks no RESP3). */
+static int hello3(int fd) {
+        static const char req[] = "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n";
+        char buf[HELLO_MAX];
+        size_t len = 0, end = 0;
+
+        if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t) (sizeof req - 1))
+                return -EIO;
+        while (end == 0) {
+                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                ssize_t k;
+
+                if (len == sizeof buf || poll(&pfd, 1, HELLO_MSEC) <= 0)
+                        return -ETIMEDOUT;
+                k = recv(fd, buf + len, sizeof buf - len, 0);
+                if (k <= 0)
+                        return k == 0 ? -ECONNRESET : -errno;
+                len += (size_t) k;
+                end = resp_value_end(buf, len, 0, REDIS_DEPTH_MAX);
+        }
+        if (end != len || buf[0] != '%') {
+                size_t shown = 0;
+
+                while (shown < len && shown < 200 && buf[shown] != '\r' && buf[shown] != '\n')
+                        shown++;
+                fprintf(stderr, "divvy-benchmark: HELLO 3 answered \"%.*s\"\n", (int) shown, buf);
+                return -EPROTO;
+        }
+        return 0;
+}
+
 static int connect_one(void) {
         int fd, one = 1;
 
@@ -694,7 +872,14 @@ static int connect_one(void) {
                 freeaddrinfo(ai);
                 (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
-        /* non-blocking only after connect(): a blocking connect keeps this simple */
+        if (opt.resp3) {
+                int r = hello3(fd);
+                if (r < 0) {
+                        close(fd);
+                        return r;
+                }
+        }
+        /* non-blocking only after connect() (and HELLO 3): blocking keeps this simple */
         if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
                 int r = -errno;
                 close(fd);
@@ -726,13 +911,16 @@ static void help(void) {
                "      --ipv4             " PLACEHOLDER " as a dotted quad derived from the actor number\n"
                "                         (distinct for each, spread like clients' addresses)\n"
                "      --redis            baseline: INCR <key> in the Redis protocol\n"
+               "      --resp3            --redis, after HELLO 3 on each connection (RESP3 replies)\n"
+               "      --multi            --redis, each batch of -P requests in MULTI ... EXEC (at most\n"
+               "                         64); EXEC's array must hold one reply per request\n"
                "  -t, --threads=N        client threads (default: half the CPUs, at least 1)\n"
                "      --label=TEXT       name of this run in the RESULT line (default divvy or redis)\n"
                "      --seed=N           random seed (default 1)\n"
                "  -q, --quiet            print only the RESULT line\n"
                "  -h, --help\n\n"
-               "Exit status: 0 if every reply was OK true/OK false (redis: an integer, an array of\n"
-               "integers, or +OK for a whole command), 1 on any ERR,\n"
+               "Exit status: 0 if every reply was OK true/OK false (redis: any reply but an error;\n"
+               "one holding RESP3's false, #f, counts as OK false), 1 on any ERR,\n"
                "malformed reply or lost connection, 2 on a usage error.\n");
 }
 
@@ -797,7 +985,7 @@ static int split_template(const char *t) {
 }
 
 static int parse_argv(int argc, char **argv) {
-        enum { ARG_SEQUENTIAL = 0x100, ARG_REDIS, ARG_LABEL, ARG_SEED, ARG_IPV4 };
+        enum { ARG_SEQUENTIAL = 0x100, ARG_REDIS, ARG_LABEL, ARG_SEED, ARG_IPV4, ARG_RESP3, ARG_MULTI };
         static const struct option options[] = {
                 { "address", required_argument, NULL, 'a' },
                 { "connections", required_argument, NULL, 'c' },
@@ -809,6 +997,8 @@ static int parse_argv(int argc, char **argv) {
                 { "sequential", no_argument, NULL, ARG_SEQUENTIAL },
                 { "request", required_argument, NULL, 'r' },
                 { "redis", no_argument, NULL, ARG_REDIS },
+                { "resp3", no_argument, NULL, ARG_RESP3 },
+                { "multi", no_argument, NULL, ARG_MULTI },
                 { "ipv4", no_argument, NULL, ARG_IPV4 },
                 { "threads", required_argument, NULL, 't' },
                 { "label", required_argument, NULL, ARG_LABEL },
@@ -862,6 +1052,12 @@ static int parse_argv(int argc, char **argv) {
                         break;
                 case ARG_REDIS:
                         opt.redis = true;
+                        break;
+                case ARG_RESP3:
+                        opt.resp3 = opt.redis = true;
+                        break;
+                case ARG_MULTI:
+                        opt.multi = opt.redis = true;
                         break;
                 case ARG_IPV4:
                         opt.ipv4 = true;
@@ -939,6 +1135,11 @@ static int parse_argv(int argc, char **argv) {
                         return -EINVAL;
                 }
         }
+        if (opt.multi && opt.pipeline > REDIS_ARRAY_MAX) {
+                fprintf(stderr, "divvy-benchmark: --multi allows at most %d requests per transaction (-P)\n",
+                        REDIS_ARRAY_MAX);
+                return -EINVAL;
+        }
         if (opt.ipv4 && opt.actors > UINT64_C(1) << 32) {
                 fprintf(stderr, "divvy-benchmark: --ipv4 allows at most 2^32 actors\n");
                 return -EINVAL;
@@ -1004,7 +1205,7 @@ int main(int argc, char **argv) {
 
         workers = calloc(opt.threads, sizeof(Worker));
         conns = calloc(opt.connections, sizeof(Conn));
-        outbufs = malloc((size_t) opt.connections * opt.pipeline * REQUEST_MAX);
+        outbufs = malloc((size_t) opt.connections * (opt.pipeline * REQUEST_MAX + MULTI_OVERHEAD));
         if (!workers || !conns || !outbufs) {
                 fprintf(stderr, "divvy-benchmark: out of memory\n");
                 goto finish;
@@ -1029,7 +1230,7 @@ int main(int argc, char **argv) {
                 c->fd = fd;
                 c->index = i;
                 c->open = true;
-                c->out = outbufs + (size_t) i * opt.pipeline * REQUEST_MAX;
+                c->out = outbufs + (size_t) i * (opt.pipeline * REQUEST_MAX + MULTI_OVERHEAD);
                 c->quota = UINT64_MAX;
                 if (opt.requests > 0)
                         c->quota = opt.requests / opt.connections + (i < opt.requests % opt.connections);
@@ -1105,10 +1306,14 @@ int main(int argc, char **argv) {
         printf("RESULT label=%s target=%s address=%s connections=%u pipeline=%u threads=%u actors=%" PRIu64
                " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok_true=%" PRIu64 " ok_false=%" PRIu64
                " err=%" PRIu64 " malformed=%" PRIu64 " lost=%" PRIu64
-               " p50_us=%.1f p90_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f\n",
+               " p50_us=%.1f p90_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f resp=%d multi=%d\n",
                opt.label, opt.redis ? "redis" : "divvy", opt.address, opt.connections, opt.pipeline,
                opt.threads, opt.actors, total.measured, secs, rps, total.ok_true, total.ok_false, total.err,
-               total.malformed, total.conn_errors, p50, p90, p99, p999, (double) total.max_ns / 1e3);
+               total.malformed, total.conn_errors, p50, p90, p99, p999, (double) total.max_ns / 1e3,
+               !opt.redis  ? 0
+               : opt.resp3 ? 3
+                           : 2,
+               opt.multi);
         fflush(stdout);
 
         if (total.err == 0 && total.malformed == 0 && total.conn_errors == 0 && total.measured > 0 &&

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# RESP on divvyd (issue #17) beside the line protocol and beside redis-server, in one run:
+# RESP on divvyd (issues #17, #33) beside the line protocol and beside redis-server, in one run:
 #
 #   bench/run-bench-resp.sh [--runs N] [--requests N] [--divvyd PATH] [--benchmark PATH] [--rules FILE]
 #
@@ -9,9 +9,14 @@
 # reads divvyd's array replies):
 #   - line HIT    -> divvyd        HIT method=GET path=/bench ip=<actor>   (the divvy line protocol)
 #   - RESP HIT    -> divvyd        HIT method GET path /bench ip <actor>
+#   - RESP3 HIT   -> divvyd        the same after HELLO 3 on each connection (--resp3)
+#   - EXEC HIT    -> divvyd        the same, each pipeline of 16 in MULTI ... EXEC (--multi): the
+#                                  HITs counted, not MULTI, QUEUED or EXEC
 #   - CL.THROTTLE -> divvyd        CL.THROTTLE user<actor> 1000000 1000000 1  (--allow-client-limits)
 #   - redis INCR  -> redis-server  INCR key<actor>   (the machine's own ceiling)
-# Targets: RESP HIT within 10 % of line HIT (requests/s); CL.THROTTLE beside redis INCR. Each
+# Targets: RESP HIT within 10 % of line HIT (requests/s); RESP3 HIT ÷ RESP HIT >= 0.95 and
+# EXEC HIT ÷ RESP HIT (16 HITs in one transaction ÷ 16 pipelined) >= 0.8 (issue #33);
+# CL.THROTTLE beside redis INCR. Each
 # row also reports the server's own CPU time per request (utime + stime of the divvyd or
 # redis-server process, /proc/PID/stat, over the point). Noisy on a shared machine: compare
 # the ratios of one run.
@@ -35,7 +40,7 @@ while [ $# -gt 0 ]; do
 	--divvyd) divvyd=$2; shift 2 ;;
 	--benchmark) bench=$2; shift 2 ;;
 	--rules) rules=$2; shift 2 ;;
-	-h | --help) sed -n '3,22p' "$0"; exit 0 ;;
+	-h | --help) sed -n '3,26p' "$0"; exit 0 ;;
 	*) echo "run-bench-resp.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -91,7 +96,7 @@ divvyd_pid=$!
 wait_port "$redis_port"
 wait_port "$divvyd_port"
 
-echo "RESP (issue #17): 16 connections, pipeline 16, $actors actors, $requests requests per point, $runs run(s)"
+echo "RESP (issues #17, #33): 16 connections, pipeline 16, $actors actors, $requests requests per point, $runs run(s)"
 echo "divvyd:  $("$divvyd" --version | head -n 1); $(redis-server --version | sed 's/ sha=.*//')"
 echo "load:    average $(cut -d" " -f1-3 /proc/loadavg) at start"
 : >"$tmp/results"
@@ -123,6 +128,8 @@ while [ $run -le "$runs" ]; do
 	echo "run $run of $runs:"
 	point line-hit "$divvyd_pid" "tcp:127.0.0.1:$divvyd_port"
 	point resp-hit "$divvyd_pid" --redis -r 'HIT method GET path /bench ip {actor}' "tcp:127.0.0.1:$divvyd_port"
+	point resp3-hit "$divvyd_pid" --resp3 -r 'HIT method GET path /bench ip {actor}' "tcp:127.0.0.1:$divvyd_port"
+	point exec-hit "$divvyd_pid" --multi -r 'HIT method GET path /bench ip {actor}' "tcp:127.0.0.1:$divvyd_port"
 	point cl-throttle "$divvyd_pid" --redis -r 'CL.THROTTLE user{actor} 1000000 1000000 1' \
 		"tcp:127.0.0.1:$divvyd_port"
 	point redis-incr "$redis_pid" --redis "tcp:127.0.0.1:$redis_port"
@@ -138,15 +145,23 @@ ratio() {
 }
 
 lh=$(median line-hit 2) rh=$(median resp-hit 2) cl=$(median cl-throttle 2) ri=$(median redis-incr 2)
+r3=$(median resp3-hit 2) ex=$(median exec-hit 2)
 lc=$(median line-hit 3) rc=$(median resp-hit 3) cc=$(median cl-throttle 3) ic=$(median redis-incr 3)
-rps_ratio=$(ratio "$rh" "$lh")
-met=$(awk -v r="$rps_ratio" 'BEGIN { print (r >= 0.90) ? "met" : "NOT MET" }')
+r3c=$(median resp3-hit 3) exc=$(median exec-hit 3)
+# met RATIO TARGET: whether RATIO reaches TARGET
+met() {
+	awk -v r="$1" -v t="$2" 'BEGIN { print (r != "-" && r >= t) ? "met" : "NOT MET" }'
+}
+rps_ratio=$(ratio "$rh" "$lh") r3_ratio=$(ratio "$r3" "$rh") ex_ratio=$(ratio "$ex" "$rh")
 echo
 echo "Medians of $runs run(s), divvy-benchmark, 16 connections, pipeline 16, $actors actors:"
 echo
 echo "| row | requests/s | ratio | target | server CPU us/request |"
 echo "|---|---:|---:|---|---:|"
 printf '| line HIT | %.0f | 1.00 | | %s |\n' "$lh" "$lc"
-printf '| RESP HIT | %.0f | %s (÷ line HIT) | >= 0.90: %s | %s |\n' "$rh" "$rps_ratio" "$met" "$rc"
+printf '| RESP HIT | %.0f | %s (÷ line HIT) | >= 0.90: %s | %s |\n' "$rh" "$rps_ratio" "$(met "$rps_ratio" 0.90)" "$rc"
+printf '| RESP3 HIT | %.0f | %s (÷ RESP HIT) | >= 0.95: %s | %s |\n' "$r3" "$r3_ratio" "$(met "$r3_ratio" 0.95)" "$r3c"
+printf '| EXEC of 16 HITs | %.0f | %s (÷ RESP HIT, 16 pipelined) | >= 0.8: %s | %s |\n' "$ex" "$ex_ratio" \
+	"$(met "$ex_ratio" 0.8)" "$exc"
 printf '| CL.THROTTLE | %.0f | %s (÷ redis INCR) | | %s |\n' "$cl" "$(ratio "$cl" "$ri")" "$cc"
 printf '| redis INCR | %.0f | 1.00 | | %s |\n' "$ri" "$ic"

@@ -115,6 +115,27 @@ expect "ERR replies make the exit status 1" 1 err=1 -- \
 	-q -n 10 -c 1 -r 'FOO {actor}' "unix:$sock"
 expect "RESP requests to divvyd fail the run (exit 1)" 1 -- \
 	-q -n 5 -c 1 --redis "unix:$sock"
+# RESP3 (HELLO 3 first) and MULTI/EXEC (issue #33): the HITs are counted, every reply checked.
+expect "--resp3, pipelined: every HIT answered" 0 \
+	requests=200 ok_true=200 ok_false=0 err=0 malformed=0 lost=0 resp=3 multi=0 -- \
+	-q -n 200 -c 4 -P 8 -k 50 --resp3 -r 'HIT method GET path /bench ip {actor}' "unix:$sock"
+expect "--multi: each EXEC array holds one reply per HIT" 0 \
+	requests=200 ok_true=200 ok_false=0 err=0 malformed=0 lost=0 resp=2 multi=1 -- \
+	-q -n 200 -c 4 -P 8 -k 50 --multi -r 'HIT method GET path /bench ip {actor}' "unix:$sock"
+expect "--multi --resp3, a last transaction shorter than -P" 0 \
+	requests=100 ok_true=100 err=0 malformed=0 lost=0 resp=3 multi=1 -- \
+	-q -n 100 -c 2 -P 16 --multi --resp3 -r 'HIT method GET path /bench ip {actor}' "unix:$sock"
+# A request refused inside EXEC is its element's error: counted, the run fails.
+expect "--multi: an error inside EXEC's array is counted" 1 \
+	requests=8 ok_true=0 err=8 malformed=0 lost=0 -- \
+	-q -n 8 -c 1 -P 4 --multi -r 'TAKE 0 method GET path /bench ip {actor}' "unix:$sock"
+# An unknown command aborts the transaction (EXECABORT): the connection is given up.
+expect "--multi: EXECABORT fails the run" 1 \
+	lost=0 -- \
+	-q -n 4 -c 1 -P 2 --multi -r 'NOSUCH {actor}' "unix:$sock"
+"$bench" -n 4 -c 1 --multi -P 65 "unix:$sock" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 2 ] && pass "--multi: more than 64 per transaction is a usage error" ||
+	fail "--multi: more than 64 per transaction is a usage error"
 "$bench" -n 1 -c 1 "unix:$tmp/nothing-here" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "cannot connect" "$tmp/err" && pass "no server: exit 1" || fail "no server: exit 1"
 "$bench" -n 5 -d 1 >"$tmp/out" 2>"$tmp/err"
