@@ -119,6 +119,10 @@ expect "RESP requests to divvyd fail the run (exit 1)" 1 -- \
 expect "--resp3, pipelined: every HIT answered" 0 \
 	requests=200 ok_true=200 ok_false=0 err=0 malformed=0 lost=0 resp=3 multi=0 -- \
 	-q -n 200 -c 4 -P 8 -k 50 --resp3 -r 'HIT method GET path /bench ip {actor}' "unix:$sock"
+# RESP3's HIT map says allowed #f: 2 allowed and 1 denied per actor, as on a line.
+expect "--resp3: #f is counted as OK false" 0 \
+	requests=9 ok_true=6 ok_false=3 err=0 resp=3 -- \
+	-q -n 9 -c 1 -k 3 --sequential --resp3 -r 'HIT method GET path /bench-limited ip r3{actor}' "unix:$sock"
 expect "--multi: each EXEC array holds one reply per HIT" 0 \
 	requests=200 ok_true=200 ok_false=0 err=0 malformed=0 lost=0 resp=2 multi=1 -- \
 	-q -n 200 -c 4 -P 8 -k 50 --multi -r 'HIT method GET path /bench ip {actor}' "unix:$sock"

@@ -424,13 +424,33 @@ size_t resp_format_null3(char *buf) {
         return 3;
 }
 
-size_t resp_format_hit(char *buf, bool allowed, uint64_t credit, int64_t reset) {
-        char *p = append_mem(buf, "*3" CRLF, 4);
+/* RESP3's boolean: "#t\r\n" or "#f\r\n". */
+static char *append_bool(char *p, bool v) {
+        return append_mem(p, v ? "#t" CRLF : "#f" CRLF, 4);
+}
 
-        p = append_int(p, allowed);
-        p = append_int(p, credit > INT64_MAX ? INT64_MAX : (int64_t) credit);
-        p = append_int(p, reset);
-        return (size_t) (p - buf);
+/* A literal's bytes: a map's header and keys, written whole. */
+#define KEY(p, literal) append_mem(p, literal, sizeof(literal) - 1)
+
+static int64_t clamp_i64(uint64_t v) {
+        return v > INT64_MAX ? INT64_MAX : (int64_t) v;
+}
+
+size_t resp_format_hit(char *buf, bool resp3, bool allowed, uint64_t credit, int64_t reset) {
+        char *p = buf;
+
+        if (!resp3) {
+                p = append_mem(p, "*3" CRLF, 4);
+                p = append_int(p, allowed);
+                p = append_int(p, clamp_i64(credit));
+                return (size_t) (append_int(p, reset) - buf);
+        }
+        p = KEY(p, "%3" CRLF "$7" CRLF "allowed" CRLF);
+        p = append_bool(p, allowed);
+        p = KEY(p, "$6" CRLF "credit" CRLF);
+        p = append_int(p, clamp_i64(credit));
+        p = KEY(p, "$5" CRLF "reset" CRLF);
+        return (size_t) (append_int(p, reset) - buf);
 }
 
 static bool is_label_char(uint8_t c) {
@@ -438,15 +458,12 @@ static bool is_label_char(uint8_t c) {
                c == '-';
 }
 
-size_t resp_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule) {
-        char *p = append_mem(buf, "*6" CRLF, 4), label[PROTO_LABEL_MAX + 24];
+/* A rule as a bulk string: its label (cut at PROTO_LABEL_MAX, bytes outside [A-Za-z0-9_-] as '?'),
+ * or "#<index>" when it has none. At most PROTO_LABEL_MAX + RESP_BULK_OVERHEAD bytes. */
+static char *append_rule_ref(char *p, const ProtoRuleRef *rule) {
+        char label[PROTO_LABEL_MAX + 24];
         size_t n = 0;
 
-        p = append_int(p, res->allowed);
-        p = append_int(p, res->credit > INT64_MAX ? INT64_MAX : (int64_t) res->credit);
-        p = append_int(p, res->limit > INT64_MAX ? INT64_MAX : (int64_t) res->limit);
-        p = append_int(p, res->reset > INT64_MAX ? INT64_MAX : (int64_t) res->reset);
-        p = append_int(p, res->retry);
         if (rule->label && rule->label[0])
                 for (; rule->label[n] && n < PROTO_LABEL_MAX; n++)
                         label[n] = is_label_char((uint8_t) rule->label[n]) ? rule->label[n] : '?';
@@ -454,12 +471,91 @@ size_t resp_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef
                 label[0] = '#';
                 n = (size_t) (number_append_u64(label + 1, rule->index) - label);
         }
-        p += resp_format_bulk(p, label, n);
+        return p + resp_format_bulk(p, label, n);
+}
+
+size_t resp_format_decision(char *buf, bool resp3, const AlgoResult *res, const ProtoRuleRef *rule) {
+        char *p = buf;
+
+        if (!resp3) {
+                p = append_mem(p, "*6" CRLF, 4);
+                p = append_int(p, res->allowed);
+        } else {
+                p = KEY(p, "%6" CRLF "$7" CRLF "allowed" CRLF);
+                p = append_bool(p, res->allowed);
+                p = KEY(p, "$6" CRLF "credit" CRLF);
+        }
+        p = append_int(p, clamp_i64(res->credit));
+        if (resp3)
+                p = KEY(p, "$5" CRLF "limit" CRLF);
+        p = append_int(p, clamp_i64(res->limit));
+        if (resp3)
+                p = KEY(p, "$5" CRLF "reset" CRLF);
+        p = append_int(p, clamp_i64(res->reset));
+        if (resp3)
+                p = KEY(p, "$5" CRLF "retry" CRLF);
+        p = append_int(p, res->retry);
+        if (resp3)
+                p = KEY(p, "$4" CRLF "rule" CRLF);
+        return (size_t) (append_rule_ref(p, rule) - buf);
+}
+
+/* A list of rules as an array of bulk strings, cut as the line cuts it: when the next ref (and
+ * a last "..." element) would take the list beyond PROTO_RULE_LIST_MAX bytes, "..." ends it.
+ * At most RESP_INT_MAX_LEN + PROTO_RULE_LIST_MAX + RESP_BULK_OVERHEAD bytes. */
+static char *append_rule_list(char *p, const ProtoRuleRef *refs, size_t n) {
+        char *header = p, *start;
+        size_t shown = 0;
+
+        p += RESP_INT_MAX_LEN; /* room for the header, moved into place at the end */
+        start = p;
+        for (; shown < n; shown++) {
+                char ref[PROTO_LABEL_MAX + RESP_BULK_OVERHEAD];
+                size_t len = (size_t) (append_rule_ref(ref, &refs[shown]) - ref);
+
+                if ((size_t) (p - start) + len + (shown + 1 < n ? 9 : 0) > PROTO_RULE_LIST_MAX)
+                        break;
+                p = append_mem(p, ref, len);
+        }
+        if (shown < n)
+                p += resp_format_bulk(p, "...", 3);
+        {
+                size_t hlen = resp_format_array(header, shown + (shown < n)), body = (size_t) (p - start);
+
+                memmove(header + hlen, start, body);
+                return header + hlen + body;
+        }
+}
+
+/* RESP3's EXPLAIN: a map of the line's fields, the actor as its bytes (null without one). */
+static size_t format_explain3(char *buf, const ProtoExplain *e) {
+        char *p = KEY(buf, "%7" CRLF "$4" CRLF "rule" CRLF);
+
+        p = append_rule_ref(p, &e->rule);
+        p = KEY(p, "$5" CRLF "index" CRLF);
+        p = append_int(p, clamp_i64(e->rule.index));
+        p = KEY(p, "$6" CRLF "policy" CRLF);
+        p += resp_format_bulk(p, e->policy ?: "", e->policy ? strnlen(e->policy, PROTO_NAME_MAX) : 0);
+        p = KEY(p, "$5" CRLF "actor" CRLF);
+        if (e->actor.ptr)
+                p += resp_format_bulk(p, e->actor.ptr,
+                                      e->actor.len < RESP_BULK_MAX ? e->actor.len : RESP_BULK_MAX);
+        else
+                p += resp_format_null3(p);
+        p = KEY(p, "$9" CRLF "algorithm" CRLF);
+        p += resp_format_bulk(p, e->algorithm ?: "",
+                              e->algorithm ? strnlen(e->algorithm, PROTO_NAME_MAX) : 0);
+        p = KEY(p, "$8" CRLF "canaries" CRLF);
+        p = append_rule_list(p, e->canaries, e->n_canaries);
+        p = KEY(p, "$8" CRLF "continue" CRLF);
+        p = append_rule_list(p, e->continues, e->n_continues);
         return (size_t) (p - buf);
 }
 
-size_t resp_format_explain(char *buf, const ProtoExplain *e) {
+size_t resp_format_explain(char *buf, bool resp3, const ProtoExplain *e) {
         char text[PROTO_REPLY_EXPLAIN_MAX];
 
+        if (resp3)
+                return format_explain3(buf, e);
         return resp_format_bulk(buf, text, proto_format_explain_fields(text, e));
 }

@@ -154,15 +154,29 @@ size_t resp_format_map(char *buf, uint64_t n);
 size_t resp_format_null3(char *buf);
 
 /* The longest reply of divvyd's own commands but EXPLAIN: an array of 6 integers and a
- * rule label (PROTO_LABEL_MAX bytes, or "#<index>"). */
-#define RESP_REPLY_DECISION_MAX (RESP_INT_MAX_LEN * 7 + PROTO_LABEL_MAX + RESP_BULK_OVERHEAD)
+ * rule label (PROTO_LABEL_MAX bytes, or "#<index>"); in RESP3 a map, its keys 68 bytes more. */
+#define RESP_REPLY_DECISION_MAX (RESP_INT_MAX_LEN * 7 + PROTO_LABEL_MAX + RESP_BULK_OVERHEAD + 80)
+/* EXPLAIN's longest reply in RESP3 (a map: the actor's bytes, at most RESP_BULK_MAX, and two
+ * lists of rules; in RESP2 it is PROTO_REPLY_EXPLAIN_MAX + RESP_BULK_OVERHEAD). */
+#define RESP_REPLY_EXPLAIN3_MAX                                                                             \
+        (4 + 7 * 16 + PROTO_LABEL_MAX + RESP_BULK_OVERHEAD + RESP_INT_MAX_LEN +                             \
+         2 * (PROTO_NAME_MAX + RESP_BULK_OVERHEAD) + RESP_BULK_MAX + RESP_BULK_OVERHEAD +                   \
+         2 * (RESP_INT_MAX_LEN + PROTO_RULE_LIST_MAX))
 
+/* The replies of divvyd's own commands, in the connection's version: RESP2 (resp3 false) has
+ * arrays of integers, as on a line but in order without names; RESP3 (after HELLO 3) answers
+ * the same fields as a map named as the line names them, "allowed" a boolean (#t, #f).
+ *
+ * HIT: "*3" allowed 0|1, credit, reset (-1: never); RESP3: %3 allowed, credit, reset. At most
+ * RESP_REPLY_HIT_MAX bytes. */
+#define RESP_REPLY_HIT_MAX (44 + 3 * RESP_INT_MAX_LEN) /* "%3", its keys and a boolean: 44 bytes */
+size_t resp_format_hit(char *buf, bool resp3, bool allowed, uint64_t credit, int64_t reset);
 /* A decision (TAKE, PEEK, CHARGE, REFUND): "*6" allowed 0|1, credit, limit, reset, retry, and
- * the binding rule's label as a bulk string ("#<index>" when it has none). At most
- * RESP_REPLY_DECISION_MAX bytes. */
-size_t resp_format_decision(char *buf, const AlgoResult *res, const ProtoRuleRef *rule);
-/* EXPLAIN: proto_format_explain_fields() as one bulk string. At most PROTO_REPLY_EXPLAIN_MAX +
- * RESP_BULK_OVERHEAD bytes. */
-size_t resp_format_explain(char *buf, const ProtoExplain *e);
-/* HIT: "*3" allowed 0|1, credit, reset (-1: never). At most 4 * RESP_INT_MAX_LEN bytes. */
-size_t resp_format_hit(char *buf, bool allowed, uint64_t credit, int64_t reset);
+ * the binding rule's label as a bulk string ("#<index>" when it has none); RESP3: %6 allowed,
+ * credit, limit, reset, retry, rule. At most RESP_REPLY_DECISION_MAX bytes. */
+size_t resp_format_decision(char *buf, bool resp3, const AlgoResult *res, const ProtoRuleRef *rule);
+/* EXPLAIN: proto_format_explain_fields() as one bulk string (at most PROTO_REPLY_EXPLAIN_MAX +
+ * RESP_BULK_OVERHEAD bytes); RESP3: %7 rule (its label or "#<index>"), index, policy, actor (its
+ * bytes, or null without an actorField), algorithm, canaries and continue (arrays of rules, cut
+ * as the line cuts them, "..." last) (at most RESP_REPLY_EXPLAIN3_MAX bytes). */
+size_t resp_format_explain(char *buf, bool resp3, const ProtoExplain *e);

@@ -19,12 +19,15 @@
 
 _Static_assert(RESP_CLIENT_NAME_MAX == CONNECTION_NAME_MAX, "a client's name fits its connection");
 _Static_assert(RESP_MULTI_BYTES >= RESP_REQUEST_MAX, "a transaction may queue any one request");
+_Static_assert(RESP_REPLY_HIT_MAX <= RESP_ERROR_ROOM, "a HIT's reply fits the room it reserves");
 
 /* The room a reply to one of divvyd's own commands needs on RESP (an error included). */
 static size_t resp_verb_reply_max(ProtoVerb verb) {
         switch (verb) {
-        case PROTO_VERB_EXPLAIN:
-                return PROTO_REPLY_EXPLAIN_MAX + RESP_BULK_OVERHEAD;
+        case PROTO_VERB_EXPLAIN: /* either version's: EXPLAIN is rare */
+                return RESP_REPLY_EXPLAIN3_MAX > PROTO_REPLY_EXPLAIN_MAX + RESP_BULK_OVERHEAD
+                               ? RESP_REPLY_EXPLAIN3_MAX
+                               : PROTO_REPLY_EXPLAIN_MAX + RESP_BULK_OVERHEAD;
         case PROTO_VERB_HIT:
         case PROTO_VERB_RESET:
                 return RESP_ERROR_ROOM;
@@ -394,11 +397,12 @@ static size_t resp_format_explain_reply(Batch *b, const BatchSlot *slot, char *p
             resp_to_request(PROTO_VERB_EXPLAIN, parsed.argv, parsed.argc, req) < 0)
                 req = NULL;
         batch_explain(b, slot, req, canaries, continues, &ex);
-        return resp_format_explain(p, &ex);
+        return resp_format_explain(p, slot->conn->resp->resp3, &ex);
 }
 
 static size_t resp_format_decision_reply(Batch *b, const BatchSlot *slot, const BatchDecision *d, char *p) {
         const AlgoResult *res = &d->res;
+        bool resp3 = slot->conn->resp->resp3;
         size_t len;
 
         if (slot->kind == BATCH_SLOT_LIMIT)
@@ -406,9 +410,9 @@ static size_t resp_format_decision_reply(Batch *b, const BatchSlot *slot, const 
         switch (slot->verb) {
         case PROTO_VERB_HIT:
                 if (rule_trivial_decision(d->rule) == RULE_TRIVIAL_DENY)
-                        len = resp_format_hit(p, false, 0, -1);
+                        len = resp_format_hit(p, resp3, false, 0, -1);
                 else
-                        len = resp_format_hit(p, res->allowed, res->credit, (int64_t) res->reset);
+                        len = resp_format_hit(p, resp3, res->allowed, res->credit, (int64_t) res->reset);
                 break;
         case PROTO_VERB_EXPLAIN:
                 len = resp_format_explain_reply(b, slot, p);
@@ -419,7 +423,7 @@ static size_t resp_format_decision_reply(Batch *b, const BatchSlot *slot, const 
         default: { /* TAKE, PEEK, CHARGE, REFUND */
                 ProtoRuleRef rule = batch_rule_ref(d->rule);
 
-                len = resp_format_decision(p, res, &rule);
+                len = resp_format_decision(p, resp3, res, &rule);
                 break;
         }
         }

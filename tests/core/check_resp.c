@@ -346,27 +346,100 @@ START_TEST (test_format) {
         CHECK_FORMAT(resp_format_map(buf, 7), "%7\r\n");
         CHECK_FORMAT(resp_format_array(buf, 0), "*0\r\n");
         CHECK_FORMAT(resp_format_array(buf, 12), "*12\r\n");
-        CHECK_FORMAT(resp_format_hit(buf, true, 9, 60), "*3\r\n:1\r\n:9\r\n:60\r\n");
-        CHECK_FORMAT(resp_format_hit(buf, false, 0, -1), "*3\r\n:0\r\n:0\r\n:-1\r\n");
+        CHECK_FORMAT(resp_format_hit(buf, false, true, 9, 60), "*3\r\n:1\r\n:9\r\n:60\r\n");
+        CHECK_FORMAT(resp_format_hit(buf, false, false, 0, -1), "*3\r\n:0\r\n:0\r\n:-1\r\n");
         CHECK_FORMAT(
                 resp_format_decision(
-                        buf,
+                        buf, false,
                         &(AlgoResult){ .allowed = true, .credit = 7, .limit = 10, .reset = 42, .retry = 0 },
                         &(ProtoRuleRef){ "api", 3 }),
                 "*6\r\n:1\r\n:7\r\n:10\r\n:42\r\n:0\r\n$3\r\napi\r\n");
-        CHECK_FORMAT(resp_format_decision(buf, &(AlgoResult){ .retry = -1 }, &(ProtoRuleRef){ NULL, 12 }),
-                     "*6\r\n:0\r\n:0\r\n:0\r\n:0\r\n:-1\r\n$3\r\n#12\r\n");
+        CHECK_FORMAT(
+                resp_format_decision(buf, false, &(AlgoResult){ .retry = -1 }, &(ProtoRuleRef){ NULL, 12 }),
+                "*6\r\n:0\r\n:0\r\n:0\r\n:0\r\n:-1\r\n$3\r\n#12\r\n");
 
         /* The longest decision fits its bound; a label is cut at PROTO_LABEL_MAX. */
         memset(label, 'l', sizeof label - 1);
         label[sizeof label - 1] = 0;
         size_t n = resp_format_decision(
-                buf,
+                buf, false,
                 &(AlgoResult){
                         .credit = UINT64_MAX, .limit = UINT64_MAX, .reset = UINT64_MAX, .retry = INT64_MIN },
                 &(ProtoRuleRef){ label, 0 });
         ck_assert_uint_le(n, RESP_REPLY_DECISION_MAX);
         ck_assert(strstr(buf, "$255\r\n"));
+        n = resp_format_decision(
+                buf, true,
+                &(AlgoResult){
+                        .credit = UINT64_MAX, .limit = UINT64_MAX, .reset = UINT64_MAX, .retry = INT64_MIN },
+                &(ProtoRuleRef){ label, 0 });
+        ck_assert_uint_le(n, RESP_REPLY_DECISION_MAX);
+        ck_assert_uint_le(resp_format_hit(buf, true, true, UINT64_MAX, INT64_MIN), RESP_REPLY_HIT_MAX);
+        ck_assert_uint_le(resp_format_hit(buf, false, true, UINT64_MAX, INT64_MIN), RESP_REPLY_HIT_MAX);
+}
+END_TEST
+
+/* RESP3 (after HELLO 3): the same fields as maps named as the line names them, "allowed" a
+ * boolean; EXPLAIN's actor as its bytes (null without one), its lists as arrays cut as the
+ * line cuts them. */
+START_TEST (test_format_resp3) {
+        static char buf[RESP_REPLY_EXPLAIN3_MAX + 64], label[300];
+        ProtoRuleRef refs[16];
+        ProtoExplain e = { .rule = { "api", 3 }, .policy = "stop", .algorithm = "token-bucket" };
+
+        CHECK_FORMAT(resp_format_hit(buf, true, true, 9, 60),
+                     "%3\r\n$7\r\nallowed\r\n#t\r\n$6\r\ncredit\r\n:9\r\n$5\r\nreset\r\n:60\r\n");
+        CHECK_FORMAT(resp_format_hit(buf, true, false, 0, -1),
+                     "%3\r\n$7\r\nallowed\r\n#f\r\n$6\r\ncredit\r\n:0\r\n$5\r\nreset\r\n:-1\r\n");
+        CHECK_FORMAT(
+                resp_format_decision(buf, true,
+                                     &(AlgoResult){ .allowed = true, .credit = 7, .limit = 10, .reset = 42 },
+                                     &(ProtoRuleRef){ "api", 3 }),
+                "%6\r\n$7\r\nallowed\r\n#t\r\n$6\r\ncredit\r\n:7\r\n$5\r\nlimit\r\n:10\r\n$5\r\nreset\r\n:"
+                "42\r\n$5\r\nretry\r\n:0\r\n$4\r\nrule\r\n$3\r\napi\r\n");
+        CHECK_FORMAT(
+                resp_format_decision(buf, true, &(AlgoResult){ .retry = -1 }, &(ProtoRuleRef){ NULL, 12 }),
+                "%6\r\n$7\r\nallowed\r\n#f\r\n$6\r\ncredit\r\n:0\r\n$5\r\nlimit\r\n:0\r\n$5\r\nreset\r\n:"
+                "0\r\n$5\r\nretry\r\n:-1\r\n$4\r\nrule\r\n$3\r\n#12\r\n");
+
+        e.actor = (ProtoSlice){ "a\r\n\"b", 5 };
+        e.canaries = refs;
+        e.n_canaries = 2;
+        refs[0] = (ProtoRuleRef){ "c1", 0 };
+        refs[1] = (ProtoRuleRef){ NULL, 1 };
+        CHECK_FORMAT(resp_format_explain(buf, true, &e),
+                     "%7\r\n$4\r\nrule\r\n$3\r\napi\r\n$5\r\nindex\r\n:3\r\n$6\r\npolicy\r\n$4\r\nstop\r\n"
+                     "$5\r\nactor\r\n$5\r\na\r\n\"b\r\n$9\r\nalgorithm\r\n$12\r\ntoken-bucket\r\n"
+                     "$8\r\ncanaries\r\n*2\r\n$2\r\nc1\r\n$2\r\n#1\r\n$8\r\ncontinue\r\n*0\r\n");
+
+        /* the longest: a whole bulk of actor, lists of long labels cut with "..." */
+        memset(label, 'l', sizeof label - 1);
+        label[sizeof label - 1] = 0;
+        for (size_t i = 0; i < 16; i++)
+                refs[i] = (ProtoRuleRef){ label, i };
+        e = (ProtoExplain){ .rule = { label, 0 },
+                            .policy = label,
+                            .algorithm = label,
+                            .canaries = refs,
+                            .n_canaries = 16,
+                            .continues = refs,
+                            .n_continues = 16 };
+        {
+                static char actor[RESP_BULK_MAX];
+                size_t n;
+
+                memset(actor, 'x', sizeof actor);
+                e.actor = (ProtoSlice){ actor, sizeof actor };
+                n = resp_format_explain(buf, true, &e);
+                ck_assert_uint_le(n, RESP_REPLY_EXPLAIN3_MAX);
+                ck_assert_msg(strstr(buf, "$8\r\ncanaries\r\n*6\r\n$255\r\n"), "%.*s", (int) n, buf);
+                ck_assert(strstr(buf, "$3\r\n...\r\n$8\r\ncontinue\r\n*6\r\n"));
+        }
+        e.actor = (ProtoSlice){ NULL, 0 };
+        e.n_canaries = e.n_continues = 0;
+        (void) resp_format_explain(buf, true, &e);
+        ck_assert(strstr(buf, "$5\r\nactor\r\n_\r\n$9\r\nalgorithm\r\n$32\r\n"));
+        ck_assert(strstr(buf, "$8\r\ncanaries\r\n*0\r\n$8\r\ncontinue\r\n*0\r\n"));
 }
 END_TEST
 
@@ -408,6 +481,7 @@ int main(void) {
 
         tc = tcase_create("format");
         tcase_add_test(tc, test_format);
+        tcase_add_test(tc, test_format_resp3);
         suite_add_tcase(s, tc);
 
         return check_run_suite(s);

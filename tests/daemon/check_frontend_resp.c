@@ -51,6 +51,10 @@ static const char *req(const char *args) {
 }
 
 #define HIT3(allowed, credit, reset) "*3\r\n:" #allowed "\r\n:" #credit "\r\n:" #reset "\r\n"
+/* RESP3's HIT: a map, allowed a boolean (t or f). */
+#define HIT3_MAP(allowed, credit, reset)                                                                    \
+        "%3\r\n$7\r\nallowed\r\n#" #allowed "\r\n$6\r\ncredit\r\n:" #credit "\r\n$5\r\nreset\r\n:" #reset   \
+        "\r\n"
 
 START_TEST (test_same_counters_as_lines) {
         /* A RESP client and a line client share a rule's counter, in one batch, in order. */
@@ -200,13 +204,74 @@ START_TEST (test_resp3) {
                       out);
         ck_assert(strstr(out, "$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:1\r\n"));
         out = strstr(out, "$7\r\nmodules\r\n*0\r\n") + 17;
-        const char *middle = "+OK\r\n+OK\r\n$2\r\nme\r\n" HIT3(
-                1, 4, 60) "*1\r\n_\r\n"
+        const char *middle = "+OK\r\n+OK\r\n$2\r\nme\r\n" HIT3_MAP(
+                t, 4, 60) "*1\r\n_\r\n"
                           "-WRONGPASS invalid username-password pair or user is disabled.\r\n*14\r\n";
         ck_assert_msg(strncmp(out, middle, strlen(middle)) == 0, "%s", out);
         ck_assert(strstr(out, "$5\r\nproto\r\n:2\r\n"));
         ck_assert_str_eq(strstr(out, "$7\r\nmodules\r\n*0\r\n") + 17, "*1\r\n$-1\r\n");
         ck_assert(!conns[0]->resp->resp3);
+}
+END_TEST
+
+/* Every reply of divvyd's own verbs on a RESP3 connection: maps of the line's names, "allowed" a
+ * boolean; RESET an integer; and after HELLO 2 the same requests answer RESP2's arrays, byte for
+ * byte as before HELLO 3. */
+#define TAKE3_MAP(allowed, credit, limit, reset, retry, rule)                                               \
+        "%6\r\n$7\r\nallowed\r\n#" #allowed "\r\n$6\r\ncredit\r\n:" #credit "\r\n$5\r\nlimit\r\n:" #limit   \
+        "\r\n$5\r\nreset\r\n:" #reset "\r\n$5\r\nretry\r\n:" #retry "\r\n$4\r\nrule\r\n" rule "\r\n"
+#define RESP2_REPLIES                                                                                       \
+        HIT3(1, 4, 60)                                                                                      \
+        HIT3(0, 0, -1)                                                                                      \
+        "*6\r\n:1\r\n:2\r\n:5\r\n:60\r\n:0\r\n$2\r\n#2\r\n"                                                 \
+        "*6\r\n:0\r\n:2\r\n:5\r\n:60\r\n:-1\r\n$2\r\n#2\r\n"                                                \
+        "$89\r\nrule=#2 index=2 policy=stop actor=\"we ird\\\"\" "                                          \
+        "algorithm=fixed-window canaries=- continue=-\r\n"                                                  \
+        "$79\r\nrule=a index=0 policy=stop actor=- algorithm=fixed-window "                                 \
+        "canaries=- continue=-\r\n"                                                                         \
+        ":1\r\n"
+
+/* The verbs on connection i, as an admin; RESET last puts the counter back as it was. */
+static void resp3_verbs(unsigned i) {
+        conns[i]->admin = true;
+        input(i, req("HIT|f|we ird\""));
+        input(i, req("HIT|d|1"));
+        input(i, req("TAKE|2|f|we ird\""));
+        input(i, req("PEEK|9|f|we ird\""));
+        input(i, req("EXPLAIN|f|we ird\""));
+        input(i, req("EXPLAIN|a|1"));
+        input(i, req("RESET|f|we ird\""));
+        batch_take(batch, conns[i]);
+        ck_assert_uint_eq(finish(), 7);
+}
+
+START_TEST (test_resp3_replies) {
+        input(0, req("HELLO|3"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 1);
+        (void) output(0);
+        resp3_verbs(0);
+        ck_assert_str_eq(
+                output(0), HIT3_MAP(t, 4, 60) HIT3_MAP(f, 0, -1) TAKE3_MAP(t, 2, 5, 60, 0, "$2\r\n#2")
+                                   TAKE3_MAP(f, 2, 5, 60, -1, "$2\r\n#2") /* 9 > 5: never */
+                "%7\r\n$4\r\nrule\r\n$2\r\n#2\r\n$5\r\nindex\r\n:2\r\n$6\r\npolicy\r\n$4\r\nstop\r\n"
+                "$5\r\nactor\r\n$7\r\nwe ird\"\r\n$9\r\nalgorithm\r\n$12\r\nfixed-window\r\n"
+                "$8\r\ncanaries\r\n*0\r\n$8\r\ncontinue\r\n*0\r\n"
+                "%7\r\n$4\r\nrule\r\n$1\r\na\r\n$5\r\nindex\r\n:0\r\n$6\r\npolicy\r\n$4\r\nstop\r\n"
+                "$5\r\nactor\r\n_\r\n$9\r\nalgorithm\r\n$12\r\nfixed-window\r\n"
+                "$8\r\ncanaries\r\n*0\r\n$8\r\ncontinue\r\n*0\r\n"
+                ":1\r\n");
+
+        /* HELLO 2: RESP2's replies again, byte for byte those of a connection that never said
+         * HELLO 3 */
+        input(0, req("HELLO|2"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 1);
+        (void) output(0);
+        resp3_verbs(0);
+        ck_assert_str_eq(output(0), RESP2_REPLIES);
+        resp3_verbs(1);
+        ck_assert_str_eq(output(1), RESP2_REPLIES);
 }
 END_TEST
 
@@ -579,6 +644,7 @@ int main(void) {
         tcase_add_test(tc, test_command_errors_keep_connection);
         tcase_add_test(tc, test_connection_commands);
         tcase_add_test(tc, test_resp3);
+        tcase_add_test(tc, test_resp3_replies);
         tcase_add_test(tc, test_info);
         tcase_add_test(tc, test_transactions);
         tcase_add_test(tc, test_quit);

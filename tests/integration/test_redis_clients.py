@@ -48,28 +48,37 @@ class RedisClients(harness.DaemonTestCase):
         self.assertEqual(p.returncode, 0, out + err)
         return json.loads(out.strip().splitlines()[-1])
 
-    def assertHits(self, replies, credits):
-        """Each reply is [1, credit, reset]: allowed, credits left one fewer each time."""
-        self.assertEqual([r[:2] for r in replies], [[1, c] for c in credits])
-        for r in replies:
-            self.assertEqual(len(r), 3)
-            self.assertTrue(3590 <= r[2] <= 3600, r)
+    def assertHits(self, replies, credits, shape):
+        """Each reply is RESP3's HIT map (both clients speak RESP3 by default): allowed, credit,
+        reset, credits left one fewer each time. shape: how the client gives a map, "object"
+        (node-redis: {allowed: true, ...}) or "flat" (ioredis: [key, value, ...], its boolean as 1)."""
+        for r, credit in zip(replies, credits):
+            if shape == "flat":
+                self.assertEqual(r[0::2], ["allowed", "credit", "reset"], r)
+                r = dict(zip(r[0::2], r[1::2]))
+                self.assertEqual(r["allowed"], 1, r)
+            else:
+                self.assertEqual(sorted(r), ["allowed", "credit", "reset"], r)
+                self.assertIs(r["allowed"], True, r)
+            self.assertEqual(r["credit"], credit, r)
+            self.assertTrue(3590 <= r["reset"] <= 3600, r)
+        self.assertEqual(len(replies), len(credits))
 
     def test_node_redis(self):
         r = self.run_client("node-redis")
         self.assertEqual(r["client"], "node-redis")
-        self.assertHits([r["hit"]], [9])
-        self.assertHits(r["pipeline"], [8, 7, 6])
-        self.assertHits(r["multi"], [5, 4, 3])
+        self.assertHits([r["hit"]], [9], "object")
+        self.assertHits(r["pipeline"], [8, 7, 6], "object")
+        self.assertHits(r["multi"], [5, 4, 3], "object")
 
     def test_ioredis(self):
         r = self.run_client("ioredis")
         self.assertEqual(r["client"], "ioredis")
-        self.assertHits([r["hit"]], [9])
+        self.assertHits([r["hit"]], [9], "flat")
         # ioredis' pipeline and exec give [error, reply] pairs
         self.assertEqual([e for e, _ in r["pipeline"] + r["multi"]], [None] * 6)
-        self.assertHits([v for _, v in r["pipeline"]], [8, 7, 6])
-        self.assertHits([v for _, v in r["multi"]], [5, 4, 3])
+        self.assertHits([v for _, v in r["pipeline"]], [8, 7, 6], "flat")
+        self.assertHits([v for _, v in r["multi"]], [5, 4, 3], "flat")
 
 
 if __name__ == "__main__":

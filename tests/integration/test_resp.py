@@ -169,13 +169,49 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
         self.assertEqual(set(hello), {b"server", b"version", b"proto", b"id", b"mode", b"role", b"modules"})
         self.assertEqual((hello[b"server"], hello[b"proto"], hello[b"mode"], hello[b"role"], hello[b"modules"]),
                          (b"divvyd", 3, b"standalone", b"master", []))
-        self.assertEqual(got[1:5], ["OK", "OK", "OK", [1, 9, 3600]])
+        self.assertEqual(got[1:5], ["OK", "OK", "OK", {b"allowed": True, b"credit": 9, b"reset": 3600}])
         self.assertEqual(got[5:7], [b"me", [None]])
         self.assertEqual(got[7], ("ERR", "NOPROTO sorry, this protocol version is not supported"))
         self.assertEqual(got[8][got[8].index(b"proto") + 1], 2)  # a flat array again
         self.assertEqual(got[9], [NULL2])
         self.assertEqual(got[10], ("ERR", "ERR AUTH <password> called without any password configured for "
                                           "the default user. Are you sure your configuration is correct?"))
+
+    def test_resp3_replies(self):
+        # Each reply's RESP3 shape (docs/clients.md): divvyd's verbs answer maps named as on a
+        # line, "allowed" a boolean; the peers' commands answer as the peers do on RESP3 (arrays,
+        # integers); the same session after HELLO 2 answers RESP2's arrays again.
+        u, key, gkey, rkey = uid("r3"), uid("cell"), uid("gcra"), uid("rl")
+        session = [("HIT", "path", "/fw", "user", u),
+                   ("TAKE", "2", "path", "/fw", "user", u),
+                   ("PEEK", "20", "path", "/fw", "user", u),
+                   ("EXPLAIN", "path", "/fw", "user", u),
+                   ("MULTI",), ("HIT", "path", "/fw", "user", u), ("EXEC",),
+                   ("CL.THROTTLE", key, "15", "30", "60"),
+                   ("GCRA", gkey, "15", "30", "60"),
+                   ("RL.REDUCE", rkey, "3", "60"),
+                   ("DEL", key)]
+        got = resp_session(self.d, ("HELLO", "3"), *session)[1:]
+        self.assertEqual(got[0], {b"allowed": True, b"credit": 9, b"reset": 3600})
+        self.assertEqual(got[1], {b"allowed": True, b"credit": 7, b"limit": 10, b"reset": 3600, b"retry": 0,
+                                  b"rule": b"fw"})
+        self.assertEqual(got[2], {b"allowed": False, b"credit": 7, b"limit": 10, b"reset": 3600, b"retry": -1,
+                                  b"rule": b"fw"})
+        self.assertEqual(got[3], {b"rule": b"fw", b"index": 2, b"policy": b"stop", b"actor": u.encode(),
+                                  b"algorithm": b"fixed-window", b"canaries": [], b"continue": []})
+        self.assertEqual(got[4:7], ["OK", "QUEUED", [{b"allowed": True, b"credit": 6, b"reset": 3600}]])
+        self.assertEqual(got[7], [0, 16, 15, -1, 2])  # redis-cell's array
+        self.assertEqual(got[8], [0, 16, 15, -1, 2])  # Redis 8's GCRA: an array too
+        self.assertEqual(got[9:], [3, 1])
+        # RESP2 after HELLO 2, on the same counters (the cell was deleted: fresh again)
+        got = resp_session(self.d, ("HELLO", "2"), *session)[1:]
+        self.assertEqual(got[:3], [[1, 5, 3600], [1, 3, 10, 3600, 0, b"fw"], [0, 3, 10, 3600, -1, b"fw"]])
+        self.assertEqual(got[3], ("rule=fw index=2 policy=stop actor=\"%s\" algorithm=fixed-window canaries=- "
+                                  "continue=-" % u).encode())
+        self.assertEqual(got[4:7], ["OK", "QUEUED", [[1, 2, 3600]]])
+        self.assertEqual(got[7], [0, 16, 15, -1, 2])
+        self.assertEqual(got[8][:3], [0, 16, 14])
+        self.assertEqual(got[9:], [2, 1])
 
     def test_info(self):
         # ioredis's ready check: INFO, then "loading:0"; redis-py parses the whole text.
