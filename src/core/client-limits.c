@@ -88,24 +88,29 @@ static uint8_t *put_le64(uint8_t *p, uint64_t v) {
 /* The counter's identity (client-limits.h): hash128() over
  *   "divvyd-client-limit-v2"   22 bytes, no NUL (v1: the layouts before the peers' own
  *                              arithmetic, and CL's parameters in the identity)
- *   tag                        2 bytes, "cl" or "rl"
+ *   tag                        2 bytes, "cl", "gc" (GCRA) or "rl"
  *   hash128(key)               16 bytes (the key has no bound here: hashed first, fixed size)
  *   3 x u64le                  the parameters (RL's; 0, 0, 0 for CL: the key alone)
  * The store's counter is this id with no actor (the key is hashed once, here). A format of the
  * store: change it and every client-limit counter starts afresh. */
-static void compute_id(ClientLimit *cl, const char tag[2], uint64_t a, uint64_t b, uint64_t c) {
+static void compute_id_of(ProtoSlice key, const char tag[2], uint64_t a, uint64_t b, uint64_t c,
+                          uint8_t id[CLIENT_LIMIT_ID_SIZE]) {
         uint8_t buf[sizeof(ID_MAGIC) - 1 + 2 + HASH128_SIZE + 3 * 8], *p = buf;
 
         memcpy(p, ID_MAGIC, sizeof(ID_MAGIC) - 1);
         p += sizeof(ID_MAGIC) - 1;
         memcpy(p, tag, 2);
         p += 2;
-        hash128(cl->key.ptr, cl->key.len, p);
+        hash128(key.ptr, key.len, p);
         p += HASH128_SIZE;
         p = put_le64(p, a);
         p = put_le64(p, b);
         p = put_le64(p, c);
-        hash128(buf, (size_t) (p - buf), cl->id);
+        hash128(buf, (size_t) (p - buf), id);
+}
+
+static void compute_id(ClientLimit *cl, const char tag[2], uint64_t a, uint64_t b, uint64_t c) {
+        compute_id_of(cl->key, tag, a, b, c, cl->id);
 }
 
 static ProtoSlice key_of(const ProtoSlice *arg) {
@@ -222,7 +227,8 @@ int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, c
         if (!ret || (argc > 0 && !argv))
                 return *ret_error = "ERR invalid arguments", -EINVAL;
         if (argc != 1)
-                return *ret_error = "ERR divvyd's DEL takes one key: a CL.THROTTLE cell", -EINVAL;
+                return *ret_error = "ERR divvyd's DEL takes one key: a CL.THROTTLE cell or GCRA counter",
+                       -EINVAL;
         /* the cell's identity is the key alone: any parameters name it */
         memcpy(args, any, sizeof(args));
         args[0] = argv[0];
@@ -230,6 +236,9 @@ int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, c
                 return -EINVAL;
         ret->op = ALGO_RESET;
         ret->count = 0;
+        /* and the GCRA counter of the same key: in Redis both are the key DEL deletes */
+        compute_id_of(ret->key, "gc", 0, 0, 0, ret->also_id);
+        ret->has_also = true;
         return 0;
 }
 
@@ -640,6 +649,7 @@ void client_limit_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
 }
 
 int64_t client_limit_reduce_reply(const ClientLimit *cl, const AlgoResult *res) {
-        (void) cl;
+        if (cl->op == ALGO_RESET) /* DEL: one key, whether its cell, its GCRA counter or both lived */
+                return res->credit > 0;
         return res->credit > (uint64_t) INT64_MAX ? INT64_MAX : (int64_t) res->credit;
 }

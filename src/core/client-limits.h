@@ -84,7 +84,11 @@ typedef struct ClientLimit {
          * daemon's clock. The client's time line, as Smyte takes it: not subject to
          * --client-time-max-age, nor made now when later (algo_apply()'s ALGO_NOW_MAX bounds it). */
         uint64_t at_usec;
-        uint64_t interval_usec;             /* CL: the emission interval T in whole µs (truncated); RL: 0 */
+        uint64_t interval_usec; /* CL: the emission interval T in whole µs (truncated); RL: 0 */
+        /* DEL: a second counter the same call deletes, the key's GCRA counter (the store's hit
+         * on it as on id) */
+        uint8_t also_id[CLIENT_LIMIT_ID_SIZE];
+        bool has_also;
         char error[CLIENT_LIMIT_ERROR_MAX]; /* storage of *ret_error for some errors */
 } ClientLimit;
 
@@ -96,10 +100,11 @@ typedef struct ClientLimit {
  * per second), pointing to a static string or into ret->error. */
 int client_limit_parse_throttle(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
 
-/* Parses DEL's arguments (argv[0] = key; argc 1) into *ret: the CL.THROTTLE cell of that key,
- * with op ALGO_RESET; the store deletes it and its credit output (1 if a live cell was
- * deleted, else 0) is DEL's integer reply (client_limit_reduce_reply()). Returns 0, or -EINVAL
- * with *ret_error as for client_limit_parse_throttle(). */
+/* Parses DEL's arguments (argv[0] = key; argc 1) into *ret: the CL.THROTTLE cell of that key
+ * (id) and its GCRA counter (also_id, has_also set), with op ALGO_RESET; the store deletes
+ * both (a hit each) and the sum of their credit outputs (1 for a live counter deleted) makes
+ * DEL's integer reply, 1 or 0 (client_limit_reduce_reply()). Returns 0, or -EINVAL with
+ * *ret_error as for client_limit_parse_throttle(). */
 int client_limit_parse_del(int argc, const ProtoSlice *argv, ClientLimit *ret, const char **ret_error);
 
 /* Parses GCRA's arguments (argv[0] = key; argc 4 or 6) into *ret. Returns 0, or -EINVAL with
@@ -142,5 +147,6 @@ size_t client_limit_format_throttle(const ClientLimit *cl, const AlgoResult *res
                                     int64_t out[CLIENT_LIMIT_THROTTLE_REPLY_LEN]);
 
 /* RL.*'s reply from the result of cl's operation (as above): the tokens in the bucket BEFORE
- * this call took any (Smyte's clients compare it with their cost: >= cost means allowed). */
+ * this call took any (Smyte's clients compare it with their cost: >= cost means allowed); DEL's
+ * (ALGO_RESET): 1 if res->credit counts a live counter deleted, else 0. */
 int64_t client_limit_reduce_reply(const ClientLimit *cl, const AlgoResult *res);

@@ -272,6 +272,11 @@ void batch_take_limit(Batch *b, BatchSlot *slot) {
                 .at_usec = cl->at_usec,
         };
         slot->n_hits = 1;
+        if (cl->has_also) { /* DEL: the key's GCRA counter too, the same operation */
+                b->hits[b->core.n_hits] = b->hits[b->core.n_hits - 1];
+                b->hits[b->core.n_hits++].rule_id = cl->also_id;
+                slot->n_hits = 2;
+        }
 }
 
 bool batch_admit(Batch *b, BatchSlot *slot) {
@@ -435,12 +440,14 @@ static void batch_count_canaries(Batch *b, const BatchSlot *slot) {
 }
 
 /* What a slot decides, the same in every protocol: HIT, RESET, TAKE, PEEK, CHARGE, REFUND by its
- * rules' counters, HELLO and EXPLAIN without one, a client's limit by its one hit; the canaries
+ * rules' counters, HELLO and EXPLAIN without one, a client's limit by its one hit (DEL: two); the canaries
  * and a HIT's outcome counted; RESET's deleted counters in d->res.credit. */
 static void batch_decide(Batch *b, const BatchSlot *slot, BatchDecision *d) {
         if (slot->kind == BATCH_SLOT_LIMIT) {
                 *d = (BatchDecision){ .rule = NULL };
                 d->res = b->hits[slot->first_hit].res;
+                for (uint32_t i = 1; i < slot->n_hits; i++) /* DEL's second counter: deleted too */
+                        d->res.credit += b->hits[slot->first_hit + i].res.credit;
                 return;
         }
         switch (slot->verb) {

@@ -27,7 +27,7 @@ typedef enum BatchSlotKind {
         BATCH_SLOT_VERB,  /* a verb (verb): its rules' hits, decided and counted by the engine */
         BATCH_SLOT_ERROR, /* refused when taken (error_code, error_reason): counted, format_error() */
         BATCH_SLOT_LOCAL, /* answered by the front-end alone (RESP's PING, ...): format_local() */
-        BATCH_SLOT_LIMIT, /* a limit the client gives (batch_take_limit()): one hit */
+        BATCH_SLOT_LIMIT, /* a limit the client gives (batch_take_limit()): one hit (DEL: two) */
 } BatchSlotKind;
 
 /* One request of a batch, in arrival order. Pointers are valid for the batch only. */
@@ -142,7 +142,7 @@ static inline bool batch_reserve_replies(Connection *c, size_t n, size_t taken) 
 /* The ClientLimit of slot (the batch's last) to parse a client's limit into; NULL without
  * --allow-client-limits. */
 ClientLimit *batch_slot_limit(Batch *b, const BatchSlot *slot);
-/* slot's limit is parsed: checks its time, adds its one hit. */
+/* slot's limit is parsed: checks its time, adds its one hit (DEL: two, its cell and its GCRA counter). */
 void batch_take_limit(Batch *b, BatchSlot *slot);
 /* What EXPLAIN reports for slot; req: its request parsed again (the actor is the request's),
  * or NULL. canaries and continues: RULES_MATCH_MAX each. */

@@ -415,8 +415,19 @@ START_TEST (test_identity) {
                 ck_assert_int_eq(client_limit_parse_del(1, split(&a, "user123")->v, &cl, &err), 0);
                 SAME(x, cl.id);
                 ck_assert(cl.op == ALGO_RESET && cl.key.len == 7);
+                /* and the key's GCRA counter, as GCRA names it */
+                {
+                        ClientLimit g;
+                        ck_assert_int_eq(
+                                client_limit_parse_gcra(4, split(&a, "user123 15 30 60")->v, &g, &err), 0);
+                        ck_assert(cl.has_also);
+                        SAME(cl.also_id, g.id);
+                        DIFFERENT(cl.also_id, cl.id);
+                        ck_assert_int_eq(client_limit_reduce_reply(&cl, &(AlgoResult){ .credit = 2 }), 1);
+                        ck_assert_int_eq(client_limit_reduce_reply(&cl, &(AlgoResult){ .credit = 0 }), 0);
+                }
                 ck_assert_int_eq(client_limit_parse_del(2, split(&a, "user123 k2")->v, &cl, &err), -EINVAL);
-                ck_assert_str_eq(err, "ERR divvyd's DEL takes one key: a CL.THROTTLE cell");
+                ck_assert_str_eq(err, "ERR divvyd's DEL takes one key: a CL.THROTTLE cell or GCRA counter");
                 ck_assert_int_eq(client_limit_parse_del(0, NULL, &cl, &err), -EINVAL);
         }
         id_of(false, "RL.REDUCE", "user123 15 30 REFILL 60", y);

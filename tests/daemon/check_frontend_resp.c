@@ -591,6 +591,35 @@ START_TEST (test_client_limits_counted) {
 }
 END_TEST
 
+START_TEST (test_del_gcra) {
+        /* DEL deletes the GCRA counter of its key, as Redis's DEL deletes the key GCRA wrote: 1
+         * for a live counter (one key, whether its cell, its GCRA counter or both lived), then a
+         * full burst again; 0 once nothing lives under the key. */
+        client_limits_batch();
+        input(0, req("GCRA|g1|1|1|60"));
+        input(0, req("GCRA|g1|1|1|60"));
+        input(0, req("GCRA|g1|1|1|60")); /* a burst of 2: limited */
+        input(0, req("DEL|g1"));
+        input(0, req("DEL|g1"));
+        input(0, req("GCRA|g1|1|1|60")); /* fresh */
+        input(0, req("CL.THROTTLE|g1|1|1|60"));
+        input(0, req("DEL|g1")); /* both */
+        input(0, req("GCRA|g1|1|1|60"));
+        input(0, req("CL.THROTTLE|g1|1|1|60"));
+        batch_take(batch, conns[0]);
+        ck_assert_uint_eq(finish(), 10);
+        ck_assert_str_eq(output(0), "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:60\r\n"
+                                    "*5\r\n:0\r\n:2\r\n:0\r\n:-1\r\n:120\r\n"
+                                    "*5\r\n:1\r\n:2\r\n:0\r\n:60\r\n:120\r\n"
+                                    ":1\r\n:0\r\n"
+                                    "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:60\r\n"
+                                    "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:60\r\n"
+                                    ":1\r\n"
+                                    "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:60\r\n"
+                                    "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:60\r\n");
+}
+END_TEST
+
 /* The hits of the last batch submitted, as the store got them; then the real store applies them. */
 static StoreHit seen[4];
 static size_t n_seen;
@@ -610,7 +639,7 @@ START_TEST (test_client_limit_hits) {
         const char *err = NULL;
         const ProtoSlice argv[4] = { { "user123", 7 }, { "15", 2 }, { "30", 2 }, { "60", 2 } };
 
-        ck_assert_int_eq(client_limit_parse_throttle(4, argv, &cl, &err), 0);
+        ck_assert_int_eq(client_limit_parse_del(1, argv, &cl, &err), 0);
         client_limits_batch();
         batch_set_backend(batch, seeing_submit, store);
         input(0, req("CL.THROTTLE|user123|15|30|60|2"));
@@ -621,16 +650,17 @@ START_TEST (test_client_limit_hits) {
         ck_assert_str_eq(output(0), "*5\r\n:0\r\n:16\r\n:14\r\n:-1\r\n:4\r\n"
                                     ":1\r\n" /* DEL: a live cell was deleted */
                                     "*5\r\n:0\r\n:16\r\n:16\r\n:-1\r\n:0\r\n");
-        ck_assert_uint_eq(n_seen, 3);
-        for (size_t i = 0; i < 3; i++) {
-                ck_assert_mem_eq(seen[i].rule_id, cl.id, CLIENT_LIMIT_ID_SIZE);
+        ck_assert_uint_eq(n_seen, 4); /* DEL: the cell and the key's GCRA counter */
+        for (size_t i = 0; i < 4; i++) {
+                ck_assert_mem_eq(seen[i].rule_id, i == 2 ? cl.also_id : cl.id, CLIENT_LIMIT_ID_SIZE);
                 ck_assert_ptr_null(seen[i].actor);
                 ck_assert_uint_eq(seen[i].actor_len, 0);
         }
         ck_assert_int_eq(seen[0].op, ALGO_TAKE);
         ck_assert_uint_eq(seen[0].count, 2);
         ck_assert_int_eq(seen[1].op, ALGO_RESET);
-        ck_assert_int_eq(seen[2].op, ALGO_PEEK);
+        ck_assert_int_eq(seen[2].op, ALGO_RESET);
+        ck_assert_int_eq(seen[3].op, ALGO_PEEK);
 }
 END_TEST
 
@@ -656,6 +686,7 @@ int main(void) {
         tcase_add_test(tc, test_client_limits);
         tcase_add_test(tc, test_client_limits_counted);
         tcase_add_test(tc, test_client_limit_hits);
+        tcase_add_test(tc, test_del_gcra);
         tcase_add_test(tc, test_reply_room_then_compact);
         suite_add_tcase(s, tc);
         return check_run_suite(s);

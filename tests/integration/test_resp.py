@@ -347,6 +347,13 @@ class Resp(RespDaemonMixin, harness.DaemonTestCase):
         self.assertEqual(self.cli("CL.THROTTLE", key, "15", "30", "60"), "0\n16\n15\n-1\n2\n")
         self.assertEqual(self.cli("CL.THROTTLE", key, "15", "30", "60", "0").split("\n")[:3], ["0", "16", "15"])
         self.assertIn("Zero rates", self.cli("CL.THROTTLE", key, "15", "0", "60"))
+        # DEL deletes a GCRA counter too, as Redis's DEL deletes the key GCRA wrote.
+        g = uid("gcra")
+        self.assertEqual(self.cli("GCRA", g, "0", "1", "60"), "0\n1\n0\n-1\n60\n")
+        self.assertEqual(self.cli("GCRA", g, "0", "1", "60").split("\n")[:2], ["1", "1"])
+        self.assertEqual(self.cli("DEL", g), "1\n")
+        self.assertEqual(self.cli("DEL", g), "0\n")
+        self.assertEqual(self.cli("GCRA", g, "0", "1", "60"), "0\n1\n0\n-1\n60\n")
         # Smyte: the tokens before the take; a take larger than what is left drains the bucket.
         k = uid("rl")
         self.assertEqual(self.cli("RL.REDUCE", k, "3", "60"), "3\n")
