@@ -133,6 +133,23 @@ if run 1 "--store with a bad port" --allow-root --db "$tmp/db" --listen "unix:$t
 		fail "--store with a bad port: no reason given"
 	fi
 fi
+# --allow-client-limits with --store: refused before anything starts, naming both options; and
+# --help says so.
+if run 1 "--allow-client-limits with --store" --allow-root --db "$tmp/db" --listen "unix:$tmp/s" \
+	--allow-client-limits --store=redis://127.0.0.1:6379 "$examples/example-config.ini"; then
+	if grep -q -- "--allow-client-limits needs the local store, not --store" "$tmp/err"; then
+		pass "--allow-client-limits with --store: refused, naming both"
+	else
+		fail "--allow-client-limits with --store: the message does not name both options"
+	fi
+fi
+if run 0 "--help on --allow-client-limits" --help; then
+	if tr -s ' \n' ' ' <"$tmp/out" | grep -q -- "--allow-client-limits Accept .*refused with --store"; then
+		pass "--help: --allow-client-limits is refused with --store"
+	else
+		fail "--help does not say --allow-client-limits is refused with --store"
+	fi
+fi
 
 # --dump-config: JSON that loads again and dumps to the same bytes.
 for f in example-config.ini canary-config.ini; do
