@@ -59,6 +59,7 @@ typedef struct ConnectionResp {
         bool multi, multi_aborted; /* an error while queueing: EXEC answers EXECABORT */
         unsigned multi_n;          /* requests queued */
         size_t multi_len;          /* their bytes in multi_buf */
+        size_t multi_room;         /* the room their replies may take, summed as they are queued */
         char *multi_buf;           /* RESP_MULTI_BYTES, allocated at the first MULTI */
 } ConnectionResp;
 

@@ -94,10 +94,13 @@ typedef struct RespTaken {
 } RespTaken;
 
 /* Classifies req (a complete request of at least one argument) into *t; returns the room its
- * reply may take. */
-static size_t resp_classify(Batch *b, const RespRequest *req, RespTaken *t) {
+ * reply may take. queued: req is being queued after MULTI, and a verb's arguments are not parsed
+ * yet (EXEC parses them; the room does not depend on them). */
+static size_t resp_classify(Batch *b, const RespRequest *req, RespTaken *t, bool queued) {
         *t = (RespTaken){ .verb = _PROTO_VERB_INVALID, .plan = { .reply = RESP_REPLY_NORMAL } };
         t->row = resp_command_lookup(req->argv[0]);
+        if (t->row && (t->row->flags & RESP_COMMAND_VERB) && queued)
+                return resp_verb_reply_max(t->row->verb);
         if (t->row && (t->row->flags & RESP_COMMAND_VERB)) {
                 t->verb = t->row->verb;
                 /* parsed before the room is reserved: the slices point into the input, which
@@ -150,7 +153,7 @@ static void resp_slot_local(BatchSlot *slot, RespCommand cmd, RespSub sub, uint6
 static void resp_multi_reset(ConnectionResp *cr) {
         cr->multi = cr->multi_aborted = false;
         cr->multi_n = 0;
-        cr->multi_len = 0;
+        cr->multi_len = cr->multi_room = 0;
 }
 
 /* The whole transaction's slots must fit one batch and one connection's share of it. */
@@ -164,7 +167,7 @@ _Static_assert(RESP_MULTI_MAX + 1 <= BATCH_REQUESTS_MAX, "a transaction fits a b
 static bool resp_take_exec(Batch *b, Connection *c, ProtoSlice exec, size_t *reserved, unsigned taken) {
         ConnectionResp *cr = c->resp;
         const BatchCore *k = (const BatchCore *) (const void *) b;
-        size_t room = RESP_INT_MAX_LEN, off;
+        size_t room = RESP_INT_MAX_LEN + cr->multi_room, off;
         RespRequest req;
         RespTaken t;
         BatchSlot *slot;
@@ -174,12 +177,6 @@ static bool resp_take_exec(Batch *b, Connection *c, ProtoSlice exec, size_t *res
             k->n_hits + (cr->multi_n + 1) * RULES_MATCH_MAX > BATCH_HITS_MAX ||
             k->n_rules_matched + (cr->multi_n + 1) * RULES_MATCH_MAX > BATCH_RULES_MAX)
                 return false;
-        for (off = 0; off < cr->multi_len; off += req.consumed) {
-                if (resp_parse(cr->multi_buf + off, cr->multi_len - off, RESP_ARGS_MAX, RESP_REQUEST_MAX,
-                               &req) <= 0)
-                        return false; /* cannot be: each was parsed when it was queued */
-                room += resp_classify(b, &req, &t);
-        }
         if (!batch_reserve_replies(c, *reserved + room, taken))
                 return false;
         *reserved += room;
@@ -187,9 +184,10 @@ static bool resp_take_exec(Batch *b, Connection *c, ProtoSlice exec, size_t *res
         resp_slot_local(slot, RESP_CMD_EXEC, RESP_SUB_NONE, cr->multi_n);
         connection_consume_input(c, exec.len);
         for (off = 0; off < cr->multi_len; off += req.consumed) {
+                /* each was parsed when it was queued: this cannot fail */
                 (void) resp_parse(cr->multi_buf + off, cr->multi_len - off, RESP_ARGS_MAX, RESP_REQUEST_MAX,
                                   &req);
-                (void) resp_classify(b, &req, &t);
+                (void) resp_classify(b, &req, &t, false);
                 resp_take_one(b, batch_slot_add(b, c, (ProtoSlice){ cr->multi_buf + off, req.consumed }),
                               &req, &t);
         }
@@ -202,7 +200,8 @@ static bool resp_take_exec(Batch *b, Connection *c, ProtoSlice exec, size_t *res
  * number of arguments while queueing, WATCH inside MULTI, and a transaction beyond
  * RESP_MULTI_MAX requests or RESP_MULTI_BYTES bytes abort it (EXEC answers EXECABORT); a nested
  * MULTI is refused and the transaction goes on. */
-static void resp_take_transaction(Connection *c, BatchSlot *slot, const RespTaken *t, ProtoSlice bytes) {
+static void resp_take_transaction(Connection *c, BatchSlot *slot, const RespTaken *t, ProtoSlice bytes,
+                                  size_t room) {
         ConnectionResp *cr = c->resp;
         RespCommand cmd = t->row ? t->row->cmd : RESP_CMD_UNKNOWN;
         const char *err = NULL;
@@ -245,6 +244,7 @@ static void resp_take_transaction(Connection *c, BatchSlot *slot, const RespTake
                 }
                 memcpy(cr->multi_buf + cr->multi_len, bytes.ptr, bytes.len);
                 cr->multi_len += bytes.len;
+                cr->multi_room += room;
                 cr->multi_n++;
                 return resp_slot_local(slot, RESP_CMD_MULTI, RESP_SUB_QUEUED, 0);
         }
@@ -295,7 +295,7 @@ static void resp_take(Batch *b, Connection *c) {
                         consumed = c->in_len - c->in_pos;
                 } else {
                         consumed = c->frame_consumed;
-                        room = resp_classify(b, req, &t);
+                        room = resp_classify(b, req, &t, cr->multi);
                 }
                 transaction = r > 0 && t.row && !(t.row->flags & RESP_COMMAND_CLOSE) &&
                               (cr->multi || (t.row->flags & RESP_COMMAND_TRANSACTION));
@@ -327,7 +327,8 @@ static void resp_take(Batch *b, Connection *c) {
                                         "EXECABORT Transaction discarded because of previous errors.");
                         resp_multi_reset(cr);
                 } else if (transaction || (cr->multi && !t.row))
-                        resp_take_transaction(c, slot, &t, (ProtoSlice){ c->in + c->in_pos, consumed });
+                        resp_take_transaction(c, slot, &t, (ProtoSlice){ c->in + c->in_pos, consumed },
+                                              room);
                 else
                         resp_take_one(b, slot, req, &t);
                 connection_consume_input(c, consumed);
