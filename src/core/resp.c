@@ -143,6 +143,33 @@ int resp_parse(const char *buf, size_t len, size_t max_args, size_t max_bytes, R
         return 1;
 }
 
+/* The decimal digits at *p up to the '\r' (a header resp_parse() accepted), *p moved past "\r\n". */
+static size_t read_checked_number(const char **p) {
+        const char *q = *p;
+        size_t n = 0;
+
+        while (*q != '\r')
+                n = n * 10 + (size_t) (*q++ - '0');
+        *p = q + 2;
+        return n;
+}
+
+void resp_parse_again(const char *buf, RespRequest *ret) {
+        const char *p = buf + 1;
+
+        ret->argc = read_checked_number(&p);
+        for (size_t i = 0; i < ret->argc; i++) {
+                size_t len;
+
+                p++; /* '$' */
+                len = read_checked_number(&p);
+                ret->argv[i] = (ProtoSlice){ .ptr = p, .len = len };
+                p += len + 2;
+        }
+        ret->consumed = (size_t) (p - buf);
+        ret->error = NULL;
+}
+
 bool resp_slice_eq(ProtoSlice s, const char *word) {
         size_t i;
 

@@ -54,6 +54,11 @@ typedef struct RespRequest {
  * error is final: the connection cannot be resynchronised. */
 int resp_parse(const char *buf, size_t len, size_t max_args, size_t max_bytes, RespRequest *ret);
 
+/* Parses again, without checking it, a request resp_parse() accepted (returned 1 for, with argc
+ * >= 1) whose bytes start buf unchanged: a transaction's queued request at EXEC. Sets
+ * ret->argc, argv and consumed as resp_parse() did. */
+void resp_parse_again(const char *buf, RespRequest *ret);
+
 /* What the first argument of a request asks for (case-insensitive). */
 typedef enum RespCommand {
         RESP_CMD_UNKNOWN,

@@ -184,9 +184,7 @@ static bool resp_take_exec(Batch *b, Connection *c, ProtoSlice exec, size_t *res
         resp_slot_local(slot, RESP_CMD_EXEC, RESP_SUB_NONE, cr->multi_n);
         connection_consume_input(c, exec.len);
         for (off = 0; off < cr->multi_len; off += req.consumed) {
-                /* each was parsed when it was queued: this cannot fail */
-                (void) resp_parse(cr->multi_buf + off, cr->multi_len - off, RESP_ARGS_MAX, RESP_REQUEST_MAX,
-                                  &req);
+                resp_parse_again(cr->multi_buf + off, &req); /* each was parsed when it was queued */
                 (void) resp_classify(b, &req, &t, false);
                 resp_take_one(b, batch_slot_add(b, c, (ProtoSlice){ cr->multi_buf + off, req.consumed }),
                               &req, &t);
@@ -581,8 +579,11 @@ static size_t resp_format_local(Batch *b, const BatchSlot *slot, char *p) {
                 return resp_format_array(p, 0);
         case RESP_CMD_INFO:
                 return resp_fe_format_info(b, slot->n, p);
-        case RESP_CMD_MULTI:
-                return resp_format_simple(p, slot->fe_sub == RESP_SUB_QUEUED ? "QUEUED" : "OK");
+        case RESP_CMD_MULTI: /* +QUEUED for each request of a transaction: written whole */
+                if (slot->fe_sub != RESP_SUB_QUEUED)
+                        return resp_format_simple(p, "OK");
+                memcpy(p, "+QUEUED\r\n", 9);
+                return 9;
         case RESP_CMD_EXEC: /* the header: the queued requests' replies follow in their slots */
                 return resp_format_array(p, slot->n);
         case RESP_CMD_QUIT:

@@ -24,6 +24,7 @@ static const struct {
         { "*1\r\n$4\r\nPING\r\n", 1, 1, "PING", 0, NULL },
         { "*3\r\n$3\r\nHIT\r\n$4\r\npath\r\n$2\r\n/x\r\n", 1, 3, "HIT|path|/x", 0, NULL },
         { "*2\r\n$3\r\nHIT\r\n$0\r\n\r\n", 1, 2, "HIT|", 0, NULL },
+        { "*2\r\n$4\r\nECHO\r\n$12\r\nhello world!\r\n", 1, 2, "ECHO|hello world!", 0, NULL },
         /* binary-safe: CR, LF and NUL inside a bulk */
         { "*1\r\n$4\r\na\r\nb\r\n", 1, 1, "a\r\nb", 0, NULL },
         /* two pipelined: the first only */
@@ -100,6 +101,17 @@ START_TEST (test_parse) {
                 ck_assert_str_eq(joined, parse_cases[_i].args);
                 for (size_t i = 0; i < req.argc; i++)
                         ck_assert(req.argv[i].ptr >= in && req.argv[i].ptr + req.argv[i].len <= in + len);
+                if (req.argc > 0) {
+                        /* parsed again (a queued request at EXEC): the same arguments and bytes */
+                        RespRequest again;
+
+                        resp_parse_again(in, &again);
+                        ck_assert_uint_eq(again.argc, req.argc);
+                        ck_assert_uint_eq(again.consumed, req.consumed);
+                        for (size_t i = 0; i < req.argc; i++)
+                                ck_assert(again.argv[i].ptr == req.argv[i].ptr &&
+                                          again.argv[i].len == req.argv[i].len);
+                }
         } else if (r < 0) {
                 ck_assert_ptr_nonnull(req.error);
                 ck_assert_msg(strstr(req.error, parse_cases[_i].reason), "\"%s\": \"%s\"", in, req.error);

@@ -120,6 +120,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 fuzz_check(r == 1 && req.consumed > 0 && req.consumed <= max_bytes + RESP_HEADER_MAX);
                 fuzz_check(req.argc <= max_args);
                 check_request(&req, buf + pos, size - pos);
+                if (req.argc > 0) { /* as a queued request at EXEC: the same arguments again */
+                        static RespRequest again;
+
+                        resp_parse_again(buf + pos, &again);
+                        fuzz_check(again.argc == req.argc && again.consumed == req.consumed);
+                        for (size_t i = 0; i < req.argc; i++)
+                                fuzz_check(again.argv[i].ptr == req.argv[i].ptr &&
+                                           again.argv[i].len == req.argv[i].len);
+                }
                 pos += req.consumed;
         }
         return 0;
