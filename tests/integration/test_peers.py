@@ -120,7 +120,8 @@ class Peers(harness.DaemonTestCase):
 
     def test_del(self):
         # redis-cell's users delete a cell with DEL: 1 if a live cell was deleted, else 0; the
-        # next CL.THROTTLE starts it afresh.
+        # next CL.THROTTLE starts it afresh. DEL deletes a GCRA counter of the key too, as
+        # Redis's DEL deletes the key GCRA wrote.
         self.set_clock(BASE_NS)
         with self.d.connect("tcp") as c:
             for argv, expect in [(("CL.THROTTLE", "del:k", "0", "1", "60"), "0 1 0 -1 60"),
@@ -129,7 +130,12 @@ class Peers(harness.DaemonTestCase):
                                  (("DEL", "del:k"), "0"),
                                  (("CL.THROTTLE", "del:k", "0", "1", "60"), "0 1 0 -1 60"),
                                  (("DEL", "del:k", "other"),
-                                  "-ERR divvyd's DEL takes one key: a CL.THROTTLE cell")]:
+                                  "-ERR divvyd's DEL takes one key: a CL.THROTTLE cell or GCRA counter"),
+                                 (("GCRA", "del:g", "0", "1", "60"), "0 1 0 -1 60"),
+                                 (("GCRA", "del:g", "0", "1", "60"), "1 1 0 60 60"),
+                                 (("DEL", "del:g"), "1"),
+                                 (("DEL", "del:g"), "0"),
+                                 (("GCRA", "del:g", "0", "1", "60"), "0 1 0 -1 60")]:
                 c.send(harness.resp_command(*argv))
                 self.assertEqual(read_reply(c), expect, argv)
 
