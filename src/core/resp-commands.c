@@ -121,8 +121,10 @@ static void handle_client(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
 }
 
 static void handle_command(const ProtoSlice *argv, size_t argc, RespPlan *plan) {
-        if (argc == 1 || resp_slice_eq(argv[1], "DOCS"))
+        if (argc == 1)
                 plan->sub = RESP_SUB_EMPTY;
+        else if (resp_slice_eq(argv[1], "DOCS"))
+                plan->sub = RESP_SUB_DOCS;
         else if (resp_slice_eq(argv[1], "COUNT") && argc == 2)
                 plan->sub = RESP_SUB_COUNT;
         else if (resp_slice_eq(argv[1], "INFO")) {

@@ -45,7 +45,8 @@ typedef enum RespSub {
         RESP_SUB_GETNAME,
         RESP_SUB_OK, /* CLIENT SETINFO: +OK */
         RESP_SUB_ID,
-        RESP_SUB_EMPTY, /* COMMAND, COMMAND DOCS: an empty array */
+        RESP_SUB_EMPTY, /* COMMAND: an empty array */
+        RESP_SUB_DOCS,  /* COMMAND DOCS: an empty map (RESP2: an empty array), as Redis's shape */
         RESP_SUB_COUNT,
         RESP_SUB_INFO,   /* n: the names asked about */
         RESP_SUB_QUEUED, /* a request queued after MULTI: +QUEUED */

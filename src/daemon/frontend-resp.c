@@ -576,6 +576,8 @@ static size_t resp_format_local(Batch *b, const BatchSlot *slot, char *p) {
                                 len += resp_fe_null(c, p + len);
                         return len;
                 }
+                if (slot->fe_sub == RESP_SUB_DOCS && c->resp->resp3)
+                        return resp_format_map(p, 0);
                 return resp_format_array(p, 0);
         case RESP_CMD_INFO:
                 return resp_fe_format_info(b, slot->n, p);

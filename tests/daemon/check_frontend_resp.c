@@ -194,18 +194,19 @@ START_TEST (test_resp3) {
         input(0, req("CLIENT|GETNAME"));
         input(0, req("HIT|f|u1"));
         input(0, req("COMMAND|INFO|get"));
+        input(0, req("COMMAND|DOCS"));
         input(0, req("HELLO|3|AUTH|bob|pw"));
         input(0, req("HELLO|2"));
         input(0, req("COMMAND|INFO|get"));
         batch_take(batch, conns[0]);
-        ck_assert_uint_eq(finish(), 9);
+        ck_assert_uint_eq(finish(), 10);
         const char *out = output(0);
         ck_assert_msg(strncmp(out, "%7\r\n$6\r\nserver\r\n$6\r\ndivvyd\r\n$7\r\nversion\r\n", 41) == 0, "%s",
                       out);
         ck_assert(strstr(out, "$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:1\r\n"));
         out = strstr(out, "$7\r\nmodules\r\n*0\r\n") + 17;
         const char *middle = "+OK\r\n+OK\r\n$2\r\nme\r\n" HIT3_MAP(
-                t, 4, 60) "*1\r\n_\r\n"
+                t, 4, 60) "*1\r\n_\r\n%0\r\n" /* COMMAND DOCS: Redis's empty map */
                           "-WRONGPASS invalid username-password pair or user is disabled.\r\n*14\r\n";
         ck_assert_msg(strncmp(out, middle, strlen(middle)) == 0, "%s", out);
         ck_assert(strstr(out, "$5\r\nproto\r\n:2\r\n"));
