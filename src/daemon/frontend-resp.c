@@ -20,6 +20,7 @@
 _Static_assert(RESP_CLIENT_NAME_MAX == CONNECTION_NAME_MAX, "a client's name fits its connection");
 _Static_assert(RESP_MULTI_BYTES >= RESP_REQUEST_MAX, "a transaction may queue any one request");
 _Static_assert(RESP_REPLY_HIT_MAX <= RESP_ERROR_ROOM, "a HIT's reply fits the room it reserves");
+_Static_assert(RULES_MATCH_MAX >= 2, "DEL's two hits (its cell and its GCRA counter) fit a slot's share");
 
 /* The room a reply to one of divvyd's own commands needs on RESP (an error included). */
 static size_t resp_verb_reply_max(ProtoVerb verb) {
