@@ -313,6 +313,15 @@ static inline RuleTrivial rule_trivial_decision(const Rule *r) {
         return RULE_TRIVIAL_NONE;
 }
 
+/* True if the Redis store (outside a cluster) keeps r's counters in Node divvy 1.7's keys,
+ * "divvy:<operation>:<actor>:<creditLimit>:<resetSeconds>": for the rules divvy 1.7 could
+ * share, a fixed window from the first hit with an actor of at most one field; the others get
+ * divvyd's own keys. */
+static inline bool rule_divvy_keys(const Rule *r) {
+        return r->algo.algorithm == ALGORITHM_FIXED_WINDOW && r->algo.window == ALGO_WINDOW_FIRST_HIT &&
+               r->n_actor_fields <= 1;
+}
+
 /* True if the rule's verdict counts for the request (stop or continue), false for a
  * canary, which is only measured. */
 static inline bool rule_enforcing(const Rule *r) {
