@@ -37,6 +37,26 @@ Algorithm algorithm_from_string(const char *s) {
         return _ALGORITHM_INVALID;
 }
 
+static const char *const algo_window_table[_ALGO_WINDOW_MAX] = {
+        [ALGO_WINDOW_FIRST_HIT] = "first-hit",
+        [ALGO_WINDOW_ALIGNED] = "aligned",
+};
+
+const char *algo_window_to_string(AlgoWindow w) {
+        if (w < 0 || w >= _ALGO_WINDOW_MAX)
+                return NULL;
+        return algo_window_table[w];
+}
+
+AlgoWindow algo_window_from_string(const char *s) {
+        if (!s)
+                return _ALGO_WINDOW_INVALID;
+        for (AlgoWindow w = 0; w < _ALGO_WINDOW_MAX; w++)
+                if (strcmp(s, algo_window_table[w]) == 0)
+                        return w;
+        return _ALGO_WINDOW_INVALID;
+}
+
 /* a / b rounded up (b > 0). */
 static uint64_t div_up(uint64_t a, uint64_t b) {
         return a / b + (a % b != 0);
@@ -59,6 +79,12 @@ int algo_params_prepare(AlgoParams *p, const char **ret_reason) {
                 reason = "creditLimit must be between 1 and 9007199254740991";
         else if (p->reset_seconds == 0 || p->reset_seconds > ALGO_RESET_SECONDS_MAX)
                 reason = "resetSeconds must be between 1 and 3155760000 (100 years)";
+        else if (p->window < 0 || p->window >= _ALGO_WINDOW_MAX)
+                reason = "unknown window";
+        else if (p->window != ALGO_WINDOW_FIRST_HIT && p->algorithm == ALGORITHM_TOKEN_BUCKET)
+                reason =
+                        "window aligned applies only to algorithms fixed-window and sliding-window (a token "
+                        "bucket has no windows)";
         else if (p->algorithm != ALGORITHM_TOKEN_BUCKET) {
                 if (p->burst != 0 && p->burst != p->credit_limit)
                         reason = "burst applies only to algorithm token-bucket";
