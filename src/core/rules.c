@@ -351,7 +351,12 @@ bool rule_pattern_match(const RulePattern *p, const char *v, size_t len) {
         }
 }
 
+/* True if r matches req: each of its keys present with a matching value, and with matchKeys
+ * exact no other field (the request's keys are distinct, so counting them is enough: checked
+ * first, the cheapest test). */
 static bool rule_matches(const Rule *r, const ProtoRequest *req) {
+        if (r->match_keys == MATCH_KEYS_EXACT && req->n_pairs != r->n_patterns)
+                return false;
         for (size_t i = 0; i < r->n_patterns; i++) {
                 const RulePattern *p = &r->patterns[i];
                 const ProtoSlice *v = proto_request_get(req, p->key, p->key_len);
@@ -853,8 +858,13 @@ static int check_reachable(const RuleSet *rs, size_t end, Diag *diag, bool *ok) 
                 match_walk_init(rs->index, &req, &w);
                 for (size_t i; (i = match_walk_next(rs->index, &w)) < j;) {
                         const Rule *e = &rs->rules[i];
-                        /* Canary and continue rules let matching go on: they mask nothing. */
-                        if (e->match_policy != MATCH_POLICY_STOP || !rule_matches(e, &req))
+                        /* Canary and continue rules let matching go on: they mask nothing. An
+                         * exact rule matches no request with a field more, which a subset
+                         * rule always has; against an exact rule, the pseudo-request's keys
+                         * are exactly its own. */
+                        if (e->match_policy != MATCH_POLICY_STOP ||
+                            (e->match_keys == MATCH_KEYS_EXACT && r->match_keys != MATCH_KEYS_EXACT) ||
+                            !rule_matches(e, &req))
                                 continue;
                         int q = rule_report(
                                 diag, r->line, rule_describe(r, desc, sizeof desc),

@@ -88,12 +88,20 @@ static void diag_dump(const Diag *d) {
                 fprintf(stderr, "  diag: %s\n", d->messages[i]);
 }
 
-/* A brute-force matcher: every rule in order, no index; canary and continue rules go on. */
+/* A brute-force matcher: every rule in order, no index; canary and continue rules go on; an exact
+ * rule (matchKeys exact) needs every field of the request to be one of its keys. */
 static size_t linear_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]) {
         size_t n = 0;
         for (size_t i = 0; i < rs->n_rules; i++) {
                 const Rule *r = &rs->rules[i];
                 bool ok = true;
+                for (size_t k = 0; k < req->n_pairs && ok && r->match_keys == MATCH_KEYS_EXACT; k++) {
+                        ok = false;
+                        for (size_t j = 0; j < r->n_patterns; j++)
+                                ok = ok || (req->pairs[k].key.len == r->patterns[j].key_len &&
+                                            memcmp(req->pairs[k].key.ptr, r->patterns[j].key,
+                                                   r->patterns[j].key_len) == 0);
+                }
                 for (size_t j = 0; j < r->n_patterns && ok; j++) {
                         const RulePattern *p = &r->patterns[j];
                         const ProtoSlice *v = NULL;
@@ -788,6 +796,29 @@ static const struct {
           { "a=1 ; matchKeys=Exact creditLimit=1 resetSeconds=1", "default ; creditLimit=0 resetSeconds=0" },
           -EINVAL,
           "test:11: rule [a=1] has an unknown matchKeys \"Exact\"" },
+        /* Shadowing with matchKeys exact: an exact rule shadows only exact rules of its keys. */
+        { "subset shadows exact",
+          { "a=1 ; creditLimit=1 resetSeconds=1", "a=1 ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [a=1] is unreachable: rule [a=1] (line 10) matches every request it matches" },
+        { "exact does not shadow subset",
+          { "a=1 ; creditLimit=1 resetSeconds=1 matchKeys=exact", "a=1 ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "exact does not shadow more keys",
+          { "a=* ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "a=1 b=2 ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "exact shadows exact of the same keys",
+          { "a=* b=* ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "b=2 a=1 ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [a=1 b=2] is unreachable: rule [a=* b=*] (line 10)" },
         /* actorField of several fields (issue #34) */
         { "actorField of two fields",
           { "a=1 ; creditLimit=1 resetSeconds=1 actorField=ip~user",
@@ -1216,6 +1247,35 @@ START_TEST (test_actor_absent) {
         ck_assert_ptr_nonnull(a.ptr); /* '' when the field is absent: not "no actor" */
         ck_assert_uint_eq(a.len, 0);
         expect_match(rs, KV("method", "POST"), "accept");
+        ruleset_free(rs);
+}
+END_TEST
+
+/* matchKeys exact: exactly the rule's keys, no other field; subset rules as before. */
+START_TEST (test_match_keys) {
+        RuleSet *rs;
+
+        ck_assert_int_eq(
+                build(KV("domain=api path=* ; creditLimit=5 resetSeconds=60 matchKeys=exact label=api-path",
+                         "domain=api ; creditLimit=5 resetSeconds=60 matchKeys=exact label=api",
+                         "domain=api user=* ; creditLimit=5 resetSeconds=60 label=api-user",
+                         "domain=web ; creditLimit=5 resetSeconds=60 label=web",
+                         "default ; creditLimit=1 resetSeconds=0 label=other"),
+                      true, &rs, NULL),
+                0);
+        expect_match(rs, KV("domain", "api", "path", "/x"), "api-path");
+        expect_match(rs, KV("path", "/x", "domain", "api"), "api-path");
+        expect_match(rs, KV("domain", "api"), "api");
+        /* a field more: not the exact rules, whatever the field */
+        expect_match(rs, KV("domain", "api", "path", "/x", "method", "GET"), "other");
+        expect_match(rs, KV("domain", "api", "method", "GET"), "other");
+        expect_match(rs, KV("domain", "api", "user", "u", "path", "/x"), "api-user");
+        expect_match(rs, KV("domain", "api", "user", "u"), "api-user");
+        /* a key of the rule missing, or its value not matching */
+        expect_match(rs, KV("path", "/x"), "other");
+        expect_match(rs, KV("domain", "API", "path", "/x"), "other");
+        /* subset rules still ignore other fields */
+        expect_match(rs, KV("domain", "web", "path", "/x", "user", "u"), "web");
         ruleset_free(rs);
 }
 END_TEST
@@ -1932,14 +1992,15 @@ static void rand_spec(char *buf, size_t size, MatchPolicy policy) {
                         continue; /* the spec syntax cannot carry empty values */
                 n += (size_t) snprintf(buf + n, size - n, "%s=%s ", rand_keys[key], v);
         }
-        snprintf(buf + n, size - n, "; creditLimit=%u resetSeconds=60 matchPolicy=%s", rng() % 1000,
-                 match_policy_to_string(policy));
+        snprintf(buf + n, size - n, "; creditLimit=%u resetSeconds=60 matchPolicy=%s matchKeys=%s",
+                 rng() % 1000, match_policy_to_string(policy), rng() % 4 == 0 ? "exact" : "subset");
 }
 
 START_TEST (test_index_random) {
         enum { N_CONFIGS = 6, N_RULES = 80, N_REQUESTS = 400 };
         static char specs_buf[N_RULES + 1][160];
         const char *specs[N_RULES + 2];
+        size_t n_exact = 0; /* requests an exact rule (matchKeys exact) matched */
 
         rng_state = UINT64_C(0x9e3779b97f4a7c15) + (uint64_t) _i;
         for (int c = 0; c < N_CONFIGS; c++) {
@@ -2003,9 +2064,12 @@ START_TEST (test_index_random) {
                         for (size_t i = 0; i < ng; i++)
                                 ck_assert_ptr_eq(got[i], want[i]);
                         ck_assert_int_eq(got[ng - 1]->match_policy, MATCH_POLICY_STOP);
+                        for (size_t i = 0; i < ng; i++)
+                                n_exact += got[i]->match_keys == MATCH_KEYS_EXACT;
                 }
                 ruleset_free(rs);
         }
+        ck_assert_uint_gt(n_exact, 0); /* not vacuous */
 }
 END_TEST
 
@@ -2117,6 +2181,7 @@ static Suite *rules_suite(void) {
         tcase_add_test(tc, test_glob_segments);
         tcase_add_test(tc, test_readme_pantry);
         tcase_add_test(tc, test_actor_absent);
+        tcase_add_test(tc, test_match_keys);
         tcase_add_test(tc, test_birthday_cake);
         tcase_add_test(tc, test_default_deny_accept);
         tcase_add_loop_test(tc, test_trivial_decision, 0, sizeof trivial_cases / sizeof trivial_cases[0]);
