@@ -630,6 +630,8 @@ static int yaml_actor(YamlParser *p, const Path *path, RuleText *t) {
                                          "key '%s' contains a blank: divvyd cannot count per value of a key "
                                          "with blanks (actorField lists keys separated by spaces)",
                                          x->key);
+                        free(t->actor);
+                        t->actor = NULL;
                         return q < 0 ? q : 1;
                 }
                 len += (size_t) sprintf(t->actor + len, "%s%s", len ? " " : "", x->key);
