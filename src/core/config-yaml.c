@@ -137,6 +137,16 @@ static const char *yaml_string(YamlParser *p, const yaml_node_t *n, const char *
         return node_text(n);
 }
 
+/* A string a request's pair must carry (domain, key, value): NULL if reported. */
+static const char *yaml_pair_text(YamlParser *p, const yaml_node_t *n, const char *field, int *q) {
+        const char *s = yaml_string(p, n, field, q), *why = s ? proto_text_unsendable(s) : NULL;
+
+        if (!why)
+                return s;
+        *q = diag_add(p->diag, node_line(n), "%s: %s", field, why);
+        return NULL;
+}
+
 /* A boolean field, as YAML 1.1 spells one (true/false, yes/no, on/off, y/n). Returns 1, 0
  * if reported (*q: the report's result). */
 static int yaml_bool(YamlParser *p, const yaml_node_t *n, const char *field, bool *ret, int *q) {
@@ -277,9 +287,9 @@ static int descriptor_field(YamlParser *p, void *ctx, const char *name, yaml_nod
 
         if (strcmp(name, "key") == 0) {
                 c->key = v;
-                d->key = yaml_string(p, v, "key", &q);
+                d->key = yaml_pair_text(p, v, "key", &q);
         } else if (strcmp(name, "value") == 0)
-                d->value = yaml_string(p, v, "value", &q);
+                d->value = yaml_pair_text(p, v, "value", &q);
         else if (strcmp(name, "descriptors") == 0)
                 c->descriptors = v;
         else if (strcmp(name, "rate_limit") == 0) {
@@ -437,7 +447,7 @@ static int root_field(YamlParser *p, void *ctx, const char *name, yaml_node_t *v
         int q = 0;
 
         if (strcmp(name, "domain") == 0) {
-                p->domain = yaml_string(p, v, "domain", &q);
+                p->domain = yaml_pair_text(p, v, "domain", &q);
                 p->domain_line = node_line(v);
         } else
                 c->descriptors = v;

@@ -362,6 +362,9 @@ static const struct {
         { D "  - key: a\n    rate_limit: [1]\n", 4, "rate_limit: expected a mapping, got a list" },
         { D "  - key: {x: 1}\n", 3, "key: expected a string, got a mapping" },
         { D "  - key: a\n    value: \"x\\0y\"\n", 4, "value: contains a NUL character" },
+        { D "  - key: a\n    value: \"x\\ny\"\n", 4,
+          "value: contains a control character, which a request cannot carry" },
+        { D "  - key: 'a\"'\n", 3, "key: contains '\"', which a request cannot carry" },
         { D "  - key: a\n    shadow_mode: true\n    rate_limit: {unit: day}\n"
             "  - key: b\n    shadow_mode: true\n    rate_limit: {unit: day}\n",
           0, NULL }, /* valid: the end of the table's refusals */
