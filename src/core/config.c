@@ -790,8 +790,7 @@ int config_check_divvy_keys(const RuleSet *rs, Diag *diag) {
                 return -ENOMEM;
         for (size_t i = 0; i < rs->n_rules; i++) {
                 const Rule *r = &rs->rules[i];
-                if (r->algo.algorithm == ALGORITHM_FIXED_WINDOW && r->divvy_bucket &&
-                    rule_trivial_decision(r) == RULE_TRIVIAL_NONE)
+                if (rule_divvy_keys(r) && r->divvy_bucket && rule_trivial_decision(r) == RULE_TRIVIAL_NONE)
                         v[n++] = r;
         }
         qsort(v, n, sizeof(*v), divvy_key_cmp);

@@ -89,7 +89,8 @@ int config_check_divvy(const RuleSet *rs, Diag *diag);
 /* --check-config, with or without --compat=divvy: pairs of rules whose divvy keys (the Redis
  * store's keys of fixed-window rules, Node divvy 1.7's format, which escapes nothing) can be
  * one key, so that in Redis one rule's counter counts the other's hits where the local store
- * keeps them apart: two rules of the same creditLimit and resetSeconds whose operations read
+ * keeps them apart (rules with rule_divvy_keys() only): two rules of the same creditLimit and
+ * resetSeconds whose operations read
  * alike (another actorField, or values holding ' ' and '='), or one with an actorField whose
  * operation followed by ':' begins the other's ([path=/x] with actorField user meets
  * [path=/x:y] when user is "y:" and the other's actor). One warning per pair, at the first

@@ -1223,6 +1223,13 @@ static const struct {
           R3("path=/x", "actorField = user\nalgorithm = sliding-window") R3("path=/x:y", "actorField = user")
                   DEFAULT_INI,
           {} },
+        { "aligned windows have divvyd's own keys",
+          R3("path=/x", "actorField = user\nwindow = aligned") R3("path=/x:y", "actorField = user")
+                  DEFAULT_INI,
+          {} },
+        { "an actor of several fields has divvyd's own keys",
+          R3("path=/x", "actorField = user ip") R3("path=/x:y", "actorField = user") DEFAULT_INI,
+          {} },
         { "a rule without a counter",
           "[path=/x]\ncreditLimit = 0\nresetSeconds = 60\nactorField = user\n" R3("path=/x:y", "")
                   DEFAULT_INI,

@@ -14,9 +14,6 @@ Run one test:  tests/integration/test_peers.py Peers.test_redis_cell
 """
 
 import os
-import shutil
-import struct
-import subprocess
 import sys
 import time
 
@@ -57,29 +54,12 @@ def read_reply(c):
 class Peers(harness.DaemonTestCase):
     @classmethod
     def setUpClass(cls):
-        tmp = harness.make_tmpdir()
-        cls.addClassCleanup(shutil.rmtree, tmp, True)
-        cc = os.environ.get("CC", "cc").split()
-        lib = os.path.join(tmp, "fakeclock.so")
-        src = os.path.join(harness.top_srcdir(), "tests", "integration", "fakeclock.c")
-        try:
-            subprocess.run(cc + ["-shared", "-fPIC", "-o", lib, src, "-ldl"], check=True,
-                           timeout=60 * harness.TIMEOUT_SCALE, capture_output=True)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise harness.HarnessError("cannot compile fakeclock.c: %s" % e)
-        cls.clock_path = os.path.join(tmp, "clock")
-        cls.clock_fd = os.open(cls.clock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        cls.addClassCleanup(os.close, cls.clock_fd)
-        cls.set_clock(BASE_NS)
-        env = {"LD_PRELOAD": lib, "FAKECLOCK_FILE": cls.clock_path,
-               "ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS", ""),
-                                                     "verify_asan_link_order=0"]))}
-        cls.d = cls.start_shared_daemon(data_path("verbs.ini"), tmpdir=tmp, env=env,
-                                        args=["--allow-client-limits", "--sweep-interval=1"])
+        cls.d = cls.start_shared_daemon_on_clock(data_path("verbs.ini"), BASE_NS,
+                                                 args=["--allow-client-limits", "--sweep-interval=1"])
 
     @classmethod
     def set_clock(cls, ns):
-        os.pwrite(cls.clock_fd, struct.pack("<q", ns), 0)
+        cls.clock.set(ns)
 
     def replay(self, name):
         start = BASE_NS + CASE_GAP_NS * {"redis-cell.tsv": 1, "redis-cell-derived.tsv": 10**2,
