@@ -897,7 +897,8 @@ static int add_level(YamlParser *p, const Desc *v, size_t n, Path *path) {
                         end++;
                 /* Backwards: what the siblings after each could match, a prefix of one list. */
                 later.n = 0;
-                memset(later.slots, 0, later.n_slots * sizeof(size_t));
+                if (later.slots)
+                        memset(later.slots, 0, later.n_slots * sizeof(size_t));
                 for (size_t i = end; i-- > g && r >= 0;) {
                         n_later[i] = later.n;
                         if (sorted[i]->kind != VALUE_EXACT) /* exact values never meet */
