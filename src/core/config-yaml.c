@@ -170,12 +170,13 @@ static int yaml_bool(YamlParser *p, const yaml_node_t *n, const char *field, boo
         return 0;
 }
 
-/* requests_per_unit: an unquoted whole number that fits envoyproxy/ratelimit's uint32. */
+/* requests_per_unit: an unquoted decimal whole number that fits envoyproxy/ratelimit's uint32. */
 static const char *yaml_count(YamlParser *p, const yaml_node_t *n, int *q) {
         const char *s = n->type == YAML_SCALAR_NODE ? node_text(n) : "";
         size_t len = strlen(s);
+        /* no leading zero: YAML 1.1 (envoyproxy/ratelimit's reader) takes 010 for octal 8 */
         bool ok = n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-                  len > 0 && len <= 10 && strspn(s, "0123456789") == len;
+                  len > 0 && len <= 10 && strspn(s, "0123456789") == len && (s[0] != '0' || len == 1);
 
         if (ok && (len < 10 || strcmp(s, "4294967295") <= 0))
                 return s;

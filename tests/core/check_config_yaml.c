@@ -346,6 +346,8 @@ static const struct {
           "requests_per_unit: expected a whole number from 0 to 4294967295" },
         { D "  - key: a\n    rate_limit: {unit: day, requests_per_unit: 4294967296}\n", 4,
           "requests_per_unit: expected a whole number" },
+        { D "  - key: a\n    rate_limit: {unit: day, requests_per_unit: 010}\n", 4,
+          "requests_per_unit: expected a whole number" },
         { D "  - key: a\n    rate_limit: {unit: day, requests_per_unit: '5'}\n", 4,
           "requests_per_unit: expected a whole number" },
         { D "  - key: a\n    shadow_mode: maybe\n", 4, "shadow_mode: expected true or false" },
