@@ -3,7 +3,7 @@
 
 /*
  * frontend-http.c: the HTTP API's front-end (docs/http-api.md). Its "connection" is one HTTP
- * request that http-api.c received whole: a Connection without a socket whose input is the
+ * request that http-api-server.c received whole: a Connection without a socket whose input is the
  * JSON body and whose userdata is its HttpExchange, scheduled into the next batch with
  * server_schedule(). take() parses the body (core/http-api.h) into one request (/v1/...) or
  * one per descriptor (/json), all in the same batch; the engine admits, matches, decides and
@@ -24,7 +24,7 @@
 
 /* One HTTP request's part in the engine: its Connection's userdata. */
 typedef struct HttpExchange {
-        void *owner; /* the transport's (http-api.c: its connection) */
+        void *owner; /* the transport's (http-api-server.c: its connection) */
         HttpApiEndpoint endpoint;
         HttpApiRequest req; /* parsed by take(): its pairs point into the connection's input */
         bool taken;         /* a batch took it (set by take(); the transport clears it) */

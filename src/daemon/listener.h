@@ -83,7 +83,7 @@ Listener *listener_free(Listener *l);
  * listener: it starts with LISTEN_ADMIN_FDNAME ("admin", "admin-tcp", ...). NULL: no. */
 bool listen_fdname_is_admin(const char *name);
 
-/* Whether a socket-activation name is the HTTP API's (http-api.h): it ends in
+/* Whether a socket-activation name is the HTTP API's (http-api-server.h): it ends in
  * LISTEN_HTTP_API_FDNAME ("http-api", or "admin-http-api" for an admin one). NULL: no. */
 #define LISTEN_HTTP_API_FDNAME "http-api"
 bool listen_fdname_is_http_api(const char *name);

@@ -38,9 +38,9 @@ struct Manager {
         size_t n_listeners;
         Server *server;
         Metrics *metrics;
-        Statsd *statsd;    /* NULL: not configured */
-        Http *http;        /* NULL: not configured */
-        HttpApi *http_api; /* NULL: not configured */
+        Statsd *statsd;          /* NULL: not configured */
+        Http *http;              /* NULL: not configured */
+        HttpApiServer *http_api; /* NULL: not configured */
 
         bool stopping;
         bool reload_failed;
@@ -240,7 +240,7 @@ static void manager_stop(Manager *m, const char *why) {
         for (size_t i = 0; i < m->n_listeners; i++)
                 listener_free(m->listeners[i]);
         m->n_listeners = 0;
-        http_api_stop(m->http_api);
+        http_api_server_stop(m->http_api);
 
         r = sd_event_add_time_relative(m->event, &m->stop_timer, CLOCK_MONOTONIC, MANAGER_STOP_TIMEOUT_USEC,
                                        100 * 1000, manager_stop_timeout, m);
@@ -403,7 +403,7 @@ static int manager_http_api(Manager *m) {
 
         if (m->http_api)
                 return 0;
-        r = http_api_new(m->event, m->server, &m->http_api);
+        r = http_api_server_new(m->event, m->server, &m->http_api);
         if (r < 0)
                 return log_error_errno(r, "Failed to start the HTTP API: %m");
         return 0;
@@ -415,7 +415,7 @@ static int manager_adopt_http_api(Manager *m, int fd, const char *name) {
 
         if (r < 0)
                 return r;
-        r = http_api_adopt(m->http_api, fd, name);
+        r = http_api_server_adopt(m->http_api, fd, name);
         if (r < 0)
                 return log_error_errno(r, "Socket fd %d (%s) passed for the HTTP API is not usable: %m", fd,
                                        name);
@@ -433,9 +433,9 @@ static int manager_listen_http_api(Manager *m) {
                 if (r < 0)
                         return r;
                 listen_address_to_string(a, name, sizeof name);
-                r = http_api_listen(m->http_api, a,
-                                    a->admin ? m->settings.admin_unix_mode : m->settings.unix_mode, errbuf,
-                                    sizeof errbuf);
+                r = http_api_server_listen(m->http_api, a,
+                                           a->admin ? m->settings.admin_unix_mode : m->settings.unix_mode,
+                                           errbuf, sizeof errbuf);
                 if (r < 0)
                         return log_error_errno(r, "Failed to serve the HTTP API on %s: %s", name, errbuf);
                 log_info("Serving the HTTP API on %s", name);
@@ -734,7 +734,7 @@ Manager *manager_free(Manager *m) {
         }
         /* After the local store: the fallback's hits it completed (sync=always) were in it. */
         m->remote = remote_free(m->remote);
-        http_api_free(m->http_api); /* no batch in flight now; before the server it schedules into */
+        http_api_server_free(m->http_api); /* no batch in flight now; before the server it schedules into */
         server_free(m->server);
 
         sd_event_source_disable_unref(m->sigterm);

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "http-api.h"
+#include "http-api-server.h"
 #include "http.h"
 #include "listener.h"
 #include "remote.h"

@@ -63,7 +63,8 @@ static void check_replies(const ProtoRequest *p) {
 
         for (size_t i = 0; i < p->n_pairs; i++) {
                 /* a value as a rule name (cut to a label's length) and as an EXPLAIN actor */
-                size_t len = p->pairs[i].value.len > PROTO_LABEL_MAX ? PROTO_LABEL_MAX : p->pairs[i].value.len;
+                size_t len =
+                        p->pairs[i].value.len > PROTO_LABEL_MAX ? PROTO_LABEL_MAX : p->pairs[i].value.len;
                 ProtoExplain ex = { .rule = { .index = i },
                                     .policy = "stop",
                                     .actor = p->pairs[i].value,

@@ -2,7 +2,7 @@
 #pragma once
 
 /*
- * http-api.c: the HTTP decision API's transport (docs/http-api.md): its own listeners
+ * http-api-server.c: the HTTP decision API's transport (docs/http-api.md): its own listeners
  * (--http-api=ADDR, or sockets passed by systemd named "http-api" / "admin-http-api"), apart
  * from the Prometheus endpoint (http.c) so that exposing one does not expose the other, and
  * libmicrohttpd for HTTP/1.1 framing, keep-alive and chunked bodies.
@@ -46,24 +46,24 @@
         (64u * 1024u) /* bytes: a connection's engine output (one record per request; an EXPLAIN's          \
                        * JSON is the longest) */
 
-typedef struct HttpApi HttpApi;
+typedef struct HttpApiServer HttpApiServer;
 
 /* Starts libmicrohttpd in e's loop; requests go to server (borrowed, must outlive it). No
  * listener yet. Returns 0 or -errno. */
-int http_api_new(sd_event *e, Server *server, HttpApi **ret);
+int http_api_server_new(sd_event *e, Server *server, HttpApiServer **ret);
 /* Answers the requests still waiting for the engine 503, closes every connection and
  * listener. Call it once no batch is in flight. Accepts NULL. */
-HttpApi *http_api_free(HttpApi *api);
+HttpApiServer *http_api_server_free(HttpApiServer *api);
 
 /* A listener on a (--http-api; a->admin: REFUND and RESET allowed), unix_mode as
  * listener_new(). Returns 0 or -errno with a sentence in errbuf. */
-int http_api_listen(HttpApi *api, const ListenAddress *a, mode_t unix_mode, char *errbuf,
-                    size_t errbuf_size);
+int http_api_server_listen(HttpApiServer *api, const ListenAddress *a, mode_t unix_mode, char *errbuf,
+                           size_t errbuf_size);
 /* Adopts a socket passed by systemd (named LISTEN_HTTP_API_FDNAME, "admin-..." for an admin
  * one). Returns 0 or -errno (fd still the caller's on failure). */
-int http_api_adopt(HttpApi *api, int fd, const char *name);
+int http_api_server_adopt(HttpApiServer *api, int fd, const char *name);
 /* Closes the listeners (stopping): the connections open are served until the loop ends. */
-void http_api_stop(HttpApi *api);
+void http_api_server_stop(HttpApiServer *api);
 
 /* Connections open now; for the tests. */
-unsigned http_api_connections(const HttpApi *api);
+unsigned http_api_server_connections(const HttpApiServer *api);

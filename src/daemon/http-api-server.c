@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* http-api.c: the HTTP API's transport, libmicrohttpd in the event loop; see http-api.h. */
+/* http-api-server.c: the HTTP API's transport, libmicrohttpd in the event loop; see http-api-server.h. */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -15,7 +15,7 @@
 
 #include "connection.h"
 #include "frontend-http.h"
-#include "http-api.h"
+#include "http-api-server.h"
 #include "http.h"
 #include "log.h"
 
@@ -35,8 +35,8 @@ typedef enum HttpApiState {
 } HttpApiState;
 
 /* One connection libmicrohttpd has open (its socket_context), with its buffers. */
-typedef struct HttpApiConn {
-        HttpApi *api;
+typedef struct HttpApiServerConn {
+        HttpApiServer *api;
         struct MHD_Connection *mhd;
         int fd;
         bool admin;
@@ -47,10 +47,10 @@ typedef struct HttpApiConn {
         Connection *conn; /* the engine's view of the request (no socket) */
         HttpExchange exchange;
         HttpReply reply;
-        struct HttpApiConn *prev, *next;
-} HttpApiConn;
+        struct HttpApiServerConn *prev, *next;
+} HttpApiServerConn;
 
-struct HttpApi {
+struct HttpApiServer {
         sd_event *event;
         Server *server; /* borrowed */
         struct MHD_Daemon *daemon;
@@ -61,23 +61,23 @@ struct HttpApi {
         size_t n_listeners;
         int adding_fd; /* the socket MHD_add_connection() is adding, and its listener's kind */
         bool adding_admin;
-        HttpApiConn *conns;
+        HttpApiServerConn *conns;
         unsigned n_conns;
 };
 
-static void http_api_kick(HttpApi *api) {
+static void http_api_server_kick(HttpApiServer *api) {
         (void) sd_event_source_set_enabled(api->defer, SD_EVENT_ONESHOT);
 }
 
 /* libmicrohttpd's turn: what is ready, its timeouts; then the next turn is armed. */
-static void http_api_run(HttpApi *api) {
+static void http_api_server_run(HttpApiServer *api) {
         MHD_UNSIGNED_LONG_LONG ms = 0;
         uint64_t usec = HTTP_API_TICK_USEC;
 
         (void) MHD_run(api->daemon);
         if (MHD_get_timeout(api->daemon, &ms) == MHD_YES) {
                 if (ms == 0) {
-                        http_api_kick(api); /* work left: after the other sources */
+                        http_api_server_kick(api); /* work left: after the other sources */
                         return;
                 }
                 if (ms * 1000 < usec)
@@ -87,64 +87,64 @@ static void http_api_run(HttpApi *api) {
         (void) sd_event_source_set_enabled(api->timer, SD_EVENT_ONESHOT);
 }
 
-static void http_api_conn_shut(HttpApiConn *hc) {
+static void http_api_server_conn_shut(HttpApiServerConn *hc) {
         (void) shutdown(hc->fd, SHUT_RDWR);
         hc->shut = true;
 }
 
 /* Closes the connections whose request has not been answered in time (not one in the engine:
  * its batch answers it). */
-static void http_api_expire(HttpApi *api, uint64_t now) {
-        for (HttpApiConn *hc = api->conns; hc; hc = hc->next)
+static void http_api_server_expire(HttpApiServer *api, uint64_t now) {
+        for (HttpApiServerConn *hc = api->conns; hc; hc = hc->next)
                 if (!hc->shut && hc->state != HTTP_API_IN_ENGINE && hc->state != HTTP_API_ANSWERED &&
                     now - hc->start_usec >= HTTP_REQUEST_USEC) {
                         log_debug("HTTP API: closing a connection without a request answered within %llu s",
                                   (unsigned long long) (HTTP_REQUEST_USEC / 1000000));
-                        http_api_conn_shut(hc);
+                        http_api_server_conn_shut(hc);
                 }
 }
 
 /* Beyond HTTP_API_CONNECTIONS_EVICT, closes the connections waiting longest, other than keep. */
-static void http_api_make_room(HttpApi *api, const HttpApiConn *keep) {
+static void http_api_server_make_room(HttpApiServer *api, const HttpApiServerConn *keep) {
         unsigned open = 0;
 
-        for (HttpApiConn *hc = api->conns; hc; hc = hc->next)
+        for (HttpApiServerConn *hc = api->conns; hc; hc = hc->next)
                 open += !hc->shut;
         for (; open > HTTP_API_CONNECTIONS_EVICT; open--) {
-                HttpApiConn *oldest = NULL;
+                HttpApiServerConn *oldest = NULL;
 
-                for (HttpApiConn *hc = api->conns; hc; hc = hc->next)
+                for (HttpApiServerConn *hc = api->conns; hc; hc = hc->next)
                         if (!hc->shut && hc != keep && hc->state != HTTP_API_IN_ENGINE &&
                             (!oldest || hc->start_usec < oldest->start_usec))
                                 oldest = hc;
                 if (!oldest)
                         return;
-                http_api_conn_shut(oldest);
+                http_api_server_conn_shut(oldest);
         }
 }
 
-static int http_api_io_handler(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        http_api_run(userdata);
+static int http_api_server_io_handler(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        http_api_server_run(userdata);
         return 0;
 }
 
-static int http_api_timer_handler(sd_event_source *s, uint64_t usec, void *userdata) {
-        HttpApi *api = userdata;
+static int http_api_server_timer_handler(sd_event_source *s, uint64_t usec, void *userdata) {
+        HttpApiServer *api = userdata;
 
-        http_api_expire(api, clock_usec(CLOCK_MONOTONIC));
-        http_api_run(api);
+        http_api_server_expire(api, clock_usec(CLOCK_MONOTONIC));
+        http_api_server_run(api);
         return 0;
 }
 
-static int http_api_defer_handler(sd_event_source *s, void *userdata) {
-        http_api_run(userdata);
+static int http_api_server_defer_handler(sd_event_source *s, void *userdata) {
+        http_api_server_run(userdata);
         return 0;
 }
 
 /* The engine answered hc's request (server.c calls this from the batch's completion). */
-static void http_api_request_done(Connection *c, void *userdata) {
+static void http_api_server_request_done(Connection *c, void *userdata) {
         HttpExchange *x = userdata;
-        HttpApiConn *hc = x->owner;
+        HttpApiServerConn *hc = x->owner;
 
         if (!hc->exchange.taken) {
                 server_schedule(hc->api->server, c); /* no room in that batch: the next one */
@@ -153,10 +153,10 @@ static void http_api_request_done(Connection *c, void *userdata) {
         frontend_http_reply(c, &hc->reply);
         hc->state = HTTP_API_ANSWERED;
         MHD_resume_connection(hc->mhd);
-        http_api_kick(hc->api);
+        http_api_server_kick(hc->api);
 }
 
-static HttpApiConn *http_api_conn_free(HttpApiConn *hc) {
+static HttpApiServerConn *http_api_server_conn_free(HttpApiServerConn *hc) {
         if (!hc)
                 return NULL;
         connection_free(hc->conn);
@@ -164,10 +164,11 @@ static HttpApiConn *http_api_conn_free(HttpApiConn *hc) {
         return NULL;
 }
 
-static void http_api_notify_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
-                                       enum MHD_ConnectionNotificationCode toe) {
-        HttpApi *api = cls;
-        HttpApiConn *hc;
+static void http_api_server_notify_connection(void *cls, struct MHD_Connection *connection,
+                                              void **socket_context,
+                                              enum MHD_ConnectionNotificationCode toe) {
+        HttpApiServer *api = cls;
+        HttpApiServerConn *hc;
 
         if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
                 const union MHD_ConnectionInfo *info =
@@ -176,7 +177,7 @@ static void http_api_notify_connection(void *cls, struct MHD_Connection *connect
                 *socket_context = NULL;
                 hc = calloc(1, sizeof *hc);
                 if (!hc || connection_new(-EBADF, false, HTTP_API_OUT_MAX, &hc->conn) < 0) {
-                        http_api_conn_free(hc);
+                        http_api_server_conn_free(hc);
                         log_warning("HTTP API: out of memory for a connection, refusing it");
                         return; /* the handler answers MHD_NO: closed */
                 }
@@ -187,7 +188,7 @@ static void http_api_notify_connection(void *cls, struct MHD_Connection *connect
                 hc->start_usec = clock_usec(CLOCK_MONOTONIC);
                 hc->conn->proto = CONNECTION_PROTO_HTTP;
                 hc->conn->admin = hc->admin;
-                hc->conn->done = http_api_request_done;
+                hc->conn->done = http_api_server_request_done;
                 hc->conn->userdata = &hc->exchange;
                 hc->conn->id = (uint64_t) hc->fd;
                 hc->next = api->conns;
@@ -196,7 +197,7 @@ static void http_api_notify_connection(void *cls, struct MHD_Connection *connect
                 api->conns = hc;
                 api->n_conns++;
                 *socket_context = hc;
-                http_api_make_room(api, hc);
+                http_api_server_make_room(api, hc);
                 return;
         }
         hc = *socket_context;
@@ -210,12 +211,12 @@ static void http_api_notify_connection(void *cls, struct MHD_Connection *connect
                 hc->next->prev = hc->prev;
         api->n_conns--;
         *socket_context = NULL;
-        http_api_conn_free(hc);
+        http_api_server_conn_free(hc);
 }
 
-static void http_api_request_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
-                                       enum MHD_RequestTerminationCode toe) {
-        HttpApiConn *hc = *con_cls;
+static void http_api_server_request_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+                                              enum MHD_RequestTerminationCode toe) {
+        HttpApiServerConn *hc = *con_cls;
 
         if (!hc)
                 return;
@@ -224,7 +225,7 @@ static void http_api_request_completed(void *cls, struct MHD_Connection *connect
         *con_cls = NULL;
 }
 
-static enum MHD_Result http_api_queue(struct MHD_Connection *connection, HttpApiConn *hc) {
+static enum MHD_Result http_api_server_queue(struct MHD_Connection *connection, HttpApiServerConn *hc) {
         const HttpReply *rep = &hc->reply;
         struct MHD_Response *response;
         enum MHD_Result r;
@@ -250,17 +251,17 @@ static enum MHD_Result http_api_queue(struct MHD_Connection *connection, HttpApi
 }
 
 /* An error answered without the engine (nothing charged): the status and a JSON reason. */
-static enum MHD_Result http_api_refuse(struct MHD_Connection *connection, HttpApiConn *hc, unsigned status,
-                                       const char *code, const char *reason) {
+static enum MHD_Result http_api_server_refuse(struct MHD_Connection *connection, HttpApiServerConn *hc,
+                                              unsigned status, const char *code, const char *reason) {
         hc->reply.status = status;
         hc->reply.has_limit = hc->reply.has_retry_after = false;
         hc->reply.body_len = http_api_format_error(hc->reply.body, code, reason);
         hc->state = HTTP_API_ANSWERED;
-        return http_api_queue(connection, hc);
+        return http_api_server_queue(connection, hc);
 }
 
 /* Content-Type application/json, parameters (charset) allowed. */
-static bool http_api_is_json(const char *type) {
+static bool http_api_server_is_json(const char *type) {
         size_t n = strlen(HTTP_API_CONTENT_TYPE);
 
         return type && strncasecmp(type, HTTP_API_CONTENT_TYPE, n) == 0 &&
@@ -268,8 +269,8 @@ static bool http_api_is_json(const char *type) {
 }
 
 /* A request's headers are in: its endpoint, method, type and length checked. */
-static enum MHD_Result http_api_begin(struct MHD_Connection *connection, HttpApiConn *hc, const char *url,
-                                      const char *method) {
+static enum MHD_Result http_api_server_begin(struct MHD_Connection *connection, HttpApiServerConn *hc,
+                                             const char *url, const char *method) {
         const char *type =
                 MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         const char *length =
@@ -282,36 +283,38 @@ static enum MHD_Result http_api_begin(struct MHD_Connection *connection, HttpApi
         hc->too_large = false;
         hc->exchange = (HttpExchange){ .owner = hc, .endpoint = e };
         if (e < 0)
-                return http_api_refuse(connection, hc, MHD_HTTP_NOT_FOUND, "not-found",
-                                       "no such endpoint (POST /v1/take, /v1/peek, /v1/charge, /v1/refund, "
-                                       "/v1/reset, /v1/explain, /json)");
+                return http_api_server_refuse(
+                        connection, hc, MHD_HTTP_NOT_FOUND, "not-found",
+                        "no such endpoint (POST /v1/take, /v1/peek, /v1/charge, /v1/refund, "
+                        "/v1/reset, /v1/explain, /json)");
         if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
-                return http_api_refuse(connection, hc, MHD_HTTP_METHOD_NOT_ALLOWED, "method-not-allowed",
-                                       "use POST");
+                return http_api_server_refuse(connection, hc, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                              "method-not-allowed", "use POST");
         /* envoyproxy/ratelimit's /json reads any type (its example sends curl's default) */
-        if (e != HTTP_API_ENVOY && !http_api_is_json(type))
-                return http_api_refuse(connection, hc, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
-                                       "unsupported-media-type",
-                                       "the body must be Content-Type: application/json");
+        if (e != HTTP_API_ENVOY && !http_api_server_is_json(type))
+                return http_api_server_refuse(connection, hc, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                              "unsupported-media-type",
+                                              "the body must be Content-Type: application/json");
         if (length && strtoull(length, NULL, 10) > HTTP_API_BODY_MAX)
-                return http_api_refuse(connection, hc, MHD_HTTP_CONTENT_TOO_LARGE, "too-large",
-                                       "the body is larger than 16384 bytes");
+                return http_api_server_refuse(connection, hc, MHD_HTTP_CONTENT_TOO_LARGE, "too-large",
+                                              "the body is larger than 16384 bytes");
         hc->state = HTTP_API_RECEIVING;
         return MHD_YES;
 }
 
-static enum MHD_Result http_api_handler(void *cls, struct MHD_Connection *connection, const char *url,
-                                        const char *method, const char *version, const char *upload_data,
-                                        size_t *upload_data_size, void **con_cls) {
+static enum MHD_Result http_api_server_handler(void *cls, struct MHD_Connection *connection, const char *url,
+                                               const char *method, const char *version,
+                                               const char *upload_data, size_t *upload_data_size,
+                                               void **con_cls) {
         const union MHD_ConnectionInfo *info =
                 MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        HttpApiConn *hc = info ? info->socket_context : NULL;
+        HttpApiServerConn *hc = info ? info->socket_context : NULL;
 
         if (!hc)
                 return MHD_NO;
         if (!*con_cls) {
                 *con_cls = hc;
-                return http_api_begin(connection, hc, url, method);
+                return http_api_server_begin(connection, hc, url, method);
         }
         switch (hc->state) {
         case HTTP_API_RECEIVING: {
@@ -328,35 +331,23 @@ static enum MHD_Result http_api_handler(void *cls, struct MHD_Connection *connec
                         return MHD_YES;
                 }
                 if (hc->too_large)
-                        return http_api_refuse(connection, hc, MHD_HTTP_CONTENT_TOO_LARGE, "too-large",
-                                               "the body is larger than 16384 bytes");
+                        return http_api_server_refuse(connection, hc, MHD_HTTP_CONTENT_TOO_LARGE,
+                                                      "too-large", "the body is larger than 16384 bytes");
                 hc->state = HTTP_API_IN_ENGINE;
                 MHD_suspend_connection(connection);
                 server_schedule(hc->api->server, c);
                 return MHD_YES;
         }
         case HTTP_API_ANSWERED:
-                return http_api_queue(connection, hc);
+                return http_api_server_queue(connection, hc);
         default:
                 return MHD_YES; /* a refused request's body, read and dropped */
         }
 }
 
-/* libmicrohttpd's messages are about one client's request: debug level only (as http.c's). */
-__attribute__((format(printf, 2, 0))) static void http_api_logger(void *cls, const char *format,
-                                                                  va_list ap) {
-        char buf[512];
-
-        if (log_get_max_level() < LOG_DEBUG)
-                return;
-        vsnprintf(buf, sizeof buf, format, ap);
-        buf[strcspn(buf, "\n")] = '\0';
-        log_debug("HTTP API: %s", buf);
-}
-
-int http_api_new(sd_event *e, Server *server, HttpApi **ret) {
+int http_api_server_new(sd_event *e, Server *server, HttpApiServer **ret) {
         const union MHD_DaemonInfo *info;
-        HttpApi *api;
+        HttpApiServer *api;
         int r;
 
         api = calloc(1, sizeof *api);
@@ -367,33 +358,34 @@ int http_api_new(sd_event *e, Server *server, HttpApi **ret) {
         api->adding_fd = -EBADF;
         api->daemon = MHD_start_daemon(
                 MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
-                NULL, NULL, http_api_handler, api, MHD_OPTION_EXTERNAL_LOGGER, http_api_logger, NULL,
-                MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_API_CONNECTIONS_MAX,
+                NULL, NULL, http_api_server_handler, api, MHD_OPTION_EXTERNAL_LOGGER, http_log_mhd,
+                (void *) "HTTP API", MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_API_CONNECTIONS_MAX,
                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) HTTP_TIMEOUT_SEC, MHD_OPTION_NOTIFY_CONNECTION,
-                http_api_notify_connection, api, MHD_OPTION_NOTIFY_COMPLETED, http_api_request_completed,
-                api, MHD_OPTION_END);
+                http_api_server_notify_connection, api, MHD_OPTION_NOTIFY_COMPLETED,
+                http_api_server_request_completed, api, MHD_OPTION_END);
         if (!api->daemon) {
-                http_api_free(api);
+                http_api_server_free(api);
                 return -EIO;
         }
         info = MHD_get_daemon_info(api->daemon, MHD_DAEMON_INFO_EPOLL_FD);
-        r = info ? sd_event_add_io(e, &api->io, info->epoll_fd, EPOLLIN, http_api_io_handler, api) : -EIO;
+        r = info ? sd_event_add_io(e, &api->io, info->epoll_fd, EPOLLIN, http_api_server_io_handler, api)
+                 : -EIO;
         if (r >= 0)
                 r = sd_event_add_time_relative(e, &api->timer, CLOCK_MONOTONIC, HTTP_API_TICK_USEC,
-                                               50 * 1000, http_api_timer_handler, api);
+                                               50 * 1000, http_api_server_timer_handler, api);
         if (r >= 0)
-                r = sd_event_add_defer(e, &api->defer, http_api_defer_handler, api);
+                r = sd_event_add_defer(e, &api->defer, http_api_server_defer_handler, api);
         if (r >= 0)
                 r = sd_event_source_set_enabled(api->defer, SD_EVENT_OFF);
         if (r < 0) {
-                http_api_free(api);
+                http_api_server_free(api);
                 return r;
         }
         *ret = api;
         return 0;
 }
 
-void http_api_stop(HttpApi *api) {
+void http_api_server_stop(HttpApiServer *api) {
         if (!api)
                 return;
         for (size_t i = 0; i < api->n_listeners; i++)
@@ -401,19 +393,19 @@ void http_api_stop(HttpApi *api) {
         api->n_listeners = 0;
 }
 
-HttpApi *http_api_free(HttpApi *api) {
+HttpApiServer *http_api_server_free(HttpApiServer *api) {
         if (!api)
                 return NULL;
-        http_api_stop(api);
+        http_api_server_stop(api);
         if (api->daemon) {
                 /* libmicrohttpd refuses to stop with a connection suspended: the requests still
                  * waiting for a batch are answered first. */
-                for (HttpApiConn *hc = api->conns; hc; hc = hc->next)
+                for (HttpApiServerConn *hc = api->conns; hc; hc = hc->next)
                         if (hc->state == HTTP_API_IN_ENGINE) {
                                 server_unschedule(api->server, hc->conn);
                                 hc->exchange.taken = true;
                                 hc->conn->out_len = 0; /* 503: not answered */
-                                http_api_request_done(hc->conn, &hc->exchange);
+                                http_api_server_request_done(hc->conn, &hc->exchange);
                         }
                 (void) MHD_run(api->daemon);
                 MHD_stop_daemon(api->daemon);
@@ -427,8 +419,8 @@ HttpApi *http_api_free(HttpApi *api) {
 }
 
 /* A connection a listener accepted: libmicrohttpd's from now on (it closes it, also on failure). */
-static void http_api_accept(int fd, bool is_tcp, bool admin, void *userdata) {
-        HttpApi *api = userdata;
+static void http_api_server_accept(int fd, bool is_tcp, bool admin, void *userdata) {
+        HttpApiServer *api = userdata;
         struct sockaddr_storage ss = { .ss_family = AF_UNIX };
         socklen_t len = sizeof ss;
 
@@ -441,34 +433,34 @@ static void http_api_accept(int fd, bool is_tcp, bool admin, void *userdata) {
         if (MHD_add_connection(api->daemon, fd, (const struct sockaddr *) &ss, len) != MHD_YES)
                 log_debug_errno(errno, "HTTP API: connection refused (%u open): %m", api->n_conns);
         api->adding_fd = -EBADF;
-        http_api_kick(api);
+        http_api_server_kick(api);
 }
 
-static int http_api_add_listener(HttpApi *api, Listener *l) {
+static int http_api_server_add_listener(HttpApiServer *api, Listener *l) {
         if (api->n_listeners >= HTTP_API_LISTENERS_MAX) {
                 listener_free(l);
                 return -E2BIG;
         }
-        listener_set_accept(l, http_api_accept, api);
+        listener_set_accept(l, http_api_server_accept, api);
         api->listeners[api->n_listeners++] = l;
         return 0;
 }
 
-int http_api_listen(HttpApi *api, const ListenAddress *a, mode_t unix_mode, char *errbuf,
-                    size_t errbuf_size) {
+int http_api_server_listen(HttpApiServer *api, const ListenAddress *a, mode_t unix_mode, char *errbuf,
+                           size_t errbuf_size) {
         Listener *l = NULL;
         int r;
 
         r = listener_new(api->event, a, unix_mode, NULL, &l, errbuf, errbuf_size);
         if (r < 0)
                 return r;
-        r = http_api_add_listener(api, l);
+        r = http_api_server_add_listener(api, l);
         if (r < 0)
                 snprintf(errbuf, errbuf_size, "more than %d HTTP API listeners", HTTP_API_LISTENERS_MAX);
         return r;
 }
 
-int http_api_adopt(HttpApi *api, int fd, const char *name) {
+int http_api_server_adopt(HttpApiServer *api, int fd, const char *name) {
         Listener *l = NULL;
         int r;
 
@@ -477,13 +469,13 @@ int http_api_adopt(HttpApi *api, int fd, const char *name) {
         r = listener_adopt(api->event, fd, name, NULL, &l);
         if (r < 0)
                 return r;
-        return http_api_add_listener(api, l);
+        return http_api_server_add_listener(api, l);
 }
 
-unsigned http_api_connections(const HttpApi *api) {
+unsigned http_api_server_connections(const HttpApiServer *api) {
         unsigned n = 0;
 
-        for (const HttpApiConn *hc = api->conns; hc; hc = hc->next)
+        for (const HttpApiServerConn *hc = api->conns; hc; hc = hc->next)
                 n += !hc->shut;
         return n;
 }
