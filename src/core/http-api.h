@@ -39,14 +39,15 @@
             * decided in one batch */
 #define HTTP_API_ENTRIES_MAX 128 /* entries of all the descriptors of one /json request */
 #define HTTP_API_REPLY_MAX                                                                                  \
-        (2u * 1024u) /* bytes: the longest decision, reset or error reply (a 255-byte rule name             \
-                      * escaped, five numbers) */
+        (4u * 1024u) /* bytes: the longest decision, reset or error reply: a reason of PROTO_REPLY_V2_MAX   \
+                      * bytes or a 255-byte rule name, every byte escaped as \u00XX, and five numbers */
 #define HTTP_API_EXPLAIN_MAX                                                                                \
         (4u * DIVVY_PROTO_REPLY_MAX) /* bytes: the longest EXPLAIN reply; the actor and the lists           \
                                       * are cut as the line protocol's (PROTO_ACTOR_TEXT_MAX,               \
                                       * PROTO_RULE_LIST_MAX), escaped for JSON at most 6 times */
 #define HTTP_API_ENVOY_STATUS_MAX                                                                           \
-        (640u) /* bytes: one /json status: a 255-byte name escaped at most twice and three numbers */
+        (6u * PROTO_LABEL_MAX + 256u) /* bytes: one /json status: a 255-byte name, every byte escaped as    \
+                                       * \u00XX, and three numbers */
 
 typedef enum HttpApiEndpoint {
         HTTP_API_TAKE,
