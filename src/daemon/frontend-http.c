@@ -42,39 +42,62 @@ static bool http_batch_room(const Batch *b, size_t n) {
                k->n_rules_matched + n * RULES_MATCH_MAX <= BATCH_RULES_MAX;
 }
 
-/* The exchange of c: its body parsed, then one slot per request. All of them or none: a /json
- * request's descriptors are answered together, so they wait for a batch with room for all. */
+/* Checks the n requests of c's exchange as the engine will take them (each turned into the
+ * engine's request and admitted: its count, its verb on this listener), before any is matched:
+ * a /json request with one bad descriptor charges none. False: *ret has the first one's error. */
+static bool http_check_all(Batch *b, Connection *c, size_t n, BatchSlot *ret) {
+        const HttpExchange *x = c->userdata;
+        ProtoRequest *req = batch_request(b);
+
+        for (size_t i = 0; i < n; i++) {
+                *ret = (BatchSlot){ .conn = c };
+                if (http_api_request_to_proto(&x->req, i, req) < 0) {
+                        batch_slot_error(ret, req->error_code, req->error_reason);
+                        return false;
+                }
+                ret->verb = req->verb;
+                if (!batch_admit(b, ret))
+                        return false;
+        }
+        return true;
+}
+
+/* The exchange of c: its body parsed (once: it is decoded in place), then one slot per request.
+ * All of them or none: a /json request's descriptors are answered together, so they wait for a
+ * batch with room for all, and an error in one is the only slot. */
 static void http_take(Batch *b, Connection *c) {
         HttpExchange *x = c->userdata;
         ProtoSlice line = { c->in, c->in_len > 200 ? 200 : c->in_len };
-        size_t n = 1, room;
-        bool parsed;
+        BatchSlot check, *slot;
+        size_t n = 1;
 
         if (x->taken)
                 return;
-        parsed = http_api_parse(x->endpoint, c->in, c->in_len, &x->req) >= 0;
-        if (parsed && x->endpoint == HTTP_API_ENVOY)
+        if (!x->parsed)
+                x->parse_result = http_api_parse(x->endpoint, c->in, c->in_len, &x->req);
+        x->parsed = true;
+        if (x->parse_result >= 0 && x->endpoint == HTTP_API_ENVOY)
                 n = x->req.n_descriptors;
-        room = n * http_record_room(x->endpoint);
         if (!http_batch_room(b, n))
                 return; /* the next batch takes it */
         x->taken = true;
-        if (!batch_reserve_replies(c, room, 0))
+        if (!batch_reserve_replies(c, n * http_record_room(x->endpoint), 0))
                 return; /* out of memory: answered with no record (503) */
         connection_consume_input(c, c->in_len);
 
+        if (x->parse_result < 0 || !http_check_all(b, c, n, &check)) {
+                slot = batch_slot_add(b, c, line);
+                if (x->parse_result < 0)
+                        batch_slot_error(slot, PROTO_ERROR_UNKNOWN, x->req.error);
+                else
+                        batch_slot_error(slot, check.error_code, check.error_reason);
+                return;
+        }
         for (size_t i = 0; i < n; i++) {
                 ProtoRequest *req = batch_request(b);
-                BatchSlot *slot = batch_slot_add(b, c, line);
 
-                if (!parsed) {
-                        batch_slot_error(slot, PROTO_ERROR_UNKNOWN, x->req.error);
-                        return;
-                }
-                if (http_api_request_to_proto(&x->req, i, req) < 0) {
-                        batch_slot_error(slot, req->error_code, req->error_reason);
-                        continue;
-                }
+                slot = batch_slot_add(b, c, line);
+                (void) http_api_request_to_proto(&x->req, i, req); /* checked above */
                 slot->verb = req->verb;
                 if (batch_admit(b, slot))
                         batch_match(b, slot);

@@ -27,6 +27,8 @@ typedef struct HttpExchange {
         void *owner; /* the transport's (http-api-server.c: its connection) */
         HttpApiEndpoint endpoint;
         HttpApiRequest req; /* parsed by take(): its pairs point into the connection's input */
+        bool parsed;        /* req is parsed (once: the body is decoded in place) */
+        int parse_result;   /* http_api_parse()'s */
         bool taken;         /* a batch took it (set by take(); the transport clears it) */
 } HttpExchange;
 

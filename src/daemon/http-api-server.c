@@ -32,6 +32,7 @@ typedef enum HttpApiState {
         HTTP_API_RECEIVING, /* headers in, body arriving */
         HTTP_API_IN_ENGINE, /* suspended: scheduled into a batch */
         HTTP_API_ANSWERED,  /* resumed: reply set */
+        HTTP_API_REFUSED,   /* answered without the engine: its response queued */
 } HttpApiState;
 
 /* One connection libmicrohttpd has open (its socket_context), with its buffers. */
@@ -256,7 +257,7 @@ static enum MHD_Result http_api_server_refuse(struct MHD_Connection *connection,
         hc->reply.status = status;
         hc->reply.has_limit = hc->reply.has_retry_after = false;
         hc->reply.body_len = http_api_format_error(hc->reply.body, code, reason);
-        hc->state = HTTP_API_ANSWERED;
+        hc->state = HTTP_API_REFUSED;
         return http_api_server_queue(connection, hc);
 }
 
@@ -340,8 +341,11 @@ static enum MHD_Result http_api_server_handler(void *cls, struct MHD_Connection 
         }
         case HTTP_API_ANSWERED:
                 return http_api_server_queue(connection, hc);
+        case HTTP_API_REFUSED:
+                *upload_data_size = 0; /* a refused request's body, read and dropped */
+                return MHD_YES;
         default:
-                return MHD_YES; /* a refused request's body, read and dropped */
+                return MHD_NO;
         }
 }
 

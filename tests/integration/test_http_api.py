@@ -234,6 +234,16 @@ class HttpApiTest(harness.DaemonTestCase):
             self.assertEqual(status, want, (path, body[:80], reply))
             self.assertIn("error", reply)
             self.assertIn("reason", reply)
+        # /json: one bad descriptor (the domain twice, a refund off an admin listener) and
+        # nothing is charged for the good ones beside it
+        ip = {"key": "remote_address", "value": "10.9.9.9"}
+        for bad, want in (({"entries": [{"key": "domain", "value": "x"}]}, 400),
+                          ({"entries": [ip], "is_negative_hits": True}, 403)):
+            status, _, reply = self.post("/json", {"domain": "edge", "descriptors": [{"entries": [ip]}, bad]})
+            self.assertEqual(status, want, reply)
+        status, _, reply = self.post("/json", {"domain": "edge", "descriptors": [
+            {"entries": [ip], "hits_addend": 0}]})
+        self.assertEqual(reply["statuses"][0]["limitRemaining"], 2)
         status, h, reply = self.post("/v1/take", good, method="GET")
         self.assertEqual((status, h["Allow"]), (405, "POST"))
         status, _, reply = self.post("/v1/take", good, content_type="text/plain")
