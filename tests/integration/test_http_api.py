@@ -253,12 +253,15 @@ class HttpApiTest(harness.DaemonTestCase):
     def test_keep_alive(self):
         c = self.conn()
         pairs = {"path": "/pm", "user": "keepalive"}
+        local = None
         for i in range(16):
             status, h, body = self.post("/v1/take", {"pairs": pairs}, conn=c)
             self.assertEqual((status, body["credit"]), (200, 99 - i))
             self.assertNotEqual(h.get("Connection"), "close")
-        sock = c.sock
-        self.assertIsNotNone(sock)  # the same connection all along
+            # the same connection all along (http.client would open a new one silently)
+            self.assertIsNotNone(c.sock)
+            local = local or c.sock.getsockname()
+            self.assertEqual(c.sock.getsockname(), local)
         c.close()
 
     def test_ports_apart(self):
