@@ -432,6 +432,10 @@ static void http_api_server_accept(int fd, bool is_tcp, bool admin, void *userda
                 ss.ss_family = AF_UNIX;
                 len = sizeof(sa_family_t);
         }
+        /* A burst of connections is accepted in one go: the ones http_api_server_make_room()
+         * shut for the earlier ones still count in libmicrohttpd's limit until its next turn. */
+        if (api->n_conns >= HTTP_API_CONNECTIONS_EVICT)
+                (void) MHD_run(api->daemon);
         api->adding_fd = fd;
         api->adding_admin = admin;
         if (MHD_add_connection(api->daemon, fd, (const struct sockaddr *) &ss, len) != MHD_YES)

@@ -282,6 +282,26 @@ class HttpApiTest(harness.DaemonTestCase):
         self.assertNotIn(b"divvyd_", r.read())
         c.close()
 
+    def test_slow_clients_bounded(self):
+        # 70 connections that never finish their request: beyond 60 each new one closes the one
+        # waiting longest, so a request still gets in; and each is closed by the 5 s deadline.
+        slow = []
+        try:
+            for _ in range(70):
+                s = socket.create_connection(("127.0.0.1", self.api_port), timeout=harness.IO_TIMEOUT)
+                s.sendall(b"POST /v1/take HTTP/1.1\r\nHost: x\r\n")
+                slow.append(s)
+            status, _, body = self.post("/v1/take", {"pairs": {"path": "/pm", "user": "slow"}})
+            self.assertEqual((status, body["credit"]), (200, 99))
+            # the oldest was closed to make room; the last one by the deadline (bounded wait)
+            slow[0].settimeout(harness.IO_TIMEOUT)
+            self.assertEqual(slow[0].recv(1), b"")
+            slow[-1].settimeout(5 + 2 * harness.IO_TIMEOUT)
+            self.assertEqual(slow[-1].recv(1), b"")
+        finally:
+            for s in slow:
+                s.close()
+
     def test_curl(self):
         curl = shutil.which("curl")
         if not curl:
