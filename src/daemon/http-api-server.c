@@ -45,6 +45,7 @@ typedef struct HttpApiServerConn {
         uint64_t start_usec; /* CLOCK_MONOTONIC: its start, or its last answer's end */
         HttpApiState state;
         bool too_large;
+        bool orphaned;    /* closed while in the engine: freed by its batch's completion */
         Connection *conn; /* the engine's view of the request (no socket) */
         HttpExchange exchange;
         HttpReply reply;
@@ -77,13 +78,12 @@ static void http_api_server_run(HttpApiServer *api) {
 
         (void) MHD_run(api->daemon);
         if (MHD_get_timeout(api->daemon, &ms) == MHD_YES) {
-                if (ms == 0) {
+                if (ms == 0)
                         http_api_server_kick(api); /* work left: after the other sources */
-                        return;
-                }
-                if (ms * 1000 < usec)
+                else if (ms * 1000 < usec)
                         usec = ms * 1000;
         }
+        /* always armed: the deadline's check runs under any load */
         (void) sd_event_source_set_time_relative(api->timer, usec);
         (void) sd_event_source_set_enabled(api->timer, SD_EVENT_ONESHOT);
 }
@@ -142,11 +142,23 @@ static int http_api_server_defer_handler(sd_event_source *s, void *userdata) {
         return 0;
 }
 
+static HttpApiServerConn *http_api_server_conn_free(HttpApiServerConn *hc) {
+        if (!hc)
+                return NULL;
+        connection_free(hc->conn);
+        free(hc);
+        return NULL;
+}
+
 /* The engine answered hc's request (server.c calls this from the batch's completion). */
 static void http_api_server_request_done(Connection *c, void *userdata) {
         HttpExchange *x = userdata;
         HttpApiServerConn *hc = x->owner;
 
+        if (hc->orphaned) {
+                http_api_server_conn_free(hc); /* its connection closed meanwhile */
+                return;
+        }
         if (!hc->exchange.taken) {
                 server_schedule(hc->api->server, c); /* no room in that batch: the next one */
                 return;
@@ -155,14 +167,6 @@ static void http_api_server_request_done(Connection *c, void *userdata) {
         hc->state = HTTP_API_ANSWERED;
         MHD_resume_connection(hc->mhd);
         http_api_server_kick(hc->api);
-}
-
-static HttpApiServerConn *http_api_server_conn_free(HttpApiServerConn *hc) {
-        if (!hc)
-                return NULL;
-        connection_free(hc->conn);
-        free(hc);
-        return NULL;
 }
 
 static void http_api_server_notify_connection(void *cls, struct MHD_Connection *connection,
@@ -212,6 +216,12 @@ static void http_api_server_notify_connection(void *cls, struct MHD_Connection *
                 hc->next->prev = hc->prev;
         api->n_conns--;
         *socket_context = NULL;
+        if (hc->state == HTTP_API_IN_ENGINE) {
+                /* libmicrohttpd closes no suspended connection, but if it did, the engine still
+                 * holds hc->conn: freed when its batch is done with it */
+                hc->orphaned = true;
+                return;
+        }
         http_api_server_conn_free(hc);
 }
 
