@@ -215,12 +215,13 @@ static void http_reply_v1(const HttpRecord *rec, const char *text, HttpReply *re
         ret->body_len = http_api_format_decision(ret->body, &rec->res, rec->has_rule ? rec->name : NULL);
         if (rec->has_rule) {
                 ret->has_limit = true;
-                ratelimit_format_policy(ret->policy, rec->name, rec->quota, rec->window);
-                ratelimit_format_limit(ret->limit, rec->name, rec->res.credit, rec->res.reset);
+                ratelimit_header_policy(ret->policy, rec->name, strlen(rec->name), rec->quota, rec->window);
+                ratelimit_header_state(ret->limit, rec->name, strlen(rec->name), rec->res.credit,
+                                       rec->res.reset);
         }
         if (!rec->res.allowed && rec->res.retry >= 1) {
                 ret->has_retry_after = true;
-                ratelimit_format_retry_after(ret->retry_after, (uint64_t) rec->res.retry);
+                ratelimit_header_retry_after(ret->retry_after, (uint64_t) rec->res.retry);
         }
 }
 

@@ -36,8 +36,8 @@ typedef struct HttpExchange {
 typedef struct HttpReply {
         unsigned status;
         bool has_limit; /* policy and limit are set */
-        char policy[RATELIMIT_FIELD_MAX + 1];
-        char limit[RATELIMIT_FIELD_MAX + 1];
+        char policy[RATELIMIT_HEADER_MAX];
+        char limit[RATELIMIT_HEADER_MAX];
         bool has_retry_after;
         char retry_after[21];
         size_t body_len;

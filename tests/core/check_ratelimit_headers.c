@@ -110,14 +110,14 @@ static const struct {
         { "permin", 50, 60, 0, 60, "\"permin\";q=50;w=60", "\"permin\";r=0;t=60", "permin" },
         /* a window of 0 is not a valid w: left out; t may be 0 */
         { "burst", 5, 0, 5, 0, "\"burst\";q=5", "\"burst\";r=5;t=0", "burst" },
-        /* escapes: '"' and '\' take a backslash; bytes outside printable ASCII become '?' */
+        /* escapes: '"' and '\' take a backslash; bytes outside printable ASCII are left out */
         { "a\"b\\c", 1, 1, 1, 1, "\"a\\\"b\\\\c\";q=1;w=1", "\"a\\\"b\\\\c\";r=1;t=1", "a\"b\\c" },
-        { "tab\there\xc3\xa9", 1, 1, 1, 1, "\"tab?here??\";q=1;w=1", "\"tab?here??\";r=1;t=1",
-          "tab?here??" },
+        { "tab\there\xc3\xa9\n", 1, 1, 1, 1, "\"tabhere\";q=1;w=1", "\"tabhere\";r=1;t=1", "tabhere" },
         /* a rule without a label is named by its index */
         { "#3", 10, 60, 9, 60, "\"#3\";q=10;w=60", "\"#3\";r=9;t=60", "#3" },
-        /* the empty name is a valid sf-string */
+        /* the empty name is a valid sf-string; no name at all is "default" */
         { "", 1, 1, 0, 1, "\"\";q=1;w=1", "\"\";r=0;t=1", "" },
+        { NULL, 1, 1, 0, 1, "\"default\";q=1;w=1", "\"default\";r=0;t=1", "default" },
         /* beyond sf-integer's 15 digits: the largest one */
         { "big", UINT64_MAX, 1000000000000000ULL, UINT64_MAX, 999999999999999ULL,
           "\"big\";q=999999999999999;w=999999999999999", "\"big\";r=999999999999999;t=999999999999999",
@@ -125,12 +125,14 @@ static const struct {
 };
 
 START_TEST (test_format) {
-        char buf[RATELIMIT_FIELD_MAX + 1];
+        char buf[RATELIMIT_HEADER_MAX];
+        const char *name = cases[_i].name;
+        size_t len = name ? strlen(name) : 0;
         SfItem it;
         uint64_t v;
         size_t n;
 
-        n = ratelimit_format_policy(buf, cases[_i].name, cases[_i].quota, cases[_i].window);
+        n = ratelimit_header_policy(buf, name, len, cases[_i].quota, cases[_i].window);
         ck_assert_str_eq(buf, cases[_i].policy);
         ck_assert_uint_eq(n, strlen(cases[_i].policy));
         ck_assert_msg(sf_parse_one_item_list(buf, &it), "case %d: policy %s is not an sf-list", _i, buf);
@@ -140,7 +142,7 @@ START_TEST (test_format) {
                           cases[_i].quota > RATELIMIT_INTEGER_MAX ? RATELIMIT_INTEGER_MAX : cases[_i].quota);
         ck_assert_int_eq(sf_param(&it, "w", &v), cases[_i].window > 0);
 
-        n = ratelimit_format_limit(buf, cases[_i].name, cases[_i].remaining, cases[_i].reset);
+        n = ratelimit_header_state(buf, name, len, cases[_i].remaining, cases[_i].reset);
         ck_assert_str_eq(buf, cases[_i].limit);
         ck_assert_uint_eq(n, strlen(cases[_i].limit));
         ck_assert_msg(sf_parse_one_item_list(buf, &it), "case %d: limit %s is not an sf-list", _i, buf);
@@ -151,21 +153,21 @@ START_TEST (test_format) {
 }
 END_TEST
 
-/* The longest name, every byte escaped, fits RATELIMIT_FIELD_MAX; a longer one is cut. */
+/* The longest name, every byte escaped, fits RATELIMIT_HEADER_MAX; a longer one is cut. */
 START_TEST (test_longest) {
-        char name[RATELIMIT_NAME_MAX + 10], buf[RATELIMIT_FIELD_MAX + 1];
+        char name[RATELIMIT_NAME_MAX + 10], buf[RATELIMIT_HEADER_MAX];
         SfItem it;
         size_t n;
 
-        memset(name, '"', sizeof name - 1);
-        name[sizeof name - 1] = '\0';
-        n = ratelimit_format_policy(buf, name, UINT64_MAX, UINT64_MAX);
-        ck_assert_uint_le(n, RATELIMIT_FIELD_MAX);
+        memset(name, '"', sizeof name);
+        n = ratelimit_header_policy(buf, name, sizeof name, UINT64_MAX, UINT64_MAX);
+        ck_assert_uint_eq(n, 2 + 2 * RATELIMIT_NAME_MAX + 2 * 18);
+        ck_assert_uint_lt(n, RATELIMIT_HEADER_MAX);
         ck_assert_uint_eq(strlen(buf), n);
         ck_assert(sf_parse_one_item_list(buf, &it));
         ck_assert_uint_eq(strlen(it.name), RATELIMIT_NAME_MAX);
-        n = ratelimit_format_limit(buf, name, UINT64_MAX, UINT64_MAX);
-        ck_assert_uint_le(n, RATELIMIT_FIELD_MAX);
+        n = ratelimit_header_state(buf, name, sizeof name, UINT64_MAX, UINT64_MAX);
+        ck_assert_uint_lt(n, RATELIMIT_HEADER_MAX);
         ck_assert(sf_parse_one_item_list(buf, &it));
 }
 END_TEST
@@ -173,9 +175,9 @@ END_TEST
 START_TEST (test_retry_after) {
         char buf[21];
 
-        ck_assert_uint_eq(ratelimit_format_retry_after(buf, 30), 2);
+        ck_assert_uint_eq(ratelimit_header_retry_after(buf, 30), 2);
         ck_assert_str_eq(buf, "30");
-        ck_assert_uint_eq(ratelimit_format_retry_after(buf, UINT64_MAX), 20);
+        ck_assert_uint_eq(ratelimit_header_retry_after(buf, UINT64_MAX), 20);
         ck_assert_str_eq(buf, "18446744073709551615");
 }
 END_TEST
