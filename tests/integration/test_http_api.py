@@ -326,6 +326,92 @@ class HttpApiTest(harness.DaemonTestCase):
         self.assertEqual(json.loads(out)["credit"], 1)
 
 
+def doc_blocks(path):
+    """The indented code blocks of a Markdown file, in order, as lists of lines."""
+    blocks, cur = [], None
+    with open(path) as f:
+        for line in f.read().split("\n"):
+            if line.startswith("    "):
+                cur = cur if cur is not None else []
+                cur.append(line[4:])
+            elif line.strip() == "" and cur is not None:
+                cur.append("")
+            elif cur is not None:
+                blocks.append(cur)
+                cur = None
+    if cur is not None:
+        blocks.append(cur)
+    return [[l for l in b] for b in blocks]
+
+
+# Values that depend on the second a request lands in: compared as numbers 1..60.
+TIMED = re.compile(r"((?:t=|Retry-After: |\"reset\":|\"retry\":|\"durationUntilReset\":\")\s*)([0-9]+)")
+
+
+class HttpApiDocTest(harness.DaemonTestCase):
+    def test_docs_examples_run_as_written(self):
+        """docs/http-api.md: its rules, its daemon command and every curl command with the reply
+        it shows (the port and the admin socket's path replaced by the test's)."""
+        curl = shutil.which("curl")
+        if not curl:
+            self.skipTest("curl not installed")
+        doc = os.path.join(harness.top_srcdir(), "docs", "http-api.md")
+        blocks = doc_blocks(doc)
+        rules = next(b for b in blocks if b[0].startswith("[path=/search"))
+        tmp = harness.make_tmpdir()
+        self.addCleanup(shutil.rmtree, tmp, True)
+        config = os.path.join(tmp, "rules.ini")
+        with open(config, "w") as f:
+            f.write("\n".join(rules).strip() + "\n")
+        command = next(" ".join(l.strip().rstrip("\\") for l in b if l.strip())
+                       for b in blocks if b[0].startswith("divvyd "))
+        port, admin = harness.free_tcp_port(), os.path.join(tmp, "admin.sock")
+        swap = lambda t: t.replace("127.0.0.1:8080", "127.0.0.1:%d" % port).replace(
+            "/tmp/divvyd-api-admin.sock", admin)
+        words = swap(command).split()[1:-1]  # without divvyd and rules.ini
+        at = words.index("--db")
+        args = words[:at] + words[at + 2:]  # the harness gives the daemon its own --db
+        self.assertEqual(args, ["--http-api=tcp:127.0.0.1:%d" % port, "--http-api=admin:unix:" + admin])
+        self.start_daemon(config, args=args, listen=("unix",))
+        ran = 0
+        # a block may hold several commands, each with its reply, a blank line apart
+        pieces = []
+        for b in blocks:
+            cur = []
+            for line in b + [""]:
+                if line.startswith("curl ") and any(l.strip() for l in cur):
+                    pieces.append(cur)
+                    cur = []
+                cur.append(line)
+            pieces.append(cur)
+        blocks = [p for p in pieces if any(l.strip() for l in p)]
+        for i, b in enumerate(blocks):
+            if not b[0].startswith("curl "):
+                continue
+            # the command up to a blank line, then the reply shown (or in the next block)
+            end = b.index("") if "" in b else len(b)
+            cmd = swap(" ".join(l.strip().rstrip("\\") for l in b[:end]))
+            out = subprocess.run(["sh", "-c", cmd], capture_output=True, timeout=harness.IO_TIMEOUT,
+                                 check=True).stdout.decode().replace("\r\n", "\n")
+            rest = b[end + 1:]
+            shown = rest[:rest.index("")] if "" in rest else rest
+            if shown and shown[0].startswith("curl "):
+                shown = []
+            if not shown and i + 1 < len(blocks) and not blocks[i + 1][0].startswith("curl "):
+                shown = [l for l in blocks[i + 1] if l.strip()]
+            if shown and shown[0].startswith("HTTP/1.1"):
+                got = out.split("\n")
+                for line in shown:  # each line shown is in the reply (Date & co. are left out)
+                    self.assertTrue(any(TIMED.sub(r"\1N", line) == TIMED.sub(r"\1N", g) for g in got),
+                                    (cmd, line, out))
+            elif shown and shown[0].startswith("{"):
+                self.assertEqual(TIMED.sub(r"\1N", out.strip()), TIMED.sub(r"\1N", shown[0]), cmd)
+                for m in TIMED.finditer(out):
+                    self.assertTrue(1 <= int(m.group(2)) <= 60 or m.group(1).startswith('"retry"'), out)
+            ran += 1
+        self.assertGreaterEqual(ran, 7)
+
+
 class HttpApiActivationTest(harness.DaemonTestCase):
     def test_socket_named_http_api(self):
         sa = harness.socket_activate_path()
