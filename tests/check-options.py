@@ -23,7 +23,8 @@ import sys
 OTHER_TOOLS = {"--cflags", "--libs", "--now", "--create", "--fdname", "--offline", "--tool",
                "--with-systemdsystemunitdir", "--with-sysusersdir", "--with-tmpfilesdir",
                "--nocheck", "--error-exitcode", "--pipe", "--cluster", "--as", "--enable-werror",
-               "--enable-sanitizers", "--deps-only", "--run", "--mode"}
+               "--enable-sanitizers", "--deps-only", "--run", "--mode",
+               "--unix-socket"}
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 
 

@@ -44,6 +44,7 @@ typedef enum ConnectionProto {
         CONNECTION_PROTO_UNDECIDED,
         CONNECTION_PROTO_LINE,
         CONNECTION_PROTO_RESP,
+        CONNECTION_PROTO_HTTP, /* an HTTP API request (frontend-http.c), never a socket's first byte */
         _CONNECTION_PROTO_MAX,
 } ConnectionProto;
 
@@ -113,6 +114,13 @@ struct Connection {
         bool in_flight;
         uint32_t held_revents;
         bool close_deferred; /* closed while in flight: closes once its batch completes */
+
+        /* A connection without a socket (fd < 0), scheduled with server_schedule(): its input is
+         * one request another transport received (an HTTP API body), its output what the
+         * front-end formats; the server reads, writes and closes nothing of it, and calls
+         * done(c, userdata) once a batch answered it (or took nothing from it: c->in_pos is 0). */
+        void (*done)(Connection *c, void *userdata);
+        void *userdata;
 
         Connection *prev, *next;             /* the server's list of all connections */
         Connection *ready_prev, *ready_next; /* the server's ready list */

@@ -192,15 +192,15 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *connection
  * about one client's request (malformed, too big, cut off, over the connection limit), one
  * line per connection: client misbehaviour, logged at debug level only (docs/running.md "Running
  * divvyd", Logging), so that whoever reaches the port cannot fill the log. Failing to start
- * is reported by http_new()'s own message. */
-__attribute__((format(printf, 2, 0))) static void http_logger(void *cls, const char *format, va_list ap) {
+ * is reported by http_new()'s own message. cls: the prefix ("HTTP"). */
+void http_log_mhd(void *cls, const char *format, va_list ap) {
         char buf[512];
 
         if (log_get_max_level() < LOG_DEBUG)
                 return;
         vsnprintf(buf, sizeof buf, format, ap);
         buf[strcspn(buf, "\n")] = '\0';
-        log_debug("HTTP: %s", buf);
+        log_debug("%s: %s", (const char *) cls, buf);
 }
 
 int http_new(const HttpSettings *settings, const Metrics *m, Http **ret, char *errbuf, size_t errbuf_size) {
@@ -242,13 +242,13 @@ int http_new(const HttpSettings *settings, const Metrics *m, Http **ret, char *e
                 return -ENOMEM;
 
         errno = 0;
-        h->daemon = MHD_start_daemon(flags, settings->port, NULL, NULL, http_handler, h,
-                                     /* first, so that every message goes through it */
-                                     MHD_OPTION_EXTERNAL_LOGGER, http_logger, NULL, MHD_OPTION_SOCK_ADDR, sa,
-                                     MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX,
-                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) HTTP_TIMEOUT_SEC,
-                                     MHD_OPTION_NOTIFY_CONNECTION, http_notify_connection, h,
-                                     MHD_OPTION_NOTIFY_COMPLETED, http_request_completed, h, MHD_OPTION_END);
+        h->daemon = MHD_start_daemon(
+                flags, settings->port, NULL, NULL, http_handler, h,
+                /* first, so that every message goes through it */
+                MHD_OPTION_EXTERNAL_LOGGER, http_log_mhd, (void *) "HTTP", MHD_OPTION_SOCK_ADDR, sa,
+                MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
+                (unsigned) HTTP_TIMEOUT_SEC, MHD_OPTION_NOTIFY_CONNECTION, http_notify_connection, h,
+                MHD_OPTION_NOTIFY_COMPLETED, http_request_completed, h, MHD_OPTION_END);
         if (!h->daemon) {
                 int r = errno > 0 ? -errno : -EADDRNOTAVAIL;
                 if (errbuf)

@@ -15,6 +15,7 @@
  * any other path: 404; any other method: 405.
  */
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,10 @@ uint16_t http_port(const Http *h);
  * from the manager's periodic timer; safe beside libmicrohttpd's thread. Returns how many it
  * closed. */
 unsigned http_expire(Http *h, uint64_t now_usec);
+
+/* libmicrohttpd's logger (MHD_OPTION_EXTERNAL_LOGGER) of both HTTP endpoints: its messages are
+ * about one client's request, logged at debug level only, after the prefix cls (a string). */
+__attribute__((format(printf, 2, 0))) void http_log_mhd(void *cls, const char *format, va_list ap);
 
 /* Connections open now (not yet closed by http_expire() or to make room); for the tests. */
 unsigned http_connections(Http *h);

@@ -30,7 +30,9 @@ struct Listener {
         bool unlink_path; /* a Unix socket file we created */
         char name[LISTEN_ADDRESS_MAX + 8];
         char path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
-        Server *server; /* borrowed: takes every connection accepted */
+        Server *server;            /* borrowed: takes every connection accepted */
+        ListenerAcceptFunc accept; /* or this, when set */
+        void *accept_userdata;
 };
 
 int listen_address_parse(const char *s, ListenAddress *ret) {
@@ -106,6 +108,17 @@ bool listen_fdname_is_admin(const char *name) {
         return name && strncmp(name, LISTEN_ADMIN_FDNAME, strlen(LISTEN_ADMIN_FDNAME)) == 0;
 }
 
+bool listen_fdname_is_http_api(const char *name) {
+        size_t n = name ? strlen(name) : 0, k = strlen(LISTEN_HTTP_API_FDNAME);
+
+        return n >= k && strcmp(name + n - k, LISTEN_HTTP_API_FDNAME) == 0;
+}
+
+void listener_set_accept(Listener *l, ListenerAcceptFunc accept, void *userdata) {
+        l->accept = accept;
+        l->accept_userdata = userdata;
+}
+
 static int listener_pause_handler(sd_event_source *s, uint64_t usec, void *userdata) {
         Listener *l = userdata;
 
@@ -173,7 +186,10 @@ static int listener_io_handler(sd_event_source *s, int fd, uint32_t revents, voi
                                 return 0;
                         }
                 }
-                server_accept(cfd, l->is_tcp, l->admin, l->server);
+                if (l->accept)
+                        l->accept(cfd, l->is_tcp, l->admin, l->accept_userdata);
+                else
+                        server_accept(cfd, l->is_tcp, l->admin, l->server);
         }
         return 0;
 }

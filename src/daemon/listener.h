@@ -83,6 +83,16 @@ Listener *listener_free(Listener *l);
  * listener: it starts with LISTEN_ADMIN_FDNAME ("admin", "admin-tcp", ...). NULL: no. */
 bool listen_fdname_is_admin(const char *name);
 
+/* Whether a socket-activation name is the HTTP API's (http-api-server.h): it ends in
+ * LISTEN_HTTP_API_FDNAME ("http-api", or "admin-http-api" for an admin one). NULL: no. */
+#define LISTEN_HTTP_API_FDNAME "http-api"
+bool listen_fdname_is_http_api(const char *name);
+
+/* Hands every connection accepted to accept(fd, is_tcp, admin, userdata) instead of the server
+ * (a listener of another transport: the HTTP API's). */
+typedef void (*ListenerAcceptFunc)(int fd, bool is_tcp, bool admin, void *userdata);
+void listener_set_accept(Listener *l, ListenerAcceptFunc accept, void *userdata);
+
 /* "tcp:127.0.0.1:8321", "admin:unix:PATH"; adopted: "fd 3 (NAME)", "fd 4 (admin) [admin]". */
 const char *listener_name(const Listener *l);
 /* Whether its connections are admin connections (Connection.admin). */

@@ -24,6 +24,7 @@
 #include "store/wal.h"
 
 #define LISTEN_MAX              64 /* --listen options: more is a mistake, not a configuration */
+#define HTTP_API_LISTEN_MAX     8  /* --http-api options */
 #define DB_DEFAULT              "/var/lib/divvyd"
 #define UNIX_MODE_DEFAULT       0660
 #define MAX_CONNECTIONS_DEFAULT 4096
@@ -98,6 +99,11 @@ static void help(void) {
                "      --http-port=PORT     Serve Prometheus metrics over HTTP (also $HTTP_SERVICE_PORT)\n"
                "      --http-address=ADDR  ... on this numeric address (default 127.0.0.1)\n"
                "      --metrics-path=PATH  ... at PATH (also $PROMETHEUS_METRICS_PATH; default /metrics)\n"
+               "      --http-api=ADDR      Serve the HTTP decision API (JSON, RateLimit headers; see\n"
+               "                           docs/http-api.md) on tcp:HOST:PORT or unix:PATH, apart from\n"
+               "                           the metrics; repeatable; admin: as for --listen (REFUND,\n"
+               "                           RESET); ignored when socket-activated (sockets named\n"
+               "                           http-api or admin-http-api serve it then)\n"
                "      --resp=on|off        Answer connections whose first byte is '*' in RESP, the\n"
                "                           Redis protocol (default on; see divvyd(8))\n"
                "      --allow-client-limits\n"
@@ -128,6 +134,8 @@ typedef struct Options {
         ManagerSettings settings;
         ListenAddress addresses[LISTEN_MAX];
         size_t n_listen;
+        ListenAddress http_api[HTTP_API_LISTEN_MAX]; /* --http-api */
+        size_t n_http_api;
         const char *statsd_port, *http_port; /* checked, converted with the environment's */
         char password[512];                  /* --store-password-file's first line */
         bool statsd_tcp, allow_root;
@@ -267,6 +275,7 @@ enum {
         /* RESP (issue #17) */
         ARG_RESP,
         ARG_ALLOW_CLIENT_LIMITS,
+        ARG_HTTP_API,
 };
 
 /* The store's and the server's options. Returns 0, 1 if c is none of them, or the exit
@@ -489,6 +498,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 /* RESP (issue #17) */
                 { "resp", required_argument, NULL, ARG_RESP },
                 { "allow-client-limits", no_argument, NULL, ARG_ALLOW_CLIENT_LIMITS },
+                { "http-api", required_argument, NULL, ARG_HTTP_API },
                 {},
         };
         char *end;
@@ -518,6 +528,18 @@ static int parse_args(int argc, char *argv[], Options *o) {
                                         "--listen (expected [admin:]tcp:HOST:PORT or [admin:]unix:PATH)",
                                         optarg);
                         o->n_listen++;
+                        break;
+                case ARG_HTTP_API:
+                        if (o->n_http_api >= HTTP_API_LISTEN_MAX) {
+                                fprintf(stderr, "divvyd: at most %d --http-api options.\n",
+                                        HTTP_API_LISTEN_MAX);
+                                return 2;
+                        }
+                        if (listen_address_parse(optarg, &o->http_api[o->n_http_api]) < 0)
+                                return usage_error(
+                                        "--http-api (expected [admin:]tcp:HOST:PORT or [admin:]unix:PATH)",
+                                        optarg);
+                        o->n_http_api++;
                         break;
                 case ARG_UNIX_MODE:
                 case ARG_ADMIN_UNIX_MODE: {
@@ -739,6 +761,8 @@ static int settings_from_env(Options *o) {
         }
         settings->listen = o->addresses;
         settings->n_listen = o->n_listen;
+        settings->http_api = o->http_api;
+        settings->n_http_api = o->n_http_api;
 
         return metrics_settings_from_env(o);
 }

@@ -38,8 +38,9 @@ struct Manager {
         size_t n_listeners;
         Server *server;
         Metrics *metrics;
-        Statsd *statsd; /* NULL: not configured */
-        Http *http;     /* NULL: not configured */
+        Statsd *statsd;          /* NULL: not configured */
+        Http *http;              /* NULL: not configured */
+        HttpApiServer *http_api; /* NULL: not configured */
 
         bool stopping;
         bool reload_failed;
@@ -239,6 +240,7 @@ static void manager_stop(Manager *m, const char *why) {
         for (size_t i = 0; i < m->n_listeners; i++)
                 listener_free(m->listeners[i]);
         m->n_listeners = 0;
+        http_api_server_stop(m->http_api);
 
         r = sd_event_add_time_relative(m->event, &m->stop_timer, CLOCK_MONOTONIC, MANAGER_STOP_TIMEOUT_USEC,
                                        100 * 1000, manager_stop_timeout, m);
@@ -395,6 +397,52 @@ static int manager_add_listener(Manager *m, Listener *l) {
         return 0;
 }
 
+/* The HTTP API, started at its first listener. Returns 0 or -errno (logged). */
+static int manager_http_api(Manager *m) {
+        int r;
+
+        if (m->http_api)
+                return 0;
+        r = http_api_server_new(m->event, m->server, &m->http_api);
+        if (r < 0)
+                return log_error_errno(r, "Failed to start the HTTP API: %m");
+        return 0;
+}
+
+/* A socket passed for the HTTP API (its name: listen_fdname_is_http_api()). */
+static int manager_adopt_http_api(Manager *m, int fd, const char *name) {
+        int r = manager_http_api(m);
+
+        if (r < 0)
+                return r;
+        r = http_api_server_adopt(m->http_api, fd, name);
+        if (r < 0)
+                return log_error_errno(r, "Socket fd %d (%s) passed for the HTTP API is not usable: %m", fd,
+                                       name);
+        log_info("Serving the HTTP API on fd %d (%s) (socket activation)", fd, name);
+        return 0;
+}
+
+/* The --http-api listeners. */
+static int manager_listen_http_api(Manager *m) {
+        for (size_t i = 0; i < m->settings.n_http_api; i++) {
+                const ListenAddress *a = &m->settings.http_api[i];
+                char errbuf[256] = "", name[LISTEN_ADDRESS_MAX + 8];
+                int r = manager_http_api(m);
+
+                if (r < 0)
+                        return r;
+                listen_address_to_string(a, name, sizeof name);
+                r = http_api_server_listen(m->http_api, a,
+                                           a->admin ? m->settings.admin_unix_mode : m->settings.unix_mode,
+                                           errbuf, sizeof errbuf);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to serve the HTTP API on %s: %s", name, errbuf);
+                log_info("Serving the HTTP API on %s", name);
+        }
+        return 0;
+}
+
 static int manager_open_listeners(Manager *m) {
         char **names = NULL;
         int n, r = 0;
@@ -409,7 +457,9 @@ static int manager_open_listeners(Manager *m) {
                         const char *name = names ? names[i] : NULL;
                         Listener *l = NULL;
 
-                        if (r >= 0) {
+                        if (r >= 0 && listen_fdname_is_http_api(name))
+                                r = manager_adopt_http_api(m, fd, name);
+                        else if (r >= 0) {
                                 r = listener_adopt(m->event, fd, name, m->server, &l);
                                 if (r < 0)
                                         log_error_errno(r,
@@ -446,7 +496,7 @@ static int manager_open_listeners(Manager *m) {
                         return r;
                 log_info("Listening on %s", name);
         }
-        return 0;
+        return manager_listen_http_api(m);
 }
 
 static int manager_add_periodic(Manager *m, sd_event_source **s, uint64_t interval,
@@ -684,6 +734,7 @@ Manager *manager_free(Manager *m) {
         }
         /* After the local store: the fallback's hits it completed (sync=always) were in it. */
         m->remote = remote_free(m->remote);
+        http_api_server_free(m->http_api); /* no batch in flight now; before the server it schedules into */
         server_free(m->server);
 
         sd_event_source_disable_unref(m->sigterm);

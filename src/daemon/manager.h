@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "http-api-server.h"
 #include "http.h"
 #include "listener.h"
 #include "remote.h"
@@ -38,6 +39,8 @@ typedef struct ManagerSettings {
         const char *config_path;
         const ListenAddress *listen; /* used unless socket-activated; n_listen >= 1 */
         size_t n_listen;
+        const ListenAddress *http_api; /* --http-api: used unless socket-activated; may be 0 */
+        size_t n_http_api;
         mode_t unix_mode;
         mode_t admin_unix_mode; /* of the admin Unix sockets we create (ListenAddress.admin) */
         StoreOptions store;     /* path must be set */

@@ -153,8 +153,8 @@ static void server_update_events(Server *s, Connection *c) {
         uint32_t events = 0;
         int r;
 
-        if (c->close_deferred)
-                return;
+        if (c->close_deferred || c->done)
+                return; /* (no socket) */
         if (c->lingering)
                 events = EPOLLIN;
         else if (!c->eof && !c->closing && !s->stopping && !c->blocked && c->in_len < CONNECTION_IN_SIZE)
@@ -382,6 +382,11 @@ void server_accept(int fd, bool is_tcp, bool admin, Server *s) {
 static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
         uint32_t held = 0;
 
+        if (c->done) {
+                c->in_flight = false;
+                c->done(c, c->userdata);
+                return;
+        }
         if (was_in_flight) {
                 c->in_flight = false;
                 if (c->close_deferred) {
@@ -730,6 +735,15 @@ void server_stop(Server *s) {
         }
         if (!s->connections)
                 (void) sd_event_exit(s->event, 0);
+}
+
+void server_schedule(Server *s, Connection *c) {
+        c->framed = true; /* its protocol is its own: nothing to frame */
+        ready_append(s, c);
+}
+
+void server_unschedule(Server *s, Connection *c) {
+        ready_remove(s, c);
 }
 
 const ServerCounters *server_counters(const Server *s) {

@@ -66,6 +66,7 @@ typedef struct ServerCounters {
 } ServerCounters;
 
 typedef struct Server Server;
+typedef struct Connection Connection; /* connection.h */
 
 int server_new(sd_event *e, const ServerSettings *settings, Server **ret);
 /* Closes every connection. Accepts NULL. */
@@ -96,6 +97,12 @@ void server_set_metrics(Server *s, Metrics *metrics);
  * accepted on an admin listener, see Connection.admin). When stopping it is closed; over
  * max_connections it is answered an ERR and closed. */
 void server_accept(int fd, bool is_tcp, bool admin, Server *s);
+
+/* Schedules c, a connection without a socket (Connection.done set, fd < 0, its input the
+ * request), into the next batch; c->done runs when that batch answered it. c must stay alive
+ * until then, or be taken back with server_unschedule() before a batch took it. */
+void server_schedule(Server *s, Connection *c);
+void server_unschedule(Server *s, Connection *c);
 
 /* Stop: reads once what each connection's socket already holds, then no more; a connection
  * with nothing to answer or send is closed at once (idle pooled connections do not hold up
