@@ -294,9 +294,9 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
                 st->body_size = size;
         }
         if (st->too_big) {
+                /* answered now; once the answer is sent, the rest is refused (on_frame_send()) */
                 grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                    "request message larger than 16 KiB");
-                (void) nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_NO_ERROR);
                 return 0;
         }
         memcpy(st->body + st->body_len, data, len);
@@ -321,6 +321,19 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         else
                 g->ready_head = st;
         g->ready_tail = st;
+        return 0;
+}
+
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+        GrpcStream *st;
+
+        if (frame->hd.type != NGHTTP2_HEADERS || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+                return 0;
+        st = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+        if (st && st->too_big)
+                /* answered before the request ended: the peer may stop sending */
+                (void) nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                                 NGHTTP2_NO_ERROR);
         return 0;
 }
 
@@ -355,6 +368,7 @@ static int grpc_setup(void) {
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(grpc_callbacks, on_data_chunk);
         nghttp2_session_callbacks_set_on_frame_recv_callback(grpc_callbacks, on_frame_recv);
         nghttp2_session_callbacks_set_on_stream_close_callback(grpc_callbacks, on_stream_close);
+        nghttp2_session_callbacks_set_on_frame_send_callback(grpc_callbacks, on_frame_send);
         /* closed streams are not kept for priorities: gRPC uses none */
         nghttp2_option_set_no_closed_streams(grpc_option, 1);
         return 0;
@@ -441,6 +455,8 @@ void frontend_grpc_send(Connection *c, size_t output_limit) {
                 memcpy(p, data, (size_t) n);
                 c->out_len += (size_t) n;
         }
+        if (connection_unsent(c) >= output_limit && nghttp2_session_want_write(g->session))
+                c->blocked = true; /* the rest once the peer has read (server_flush() unblocks) */
         if (!nghttp2_session_want_read(g->session) && !nghttp2_session_want_write(g->session))
                 c->closing = true; /* after a GOAWAY, or the peer's */
         grpc_update_work(g);
@@ -564,6 +580,10 @@ static void grpc_take(Batch *b, Connection *c) {
         uint64_t now;
 
         rls_arena_reset(&g->arena); /* the previous batch of c is answered */
+        if (connection_unsent(c) >= batch_settings(b)->output_limit) {
+                c->blocked = true; /* a peer that does not read: nothing more until it does */
+                return;
+        }
         if (c->in_len > c->in_pos) {
                 ssize_t n = nghttp2_session_mem_recv(g->session, (const uint8_t *) c->in + c->in_pos,
                                                      c->in_len - c->in_pos);

@@ -23,6 +23,7 @@ Run one test:  tests/integration/test_grpc.py Grpc.test_ok_then_over_limit
 import importlib.util
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -235,6 +236,35 @@ class Grpc(harness.DaemonTestCase):
         self.assertIn("grpc-status: 12", out.stdout, out.stdout + out.stderr)
         # nothing was charged
         self.assertEqual(self.statuses(self.rls(self.request(key))), [(self.pb.RateLimitResponse.OK, 2)])
+
+    def nghttp(self, body, *headers):
+        nghttp = shutil.which("nghttp")
+        if not nghttp:
+            self.fail("nghttp is missing (nghttp2-client; tools/bootstrap installs it)")
+        path = os.path.join(self.tmp, "body-%d.bin" % len(body))
+        with open(path, "wb") as f:
+            f.write(body)
+        cmd = [nghttp, "-v", "-d", path, "-H", "content-type: application/grpc", "-H", "te: trailers"]
+        for h in headers:
+            cmd += ["-H", h]
+        out = subprocess.run(cmd + ["http://127.0.0.1:%d%s" % (self.grpc_port, RLS)],
+                             capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+        return out.stdout + out.stderr
+
+    def test_message_too_large(self):
+        # 16 KiB is the most: one byte more is refused, on its stream only
+        body = bytes(16 * 1024 + 1)
+        out = self.nghttp(bytes([0]) + len(body).to_bytes(4, "big") + body)
+        self.assertIn("grpc-status: 8", out, out)
+        self.rls(self.request([("generic_key", "j-%d" % os.getpid())]))
+
+    def test_not_http2_closes_that_connection(self):
+        with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=harness.IO_TIMEOUT) as s:
+            s.sendall(b"HIT generic_key=x\n" * 4)
+            data = harness.read_until_close(s, reset_ends=True)
+        # our SETTINGS, then a GOAWAY (type 7) before the close
+        self.assertIn(b"\x07", data[:200])
+        self.rls(self.request([("generic_key", "k-%d" % os.getpid())]))
 
 
 class GrpcBackendError(harness.DaemonTestCase):
