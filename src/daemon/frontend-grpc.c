@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +26,114 @@
         1024u /* bytes: a call's body buffer up to this is kept for the next call of its connection;        \
                * a larger one is given back when the call ends */
 #define GRPC_STREAMS_KEEP 16 /* finished calls' structs kept per connection for the next ones */
+#define GRPC_POOL_CLASSES 9  /* nghttp2's blocks of 16 B .. 4 KiB are kept for reuse, ... */
+#define GRPC_POOL_KEEP                                                                                      \
+        32 /* ... up to this many per size: nghttp2 allocates ~8 blocks per stream, which then cost         \
+            * no malloc() (at most 256 KiB kept per connection) */
+
+/* nghttp2's allocator for one connection: freed blocks of up to 4 KiB go to a free list of
+ * their size class and are handed out again, so a stream in the steady state costs no
+ * malloc(). Every block has a header naming its class (GRPC_POOL_CLASSES: a larger one). */
+typedef struct GrpcPoolBlock {
+        struct GrpcPoolBlock *next; /* on its free list */
+        size_t cls;
+        size_t size;         /* of the caller's bytes */
+        max_align_t align[]; /* the caller's bytes */
+} GrpcPoolBlock;
+
+typedef struct GrpcPool {
+        GrpcPoolBlock *free[GRPC_POOL_CLASSES];
+        unsigned n_free[GRPC_POOL_CLASSES];
+} GrpcPool;
+
+static size_t pool_class(size_t n) {
+        size_t cls = 0;
+
+        while (cls < GRPC_POOL_CLASSES && ((size_t) 16 << cls) < n)
+                cls++;
+        return cls;
+}
+
+static void *pool_malloc(size_t n, void *mem_user_data) {
+        GrpcPool *pool = mem_user_data;
+        size_t cls = pool_class(n);
+        GrpcPoolBlock *b;
+
+        if (cls < GRPC_POOL_CLASSES && pool->free[cls]) {
+                b = pool->free[cls];
+                pool->free[cls] = b->next;
+                pool->n_free[cls]--;
+                return b->align;
+        }
+        if (n > SIZE_MAX - sizeof *b)
+                return NULL;
+        n = cls < GRPC_POOL_CLASSES ? (size_t) 16 << cls : n;
+        b = malloc(sizeof *b + n);
+        if (!b)
+                return NULL;
+        b->cls = cls;
+        b->size = n;
+        return b->align;
+}
+
+static GrpcPoolBlock *pool_block(void *p) {
+        return (GrpcPoolBlock *) ((char *) p - offsetof(GrpcPoolBlock, align));
+}
+
+static void pool_free(void *p, void *mem_user_data) {
+        GrpcPool *pool = mem_user_data;
+        GrpcPoolBlock *b;
+
+        if (!p)
+                return;
+        b = pool_block(p);
+        if (b->cls < GRPC_POOL_CLASSES && pool->n_free[b->cls] < GRPC_POOL_KEEP) {
+                b->next = pool->free[b->cls];
+                pool->free[b->cls] = b;
+                pool->n_free[b->cls]++;
+                return;
+        }
+        free(b);
+}
+
+static void *pool_calloc(size_t nmemb, size_t size, void *mem_user_data) {
+        void *p;
+
+        if (size != 0 && nmemb > SIZE_MAX / size)
+                return NULL;
+        p = pool_malloc(nmemb * size, mem_user_data);
+        if (p)
+                memset(p, 0, nmemb * size);
+        return p;
+}
+
+static void *pool_realloc(void *p, size_t n, void *mem_user_data) {
+        GrpcPoolBlock *b;
+        size_t old;
+        void *q;
+
+        if (!p)
+                return pool_malloc(n, mem_user_data);
+        b = pool_block(p);
+        if (n <= b->size)
+                return p;
+        q = pool_malloc(n, mem_user_data);
+        if (!q)
+                return NULL;
+        old = b->size;
+        memcpy(q, p, old);
+        pool_free(p, mem_user_data);
+        return q;
+}
+
+static void pool_done(GrpcPool *pool) {
+        for (size_t i = 0; i < GRPC_POOL_CLASSES; i++)
+                while (pool->free[i]) {
+                        GrpcPoolBlock *b = pool->free[i];
+                        pool->free[i] = b->next;
+                        free(b);
+                }
+}
 
 typedef enum GrpcMethod {
         GRPC_METHOD_UNKNOWN,
@@ -63,6 +173,8 @@ typedef struct GrpcStream {
 struct GrpcConn {
         Connection *c;
         nghttp2_session *session;
+        GrpcPool pool;                       /* nghttp2's memory (outlives the session) */
+        nghttp2_mem mem;                     /* the pool's functions */
         RlsArena arena;                      /* the requests decoded by one take() and their replies */
         GrpcStream *ready_head, *ready_tail; /* calls received whole, waiting for a batch */
         GrpcStream *all;                     /* every call open */
@@ -390,12 +502,18 @@ int frontend_grpc_attach(Connection *c) {
                 return -ENOMEM;
         g->c = c;
         rls_arena_init(&g->arena, GRPC_ARENA_MAX);
-        if (nghttp2_session_server_new2(&g->session, grpc_callbacks, g, grpc_option) != 0) {
+        g->mem = (nghttp2_mem){ .mem_user_data = &g->pool,
+                                .malloc = pool_malloc,
+                                .free = pool_free,
+                                .calloc = pool_calloc,
+                                .realloc = pool_realloc };
+        if (nghttp2_session_server_new3(&g->session, grpc_callbacks, g, grpc_option, &g->mem) != 0) {
                 free(g);
                 return -ENOMEM;
         }
         if (nghttp2_submit_settings(g->session, NGHTTP2_FLAG_NONE, settings, 2) != 0) {
                 nghttp2_session_del(g->session);
+                pool_done(&g->pool);
                 free(g);
                 return -ENOMEM;
         }
@@ -422,6 +540,7 @@ void frontend_grpc_detach(Connection *c) {
                 stream_free(st);
         }
         rls_arena_done(&g->arena);
+        pool_done(&g->pool);
         free(g);
         c->grpc = NULL;
 }
