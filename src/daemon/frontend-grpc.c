@@ -545,6 +545,18 @@ void frontend_grpc_detach(Connection *c) {
         c->grpc = NULL;
 }
 
+bool frontend_grpc_stop(Connection *c) {
+        GrpcConn *g = c->grpc;
+
+        if (!g || g->n_streams == 0)
+                return false;
+        (void) nghttp2_submit_goaway(g->session, NGHTTP2_FLAG_NONE,
+                                     nghttp2_session_get_last_proc_stream_id(g->session), NGHTTP2_NO_ERROR,
+                                     NULL, 0);
+        grpc_update_work(g);
+        return true;
+}
+
 void frontend_grpc_send(Connection *c, size_t output_limit) {
         GrpcConn *g = c->grpc;
 

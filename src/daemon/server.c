@@ -729,6 +729,8 @@ static void server_stop_connection(Server *s, Connection *c) {
                 }
                 server_queue(s, c);
         }
+        if (frontend_grpc_stop(c))
+                server_queue(s, c); /* its GOAWAY is sent by the batch that answers its calls */
         if (!c->on_ready && !c->blocked && connection_unsent(c) == 0) {
                 log_debug("Connection %" PRIu64 ": nothing to answer at stop, closing", c->id);
                 s->counters.connections_closed_at_stop++;
