@@ -227,13 +227,15 @@ void batch_group_close(Batch *b, BatchSlot *first, size_t n,
                         deny = deny ||
                                (rule_enforcing(rule) && rule_trivial_decision(rule) == RULE_TRIVIAL_DENY);
                 }
-        if (deny) {
-                /* a rule that always denies decides: nothing of the group is charged */
-                for (size_t s = 0; s < n; s++)
-                        for (uint32_t i = 0; i < first[s].n_rules; i++)
-                                b->rule_hit[first[s].first_rule + i] = -1;
-                b->core.n_hits = from;
-        }
+        if (deny)
+                /* a rule that always denies decides: nothing of the group is charged, and the
+                 * other slots' rules tell what they have (a PEEK of the same count) */
+                for (size_t h = from; h < b->core.n_hits; h++) {
+                        b->hits[h].op = ALGO_PEEK;
+                        b->hits[h].group = 0;
+                }
+        for (size_t s = 0; s < n; s++)
+                first[s].group_denied = deny;
         if (verb_algo_op[first->verb] != ALGO_RESET)
                 for (size_t s = 0; s < n; s++) {
                         refill(b, &first[s], userdata);

@@ -161,7 +161,8 @@ typedef struct GrpcStream {
         RlsStatus *st;
         RlsHits *hits;
         const Rule **rules;
-        int error_status; /* GrpcStatus of the first slot that failed; 0: none */
+        int error_status;  /* GrpcStatus of the first slot that failed; 0: none */
+        bool group_denied; /* a rule that always denies decided: the others' hits were PEEKs */
         const char *error_reason;
         /* the response's message (prefix included), read by the data provider */
         uint8_t *resp;
@@ -849,15 +850,17 @@ static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
         for (uint32_t i = 0; i < st->n_desc; i++)
                 over = over || st->st[i].over_limit;
         if (over && st->n_desc > 1)
-                /* all or nothing: the store undid the others' hits; each reported its decision as if
-                 * alone, so what is left is what it had */
+                /* all or nothing: the others were not charged. Each reported its decision as if
+                 * alone: what it would have left after its TAKE (the store undid it, or, when a
+                 * rule that always denies decided, it was a PEEK of the same count), or after its
+                 * REFUND (undone); what is left is what it had. */
                 for (uint32_t i = 0; i < st->n_desc; i++) {
                         RlsStatus *s = &st->st[i];
                         const RlsHits *h = &st->hits[i];
 
                         if (!s->has_limit || s->over_limit)
                                 continue;
-                        if (h->kind == RLS_HIT_TAKE)
+                        if (h->kind == RLS_HIT_TAKE || (h->kind == RLS_HIT_REFUND && st->group_denied))
                                 s->remaining = s->remaining + h->count > s->requests_per_unit
                                                        ? s->requests_per_unit
                                                        : s->remaining + h->count;
@@ -891,6 +894,7 @@ static void grpc_slot_done(Batch *b, const BatchSlot *slot) {
 static size_t grpc_format_decision(Batch *b, const BatchSlot *slot, const BatchDecision *d, char *p) {
         GrpcStream *st = slot->fe_data;
 
+        st->group_denied = st->group_denied || slot->group_denied;
         if (batch_settings(b)->grpc_backend_unavailable && !st->error_status &&
             batch_slot_fallback(b, slot)) {
                 /* Envoy's failure_mode_deny decides rather than the rule's onBackendError */

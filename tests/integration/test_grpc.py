@@ -158,6 +158,7 @@ class Grpc(harness.DaemonTestCase):
         resp = self.rls(self.request(key, [("path", "/closed")]))
         self.assertEqual(resp.overall_code, OVER)
         self.assertEqual([s.code for s in resp.statuses], [OK, OVER])
+        self.assertEqual(resp.statuses[0].limit_remaining, 3)  # what it had
         self.assertEqual(self.statuses(self.rls(self.request(key))), [(OK, 2)])
 
     def test_hits_addend(self):
