@@ -325,7 +325,7 @@ static void group_refill(Batch *b, BatchSlot *slot, void *userdata) {
 
 /* The HITs of pairs[0..n), taken as one all-or-nothing group into one batch (on connection 0,
  * answered in the line protocol); their replies. */
-static const char *group_of(const char **pairs, size_t n) {
+static const char *group_of_verb(const char **pairs, size_t n, ProtoVerb verb) {
         BatchSlot *first = NULL;
         uint32_t group = batch_group_id(batch);
 
@@ -336,7 +336,7 @@ static const char *group_of(const char **pairs, size_t n) {
 
                 group_refill(batch, &(BatchSlot){ .n = i }, pairs);
                 slot = batch_slot_add(batch, conns[0], (ProtoSlice){ pairs[i], strlen(pairs[i]) });
-                slot->verb = PROTO_VERB_HIT;
+                slot->verb = verb;
                 slot->count = 1;
                 slot->group = group;
                 slot->n = i;
@@ -346,6 +346,10 @@ static const char *group_of(const char **pairs, size_t n) {
         batch_group_close(batch, first, n, group_refill, pairs);
         ck_assert_uint_eq(finish(), n);
         return output(0);
+}
+
+static const char *group_of(const char **pairs, size_t n) {
+        return group_of_verb(pairs, n, PROTO_VERB_HIT);
 }
 
 /* Consecutive slots are one group: nothing is charged unless every one is allowed; each
@@ -370,6 +374,13 @@ START_TEST (test_group_across_slots) {
         ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_ACCEPTED), 1);
         ck_assert_str_eq(batch_of("HIT c=1 ip=i3\n"), "OK true 5 0\n");
         ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_REJECTED), 1);
+        /* TAKE: the credits counted are the ones charged */
+        const char *take[] = { "f=g4", "f=g5" }, *take_denied[] = { "f=g4", "a=1" };
+        group_of_verb(take, 2, PROTO_VERB_TAKE);
+        ck_assert_uint_eq(metrics_verb_credits(metrics, PROTO_VERB_TAKE), 2);
+        group_of_verb(take_denied, 2, PROTO_VERB_TAKE);
+        ck_assert_uint_eq(metrics_verb_credits(metrics, PROTO_VERB_TAKE), 2);
+        ck_assert_str_eq(batch_of("HIT f=g4\n"), "OK true 3 60\n");
 }
 END_TEST
 
