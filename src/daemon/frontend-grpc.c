@@ -181,7 +181,6 @@ struct GrpcConn {
         GrpcStream *all;                     /* every call open */
         GrpcStream *free_list;
         unsigned n_free, n_streams;
-        bool refill_failed;
 };
 
 static nghttp2_session_callbacks *grpc_callbacks;
@@ -618,19 +617,13 @@ static void grpc_health(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessage
         grpc_respond_ok(g, st);
 }
 
-typedef struct GrpcTake {
-        GrpcStream *st;
-        RlsRequest *req;
-} GrpcTake;
-
 /* batch_group_close()'s refill: slot's descriptor into the batch's request again. */
 static void grpc_refill(Batch *b, BatchSlot *slot, void *userdata) {
-        GrpcTake *t = userdata;
+        const RlsRequest *req = userdata;
         RlsHits hits;
         const char *why;
 
-        if (rls_descriptor_request(t->req, slot->n, batch_request(b), &hits, &why) < 0)
-                t->st->g->refill_failed = true; /* cannot be: it passed once */
+        (void) rls_descriptor_request(req, slot->n, batch_request(b), &hits, &why); /* passed once */
 }
 
 static const ProtoVerb rls_hit_verb[] = {
@@ -658,10 +651,18 @@ static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessa
                 return true;
         }
         r = rls_request_check(req, &why);
+        if (r < 0) {
+                grpc_respond_error(g, st, GRPC_STATUS_INVALID_ARGUMENT, why);
+                return true;
+        }
         n = rls_request_descriptors(req);
         st->n_desc = (uint32_t) n;
-        st->st = r < 0 ? NULL : rls_arena_alloc(&g->arena, n * sizeof *st->st);
-        st->hits = r < 0 ? NULL : rls_arena_alloc(&g->arena, n * sizeof *st->hits);
+        st->st = rls_arena_alloc(&g->arena, n * sizeof *st->st);
+        st->hits = rls_arena_alloc(&g->arena, n * sizeof *st->hits);
+        if (!st->st || !st->hits) {
+                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                return true;
+        }
         for (size_t i = 0; r >= 0 && i < n; i++) {
                 r = rls_descriptor_request(req, i, batch_request(b), &st->hits[i], &why);
                 if (r >= 0 && st->hits[i].kind == RLS_HIT_REFUND && !c->admin &&
@@ -674,10 +675,6 @@ static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessa
         }
         if (r < 0) {
                 grpc_respond_error(g, st, GRPC_STATUS_INVALID_ARGUMENT, why);
-                return true;
-        }
-        if (!st->st || !st->hits) {
-                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
                 return true;
         }
         if (!batch_room_for(b, n))
@@ -701,7 +698,7 @@ static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessa
                 batch_match(b, slot);
         }
         if (group)
-                batch_group_close(b, first, n, grpc_refill, &(GrpcTake){ .st = st, .req = req });
+                batch_group_close(b, first, n, grpc_refill, req);
         return true;
 }
 
