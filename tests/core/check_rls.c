@@ -161,7 +161,7 @@ END_TEST
 START_TEST (test_entries_bound) {
         static uint8_t buf[16384];
         static TDesc d;
-        static char keys[ENTRIES_MAX][8];
+        static char keys[ENTRIES_MAX][24];
         ProtoRequest req;
         RlsArena a;
         RlsRequest *r;
