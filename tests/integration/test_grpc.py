@@ -133,6 +133,17 @@ class Grpc(harness.DaemonTestCase):
         self.assertEqual(self.statuses(resp), [(OVER, 0)])
         self.assertGreaterEqual(resp.statuses[0].duration_until_reset.seconds, 1)
 
+    def test_concurrent_calls_on_one_connection(self):
+        """More calls at once than SETTINGS_MAX_CONCURRENT_STREAMS (128), on one channel: each is
+        answered, and exactly the limit's worth are OK."""
+        OK, OVER = self.pb.RateLimitResponse.OK, self.pb.RateLimitResponse.OVER_LIMIT
+        call = self.channel.unary_unary(RLS, request_serializer=self.pb.RateLimitRequest.SerializeToString,
+                                        response_deserializer=self.pb.RateLimitResponse.FromString)
+        req = self.request([("generic_key", "conc-%d" % os.getpid())])
+        futures = [call.future(req, timeout=harness.IO_TIMEOUT) for _ in range(300)]
+        codes = [f.result().overall_code for f in futures]
+        self.assertEqual((codes.count(OK), codes.count(OVER)), (3, 297))
+
     def test_window_without_unit(self):
         resp = self.rls(self.request([("tenant", "t-%d" % os.getpid())]))
         lim = resp.statuses[0].current_limit
