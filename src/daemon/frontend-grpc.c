@@ -153,6 +153,7 @@ typedef struct GrpcStream {
         bool answered;          /* a response was submitted */
         bool in_batch;          /* slots of the batch point to it */
         bool closed;            /* nghttp2 closed the stream while in_batch */
+        bool on_ready;          /* on the ready list */
         uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none (grpc-timeout) */
         uint8_t *body;          /* the request's bytes (prefix included) */
         size_t body_len, body_size;
@@ -160,7 +161,6 @@ typedef struct GrpcStream {
         uint32_t n_desc, n_done;
         RlsStatus *st;
         RlsHits *hits;
-        const Rule **rules;
         int error_status;  /* GrpcStatus of the first slot that failed; 0: none */
         bool group_denied; /* a rule that always denies decided: the others' hits were PEEKs */
         const char *error_reason;
@@ -223,6 +223,9 @@ static void stream_free(GrpcStream *st) {
 static void ready_unlink(GrpcConn *g, GrpcStream *st) {
         GrpcStream **p = &g->ready_head, *prev = NULL;
 
+        if (!st->on_ready)
+                return;
+        st->on_ready = false;
         for (; *p; prev = *p, p = &(*p)->next)
                 if (*p == st) {
                         *p = st->next;
@@ -428,6 +431,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
                 return 0;
         /* the call is whole: it waits for a batch */
         st->next = NULL;
+        st->on_ready = true;
         if (g->ready_tail)
                 g->ready_tail->next = st;
         else
@@ -770,6 +774,7 @@ static void grpc_take(Batch *b, Connection *c) {
                 if (!g->ready_head)
                         g->ready_tail = NULL;
                 st->next = NULL;
+                st->on_ready = false;
         }
         grpc_update_work(g);
 }
