@@ -313,6 +313,32 @@ class GrpcBackendError(harness.DaemonTestCase):
     def test_unavailable(self):
         self.assertEqual(self.call("--grpc-backend-error=unavailable"), grpc.StatusCode.UNAVAILABLE)
 
+    def test_deadline_exceeded(self):
+        """grpc-timeout 100 ms on a Redis that accepts and never answers (--backend-timeout 2 s):
+        the answer comes after the deadline, so it is DEADLINE_EXCEEDED (sent with nghttp, which
+        has no deadline of its own)."""
+        nghttp = shutil.which("nghttp")
+        if not nghttp:
+            self.fail("nghttp is missing (nghttp2-client; tools/bootstrap installs it)")
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(16)
+            port = harness.free_tcp_port()
+            d = self.start_daemon(data_path("grpc.ini"),
+                                  args=["--store", "redis://127.0.0.1:%d" % silent.getsockname()[1],
+                                        "--backend-timeout", "2000", "--grpc", "tcp:127.0.0.1:%d" % port])
+            r = self.pb.RateLimitRequest(domain="rl")
+            r.descriptors.add().entries.add(key="generic_key", value="late")
+            body = r.SerializeToString()
+            path = os.path.join(d.tmpdir, "late.bin")
+            with open(path, "wb") as f:
+                f.write(bytes([0]) + len(body).to_bytes(4, "big") + body)
+            out = subprocess.run([nghttp, "-v", "-d", path, "-H", "content-type: application/grpc", "-H",
+                                  "te: trailers", "-H", "grpc-timeout: 100m",
+                                  "http://127.0.0.1:%d%s" % (port, RLS)],
+                                 capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+        self.assertIn("grpc-status: 4", out.stdout, out.stdout + out.stderr)
+
 
 if __name__ == "__main__":
     harness.main()
