@@ -630,6 +630,32 @@ static void grpc_refill(Batch *b, BatchSlot *slot, void *userdata) {
         (void) rls_descriptor_request(req, slot->n, batch_request(b), &hits, &why); /* passed once */
 }
 
+/* What --debug logs as a descriptor's request: its pairs as a line's ("domain=envoy k=v"), in
+ * the arena; without --debug, nothing. */
+static ProtoSlice grpc_debug_text(Batch *b, GrpcConn *g, const ProtoRequest *req) {
+        size_t len = 0;
+        char *p;
+
+        if (!batch_settings(b)->debug)
+                return (ProtoSlice){ "", 0 };
+        for (size_t i = 0; i < req->n_pairs; i++)
+                len += req->pairs[i].key.len + req->pairs[i].value.len + 2;
+        p = rls_arena_alloc(&g->arena, len);
+        if (!p)
+                return (ProtoSlice){ "", 0 };
+        len = 0;
+        for (size_t i = 0; i < req->n_pairs; i++) {
+                if (i > 0)
+                        p[len++] = ' ';
+                memcpy(p + len, req->pairs[i].key.ptr, req->pairs[i].key.len);
+                len += req->pairs[i].key.len;
+                p[len++] = '=';
+                memcpy(p + len, req->pairs[i].value.ptr, req->pairs[i].value.len);
+                len += req->pairs[i].value.len;
+        }
+        return (ProtoSlice){ p, len };
+}
+
 static const ProtoVerb rls_hit_verb[] = {
         [RLS_HIT_TAKE] = PROTO_VERB_TAKE,
         [RLS_HIT_PEEK] = PROTO_VERB_PEEK,
@@ -690,8 +716,7 @@ static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessa
                 BatchSlot *slot;
 
                 (void) rls_descriptor_request(req, i, batch_request(b), &st->hits[i], &why);
-                slot = batch_slot_add(
-                        b, c, (ProtoSlice){ rls_request_domain(req), strlen(rls_request_domain(req)) });
+                slot = batch_slot_add(b, c, grpc_debug_text(b, g, batch_request(b)));
                 slot->verb = rls_hit_verb[st->hits[i].kind];
                 slot->count = st->hits[i].count;
                 slot->group = group;
