@@ -16,7 +16,6 @@
 #include "log.h"
 
 #include "core/grpc.h"
-#include "core/ratelimit-headers.h"
 #include "core/rls.h"
 #include "shared/clock.h"
 
@@ -822,44 +821,11 @@ static void grpc_status_of(const BatchDecision *d, RlsStatus *s) {
         s->reset_seconds = d->res.reset > 0 ? (uint64_t) d->res.reset : 0;
 }
 
-/* The IETF RateLimit fields of the call's binding status: the first over its limit, else the one
- * with the least left. */
-static size_t grpc_headers(GrpcConn *g, const GrpcStream *st, RlsHeader *h) {
-        const RlsStatus *best = NULL;
-        char *policy, *state;
-
-        for (uint32_t i = 0; i < st->n_desc; i++) {
-                const RlsStatus *s = &st->st[i];
-                if (!s->has_limit)
-                        continue;
-                if (s->over_limit) {
-                        best = s;
-                        break;
-                }
-                if (!best || s->remaining < best->remaining)
-                        best = s;
-        }
-        if (!best)
-                return 0;
-        policy = rls_arena_alloc(&g->arena, RATELIMIT_HEADER_MAX);
-        state = rls_arena_alloc(&g->arena, RATELIMIT_HEADER_MAX);
-        if (!policy || !state)
-                return 0;
-        ratelimit_header_policy(policy, best->name, best->name ? strlen(best->name) : 0,
-                                best->requests_per_unit, best->window_seconds);
-        ratelimit_header_state(state, best->name, best->name ? strlen(best->name) : 0, best->remaining,
-                               best->reset_seconds);
-        h[0] = (RlsHeader){ "RateLimit-Policy", policy };
-        h[1] = (RlsHeader){ "RateLimit", state };
-        return 2;
-}
-
 /* Every descriptor of st is decided: the reply. */
 static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
-        RlsHeader headers[2];
+        RlsHeader headers[RLS_HEADERS_MAX];
         size_t nh = 0, len;
         RlsResponse *resp;
-        bool over = false;
 
         st->in_batch = false;
         if (st->closed) {
@@ -874,28 +840,9 @@ static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
                 grpc_respond_error(g, st, GRPC_STATUS_DEADLINE_EXCEEDED, "deadline exceeded");
                 return;
         }
-        for (uint32_t i = 0; i < st->n_desc; i++)
-                over = over || st->st[i].over_limit;
-        if (over && st->n_desc > 1)
-                /* all or nothing: the others were not charged. Each reported its decision as if
-                 * alone: what it would have left after its TAKE (the store undid it, or, when a
-                 * rule that always denies decided, it was a PEEK of the same count), or after its
-                 * REFUND (undone); what is left is what it had. */
-                for (uint32_t i = 0; i < st->n_desc; i++) {
-                        RlsStatus *s = &st->st[i];
-                        const RlsHits *h = &st->hits[i];
-
-                        if (!s->has_limit || s->over_limit)
-                                continue;
-                        if (h->kind == RLS_HIT_TAKE || (h->kind == RLS_HIT_REFUND && st->group_denied))
-                                s->remaining = s->remaining + h->count > s->requests_per_unit
-                                                       ? s->requests_per_unit
-                                                       : s->remaining + h->count;
-                        else if (h->kind == RLS_HIT_REFUND)
-                                s->remaining = s->remaining > h->count ? s->remaining - h->count : 0;
-                }
+        (void) rls_statuses_settle(st->st, st->hits, st->n_desc, st->group_denied);
         if (batch_settings(b)->grpc_ratelimit_headers)
-                nh = grpc_headers(g, st, headers);
+                nh = rls_ratelimit_headers(&g->arena, st->st, st->n_desc, headers);
         resp = rls_response_build(&g->arena, st->st, st->n_desc, headers, nh);
         if (!resp) {
                 grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
