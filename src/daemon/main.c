@@ -491,6 +491,11 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "unix-mode", required_argument, NULL, ARG_UNIX_MODE },
                 { "admin-unix-mode", required_argument, NULL, ARG_ADMIN_UNIX_MODE },
                 { "inspect", required_argument, NULL, ARG_INSPECT },
+                /* Envoy's rate limit service over gRPC (issue #34) */
+                { "grpc", required_argument, NULL, ARG_GRPC },
+                { "grpc-allow-refunds", no_argument, NULL, ARG_GRPC_ALLOW_REFUNDS },
+                { "grpc-ratelimit-headers", no_argument, NULL, ARG_GRPC_RATELIMIT_HEADERS },
+                { "grpc-backend-error", required_argument, NULL, ARG_GRPC_BACKEND_ERROR },
                 { "db", required_argument, NULL, 'd' },
                 { "map-size", required_argument, NULL, ARG_MAP_SIZE },
                 { "map-size-max", required_argument, NULL, ARG_MAP_SIZE_MAX },
@@ -524,11 +529,6 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 /* RESP (issue #17) */
                 { "resp", required_argument, NULL, ARG_RESP },
                 { "allow-client-limits", no_argument, NULL, ARG_ALLOW_CLIENT_LIMITS },
-                /* Envoy's rate limit service over gRPC (issue #34) */
-                { "grpc", required_argument, NULL, ARG_GRPC },
-                { "grpc-allow-refunds", no_argument, NULL, ARG_GRPC_ALLOW_REFUNDS },
-                { "grpc-ratelimit-headers", no_argument, NULL, ARG_GRPC_RATELIMIT_HEADERS },
-                { "grpc-backend-error", required_argument, NULL, ARG_GRPC_BACKEND_ERROR },
                 {},
         };
         char *end;
