@@ -149,6 +149,23 @@ static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, AlgoOp op,
         };
 }
 
+/* The hits of slot's canaries (its rules matched, its request in b->core.request): each counts
+ * on its own; TAKE and HIT charge them as HIT does; PEEK leaves them alone. */
+static void batch_add_canaries(Batch *b, const BatchSlot *slot) {
+        AlgoOp op = verb_algo_op[slot->verb];
+
+        if (op == ALGO_PEEK)
+                return;
+        for (uint32_t i = 0; i < slot->n_rules; i++) {
+                const Rule *rule = b->rules_matched[slot->first_rule + i];
+
+                if (rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
+                        continue;
+                batch_add_hit(b, slot->first_rule + i, rule, op, slot->count, 0);
+                b->hits[b->core.n_hits - 1].at_usec = slot->at_usec; /* (not the last slot's, at a close) */
+        }
+}
+
 /* Matches the parsed request of slot: its rules, and the store hits its verb makes.
  * Canaries count on their own (TAKE and HIT charge them as HIT does; PEEK leaves them alone);
  * the enforcing rules (continue rules and the stop rule) of a HIT or TAKE are one
@@ -185,18 +202,14 @@ void batch_match(Batch *b, BatchSlot *slot) {
         b->core.n_rules_matched += n;
         if (slot->verb == PROTO_VERB_EXPLAIN)
                 return;
-        if (op == ALGO_TAKE && n_enforcing > 1)
+        if (slot->group != 0)
+                group = slot->group; /* a group across slots: its canaries come at its close */
+        else if (op == ALGO_TAKE && n_enforcing > 1)
                 group = (uint32_t) (b->core.n_slots); /* this slot's index + 1: never 0 */
 
         /* Canaries first, so that the enforcing hits of a group are consecutive. */
-        for (size_t i = 0; i < n; i++) {
-                const Rule *rule = matched[i];
-
-                if (rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
-                        continue;
-                if (op != ALGO_PEEK)
-                        batch_add_hit(b, base + i, rule, op, slot->count, 0);
-        }
+        if (slot->group == 0)
+                batch_add_canaries(b, slot);
         for (size_t i = 0; i < n; i++) {
                 const Rule *rule = matched[i];
 
@@ -207,6 +220,44 @@ void batch_match(Batch *b, BatchSlot *slot) {
                 batch_add_hit(b, base + i, rule, op, slot->count, group);
         }
         slot->n_hits = (uint32_t) (b->core.n_hits - slot->first_hit);
+}
+
+void batch_group_close(Batch *b, BatchSlot *first, size_t n,
+                       void (*refill)(Batch *b, BatchSlot *slot, void *userdata), void *userdata) {
+        size_t from = first->first_hit;
+        bool deny = false;
+
+        for (size_t s = 0; s < n; s++)
+                for (uint32_t i = 0; i < first[s].n_rules; i++) {
+                        const Rule *rule = b->rules_matched[first[s].first_rule + i];
+                        deny = deny ||
+                               (rule_enforcing(rule) && rule_trivial_decision(rule) == RULE_TRIVIAL_DENY);
+                }
+        if (deny)
+                /* a rule that always denies decides: nothing of the group is charged, and the
+                 * other slots' rules tell what they have (a PEEK of the same count) */
+                for (size_t h = from; h < b->core.n_hits; h++) {
+                        b->hits[h].op = ALGO_PEEK;
+                        b->hits[h].group = 0;
+                }
+        for (size_t s = 0; s < n; s++)
+                first[s].group_denied = deny;
+        if (verb_algo_op[first->verb] != ALGO_RESET)
+                for (size_t s = 0; s < n; s++) {
+                        refill(b, &first[s], userdata);
+                        batch_add_canaries(b, &first[s]);
+                }
+        for (size_t s = 0; s < n; s++) {
+                first[s].first_hit = (uint32_t) from;
+                first[s].n_hits = (uint32_t) (b->core.n_hits - from);
+        }
+}
+
+bool batch_slot_fallback(const Batch *b, const BatchSlot *slot) {
+        for (uint32_t i = 0; i < slot->n_hits; i++)
+                if (b->hits[slot->first_hit + i].fallback)
+                        return true;
+        return false;
 }
 
 void batch_slot_error(BatchSlot *slot, ProtoErrorCode code, const char *reason) {
@@ -486,13 +537,27 @@ static void batch_decide(Batch *b, const BatchSlot *slot, BatchDecision *d) {
 
 /* A version 2 verb's request in the metrics (a client's limit's as the verb of its operation),
  * with the credits it consumed (HIT's are divvy's metrics, counted by batch_decide()). */
+/* Whether the group across slots that slot is in was charged (every enforcing hit allowed);
+ * true for a slot in no such group. */
+static bool batch_group_charged(const Batch *b, const BatchSlot *slot) {
+        if (slot->group == 0)
+                return true;
+        if (slot->group_denied)
+                return false;
+        for (uint32_t i = 0; i < slot->n_hits; i++) {
+                const StoreHit *h = &b->hits[slot->first_hit + i];
+                if (h->group == slot->group && !h->res.allowed)
+                        return false;
+        }
+        return true;
+}
+
 static void batch_count_verb(Batch *b, const BatchSlot *slot, const BatchDecision *d) {
+        bool consumed = slot->verb == PROTO_VERB_CHARGE ||
+                        (slot->verb == PROTO_VERB_TAKE && d->res.allowed && batch_group_charged(b, slot));
+
         if (slot->verb != PROTO_VERB_HIT && b->metrics)
-                metrics_count_verb(b->metrics, slot->verb, d->res.allowed,
-                                   (slot->verb == PROTO_VERB_TAKE && d->res.allowed) ||
-                                                   slot->verb == PROTO_VERB_CHARGE
-                                           ? slot->count
-                                           : 0);
+                metrics_count_verb(b->metrics, slot->verb, d->res.allowed, consumed ? slot->count : 0);
 }
 
 /* The -errno with which the store failed slot's hits, or 0: the whole batch's (store_error), or

@@ -43,6 +43,7 @@
 typedef enum ConnectionProto {
         CONNECTION_PROTO_UNDECIDED,
         CONNECTION_PROTO_LINE,
+        CONNECTION_PROTO_GRPC, /* accepted on a --grpc listener: HTTP/2 from the first byte (#34) */
         CONNECTION_PROTO_RESP,
         CONNECTION_PROTO_HTTP, /* an HTTP API request (frontend-http.c), never a socket's first byte */
         _CONNECTION_PROTO_MAX,
@@ -65,6 +66,7 @@ typedef struct ConnectionResp {
 } ConnectionResp;
 
 typedef struct Connection Connection;
+typedef struct GrpcConn GrpcConn; /* frontend-grpc.c's */
 
 struct Connection {
         uint64_t id; /* for log messages */
@@ -76,6 +78,8 @@ struct Connection {
         uint8_t proto;        /* ConnectionProto */
         bool resp_allowed;    /* a first byte '*' makes it RESP (else: the line protocol, --resp=off) */
         ConnectionResp *resp; /* CONNECTION_PROTO_RESP only */
+        GrpcConn *grpc;       /* CONNECTION_PROTO_GRPC only (frontend-grpc.c; freed by the server) */
+        bool grpc_work;       /* gRPC: calls waiting for a batch, or HTTP/2 frames to send */
 
         char *in;      /* CONNECTION_IN_SIZE bytes */
         size_t in_len; /* bytes received */

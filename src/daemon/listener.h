@@ -48,6 +48,7 @@ typedef struct ListenAddress {
         uint16_t port;  /* LISTEN_TCP: 1..65535 */
         char path[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* LISTEN_UNIX */
         bool admin; /* "admin:" prefix: its connections may send REFUND and RESET (issue #15) */
+        bool grpc;  /* --grpc: its connections speak gRPC over HTTP/2 (issue #34) */
 } ListenAddress;
 
 /* Parses "tcp:HOST:PORT" (HOST may be "[v6]") or "unix:PATH" (absolute or relative,
@@ -97,3 +98,8 @@ void listener_set_accept(Listener *l, ListenerAcceptFunc accept, void *userdata)
 const char *listener_name(const Listener *l);
 /* Whether its connections are admin connections (Connection.admin). */
 bool listener_is_admin(const Listener *l);
+
+/* Whether a socket-activation name marks a gRPC listener (--grpc): it contains
+ * LISTEN_GRPC_FDNAME ("grpc", "admin-grpc", ...). NULL: no. */
+#define LISTEN_GRPC_FDNAME "grpc"
+bool listen_fdname_is_grpc(const char *name);

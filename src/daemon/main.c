@@ -48,6 +48,18 @@ static void help(void) {
                "                           ... of admin Unix sockets (default 0%o)\n"
                "      --inspect=all|admin  Who may PEEK at counters and EXPLAIN rules: any client\n"
                "                           (default) or admin listeners only\n"
+               "      --grpc=ADDR          Serve Envoy's rate limit service (gRPC, HTTP/2 with prior\n"
+               "                           knowledge) on [admin:]tcp:HOST:PORT or [admin:]unix:PATH;\n"
+               "                           repeatable; passed sockets whose name contains \"grpc\"\n"
+               "      --grpc-allow-refunds Accept is_negative_hits on every --grpc listener (default:\n"
+               "                           admin: ones only)\n"
+               "      --grpc-backend-error=rules|unavailable\n"
+               "                           With --store: what a call gets when Redis fails it: its\n"
+               "                           rules' onBackendError (default) or UNAVAILABLE, for\n"
+               "                           Envoy's failure_mode_deny\n"
+               "      --grpc-ratelimit-headers\n"
+               "                           Add the IETF draft's RateLimit and RateLimit-Policy fields\n"
+               "                           to each response's response_headers_to_add\n"
                "  -d, --db=DIR             Store directory: journal and LMDB checkpoint\n"
                "                           (default $STATE_DIRECTORY, else %s)\n"
                "      --map-size=BYTES     Initial LMDB map size, suffixes K M G (default 64M)\n"
@@ -140,6 +152,8 @@ typedef struct Options {
         char password[512];                  /* --store-password-file's first line */
         bool statsd_tcp, allow_root;
         bool compat_divvy; /* --compat=divvy: --check-config also runs config_check_divvy() */
+        ListenAddress grpc_addresses[LISTEN_MAX]; /* --grpc (issue #34) */
+        size_t n_grpc;
 } Options;
 
 /* Prints diag's messages of a failed r on stderr (or r's errno text for path if it has none),
@@ -240,6 +254,10 @@ static int parse_two_words(const char *arg, const char *yes, const char *no, boo
 enum {
         ARG_VERSION = 0x100,
         ARG_DUMP_CONFIG,
+        ARG_GRPC,
+        ARG_GRPC_ALLOW_REFUNDS,
+        ARG_GRPC_RATELIMIT_HEADERS,
+        ARG_GRPC_BACKEND_ERROR,
         ARG_UNIX_MODE,
         ARG_ADMIN_UNIX_MODE,
         ARG_INSPECT,
@@ -443,6 +461,25 @@ static int parse_metrics_option(int c, const char *arg, Options *o) {
         case ARG_ALLOW_CLIENT_LIMITS:
                 o->settings.server.allow_client_limits = true;
                 return 0;
+        case ARG_GRPC:
+                if (o->n_grpc >= LISTEN_MAX)
+                        return usage_error("--grpc (at most 64)", arg);
+                if (listen_address_parse(arg, &o->grpc_addresses[o->n_grpc]) < 0)
+                        return usage_error("--grpc (expected [admin:]tcp:HOST:PORT or [admin:]unix:PATH)",
+                                           arg);
+                o->grpc_addresses[o->n_grpc++].grpc = true;
+                return 0;
+        case ARG_GRPC_ALLOW_REFUNDS:
+                o->settings.server.grpc_allow_refunds = true;
+                return 0;
+        case ARG_GRPC_RATELIMIT_HEADERS:
+                o->settings.server.grpc_ratelimit_headers = true;
+                return 0;
+        case ARG_GRPC_BACKEND_ERROR:
+                if (parse_two_words(arg, "unavailable", "rules",
+                                    &o->settings.server.grpc_backend_unavailable) < 0)
+                        return usage_error("--grpc-backend-error (rules or unavailable)", arg);
+                return 0;
         case ARG_METRICS_PATH:
                 if (arg[0] != '/')
                         return usage_error("--metrics-path (must start with '/')", arg);
@@ -465,6 +502,11 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "unix-mode", required_argument, NULL, ARG_UNIX_MODE },
                 { "admin-unix-mode", required_argument, NULL, ARG_ADMIN_UNIX_MODE },
                 { "inspect", required_argument, NULL, ARG_INSPECT },
+                /* Envoy's rate limit service over gRPC (issue #34) */
+                { "grpc", required_argument, NULL, ARG_GRPC },
+                { "grpc-allow-refunds", no_argument, NULL, ARG_GRPC_ALLOW_REFUNDS },
+                { "grpc-ratelimit-headers", no_argument, NULL, ARG_GRPC_RATELIMIT_HEADERS },
+                { "grpc-backend-error", required_argument, NULL, ARG_GRPC_BACKEND_ERROR },
                 { "db", required_argument, NULL, 'd' },
                 { "map-size", required_argument, NULL, ARG_MAP_SIZE },
                 { "map-size-max", required_argument, NULL, ARG_MAP_SIZE_MAX },
@@ -759,6 +801,11 @@ static int settings_from_env(Options *o) {
                         return -EINVAL;
                 o->n_listen = 1;
         }
+        /* the --grpc listeners after the others */
+        if (o->n_listen + o->n_grpc > LISTEN_MAX)
+                return log_error_errno(EINVAL, "At most %d --listen and --grpc options", LISTEN_MAX);
+        for (size_t i = 0; i < o->n_grpc; i++)
+                o->addresses[o->n_listen++] = o->grpc_addresses[i];
         settings->listen = o->addresses;
         settings->n_listen = o->n_listen;
         settings->http_api = o->http_api;

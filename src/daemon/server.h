@@ -52,6 +52,9 @@ typedef struct ServerSettings {
         bool resp;                         /* a connection whose first byte is '*' speaks RESP (#17) */
         bool allow_client_limits;          /* RESP: CL.THROTTLE and RL.* (limits a client defines) */
         bool inspect_admin;                /* PEEK and EXPLAIN on admin listeners only (--inspect=admin) */
+        bool grpc_allow_refunds;           /* gRPC: is_negative_hits on any --grpc listener */
+        bool grpc_ratelimit_headers;       /* gRPC: the IETF RateLimit fields in each response */
+        bool grpc_backend_unavailable;     /* gRPC: UNAVAILABLE where onBackendError would decide */
 } ServerSettings;
 
 /* Counters of the connections and the batches, for STATUS and the tests; monotonic unless
@@ -97,6 +100,8 @@ void server_set_metrics(Server *s, Metrics *metrics);
  * accepted on an admin listener, see Connection.admin). When stopping it is closed; over
  * max_connections it is answered an ERR and closed. */
 void server_accept(int fd, bool is_tcp, bool admin, Server *s);
+/* The same for a --grpc listener's socket: a gRPC connection (frontend-grpc.h). */
+void server_accept_grpc(int fd, bool is_tcp, bool admin, Server *s);
 
 /* Schedules c, a connection without a socket (Connection.done set, fd < 0, its input the
  * request), into the next batch; c->done runs when that batch answered it. c must stay alive
