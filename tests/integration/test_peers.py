@@ -15,8 +15,6 @@ Run one test:  tests/integration/test_peers.py Peers.test_redis_cell
 
 import os
 import shutil
-import struct
-import subprocess
 import sys
 import time
 
@@ -59,27 +57,13 @@ class Peers(harness.DaemonTestCase):
     def setUpClass(cls):
         tmp = harness.make_tmpdir()
         cls.addClassCleanup(shutil.rmtree, tmp, True)
-        cc = os.environ.get("CC", "cc").split()
-        lib = os.path.join(tmp, "fakeclock.so")
-        src = os.path.join(harness.top_srcdir(), "tests", "integration", "fakeclock.c")
-        try:
-            subprocess.run(cc + ["-shared", "-fPIC", "-o", lib, src, "-ldl"], check=True,
-                           timeout=60 * harness.TIMEOUT_SCALE, capture_output=True)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise harness.HarnessError("cannot compile fakeclock.c: %s" % e)
-        cls.clock_path = os.path.join(tmp, "clock")
-        cls.clock_fd = os.open(cls.clock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        cls.addClassCleanup(os.close, cls.clock_fd)
+        clock = harness.FakeClock(tmp)
+        cls.addClassCleanup(clock.close)
+        cls.set_clock = clock.set_ns
         cls.set_clock(BASE_NS)
-        env = {"LD_PRELOAD": lib, "FAKECLOCK_FILE": cls.clock_path,
-               "ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS", ""),
-                                                     "verify_asan_link_order=0"]))}
+        env = clock.env()
         cls.d = cls.start_shared_daemon(data_path("verbs.ini"), tmpdir=tmp, env=env,
                                         args=["--allow-client-limits", "--sweep-interval=1"])
-
-    @classmethod
-    def set_clock(cls, ns):
-        os.pwrite(cls.clock_fd, struct.pack("<q", ns), 0)
 
     def replay(self, name):
         start = BASE_NS + CASE_GAP_NS * {"redis-cell.tsv": 1, "redis-cell-derived.tsv": 10**2,
