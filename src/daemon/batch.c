@@ -124,8 +124,8 @@ static const AlgoOp verb_algo_op[_PROTO_VERB_MAX] = {
         [PROTO_VERB_REFUND] = ALGO_REFUND, [PROTO_VERB_RESET] = ALGO_RESET,
 };
 
-static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, AlgoOp op, uint64_t count,
-                          uint32_t group) {
+static void batch_add_hit(Batch *b, const BatchSlot *slot, size_t rule_at, const Rule *rule, AlgoOp op,
+                          uint64_t count, uint32_t group) {
         ProtoSlice actor = rule_actor(rule, &b->core.request);
 
         b->rule_hit[rule_at] = (int32_t) b->core.n_hits;
@@ -139,9 +139,25 @@ static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, AlgoOp op,
                 .op = op,
                 .count = count,
                 .group = group,
-                .at_usec = b->core.slots[b->core.n_slots - 1].at_usec,
+                .at_usec = slot->at_usec,
                 .rule = rule,
         };
+}
+
+/* The hits of slot's canaries (its rules matched, its request in b->core.request): each counts
+ * on its own; TAKE and HIT charge them as HIT does; PEEK leaves them alone. */
+static void batch_add_canaries(Batch *b, const BatchSlot *slot) {
+        AlgoOp op = verb_algo_op[slot->verb];
+
+        if (op == ALGO_PEEK)
+                return;
+        for (uint32_t i = 0; i < slot->n_rules; i++) {
+                const Rule *rule = b->rules_matched[slot->first_rule + i];
+
+                if (rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
+                        continue;
+                batch_add_hit(b, slot, slot->first_rule + i, rule, op, slot->count, 0);
+        }
 }
 
 /* Matches the parsed request of slot: its rules, and the store hits its verb makes.
@@ -180,18 +196,14 @@ void batch_match(Batch *b, BatchSlot *slot) {
         b->core.n_rules_matched += n;
         if (slot->verb == PROTO_VERB_EXPLAIN)
                 return;
-        if (op == ALGO_TAKE && n_enforcing > 1)
+        if (slot->group != 0)
+                group = slot->group; /* a group across slots: its canaries come at its close */
+        else if (op == ALGO_TAKE && n_enforcing > 1)
                 group = (uint32_t) (b->core.n_slots); /* this slot's index + 1: never 0 */
 
         /* Canaries first, so that the enforcing hits of a group are consecutive. */
-        for (size_t i = 0; i < n; i++) {
-                const Rule *rule = matched[i];
-
-                if (rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
-                        continue;
-                if (op != ALGO_PEEK)
-                        batch_add_hit(b, base + i, rule, op, slot->count, 0);
-        }
+        if (slot->group == 0)
+                batch_add_canaries(b, slot);
         for (size_t i = 0; i < n; i++) {
                 const Rule *rule = matched[i];
 
@@ -199,9 +211,38 @@ void batch_match(Batch *b, BatchSlot *slot) {
                         continue;
                 if (deny && op == ALGO_TAKE)
                         continue; /* an always-deny rule decides: nothing is charged */
-                batch_add_hit(b, base + i, rule, op, slot->count, group);
+                batch_add_hit(b, slot, base + i, rule, op, slot->count, group);
         }
         slot->n_hits = (uint32_t) (b->core.n_hits - slot->first_hit);
+}
+
+void batch_group_close(Batch *b, BatchSlot *first, size_t n,
+                       void (*refill)(Batch *b, BatchSlot *slot, void *userdata), void *userdata) {
+        size_t from = first->first_hit;
+        bool deny = false;
+
+        for (size_t s = 0; s < n; s++)
+                for (uint32_t i = 0; i < first[s].n_rules; i++) {
+                        const Rule *rule = b->rules_matched[first[s].first_rule + i];
+                        deny = deny ||
+                               (rule_enforcing(rule) && rule_trivial_decision(rule) == RULE_TRIVIAL_DENY);
+                }
+        if (deny) {
+                /* a rule that always denies decides: nothing of the group is charged */
+                for (size_t s = 0; s < n; s++)
+                        for (uint32_t i = 0; i < first[s].n_rules; i++)
+                                b->rule_hit[first[s].first_rule + i] = -1;
+                b->core.n_hits = from;
+        }
+        if (verb_algo_op[first->verb] != ALGO_RESET)
+                for (size_t s = 0; s < n; s++) {
+                        refill(b, &first[s], userdata);
+                        batch_add_canaries(b, &first[s]);
+                }
+        for (size_t s = 0; s < n; s++) {
+                first[s].first_hit = (uint32_t) from;
+                first[s].n_hits = (uint32_t) (b->core.n_hits - from);
+        }
 }
 
 void batch_slot_error(BatchSlot *slot, ProtoErrorCode code, const char *reason) {

@@ -45,6 +45,8 @@ typedef struct BatchSettings {
         uint64_t client_time_max_age_usec; /* TAKE/PEEK/CHARGE @time: how old it may be; 0 refuses it */
         bool allow_client_limits;          /* RESP: CL.THROTTLE and RL.* (limits a client defines) */
         bool inspect_admin;                /* PEEK and EXPLAIN on admin listeners only (--inspect=admin) */
+        bool grpc_allow_refunds;           /* gRPC: is_negative_hits on any --grpc listener */
+        bool grpc_ratelimit_headers;       /* gRPC: the IETF RateLimit fields in each response */
 } BatchSettings;
 
 typedef struct Batch Batch;

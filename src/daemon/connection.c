@@ -220,6 +220,13 @@ static void connection_frame_resp(Connection *c) {
 void connection_frame(Connection *c) {
         ProtoSlice line = {};
 
+        if (c->proto == CONNECTION_PROTO_GRPC) {
+                /* HTTP/2 frames: the front-end hands every byte to nghttp2 */
+                c->frame_result = c->in_len > c->in_pos || c->grpc_work;
+                c->framed = true;
+                return;
+        }
+
         if (c->proto != CONNECTION_PROTO_LINE) {
                 connection_frame_resp(c);
                 return;
@@ -235,6 +242,8 @@ bool connection_has_request(Connection *c) {
         ProtoSlice line;
         size_t consumed;
 
+        if (c->proto == CONNECTION_PROTO_GRPC)
+                return c->in_len > c->in_pos || c->grpc_work;
         if (c->in_len <= c->in_pos)
                 return false;
         if (c->eof)

@@ -43,12 +43,16 @@ typedef struct BatchSlot {
         ProtoVerb verb;
         uint64_t count;   /* the request's count (1 for HIT) */
         uint64_t at_usec; /* the client's timestamp, or 0 */
+        /* Nonzero: the slot is one of consecutive slots whose enforcing hits, of any verb, form ONE
+         * all-or-nothing group (batch_group_close()); the group's id, its first slot's index + 1. */
+        uint32_t group;
         ProtoErrorCode error_code;
         const char *error_reason; /* static, or NULL */
         /* The front-end's own: what its reply needs beyond the engine's decision. */
         uint8_t fe_cmd, fe_reply, fe_sub;
         ProtoSlice arg;
         uint64_t n;
+        void *fe_data;
 } BatchSlot;
 
 /* One decision, as the engine hands it to a front-end: the algorithm's result (a RESET's deleted
@@ -132,6 +136,27 @@ void batch_slot_error(BatchSlot *slot, ProtoErrorCode code, const char *reason);
 bool batch_admit(Batch *b, BatchSlot *slot);
 /* Matches the parsed request of slot (the batch's last): its rules and its store hits. */
 void batch_match(Batch *b, BatchSlot *slot);
+/* A group across slots (gRPC's descriptors of one request, decided all or nothing): the
+ * front-end adds n consecutive slots, each with slot->group = batch_group_id() of the first and
+ * matched by batch_match(), which then adds only their enforcing hits, all in that group; then
+ * batch_group_close() finishes the group: if a rule that always denies matched one of them, none
+ * of the group's hits is made (their other rules report no decision: BatchDecision.rule NULL);
+ * the canaries' hits follow the group's (refill(b, slot, userdata) parses each slot's request
+ * into batch_request() again, for their actors), and every slot of the group covers the group's
+ * hits (one failing fails them all). Nothing is charged unless every enforcing hit allows; each
+ * reports its decision as if alone (store.h). */
+static inline uint32_t batch_group_id(const Batch *b) {
+        return (uint32_t) ((const BatchCore *) (const void *) b)->n_slots + 1;
+}
+void batch_group_close(Batch *b, BatchSlot *first, size_t n,
+                       void (*refill)(Batch *b, BatchSlot *slot, void *userdata), void *userdata);
+/* batch_room() for a request of n slots taken at once. */
+static inline bool batch_room_for(const Batch *b, size_t n) {
+        const BatchCore *k = (const BatchCore *) (const void *) b;
+
+        return k->n_slots + n <= BATCH_REQUESTS_MAX && k->n_hits + n * RULES_MATCH_MAX <= BATCH_HITS_MAX &&
+               k->n_rules_matched + n * RULES_MATCH_MAX <= BATCH_RULES_MAX;
+}
 /* Reserves n bytes of replies in c's output (growing it if needed: the one allocation taking a
  * request may make). False: stop taking from c; with nothing taken yet (taken == 0) the
  * connection is out of memory and closes (its input dropped); else the rest waits for the next

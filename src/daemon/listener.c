@@ -27,6 +27,7 @@ struct Listener {
         int fd;
         bool is_tcp;
         bool admin;       /* its connections are admin connections */
+        bool grpc;        /* its connections speak gRPC (--grpc) */
         bool unlink_path; /* a Unix socket file we created */
         char name[LISTEN_ADDRESS_MAX + 8];
         char path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
@@ -106,6 +107,10 @@ bool listen_fdname_is_admin(const char *name) {
         return name && strncmp(name, LISTEN_ADMIN_FDNAME, strlen(LISTEN_ADMIN_FDNAME)) == 0;
 }
 
+bool listen_fdname_is_grpc(const char *name) {
+        return name && strstr(name, LISTEN_GRPC_FDNAME);
+}
+
 static int listener_pause_handler(sd_event_source *s, uint64_t usec, void *userdata) {
         Listener *l = userdata;
 
@@ -173,7 +178,10 @@ static int listener_io_handler(sd_event_source *s, int fd, uint32_t revents, voi
                                 return 0;
                         }
                 }
-                server_accept(cfd, l->is_tcp, l->admin, l->server);
+                if (l->grpc)
+                        server_accept_grpc(cfd, l->is_tcp, l->admin, l->server);
+                else
+                        server_accept(cfd, l->is_tcp, l->admin, l->server);
         }
         return 0;
 }
@@ -355,6 +363,9 @@ int listener_new(sd_event *e, const ListenAddress *a, mode_t unix_mode, Server *
         }
         listen_address_to_string(a, l->name, sizeof l->name);
         l->admin = a->admin;
+        l->grpc = a->grpc;
+        if (l->grpc)
+                strcat(l->name, " [grpc]"); /* name has room for it beyond LISTEN_ADDRESS_MAX */
 
         if (a->kind == LISTEN_UNIX)
                 r = listener_open_unix(l, a, unix_mode, errbuf, errbuf_size);
@@ -397,8 +408,9 @@ int listener_adopt(sd_event *e, int fd, const char *name, Server *server, Listen
         l->fd = fd;
         l->is_tcp = sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0;
         l->admin = listen_fdname_is_admin(name);
-        snprintf(l->name, sizeof l->name, "fd %d (%s)%s", fd, name ? name : "unnamed",
-                 l->admin ? " [admin]" : "");
+        l->grpc = listen_fdname_is_grpc(name);
+        snprintf(l->name, sizeof l->name, "fd %d (%s)%s%s", fd, name ? name : "unnamed",
+                 l->admin ? " [admin]" : "", l->grpc ? " [grpc]" : "");
 
         r = listener_start(l);
         if (r < 0) {

@@ -48,6 +48,7 @@ typedef struct ListenAddress {
         uint16_t port;  /* LISTEN_TCP: 1..65535 */
         char path[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* LISTEN_UNIX */
         bool admin; /* "admin:" prefix: its connections may send REFUND and RESET (issue #15) */
+        bool grpc;  /* --grpc: its connections speak gRPC over HTTP/2 (issue #34) */
 } ListenAddress;
 
 /* Parses "tcp:HOST:PORT" (HOST may be "[v6]") or "unix:PATH" (absolute or relative,
@@ -82,6 +83,11 @@ Listener *listener_free(Listener *l);
 /* Whether a socket-activation name (FileDescriptorName=, LISTEN_FDNAMES) marks an admin
  * listener: it starts with LISTEN_ADMIN_FDNAME ("admin", "admin-tcp", ...). NULL: no. */
 bool listen_fdname_is_admin(const char *name);
+
+/* Whether a socket-activation name marks a gRPC listener (--grpc): it contains
+ * LISTEN_GRPC_FDNAME ("grpc", "admin-grpc", ...). NULL: no. */
+#define LISTEN_GRPC_FDNAME "grpc"
+bool listen_fdname_is_grpc(const char *name);
 
 /* "tcp:127.0.0.1:8321", "admin:unix:PATH"; adopted: "fd 3 (NAME)", "fd 4 (admin) [admin]". */
 const char *listener_name(const Listener *l);

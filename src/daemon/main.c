@@ -102,6 +102,14 @@ static void help(void) {
                "      --allow-client-limits\n"
                "                           Accept CL.THROTTLE, GCRA and RL.* over RESP: limits that the\n"
                "                           clients define (default off; local store only)\n"
+               "      --grpc=ADDR          Serve Envoy's rate limit service (gRPC, HTTP/2 with prior\n"
+               "                           knowledge) on [admin:]tcp:HOST:PORT or [admin:]unix:PATH;\n"
+               "                           repeatable; passed sockets whose name contains \"grpc\"\n"
+               "      --grpc-allow-refunds Accept is_negative_hits on every --grpc listener (default:\n"
+               "                           admin: ones only)\n"
+               "      --grpc-ratelimit-headers\n"
+               "                           Add the IETF draft's RateLimit and RateLimit-Policy fields\n"
+               "                           to each response's response_headers_to_add\n"
                "  -n, --check-config       Validate CONFIG, print a summary (and a line per rule with\n"
                "                           another algorithm or policy than divvy's; warnings for rules\n"
                "                           whose divvy keys in Redis can meet), exit\n"
@@ -124,8 +132,10 @@ typedef enum Action {
 typedef struct Options {
         Action action;
         ManagerSettings settings;
-        ListenAddress addresses[LISTEN_MAX];
+        ListenAddress addresses[2 * LISTEN_MAX]; /* --listen's, then --grpc's */
         size_t n_listen;
+        ListenAddress grpc_addresses[LISTEN_MAX];
+        size_t n_grpc;
         const char *statsd_port, *http_port; /* checked, converted with the environment's */
         char password[512];                  /* --store-password-file's first line */
         bool statsd_tcp, allow_root;
@@ -265,6 +275,9 @@ enum {
         /* RESP (issue #17) */
         ARG_RESP,
         ARG_ALLOW_CLIENT_LIMITS,
+        ARG_GRPC,
+        ARG_GRPC_ALLOW_REFUNDS,
+        ARG_GRPC_RATELIMIT_HEADERS,
 };
 
 /* The store's and the server's options. Returns 0, 1 if c is none of them, or the exit
@@ -432,6 +445,20 @@ static int parse_metrics_option(int c, const char *arg, Options *o) {
         case ARG_ALLOW_CLIENT_LIMITS:
                 o->settings.server.allow_client_limits = true;
                 return 0;
+        case ARG_GRPC:
+                if (o->n_grpc >= LISTEN_MAX)
+                        return usage_error("--grpc (at most 64)", arg);
+                if (listen_address_parse(arg, &o->grpc_addresses[o->n_grpc]) < 0)
+                        return usage_error("--grpc (expected [admin:]tcp:HOST:PORT or [admin:]unix:PATH)",
+                                           arg);
+                o->grpc_addresses[o->n_grpc++].grpc = true;
+                return 0;
+        case ARG_GRPC_ALLOW_REFUNDS:
+                o->settings.server.grpc_allow_refunds = true;
+                return 0;
+        case ARG_GRPC_RATELIMIT_HEADERS:
+                o->settings.server.grpc_ratelimit_headers = true;
+                return 0;
         case ARG_METRICS_PATH:
                 if (arg[0] != '/')
                         return usage_error("--metrics-path (must start with '/')", arg);
@@ -487,6 +514,10 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 /* RESP (issue #17) */
                 { "resp", required_argument, NULL, ARG_RESP },
                 { "allow-client-limits", no_argument, NULL, ARG_ALLOW_CLIENT_LIMITS },
+                /* Envoy's rate limit service over gRPC (issue #34) */
+                { "grpc", required_argument, NULL, ARG_GRPC },
+                { "grpc-allow-refunds", no_argument, NULL, ARG_GRPC_ALLOW_REFUNDS },
+                { "grpc-ratelimit-headers", no_argument, NULL, ARG_GRPC_RATELIMIT_HEADERS },
                 {},
         };
         char *end;
@@ -735,6 +766,8 @@ static int settings_from_env(Options *o) {
                         return -EINVAL;
                 o->n_listen = 1;
         }
+        for (size_t i = 0; i < o->n_grpc; i++)
+                o->addresses[o->n_listen++] = o->grpc_addresses[i];
         settings->listen = o->addresses;
         settings->n_listen = o->n_listen;
 

@@ -16,6 +16,7 @@
 
 #include "batch.h"
 #include "frontends.h"
+#include "frontend-grpc.h"
 #include "connection.h"
 #include "log.h"
 #include "server.h"
@@ -133,6 +134,7 @@ static void server_close_now(Server *s, Connection *c) {
                 c->next->prev = c->prev;
         s->counters.connections_current--;
         server_metrics_connections(s);
+        frontend_grpc_detach(c);
         connection_free(c);
 
         if (s->stopping && !s->connections)
@@ -312,7 +314,17 @@ static int server_epoll_handler(sd_event_source *es, int fd, uint32_t revents, v
         return 0;
 }
 
+static void server_accept_as(int fd, bool is_tcp, bool admin, bool grpc, Server *s);
+
 void server_accept(int fd, bool is_tcp, bool admin, Server *s) {
+        server_accept_as(fd, is_tcp, admin, false, s);
+}
+
+void server_accept_grpc(int fd, bool is_tcp, bool admin, Server *s) {
+        server_accept_as(fd, is_tcp, admin, true, s);
+}
+
+static void server_accept_as(int fd, bool is_tcp, bool admin, bool grpc, Server *s) {
         Connection *c = NULL;
         int r;
 
@@ -354,6 +366,11 @@ void server_accept(int fd, bool is_tcp, bool admin, Server *s) {
         }
         c->id = ++s->next_id;
         c->admin = admin;
+        if (grpc && (r = frontend_grpc_attach(c)) < 0) {
+                log_warning_errno(r, "Failed to set up a gRPC connection, closing it: %m");
+                connection_free(c);
+                return;
+        }
         c->resp_allowed = s->settings.resp;
         c->last_activity_usec = server_now(s, CLOCK_MONOTONIC);
 
@@ -394,6 +411,8 @@ static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
         if (c->closing)
                 connection_drop_input(c); /* lines after an ERR are discarded */
         connection_compact_input(c);
+        if (c->grpc)
+                frontend_grpc_send(c, s->settings.output_limit);
         /* requests were answered: what is left is the next one's start, its clock starts now */
         c->request_start_usec = c->in_len > 0 ? server_now(s, CLOCK_MONOTONIC) : 0;
 
@@ -588,7 +607,9 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                                           .debug = settings->debug,
                                           .client_time_max_age_usec = settings->client_time_max_age_usec,
                                           .allow_client_limits = settings->allow_client_limits,
-                                          .inspect_admin = settings->inspect_admin },
+                                          .inspect_admin = settings->inspect_admin,
+                                          .grpc_allow_refunds = settings->grpc_allow_refunds,
+                                          .grpc_ratelimit_headers = settings->grpc_ratelimit_headers },
                         &sb->batch);
                 sb->conns = calloc(BATCH_REQUESTS_MAX, sizeof *sb->conns);
                 if (r < 0 || !sb->conns) {

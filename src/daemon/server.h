@@ -52,6 +52,8 @@ typedef struct ServerSettings {
         bool resp;                         /* a connection whose first byte is '*' speaks RESP (#17) */
         bool allow_client_limits;          /* RESP: CL.THROTTLE and RL.* (limits a client defines) */
         bool inspect_admin;                /* PEEK and EXPLAIN on admin listeners only (--inspect=admin) */
+        bool grpc_allow_refunds;           /* gRPC: is_negative_hits on any --grpc listener */
+        bool grpc_ratelimit_headers;       /* gRPC: the IETF RateLimit fields in each response */
 } ServerSettings;
 
 /* Counters of the connections and the batches, for STATUS and the tests; monotonic unless
@@ -96,6 +98,8 @@ void server_set_metrics(Server *s, Metrics *metrics);
  * accepted on an admin listener, see Connection.admin). When stopping it is closed; over
  * max_connections it is answered an ERR and closed. */
 void server_accept(int fd, bool is_tcp, bool admin, Server *s);
+/* The same for a --grpc listener's socket: a gRPC connection (frontend-grpc.h). */
+void server_accept_grpc(int fd, bool is_tcp, bool admin, Server *s);
 
 /* Stop: reads once what each connection's socket already holds, then no more; a connection
  * with nothing to answer or send is closed at once (idle pooled connections do not hold up

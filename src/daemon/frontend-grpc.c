@@ -1,0 +1,770 @@
+/* SPDX-License-Identifier: MIT */
+/* frontend-grpc.c: Envoy's rate limit service over gRPC; see frontend-grpc.h. */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "frontend-grpc.h"
+#include "frontend.h"
+#include "log.h"
+
+#include "core/grpc.h"
+#include "core/ratelimit-headers.h"
+#include "core/rls.h"
+#include "shared/clock.h"
+
+#define GRPC_PATH_RLS    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+#define GRPC_PATH_HEALTH "/grpc.health.v1.Health/Check"
+#define GRPC_BODY_KEEP                                                                                      \
+        1024u /* bytes: a call's body buffer up to this is kept for the next call of its connection;        \
+               * a larger one is given back when the call ends */
+#define GRPC_STREAMS_KEEP 16 /* finished calls' structs kept per connection for the next ones */
+
+typedef enum GrpcMethod {
+        GRPC_METHOD_UNKNOWN,
+        GRPC_METHOD_RLS,
+        GRPC_METHOD_HEALTH,
+} GrpcMethod;
+
+typedef struct GrpcConn GrpcConn;
+
+/* One call (an HTTP/2 stream). */
+typedef struct GrpcStream {
+        GrpcConn *g;
+        int32_t id;
+        uint8_t method; /* GrpcMethod */
+        bool grpc_content_type;
+        bool too_big;           /* its body passed GRPC_MESSAGE_MAX: answered already */
+        bool answered;          /* a response was submitted */
+        bool in_batch;          /* slots of the batch point to it */
+        bool closed;            /* nghttp2 closed the stream while in_batch */
+        uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none (grpc-timeout) */
+        uint8_t *body;          /* the request's bytes (prefix included) */
+        size_t body_len, body_size;
+        /* ShouldRateLimit, while in the batch (arena memory) */
+        uint32_t n_desc, n_done;
+        RlsStatus *st;
+        RlsHits *hits;
+        const Rule **rules;
+        int error_status; /* GrpcStatus of the first slot that failed; 0: none */
+        const char *error_reason;
+        /* the response's message (prefix included), read by the data provider */
+        uint8_t *resp;
+        size_t resp_len, resp_size, resp_pos;
+        struct GrpcStream *next; /* on the ready list, or the free list */
+        struct GrpcStream *all_prev, *all_next;
+} GrpcStream;
+
+struct GrpcConn {
+        Connection *c;
+        nghttp2_session *session;
+        RlsArena arena;                      /* the requests decoded by one take() and their replies */
+        GrpcStream *ready_head, *ready_tail; /* calls received whole, waiting for a batch */
+        GrpcStream *all;                     /* every call open */
+        GrpcStream *free_list;
+        unsigned n_free, n_streams;
+        bool refill_failed;
+};
+
+static nghttp2_session_callbacks *grpc_callbacks;
+static nghttp2_option *grpc_option;
+
+static void grpc_update_work(GrpcConn *g) {
+        g->c->grpc_work = g->ready_head || nghttp2_session_want_write(g->session);
+}
+
+static GrpcStream *stream_new(GrpcConn *g, int32_t id) {
+        GrpcStream *st = g->free_list;
+
+        if (st) {
+                g->free_list = st->next;
+                g->n_free--;
+        } else {
+                st = calloc(1, sizeof *st);
+                if (!st)
+                        return NULL;
+        }
+        uint8_t *body = st->body, *resp = st->resp;
+        size_t body_size = st->body_size, resp_size = st->resp_size;
+        *st = (GrpcStream){
+                .g = g, .id = id, .body = body, .body_size = body_size, .resp = resp, .resp_size = resp_size
+        };
+        st->all_next = g->all;
+        if (g->all)
+                g->all->all_prev = st;
+        g->all = st;
+        g->n_streams++;
+        return st;
+}
+
+static void stream_free(GrpcStream *st) {
+        free(st->body);
+        free(st->resp);
+        free(st);
+}
+
+static void ready_unlink(GrpcConn *g, GrpcStream *st) {
+        GrpcStream **p = &g->ready_head, *prev = NULL;
+
+        for (; *p; prev = *p, p = &(*p)->next)
+                if (*p == st) {
+                        *p = st->next;
+                        if (g->ready_tail == st)
+                                g->ready_tail = prev;
+                        st->next = NULL;
+                        return;
+                }
+}
+
+/* The call is over: its struct goes to the free list (its buffers kept if small). */
+static void stream_release(GrpcConn *g, GrpcStream *st) {
+        ready_unlink(g, st);
+        if (st->all_prev)
+                st->all_prev->all_next = st->all_next;
+        else
+                g->all = st->all_next;
+        if (st->all_next)
+                st->all_next->all_prev = st->all_prev;
+        g->n_streams--;
+        if (g->n_free >= GRPC_STREAMS_KEEP) {
+                stream_free(st);
+                return;
+        }
+        if (st->body_size > GRPC_BODY_KEEP) {
+                free(st->body);
+                st->body = NULL;
+                st->body_size = 0;
+        }
+        if (st->resp_size > GRPC_BODY_KEEP) {
+                free(st->resp);
+                st->resp = NULL;
+                st->resp_size = 0;
+        }
+        st->next = g->free_list;
+        g->free_list = st;
+        g->n_free++;
+}
+
+static ssize_t grpc_read_body(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
+                              uint32_t *data_flags, nghttp2_data_source *source, void *user_data) {
+        GrpcStream *st = source->ptr;
+        size_t n = st->resp_len - st->resp_pos;
+        const nghttp2_nv trailer[] = {
+                { (uint8_t *) "grpc-status", (uint8_t *) "0", 11, 1, NGHTTP2_NV_FLAG_NONE },
+        };
+
+        if (n > length)
+                n = length;
+        memcpy(buf, st->resp + st->resp_pos, n);
+        st->resp_pos += n;
+        if (st->resp_pos == st->resp_len) {
+                *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+                if (nghttp2_submit_trailer(session, stream_id, trailer, 1) != 0)
+                        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
+        }
+        return (ssize_t) n;
+}
+
+#define NV(name, value)                                                                                     \
+        { (uint8_t *) (name), (uint8_t *) (value), strlen(name), strlen(value), NGHTTP2_NV_FLAG_NONE }
+
+/* Answers st with its message in st->resp and grpc-status 0. */
+static void grpc_respond_ok(GrpcConn *g, GrpcStream *st) {
+        const nghttp2_nv hdrs[] = { NV(":status", "200"), NV("content-type", "application/grpc") };
+        nghttp2_data_provider prd = { .source.ptr = st, .read_callback = grpc_read_body };
+        int r;
+
+        st->answered = true;
+        st->resp_pos = 0;
+        r = nghttp2_submit_response(g->session, st->id, hdrs, 2, &prd);
+        if (r != 0)
+                log_debug("Connection %" PRIu64 ": stream %" PRIi32 ": response not submitted: %s", g->c->id,
+                          st->id, nghttp2_strerror(r));
+}
+
+/* Answers st with a gRPC error, in a trailers-only response. */
+static void grpc_respond_error(GrpcConn *g, GrpcStream *st, GrpcStatus status, const char *reason) {
+        char code[4], msg[GRPC_MESSAGE_TEXT_MAX];
+        nghttp2_nv hdrs[] = { NV(":status", "200"), NV("content-type", "application/grpc"),
+                              NV("grpc-status", ""), NV("grpc-message", "") };
+        int r;
+
+        st->answered = true;
+        (void) snprintf(code, sizeof code, "%d", (int) status);
+        hdrs[2].value = (uint8_t *) code;
+        hdrs[2].valuelen = strlen(code);
+        hdrs[3].valuelen = grpc_message_encode(reason, strlen(reason), msg, sizeof msg);
+        hdrs[3].value = (uint8_t *) msg;
+        r = nghttp2_submit_response(g->session, st->id, hdrs, 4, NULL);
+        if (r != 0)
+                log_debug("Connection %" PRIu64 ": stream %" PRIi32 ": response not submitted: %s", g->c->id,
+                          st->id, nghttp2_strerror(r));
+}
+
+/* Makes room for a response message of len bytes (prefix included). */
+static int stream_resp_reserve(GrpcStream *st, size_t len) {
+        if (st->resp_size < len) {
+                uint8_t *p = realloc(st->resp, len);
+                if (!p)
+                        return -ENOMEM;
+                st->resp = p;
+                st->resp_size = len;
+        }
+        st->resp_len = len;
+        return 0;
+}
+
+/* ---- nghttp2's callbacks ---- */
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+        GrpcConn *g = user_data;
+        GrpcStream *st;
+
+        if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+                return 0;
+        if (g->n_streams >= GRPC_STREAMS_MAX || !(st = stream_new(g, frame->hd.stream_id))) {
+                /* over the limit we announced (before the peer acknowledged it), or no memory */
+                (void) nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                                 NGHTTP2_REFUSED_STREAM);
+                return 0;
+        }
+        (void) nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, st);
+        return 0;
+}
+
+static bool name_is(const uint8_t *name, size_t len, const char *want) {
+        return len == strlen(want) && memcmp(name, want, len) == 0;
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data) {
+        GrpcStream *st;
+
+        if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+                return 0;
+        st = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+        if (!st)
+                return 0;
+        if (name_is(name, namelen, ":path")) {
+                if (name_is(value, valuelen, GRPC_PATH_RLS))
+                        st->method = GRPC_METHOD_RLS;
+                else if (name_is(value, valuelen, GRPC_PATH_HEALTH))
+                        st->method = GRPC_METHOD_HEALTH;
+        } else if (name_is(name, namelen, "content-type"))
+                st->grpc_content_type = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                                        (valuelen == 16 || value[16] == '+' || value[16] == ';');
+        else if (name_is(name, namelen, "grpc-timeout")) {
+                uint64_t usec;
+                if (grpc_timeout_parse((const char *) value, valuelen, &usec) == 0)
+                        st->deadline_usec = clock_usec(CLOCK_MONOTONIC) + (usec ? usec : 1);
+        }
+        return 0;
+}
+
+static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id, const uint8_t *data,
+                         size_t len, void *user_data) {
+        GrpcConn *g = user_data;
+        GrpcStream *st = nghttp2_session_get_stream_user_data(session, stream_id);
+        size_t need;
+
+        if (!st || st->answered)
+                return 0;
+        need = st->body_len + len;
+        if (need > GRPC_PREFIX_SIZE + GRPC_MESSAGE_MAX)
+                st->too_big = true;
+        else if (need > st->body_size) {
+                size_t size = st->body_size ? st->body_size : 256;
+                uint8_t *p;
+
+                while (size < need)
+                        size *= 2;
+                if (size > GRPC_PREFIX_SIZE + GRPC_MESSAGE_MAX)
+                        size = GRPC_PREFIX_SIZE + GRPC_MESSAGE_MAX;
+                p = realloc(st->body, size);
+                if (!p) {
+                        grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                        return 0;
+                }
+                st->body = p;
+                st->body_size = size;
+        }
+        if (st->too_big) {
+                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                   "request message larger than 16 KiB");
+                (void) nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_NO_ERROR);
+                return 0;
+        }
+        memcpy(st->body + st->body_len, data, len);
+        st->body_len += len;
+        return 0;
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+        GrpcConn *g = user_data;
+        GrpcStream *st;
+
+        if ((frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) ||
+            !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+                return 0;
+        st = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+        if (!st || st->answered)
+                return 0;
+        /* the call is whole: it waits for a batch */
+        st->next = NULL;
+        if (g->ready_tail)
+                g->ready_tail->next = st;
+        else
+                g->ready_head = st;
+        g->ready_tail = st;
+        return 0;
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
+                           void *user_data) {
+        GrpcConn *g = user_data;
+        GrpcStream *st = nghttp2_session_get_stream_user_data(session, stream_id);
+
+        if (!st)
+                return 0;
+        (void) nghttp2_session_set_stream_user_data(session, stream_id, NULL);
+        if (st->in_batch) {
+                st->closed = true; /* released when its batch is done with it */
+                return 0;
+        }
+        stream_release(g, st);
+        return 0;
+}
+
+static int grpc_setup(void) {
+        int r;
+
+        if (grpc_callbacks)
+                return 0;
+        r = nghttp2_session_callbacks_new(&grpc_callbacks);
+        if (r == 0)
+                r = nghttp2_option_new(&grpc_option);
+        if (r != 0)
+                return -ENOMEM;
+        nghttp2_session_callbacks_set_on_begin_headers_callback(grpc_callbacks, on_begin_headers);
+        nghttp2_session_callbacks_set_on_header_callback(grpc_callbacks, on_header);
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(grpc_callbacks, on_data_chunk);
+        nghttp2_session_callbacks_set_on_frame_recv_callback(grpc_callbacks, on_frame_recv);
+        nghttp2_session_callbacks_set_on_stream_close_callback(grpc_callbacks, on_stream_close);
+        /* closed streams are not kept for priorities: gRPC uses none */
+        nghttp2_option_set_no_closed_streams(grpc_option, 1);
+        return 0;
+}
+
+int frontend_grpc_attach(Connection *c) {
+        const nghttp2_settings_entry settings[] = {
+                { NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_STREAMS_MAX },
+                { NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16 * 1024 },
+        };
+        GrpcConn *g;
+        int r;
+
+        r = grpc_setup();
+        if (r < 0)
+                return r;
+        g = calloc(1, sizeof *g);
+        if (!g)
+                return -ENOMEM;
+        g->c = c;
+        rls_arena_init(&g->arena, GRPC_ARENA_MAX);
+        if (nghttp2_session_server_new2(&g->session, grpc_callbacks, g, grpc_option) != 0) {
+                free(g);
+                return -ENOMEM;
+        }
+        if (nghttp2_submit_settings(g->session, NGHTTP2_FLAG_NONE, settings, 2) != 0) {
+                nghttp2_session_del(g->session);
+                free(g);
+                return -ENOMEM;
+        }
+        c->grpc = g;
+        c->proto = CONNECTION_PROTO_GRPC;
+        grpc_update_work(g);
+        return 0;
+}
+
+void frontend_grpc_detach(Connection *c) {
+        GrpcConn *g = c->grpc;
+
+        if (!g)
+                return;
+        nghttp2_session_del(g->session);
+        while (g->all) {
+                GrpcStream *st = g->all;
+                g->all = st->all_next;
+                stream_free(st);
+        }
+        while (g->free_list) {
+                GrpcStream *st = g->free_list;
+                g->free_list = st->next;
+                stream_free(st);
+        }
+        rls_arena_done(&g->arena);
+        free(g);
+        c->grpc = NULL;
+}
+
+void frontend_grpc_send(Connection *c, size_t output_limit) {
+        GrpcConn *g = c->grpc;
+
+        if (!g)
+                return;
+        while (connection_unsent(c) < output_limit) {
+                const uint8_t *data;
+                ssize_t n = nghttp2_session_mem_send(g->session, &data);
+                char *p;
+
+                if (n < 0) {
+                        log_debug("Connection %" PRIu64 ": HTTP/2 session failed, closing: %s", c->id,
+                                  nghttp2_strerror((int) n));
+                        c->closing = true;
+                        break;
+                }
+                if (n == 0)
+                        break;
+                /* under output_limit, a frame (<= 16 KiB + 9) fits the cap (server_accept()) */
+                p = connection_reserve(c, (size_t) n);
+                if (!p) {
+                        log_warning("Connection %" PRIu64 ": out of memory for HTTP/2 frames, closing",
+                                    c->id);
+                        c->closing = true;
+                        break;
+                }
+                memcpy(p, data, (size_t) n);
+                c->out_len += (size_t) n;
+        }
+        if (!nghttp2_session_want_read(g->session) && !nghttp2_session_want_write(g->session))
+                c->closing = true; /* after a GOAWAY, or the peer's */
+        grpc_update_work(g);
+}
+
+/* ---- the engine's side ---- */
+
+static void grpc_health(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessage *m) {
+        const Metrics *metrics = batch_metrics(b);
+        int r = rls_health_request(&g->arena, m->data, m->len);
+
+        if (r == -ENOENT) {
+                grpc_respond_error(g, st, GRPC_STATUS_NOT_FOUND, "unknown service");
+                return;
+        }
+        if (r < 0) {
+                grpc_respond_error(g, st, GRPC_STATUS_INVALID_ARGUMENT, "not a HealthCheckRequest");
+                return;
+        }
+        if (stream_resp_reserve(st, GRPC_PREFIX_SIZE + RLS_HEALTH_RESPONSE_MAX) < 0) {
+                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                return;
+        }
+        st->resp_len = GRPC_PREFIX_SIZE + rls_health_response(!metrics || metrics_serving(metrics),
+                                                              st->resp + GRPC_PREFIX_SIZE);
+        grpc_prefix_write(st->resp, (uint32_t) (st->resp_len - GRPC_PREFIX_SIZE));
+        grpc_respond_ok(g, st);
+}
+
+typedef struct GrpcTake {
+        GrpcStream *st;
+        RlsRequest *req;
+} GrpcTake;
+
+/* batch_group_close()'s refill: slot's descriptor into the batch's request again. */
+static void grpc_refill(Batch *b, BatchSlot *slot, void *userdata) {
+        GrpcTake *t = userdata;
+        RlsHits hits;
+        const char *why;
+
+        if (rls_descriptor_request(t->req, slot->n, batch_request(b), &hits, &why) < 0)
+                t->st->g->refill_failed = true; /* cannot be: it passed once */
+}
+
+static const ProtoVerb rls_hit_verb[] = {
+        [RLS_HIT_TAKE] = PROTO_VERB_TAKE,
+        [RLS_HIT_PEEK] = PROTO_VERB_PEEK,
+        [RLS_HIT_REFUND] = PROTO_VERB_REFUND,
+};
+
+/* Takes a ShouldRateLimit call into b: one slot per descriptor. Returns false if b has no room
+ * for it (it waits for the next batch). */
+static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessage *m) {
+        Connection *c = g->c;
+        RlsRequest *req;
+        const char *why = NULL;
+        size_t n;
+        uint32_t group;
+        BatchSlot *first = NULL;
+        int r;
+
+        r = rls_request_decode(&g->arena, m->data, m->len, &req);
+        if (r < 0) {
+                grpc_respond_error(
+                        g, st, r == -ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT,
+                        r == -ENOMEM ? "out of memory" : "not a RateLimitRequest");
+                return true;
+        }
+        r = rls_request_check(req, &why);
+        n = rls_request_descriptors(req);
+        st->n_desc = (uint32_t) n;
+        st->st = r < 0 ? NULL : rls_arena_alloc(&g->arena, n * sizeof *st->st);
+        st->hits = r < 0 ? NULL : rls_arena_alloc(&g->arena, n * sizeof *st->hits);
+        for (size_t i = 0; r >= 0 && i < n; i++) {
+                r = rls_descriptor_request(req, i, batch_request(b), &st->hits[i], &why);
+                if (r >= 0 && st->hits[i].kind == RLS_HIT_REFUND && !c->admin &&
+                    !batch_settings(b)->grpc_allow_refunds) {
+                        grpc_respond_error(
+                                g, st, GRPC_STATUS_PERMISSION_DENIED,
+                                "is_negative_hits needs an admin listener or --grpc-allow-refunds");
+                        return true;
+                }
+        }
+        if (r < 0) {
+                grpc_respond_error(g, st, GRPC_STATUS_INVALID_ARGUMENT, why);
+                return true;
+        }
+        if (!st->st || !st->hits) {
+                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                return true;
+        }
+        if (!batch_room_for(b, n))
+                return false;
+
+        group = n > 1 ? batch_group_id(b) : 0;
+        st->in_batch = true;
+        for (size_t i = 0; i < n; i++) {
+                BatchSlot *slot;
+
+                (void) rls_descriptor_request(req, i, batch_request(b), &st->hits[i], &why);
+                slot = batch_slot_add(
+                        b, c, (ProtoSlice){ rls_request_domain(req), strlen(rls_request_domain(req)) });
+                slot->verb = rls_hit_verb[st->hits[i].kind];
+                slot->count = st->hits[i].count;
+                slot->group = group;
+                slot->fe_data = st;
+                slot->n = i;
+                if (!first)
+                        first = slot;
+                batch_match(b, slot);
+        }
+        if (group)
+                batch_group_close(b, first, n, grpc_refill, &(GrpcTake){ .st = st, .req = req });
+        return true;
+}
+
+/* Takes the calls of c that arrived whole, up to BATCH_LINES_PER_CONNECTION, while b has room. */
+static void grpc_take(Batch *b, Connection *c) {
+        GrpcConn *g = c->grpc;
+        unsigned taken = 0;
+        uint64_t now;
+
+        rls_arena_reset(&g->arena); /* the previous batch of c is answered */
+        if (c->in_len > c->in_pos) {
+                ssize_t n = nghttp2_session_mem_recv(g->session, (const uint8_t *) c->in + c->in_pos,
+                                                     c->in_len - c->in_pos);
+                if (n < 0) {
+                        log_debug("Connection %" PRIu64 ": HTTP/2 error, closing: %s", c->id,
+                                  nghttp2_strerror((int) n));
+                        (void) nghttp2_session_terminate_session(g->session, NGHTTP2_PROTOCOL_ERROR);
+                }
+                connection_consume_input(c, c->in_len - c->in_pos);
+        }
+        now = clock_usec(CLOCK_MONOTONIC);
+        while (g->ready_head && taken < BATCH_LINES_PER_CONNECTION) {
+                GrpcStream *st = g->ready_head;
+                GrpcMessage m;
+                int r;
+
+                if (connection_unsent(c) >= batch_settings(b)->output_limit) {
+                        c->blocked = true;
+                        break;
+                }
+                if (st->method != GRPC_METHOD_UNKNOWN && !st->grpc_content_type) {
+                        grpc_respond_error(g, st, GRPC_STATUS_INVALID_ARGUMENT,
+                                           "content-type is not application/grpc");
+                        goto next;
+                }
+                if (st->method == GRPC_METHOD_UNKNOWN) {
+                        grpc_respond_error(g, st, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+                        goto next;
+                }
+                if (st->deadline_usec && now >= st->deadline_usec) {
+                        grpc_respond_error(g, st, GRPC_STATUS_DEADLINE_EXCEEDED, "deadline exceeded");
+                        goto next;
+                }
+                r = grpc_unary_parse(st->body, st->body_len, GRPC_MESSAGE_MAX, &m);
+                if (r < 0) {
+                        grpc_respond_error(g, st,
+                                           r == -EMSGSIZE ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                                                          : GRPC_STATUS_INTERNAL,
+                                           r == -ENODATA ? "no whole request message"
+                                                         : "not one length-prefixed message");
+                        goto next;
+                }
+                if (m.compressed) {
+                        grpc_respond_error(g, st, GRPC_STATUS_UNIMPLEMENTED,
+                                           "compressed messages are not supported");
+                        goto next;
+                }
+                if (st->method == GRPC_METHOD_HEALTH)
+                        grpc_health(b, g, st, &m);
+                else if (!grpc_take_rls(b, g, st, &m))
+                        break; /* the next batch takes it */
+                taken++;
+        next:
+                g->ready_head = st->next;
+                if (!g->ready_head)
+                        g->ready_tail = NULL;
+                st->next = NULL;
+        }
+        grpc_update_work(g);
+}
+
+/* The status of descriptor d's decision. */
+static void grpc_status_of(const BatchDecision *d, RlsStatus *s) {
+        const Rule *rule = d->rule;
+
+        *s = (RlsStatus){ 0 };
+        if (!rule)
+                return; /* not evaluated (a rule that always denies decided the call): OK */
+        s->over_limit = !d->res.allowed;
+        if (rule_trivial_decision(rule) == RULE_TRIVIAL_ALLOW)
+                return; /* unlimited */
+        s->has_limit = true;
+        s->requests_per_unit = rule->credit_limit;
+        s->window_seconds = rule->reset_seconds;
+        s->name = rule->label;
+        s->remaining = d->res.credit;
+        s->reset_seconds = d->res.reset > 0 ? (uint64_t) d->res.reset : 0;
+}
+
+/* The IETF RateLimit fields of the call's binding status: the first over its limit, else the one
+ * with the least left. */
+static size_t grpc_headers(GrpcConn *g, const GrpcStream *st, RlsHeader *h) {
+        const RlsStatus *best = NULL;
+        char *policy, *state;
+
+        for (uint32_t i = 0; i < st->n_desc; i++) {
+                const RlsStatus *s = &st->st[i];
+                if (!s->has_limit)
+                        continue;
+                if (s->over_limit) {
+                        best = s;
+                        break;
+                }
+                if (!best || s->remaining < best->remaining)
+                        best = s;
+        }
+        if (!best)
+                return 0;
+        policy = rls_arena_alloc(&g->arena, RATELIMIT_HEADER_MAX);
+        state = rls_arena_alloc(&g->arena, RATELIMIT_HEADER_MAX);
+        if (!policy || !state)
+                return 0;
+        ratelimit_header_policy(policy, best->name, best->name ? strlen(best->name) : 0,
+                                best->requests_per_unit, best->window_seconds);
+        ratelimit_header_state(state, best->name, best->name ? strlen(best->name) : 0, best->remaining,
+                               best->reset_seconds);
+        h[0] = (RlsHeader){ "RateLimit-Policy", policy };
+        h[1] = (RlsHeader){ "RateLimit", state };
+        return 2;
+}
+
+/* Every descriptor of st is decided: the reply. */
+static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
+        RlsHeader headers[2];
+        size_t nh = 0, len;
+        RlsResponse *resp;
+        bool over = false;
+
+        st->in_batch = false;
+        if (st->closed) {
+                stream_release(g, st);
+                return;
+        }
+        if (st->error_status) {
+                grpc_respond_error(g, st, st->error_status, st->error_reason);
+                return;
+        }
+        if (st->deadline_usec && clock_usec(CLOCK_MONOTONIC) >= st->deadline_usec) {
+                grpc_respond_error(g, st, GRPC_STATUS_DEADLINE_EXCEEDED, "deadline exceeded");
+                return;
+        }
+        for (uint32_t i = 0; i < st->n_desc; i++)
+                over = over || st->st[i].over_limit;
+        if (over && st->n_desc > 1)
+                /* all or nothing: the store undid the others' hits; each reported its decision as if
+                 * alone, so what is left is what it had */
+                for (uint32_t i = 0; i < st->n_desc; i++) {
+                        RlsStatus *s = &st->st[i];
+                        const RlsHits *h = &st->hits[i];
+
+                        if (!s->has_limit || s->over_limit)
+                                continue;
+                        if (h->kind == RLS_HIT_TAKE)
+                                s->remaining = s->remaining + h->count > s->requests_per_unit
+                                                       ? s->requests_per_unit
+                                                       : s->remaining + h->count;
+                        else if (h->kind == RLS_HIT_REFUND)
+                                s->remaining = s->remaining > h->count ? s->remaining - h->count : 0;
+                }
+        if (batch_settings(b)->grpc_ratelimit_headers)
+                nh = grpc_headers(g, st, headers);
+        resp = rls_response_build(&g->arena, st->st, st->n_desc, headers, nh);
+        if (!resp) {
+                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                return;
+        }
+        len = rls_response_size(resp);
+        if (stream_resp_reserve(st, GRPC_PREFIX_SIZE + len) < 0) {
+                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                return;
+        }
+        (void) rls_response_pack(resp, st->resp + GRPC_PREFIX_SIZE);
+        grpc_prefix_write(st->resp, (uint32_t) len);
+        grpc_respond_ok(g, st);
+}
+
+static void grpc_slot_done(Batch *b, const BatchSlot *slot) {
+        GrpcStream *st = slot->fe_data;
+
+        if (++st->n_done == st->n_desc)
+                grpc_finish(b, st->g, st);
+}
+
+static size_t grpc_format_decision(Batch *b, const BatchSlot *slot, const BatchDecision *d, char *p) {
+        GrpcStream *st = slot->fe_data;
+
+        grpc_status_of(d, &st->st[slot->n]);
+        if (batch_settings(b)->debug && d->rule)
+                batch_log_reply(slot, d->rule, d->res.allowed ? "OK\n" : "OVER_LIMIT\n",
+                                d->res.allowed ? 3 : 11);
+        grpc_slot_done(b, slot);
+        return 0; /* the frames are written by frontend_grpc_send() */
+}
+
+static size_t grpc_format_error(Batch *b, const BatchSlot *slot, ProtoErrorCode code, const char *reason,
+                                char *p) {
+        GrpcStream *st = slot->fe_data;
+
+        if (!st->error_status) {
+                /* a store failure: Envoy's failure_mode_deny decides */
+                st->error_status = code == PROTO_ERROR_FORBIDDEN ? GRPC_STATUS_PERMISSION_DENIED
+                                                                 : GRPC_STATUS_UNAVAILABLE;
+                st->error_reason = reason ? reason : "error";
+        }
+        grpc_slot_done(b, slot);
+        return 0;
+}
+
+const Frontend frontend_grpc = {
+        .name = "grpc",
+        .take = grpc_take,
+        .format_decision = grpc_format_decision,
+        .format_error = grpc_format_error,
+};
