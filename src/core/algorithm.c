@@ -37,6 +37,26 @@ Algorithm algorithm_from_string(const char *s) {
         return _ALGORITHM_INVALID;
 }
 
+static const char *const algo_window_table[_ALGO_WINDOW_MAX] = {
+        [ALGO_WINDOW_FIRST_HIT] = "first-hit",
+        [ALGO_WINDOW_ALIGNED] = "aligned",
+};
+
+const char *algo_window_to_string(AlgoWindow w) {
+        if (w < 0 || w >= _ALGO_WINDOW_MAX)
+                return NULL;
+        return algo_window_table[w];
+}
+
+AlgoWindow algo_window_from_string(const char *s) {
+        if (!s)
+                return _ALGO_WINDOW_INVALID;
+        for (AlgoWindow w = 0; w < _ALGO_WINDOW_MAX; w++)
+                if (strcmp(s, algo_window_table[w]) == 0)
+                        return w;
+        return _ALGO_WINDOW_INVALID;
+}
+
 /* a / b rounded up (b > 0). */
 static uint64_t div_up(uint64_t a, uint64_t b) {
         return a / b + (a % b != 0);
@@ -59,6 +79,12 @@ int algo_params_prepare(AlgoParams *p, const char **ret_reason) {
                 reason = "creditLimit must be between 1 and 9007199254740991";
         else if (p->reset_seconds == 0 || p->reset_seconds > ALGO_RESET_SECONDS_MAX)
                 reason = "resetSeconds must be between 1 and 3155760000 (100 years)";
+        else if (p->window < 0 || p->window >= _ALGO_WINDOW_MAX)
+                reason = "unknown window";
+        else if (p->window != ALGO_WINDOW_FIRST_HIT && p->algorithm == ALGORITHM_TOKEN_BUCKET)
+                reason =
+                        "window aligned applies only to algorithms fixed-window and sliding-window (a token "
+                        "bucket has no windows)";
         else if (p->algorithm != ALGORITHM_TOKEN_BUCKET) {
                 if (p->burst != 0 && p->burst != p->credit_limit)
                         reason = "burst applies only to algorithm token-bucket";
@@ -160,9 +186,13 @@ static uint64_t fw_seconds_left(uint64_t expiry_usec, uint64_t now_usec) {
         return usec_to_sec_up(expiry_usec - now_usec);
 }
 
-static uint64_t fw_window_end(uint64_t now_usec, uint64_t reset_seconds) {
-        uint64_t d = reset_seconds > UINT64_MAX / USEC_PER_SEC ? UINT64_MAX : reset_seconds * USEC_PER_SEC;
-        uint64_t end = now_usec > UINT64_MAX - d ? UINT64_MAX : now_usec + d;
+/* The end of the window a hit at now_usec opens: resetSeconds after it, or with window aligned
+ * at the next multiple of resetSeconds since the epoch (the window holding now ends there). */
+static uint64_t fw_window_end(const AlgoParams *p, uint64_t now_usec) {
+        uint64_t d =
+                p->reset_seconds > UINT64_MAX / USEC_PER_SEC ? UINT64_MAX : p->reset_seconds * USEC_PER_SEC;
+        uint64_t start = p->window == ALGO_WINDOW_ALIGNED ? now_usec - now_usec % d : now_usec;
+        uint64_t end = start > UINT64_MAX - d ? UINT64_MAX : start + d;
 
         return end < ALGO_W0_MAX ? end : ALGO_W0_MAX;
 }
@@ -183,8 +213,7 @@ static void fixed_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
                         else if (n == 0)
                                 result_set(res, true, limit, limit, 0, 0);
                         else {
-                                s = (AlgoState){ .w0 = fw_window_end(now, p->reset_seconds),
-                                                 .w1 = limit - n };
+                                s = (AlgoState){ .w0 = fw_window_end(p, now), .w1 = limit - n };
                                 result_set(res, true, s.w1, limit, fw_seconds_left(s.w0, now), 0);
                         }
                 } else {
@@ -208,7 +237,7 @@ static void fixed_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now
                 bool fit;
 
                 if (!live)
-                        s = (AlgoState){ .w0 = fw_window_end(now, p->reset_seconds), .w1 = limit };
+                        s = (AlgoState){ .w0 = fw_window_end(p, now), .w1 = limit };
                 fit = n <= s.w1;
                 s.w1 -= min_u64(n, s.w1);
                 left = fw_seconds_left(s.w0, now);
@@ -254,11 +283,11 @@ typedef struct Sliding {
         uint64_t end;       /* µs: the current window's end */
 } Sliding;
 
-static Sliding sw_load(const AlgoState *st, uint64_t now, uint64_t r) {
+static Sliding sw_load(const AlgoState *st, uint64_t now, uint64_t r, AlgoWindow window) {
         uint64_t e2;
 
-        if (st->w0 <= now) /* absent or expired: a window anchored now */
-                return (Sliding){ .end = now + r };
+        if (st->w0 <= now) /* absent or expired: a window anchored now, or the aligned one holding now */
+                return (Sliding){ .end = (window == ALGO_WINDOW_ALIGNED ? now - now % r : now) + r };
         /* st->w0 - 2r is the stored current window's start; e2 = now's offset from it, in
          * [0, 2r) (a clock that went back before it counts as its start). */
         e2 = now + 2 * r >= st->w0 ? now + 2 * r - st->w0 : 0;
@@ -302,7 +331,7 @@ static uint64_t until_full(const AlgoState *st, uint64_t now) {
 static void sliding_apply(const AlgoParams *p, AlgoOp op, uint64_t n, uint64_t now, AlgoState *st,
                           AlgoResult *res) {
         uint64_t limit = p->credit_limit, r = p->d0;
-        Sliding s = sw_load(st, now, r);
+        Sliding s = sw_load(st, now, r, p->window);
         uint64_t est = sw_estimate(&s, now, r);
         uint64_t credit = est < limit ? limit - est : 0;
         AlgoState ns;

@@ -45,6 +45,19 @@ typedef enum Algorithm {
 const char *algorithm_to_string(Algorithm a);   /* "fixed-window", "sliding-window", "token-bucket" */
 Algorithm algorithm_from_string(const char *s); /* also "gcra"; exact case */
 
+/* Where a window starts (the rule attribute window): the windowed algorithms only (fixed and
+ * sliding window; a token bucket has no windows). */
+typedef enum AlgoWindow {
+        ALGO_WINDOW_FIRST_HIT = 0, /* "first-hit": a counter's window starts at its first hit (divvy's) */
+        ALGO_WINDOW_ALIGNED,       /* "aligned": every window starts at a multiple of resetSeconds since the
+                                    * Unix epoch (envoyproxy/ratelimit's windows) */
+        _ALGO_WINDOW_MAX,
+        _ALGO_WINDOW_INVALID = -EINVAL,
+} AlgoWindow;
+
+const char *algo_window_to_string(AlgoWindow w);   /* "first-hit", "aligned" */
+AlgoWindow algo_window_from_string(const char *s); /* exact case */
+
 /* The peers' own arithmetic (client-limits.c), for CL.THROTTLE and RL.*: their counters are
  * token-bucket counters of the store whose state algo_apply() leaves to client_limit_apply(). */
 typedef enum AlgoPeer {
@@ -61,6 +74,7 @@ typedef struct AlgoParams {
         uint64_t burst;          /* token bucket: capacity; 0 = creditLimit (set by algo_params_prepare()) */
         uint64_t refill_seconds; /* token bucket: 0 = continuous refill; else discrete refills */
         bool strict;             /* token bucket: a hit on an empty bucket restarts its refill clock */
+        AlgoWindow window;       /* fixed and sliding window: where a window starts (0: first hit) */
         uint64_t d0, d1;         /* derived by algo_params_prepare(); private to algorithm.c */
         AlgoPeer peer;           /* ALGO_PEER_NONE, or client-limits.c applies (not prepared) */
         int64_t peer_args[5];    /* private to client-limits.c */
@@ -87,9 +101,12 @@ typedef enum AlgoOp {
  * State layouts (w0 is always the wall-clock µs from which the counter equals an absent one, so
  * a counter with w0 <= now is absent for every algorithm and may be deleted; w0 = 0, w1 = 0 is
  * the absent state, and an op that empties a counter writes it):
- * - fixed window: w0 = the window's end, w1 = the credit left (divvy's layout, unchanged).
+ * - fixed window: w0 = the window's end, w1 = the credit left (divvy's layout, unchanged). The
+ *   window starts at the hit that finds the counter absent, or with window aligned at the last
+ *   multiple of resetSeconds since the epoch (so it ends at the next one).
  * - sliding window: w0 = the end of the window after the current one, w1 = (previous window's
- *   count << 32) | current window's count. Windows last resetSeconds, anchored at the first hit.
+ *   count << 32) | current window's count. Windows last resetSeconds, anchored at the first hit,
+ *   or with window aligned at the multiples of resetSeconds since the epoch.
  *   When the current window is empty the state is written one window earlier (w0 = the current
  *   window's end, w1 = the previous count as the "current" one): the same counter for every
  *   later time, and w0 stays the exact time it becomes empty.

@@ -183,8 +183,8 @@ static void json_write_cstring(FILE *f, const char *s) {
 
 /* One rule as a JSON object at the given indent, attributes in a fixed order,
  * only those set (matchPolicy only when not the default "stop"; the algorithm and its
- * parameters, and onBackendError, only when not the defaults, so that a dump of an older
- * config is unchanged). */
+ * parameters, the window, matchKeys and onBackendError, only when not the defaults, so that a
+ * dump of an older config is unchanged). */
 static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_operation) {
         fprintf(f, "{\n");
         if (with_operation) {
@@ -211,6 +211,10 @@ static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_oper
                 fprintf(f, ",\n%s  \"refillSeconds\": %" PRIu64, indent, r->algo.refill_seconds);
         if (r->algo.strict)
                 fprintf(f, ",\n%s  \"strict\": true", indent);
+        if (r->algo.window != ALGO_WINDOW_FIRST_HIT) {
+                fprintf(f, ",\n%s  \"window\": ", indent);
+                json_write_cstring(f, algo_window_to_string(r->algo.window));
+        }
         if (r->actor_field) {
                 fprintf(f, ",\n%s  \"actorField\": ", indent);
                 json_write_string(f, r->actor_field, r->actor_field_len);
@@ -218,6 +222,10 @@ static void dump_rule(FILE *f, const Rule *r, const char *indent, bool with_oper
         if (r->match_policy != MATCH_POLICY_STOP) {
                 fprintf(f, ",\n%s  \"matchPolicy\": ", indent);
                 json_write_cstring(f, match_policy_to_string(r->match_policy));
+        }
+        if (r->match_keys != MATCH_KEYS_SUBSET) {
+                fprintf(f, ",\n%s  \"matchKeys\": ", indent);
+                json_write_cstring(f, match_keys_to_string(r->match_keys));
         }
         if (r->on_backend_error != RULE_ON_ERROR_DEFAULT) {
                 fprintf(f, ",\n%s  \"onBackendError\": ", indent);
@@ -269,7 +277,8 @@ static void append(char *buf, size_t size, size_t *len, const char *fmt, ...) {
 }
 
 const char *config_summary(const RuleSet *rs, char *buf, size_t size) {
-        size_t canary = 0, cont = 0, actor = 0, labelled = 0, by_algorithm[_ALGORITHM_MAX] = { 0 }, len = 0;
+        size_t canary = 0, cont = 0, actor = 0, labelled = 0, by_algorithm[_ALGORITHM_MAX] = { 0 }, len = 0,
+               aligned = 0, exact = 0;
 
         if (!buf || size == 0)
                 return buf;
@@ -279,6 +288,8 @@ const char *config_summary(const RuleSet *rs, char *buf, size_t size) {
                 cont += r->match_policy == MATCH_POLICY_CONTINUE;
                 actor += r->actor_field != NULL;
                 labelled += r->label != NULL;
+                aligned += r->algo.window != ALGO_WINDOW_FIRST_HIT;
+                exact += r->match_keys != MATCH_KEYS_SUBSET;
                 if (r->algo.algorithm >= 0 && r->algo.algorithm < _ALGORITHM_MAX)
                         by_algorithm[r->algo.algorithm]++;
         }
@@ -292,6 +303,10 @@ const char *config_summary(const RuleSet *rs, char *buf, size_t size) {
                 if (a != ALGORITHM_FIXED_WINDOW && by_algorithm[a] > 0)
                         append(buf, size, &len, ", %zu %s", by_algorithm[a],
                                algorithm_to_string((Algorithm) a));
+        if (aligned > 0)
+                append(buf, size, &len, ", %zu window aligned", aligned);
+        if (exact > 0)
+                append(buf, size, &len, ", %zu matchKeys exact", exact);
         append(buf, size, &len, ")");
         return buf;
 }
@@ -301,7 +316,9 @@ const char *config_rule_details(const Rule *r, char *buf, size_t size) {
         size_t len = 0;
 
         if (!buf || size == 0 ||
-            (r->algo.algorithm == ALGORITHM_FIXED_WINDOW && r->match_policy != MATCH_POLICY_CONTINUE))
+            (r->algo.algorithm == ALGORITHM_FIXED_WINDOW && r->match_policy != MATCH_POLICY_CONTINUE &&
+             r->algo.window == ALGO_WINDOW_FIRST_HIT && r->match_keys == MATCH_KEYS_SUBSET &&
+             r->n_actor_fields <= 1))
                 return NULL;
         buf[0] = '\0';
         append(buf, size, &len, "rule %s: %s %" PRIu64 " per %" PRIu64 " s",
@@ -316,6 +333,16 @@ const char *config_rule_details(const Rule *r, char *buf, size_t size) {
                 if (r->algo.strict)
                         append(buf, size, &len, ", strict");
         }
+        if (r->algo.window != ALGO_WINDOW_FIRST_HIT)
+                append(buf, size, &len, ", windows aligned to the clock");
+        if (r->n_actor_fields > 1) {
+                append(buf, size, &len, ", one counter per combination of");
+                for (size_t i = 0; i < r->n_actor_fields; i++)
+                        append(buf, size, &len, "%s %.*s", i > 0 ? "," : "", (int) r->actor_fields[i].len,
+                               r->actor_fields[i].ptr);
+        }
+        if (r->match_keys == MATCH_KEYS_EXACT)
+                append(buf, size, &len, ", matchKeys exact");
         if (rule_trivial_decision(r) == RULE_TRIVIAL_DENY)
                 append(buf, size, &len, ", always denies (creditLimit 0)");
         else if (rule_trivial_decision(r) == RULE_TRIVIAL_ALLOW)
@@ -367,7 +394,7 @@ static void add_reason(char *buf, size_t size, size_t *len, const char *fmt, ...
 
 /* The attributes a rule has, as divvy 1.7 sees them: every attribute rules.c knows must be
  * decided on here. */
-_Static_assert(_RULE_ATTR_MAX == 11, "a new rule attribute: decide in divvy_rule_reasons() whether divvy "
+_Static_assert(_RULE_ATTR_MAX == 13, "a new rule attribute: decide in divvy_rule_reasons() whether divvy "
                                      "1.7 knows it");
 
 /* Every reason divvy 1.7 would decide rule r otherwise, or could not read it, into buf. */
@@ -385,6 +412,16 @@ static void divvy_rule_reasons(const Rule *r, char *buf, size_t size) {
                            algorithm_to_string(r->algo.algorithm));
         if (r->match_policy == MATCH_POLICY_CONTINUE)
                 add_reason(buf, size, &len, "matchPolicy continue (divvy 1.7 knows stop and canary only)");
+        if (r->match_keys == MATCH_KEYS_EXACT)
+                add_reason(buf, size, &len,
+                           "matchKeys exact (divvy 1.7 also matches requests with other fields)");
+        if (r->algo.window != ALGO_WINDOW_FIRST_HIT)
+                add_reason(buf, size, &len, "window %s (divvy 1.7 starts a window at its first hit)",
+                           algo_window_to_string(r->algo.window));
+        if (r->n_actor_fields > 1)
+                add_reason(buf, size, &len,
+                           "actorField of %zu fields (divvy 1.7 reads \"%s\" as the name of one field)",
+                           r->n_actor_fields, rule_excerpt(r->actor_field, k));
         /* Validation: divvy 1.7 refuses resetSeconds 0 unless creditLimit is 0. */
         if (r->reset_seconds == 0 && r->credit_limit > 0)
                 add_reason(buf, size, &len,
@@ -573,8 +610,7 @@ int config_check_divvy_keys(const RuleSet *rs, Diag *diag) {
                 return -ENOMEM;
         for (size_t i = 0; i < rs->n_rules; i++) {
                 const Rule *r = &rs->rules[i];
-                if (r->algo.algorithm == ALGORITHM_FIXED_WINDOW && r->divvy_bucket &&
-                    rule_trivial_decision(r) == RULE_TRIVIAL_NONE)
+                if (rule_divvy_keys(r) && r->divvy_bucket && rule_trivial_decision(r) == RULE_TRIVIAL_NONE)
                         v[n++] = r;
         }
         qsort(v, n, sizeof(*v), divvy_key_cmp);

@@ -41,14 +41,18 @@ int config_dump_json(const RuleSet *rs, FILE *f);
 
 /* One-line summary for --check-config and logs, into buf; returns buf:
  * "12 rules (2 canary, 3 with actor, 1 labelled)", followed by the number of continue
- * rules and of rules of each algorithm but fixed-window, only when not 0:
- * "12 rules (2 canary, 3 with actor, 1 labelled, 1 continue, 4 token-bucket)". */
+ * rules, of rules of each algorithm but fixed-window, of rules with window aligned and with
+ * matchKeys exact, only when not 0:
+ * "12 rules (2 canary, 3 with actor, 1 labelled, 1 continue, 4 token-bucket, 2 window aligned,
+ * 2 matchKeys exact)". */
 const char *config_summary(const RuleSet *rs, char *buf, size_t size);
 
-/* For --check-config, one line about a rule that uses what issue #15 added (an algorithm
- * other than fixed-window, or matchPolicy continue), into buf; NULL for any other rule:
+/* For --check-config, one line about a rule that uses what issues #15 and #34 added (an
+ * algorithm other than fixed-window, matchPolicy continue, window aligned, an actorField of
+ * several fields, matchKeys exact), into buf; NULL for any other rule:
  * "rule [method=POST]: token-bucket 10 per 60 s, burst 20, refill every 6 s, strict,
- * matchPolicy continue". */
+ * matchPolicy continue"; "rule [domain=api path=*]: fixed-window 10 per 60 s, windows aligned
+ * to the clock, one counter per combination of path, user, matchKeys exact". */
 const char *config_rule_details(const Rule *r, char *buf, size_t size);
 
 /* --check-config --compat=divvy: may Node divvy 1.7 serve the same counters with this config
@@ -64,7 +68,8 @@ int config_check_divvy(const RuleSet *rs, Diag *diag);
 /* --check-config, with or without --compat=divvy: pairs of rules whose divvy keys (the Redis
  * store's keys of fixed-window rules, Node divvy 1.7's format, which escapes nothing) can be
  * one key, so that in Redis one rule's counter counts the other's hits where the local store
- * keeps them apart: two rules of the same creditLimit and resetSeconds whose operations read
+ * keeps them apart (rules with rule_divvy_keys() only): two rules of the same creditLimit and
+ * resetSeconds whose operations read
  * alike (another actorField, or values holding ' ' and '='), or one with an actorField whose
  * operation followed by ':' begins the other's ([path=/x] with actorField user meets
  * [path=/x:y] when user is "y:" and the other's actor). One warning per pair, at the first

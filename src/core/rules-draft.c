@@ -183,6 +183,41 @@ static unsigned algo_reason_line(const RuleDraft *d, const char *reason) {
         return line;
 }
 
+/* An optional attribute naming a value of an enum: v is what its from_string() made of it.
+ * Returns 1 if v is one (or the attribute is absent), 0 if reported, -ENOMEM. */
+static int draft_enum(const RuleDraft *d, RuleAttr a, int v, const char *accepted, const char *desc,
+                      Diag *diag) {
+        char ex[RULE_EXCERPT_MAX + 4];
+
+        if (v >= 0)
+                return 1;
+        return rule_report(diag, attr_line(d, a), desc, "has an unknown %s \"%s\" (accepted: %s)",
+                           rule_attr_to_string(a), rule_excerpt(d->attrs[a], ex), accepted)
+                       ?: 0;
+}
+
+/* window: optional, first-hit by default; aligned only on the windowed algorithms (a token
+ * bucket has no windows: silently ignoring it would hide a mistake). Returns 1, 0 if reported,
+ * -ENOMEM. */
+static int draft_window(const RuleDraft *d, const char *desc, Algorithm algorithm, Diag *diag,
+                        AlgoWindow *ret) {
+        const char *s = d->attrs[RULE_ATTR_WINDOW];
+        AlgoWindow w = s ? algo_window_from_string(s) : ALGO_WINDOW_FIRST_HIT;
+        int q = draft_enum(d, RULE_ATTR_WINDOW, w, "first-hit, aligned", desc, diag);
+
+        if (q <= 0)
+                return q;
+        *ret = w;
+        if (w != ALGO_WINDOW_FIRST_HIT && algorithm == ALGORITHM_TOKEN_BUCKET)
+                return rule_report(
+                               diag, attr_line(d, RULE_ATTR_WINDOW), desc,
+                               "sets window %s, which only the fixed-window and sliding-window algorithms "
+                               "have (a token bucket has no windows)",
+                               algo_window_to_string(w))
+                               ?: 0;
+        return 1;
+}
+
 /* algorithm, burst, refillSeconds and strict into rule->algo, with creditLimit and
  * resetSeconds (already in rule when limits_ok), then algo_params_prepare() unless the
  * rule is trivial (creditLimit 0 or resetSeconds 0 keep their meaning for every
@@ -246,6 +281,10 @@ static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag
                 ok = false;
         }
         p->strict = s && strcmp(s, "true") == 0;
+        q = draft_window(d, desc, p->algorithm, diag, &p->window);
+        if (q < 0)
+                return q;
+        ok = ok && q > 0;
         if (!ok || !limits_ok)
                 return 0;
 
@@ -391,47 +430,97 @@ static int draft_text(const RuleDraft *d, RuleAttr a, bool no_control, const cha
         return q < 0 ? q : 0;
 }
 
-/* actorField: optional, not empty (an empty field would name no actor). Returns 1, 0
- * if reported, -ENOMEM. */
+/* actorField: optional, not empty (an empty field would name no actor); one or more field
+ * names separated by single spaces, each named once and at most PROTO_PAIRS_MAX (a request
+ * carries no more fields). Sets rule->actor_fields. Returns 1, 0 if reported, -ENOMEM. */
 static int draft_actor_field(const RuleDraft *d, const char *desc, Diag *diag, Rule *rule) {
+        char ex[RULE_EXCERPT_MAX + 4], name[RULE_TEXT_MAX + 1];
         const char *s = d->attrs[RULE_ATTR_ACTOR_FIELD];
+        unsigned line = attr_line(d, RULE_ATTR_ACTOR_FIELD);
+        size_t n = 1;
+        int q;
 
         if (s && s[0] == '\0')
-                return rule_report(diag, attr_line(d, RULE_ATTR_ACTOR_FIELD), desc,
+                return rule_report(diag, line, desc,
                                    "has an empty actorField (leave it out for one shared counter)")
                                ?: 0;
-        return draft_text(d, RULE_ATTR_ACTOR_FIELD, false, desc, diag, &rule->actor_field,
-                          &rule->actor_field_len);
+        q = draft_text(d, RULE_ATTR_ACTOR_FIELD, false, desc, diag, &rule->actor_field,
+                       &rule->actor_field_len);
+        if (q <= 0 || !rule->actor_field)
+                return q;
+        for (const char *p = rule->actor_field; *p; p++)
+                n += *p == ' ';
+        if (n > PROTO_PAIRS_MAX)
+                return rule_report(diag, line, desc,
+                                   "names %zu fields in actorField \"%s\": at most %d (a request carries no "
+                                   "more)",
+                                   n, rule_excerpt(rule->actor_field, ex), PROTO_PAIRS_MAX)
+                               ?: 0;
+        rule->actor_fields = calloc(n, sizeof(ProtoSlice));
+        if (!rule->actor_fields)
+                return -ENOMEM;
+        for (const char *p = rule->actor_field, *end;; p = end + 1) {
+                ProtoSlice *f = &rule->actor_fields[rule->n_actor_fields];
+
+                end = strchr(p, ' ');
+                *f = (ProtoSlice){ p, end ? (size_t) (end - p) : strlen(p) };
+                if (f->len == 0)
+                        return rule_report(
+                                       diag, line, desc,
+                                       "has an empty field name in actorField \"%s\" (separate the names "
+                                       "by single spaces)",
+                                       rule_excerpt(rule->actor_field, ex))
+                                       ?: 0;
+                for (size_t i = 0; i < rule->n_actor_fields; i++)
+                        if (slice_eq(rule->actor_fields[i].ptr, rule->actor_fields[i].len, f->ptr, f->len)) {
+                                memcpy(name, f->ptr, f->len); /* <= RULE_TEXT_MAX */
+                                name[f->len] = '\0';
+                                return rule_report(diag, line, desc,
+                                                   "names the field \"%s\" twice in actorField",
+                                                   rule_excerpt(name, ex))
+                                               ?: 0;
+                        }
+                rule->n_actor_fields++;
+                if (!end)
+                        return 1;
+        }
 }
 
-/* An optional attribute naming a value of an enum: v is what its from_string() made of it.
- * Returns 1 if v is one (or the attribute is absent), 0 if reported, -ENOMEM. */
-static int draft_enum(const RuleDraft *d, RuleAttr a, int v, const char *accepted, const char *desc,
-                      Diag *diag) {
-        char ex[RULE_EXCERPT_MAX + 4];
-
-        if (v >= 0)
-                return 1;
-        return rule_report(diag, attr_line(d, a), desc, "has an unknown %s \"%s\" (accepted: %s)",
-                           rule_attr_to_string(a), rule_excerpt(d->attrs[a], ex), accepted)
-                       ?: 0;
-}
-
-/* matchPolicy: optional, stop by default; a default rule must stop (it is the last
- * word for the requests nothing else matches). Returns 1, 0 if reported, -ENOMEM. */
-static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, MatchPolicy *ret) {
-        const char *s = d->attrs[RULE_ATTR_MATCH_POLICY];
-        MatchPolicy p = s ? match_policy_from_string(s) : MATCH_POLICY_STOP;
-        int q = draft_enum(d, RULE_ATTR_MATCH_POLICY, p, "stop, canary, continue", desc, diag);
+/* An optional enum attribute of matching (matchPolicy, matchKeys) whose value v (dflt if absent)
+ * a default rule must leave at dflt, named dflt_name: it is the last word for the requests
+ * nothing else matches. Returns 1, 0 if reported, -ENOMEM. */
+static int draft_match_enum(const RuleDraft *d, RuleAttr a, int v, int dflt, const char *dflt_name,
+                            const char *accepted, const char *desc, Diag *diag) {
+        int q = draft_enum(d, a, v, accepted, desc, diag);
 
         if (q <= 0)
                 return q;
-        *ret = p;
-        if (d->n_patterns == 0 && p != MATCH_POLICY_STOP)
-                return rule_report(diag, attr_line(d, RULE_ATTR_MATCH_POLICY), desc,
-                                   "is a default rule (empty operation) and must have matchPolicy stop")
+        if (d->n_patterns == 0 && v != dflt)
+                return rule_report(diag, attr_line(d, a), desc,
+                                   "is a default rule (empty operation) and must have %s %s",
+                                   rule_attr_to_string(a), dflt_name)
                                ?: 0;
         return 1;
+}
+
+/* matchPolicy: optional, stop by default, and on a default rule. Returns 1, 0 if reported,
+ * -ENOMEM. */
+static int draft_match_policy(const RuleDraft *d, const char *desc, Diag *diag, MatchPolicy *ret) {
+        const char *s = d->attrs[RULE_ATTR_MATCH_POLICY];
+
+        *ret = s ? match_policy_from_string(s) : MATCH_POLICY_STOP;
+        return draft_match_enum(d, RULE_ATTR_MATCH_POLICY, *ret, MATCH_POLICY_STOP, "stop",
+                                "stop, canary, continue", desc, diag);
+}
+
+/* matchKeys: optional, subset by default, and on a default rule (exact would match only the
+ * requests without fields). Returns 1, 0 if reported, -ENOMEM. */
+static int draft_match_keys(const RuleDraft *d, const char *desc, Diag *diag, MatchKeys *ret) {
+        const char *s = d->attrs[RULE_ATTR_MATCH_KEYS];
+
+        *ret = s ? match_keys_from_string(s) : MATCH_KEYS_SUBSET;
+        return draft_match_enum(d, RULE_ATTR_MATCH_KEYS, *ret, MATCH_KEYS_SUBSET, "subset", "subset, exact",
+                                desc, diag);
 }
 
 /* label: optional, ^[a-zA-Z0-9_-]{1,255}$ (it names metrics series). Returns 1, 0 if
@@ -519,6 +608,7 @@ int ruleset_add(RuleSet *rs, const RuleDraft *d, Diag *diag) {
 
         CHECK(draft_actor_field(d, desc, diag, &rule));
         CHECK(draft_match_policy(d, desc, diag, &rule.match_policy));
+        CHECK(draft_match_keys(d, desc, diag, &rule.match_keys));
         CHECK(draft_label(d, desc, diag, &rule));
         CHECK(draft_on_backend_error(d, desc, diag, &rule.on_backend_error));
         CHECK(draft_text(d, RULE_ATTR_COMMENT, true, desc, diag, &rule.comment, NULL));

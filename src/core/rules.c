@@ -35,6 +35,8 @@ static const char *const rule_attr_table[_RULE_ATTR_MAX] = {
         [RULE_ATTR_REFILL_SECONDS] = "refillSeconds",
         [RULE_ATTR_STRICT] = "strict",
         [RULE_ATTR_ON_BACKEND_ERROR] = "onBackendError",
+        [RULE_ATTR_WINDOW] = "window",
+        [RULE_ATTR_MATCH_KEYS] = "matchKeys",
 };
 
 /* RULE_ON_ERROR_DEFAULT has no name: it is the absence of the attribute. */
@@ -48,6 +50,11 @@ static const char *const match_policy_table[_MATCH_POLICY_MAX] = {
         [MATCH_POLICY_STOP] = "stop",
         [MATCH_POLICY_CANARY] = "canary",
         [MATCH_POLICY_CONTINUE] = "continue",
+};
+
+static const char *const match_keys_table[_MATCH_KEYS_MAX] = {
+        [MATCH_KEYS_SUBSET] = "subset",
+        [MATCH_KEYS_EXACT] = "exact",
 };
 
 /* Index of s in table[0..n), compared exactly (or ignoring case), or -EINVAL. */
@@ -70,7 +77,7 @@ RuleAttr rule_attr_from_string(const char *s) {
 
 const char *rule_attr_names(void) {
         return "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst, "
-               "refillSeconds, strict, onBackendError";
+               "refillSeconds, strict, onBackendError, window, matchKeys";
 }
 
 const char *rule_attr_suggest(const char *s) {
@@ -84,6 +91,14 @@ const char *match_policy_to_string(MatchPolicy p) {
 
 MatchPolicy match_policy_from_string(const char *s) {
         return (MatchPolicy) string_table_lookup(match_policy_table, _MATCH_POLICY_MAX, s, false);
+}
+
+const char *match_keys_to_string(MatchKeys k) {
+        return k >= 0 && k < _MATCH_KEYS_MAX ? match_keys_table[k] : NULL;
+}
+
+MatchKeys match_keys_from_string(const char *s) {
+        return (MatchKeys) string_table_lookup(match_keys_table, _MATCH_KEYS_MAX, s, false);
 }
 
 const char *rule_on_error_to_string(RuleOnError e) {
@@ -248,6 +263,7 @@ void rule_done(Rule *r) {
         free(r->patterns);
         free(r->divvy_bucket);
         free(r->actor_field);
+        free(r->actor_fields);
         free(r->label);
         free(r->comment);
         *r = (Rule){};
@@ -335,7 +351,12 @@ bool rule_pattern_match(const RulePattern *p, const char *v, size_t len) {
         }
 }
 
+/* True if r matches req: each of its keys present with a matching value, and with matchKeys
+ * exact no other field (the request's keys are distinct, so counting them is enough: checked
+ * first, the cheapest test). */
 static bool rule_matches(const Rule *r, const ProtoRequest *req) {
+        if (r->match_keys == MATCH_KEYS_EXACT && req->n_pairs != r->n_patterns)
+                return false;
         for (size_t i = 0; i < r->n_patterns; i++) {
                 const RulePattern *p = &r->patterns[i];
                 const ProtoSlice *v = proto_request_get(req, p->key, p->key_len);
@@ -365,7 +386,9 @@ ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
  *   u64le creditLimit
  *   u64le resetSeconds
  *   u8 0                                      no actorField, or
- *   u8 1, u32le actor_len, actor bytes        with actorField
+ *   u8 1, u32le actor_len, actor bytes        with actorField naming one field, or
+ *   u8 2, u32le n_fields,                     with actorField naming several (issue #34), in
+ *     n_fields x { u32le name_len, name }     the order written
  *
  * and then, only for a rule whose algorithm is not fixed-window (issue #15: the
  * default, with which burst, refillSeconds and strict are refused), so that every
@@ -377,14 +400,21 @@ ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
  *   u64le refillSeconds                       0: continuous refill (the default)
  *   u8 strict                                 0 or 1
  *
+ * and then, only for a rule whose window is not first-hit (issue #34):
+ *
+ *   u8 0xa2                                   tag: the window, v1
+ *   u8 window                                 AlgoWindow (algorithm.h)
+ *
  * Every variable-length field is length-prefixed, so no two different rules
- * encode alike (the v1 encoding ends where it ends, so the tail cannot make one rule
- * look like another). Position, label, comment, matchPolicy and onBackendError are not
- * included: reordering, relabelling, recommenting, promoting a canary (to stop or
- * continue) or changing what the rule answers while the remote store is down keeps
- * counting in the same counters across a reload. */
-#define RULE_ID_MAGIC   "divvyd-rule-id-v1"
-#define RULE_ID_ALGO_V1 0xa1
+ * encode alike (the v1 encoding ends where it ends, and each tail starts with its own tag,
+ * so a tail cannot make one rule look like another). Position, label, comment, matchPolicy,
+ * matchKeys and onBackendError are not included: reordering, relabelling, recommenting,
+ * promoting a canary (to stop or continue), matching exactly the rule's keys or changing
+ * what the rule answers while the remote store is down keeps counting in the same counters
+ * across a reload. */
+#define RULE_ID_MAGIC     "divvyd-rule-id-v1"
+#define RULE_ID_ALGO_V1   0xa1
+#define RULE_ID_WINDOW_V1 0xa2
 
 /* True if the rule's algorithm parameters are divvy's: then they stay out of its id. A
  * fixed-window rule has no others (draft_algo() refuses burst, refillSeconds and strict on it). */
@@ -406,7 +436,8 @@ static uint8_t *put_bytes(uint8_t *p, const char *s, size_t len) {
 }
 
 int rule_compute_id(Rule *r) {
-        size_t size = strlen(RULE_ID_MAGIC) + 4 + 8 + 8 + 1 + 4 + r->actor_field_len + 1 + 1 + 8 + 8 + 1;
+        size_t size = strlen(RULE_ID_MAGIC) + 4 + 8 + 8 + 1 + 4 + r->actor_field_len +
+                      4 * r->n_actor_fields + 1 + 1 + 8 + 8 + 1 + 1 + 1;
         for (size_t i = 0; i < r->n_patterns; i++)
                 size += 8 + r->patterns[i].key_len + r->patterns[i].value_len;
 
@@ -422,7 +453,12 @@ int rule_compute_id(Rule *r) {
         }
         p = put_le(p, r->credit_limit, 8);
         p = put_le(p, r->reset_seconds, 8);
-        if (r->actor_field) {
+        if (r->n_actor_fields > 1) {
+                *p++ = 2;
+                p = put_le(p, r->n_actor_fields, 4);
+                for (size_t i = 0; i < r->n_actor_fields; i++)
+                        p = put_bytes(p, r->actor_fields[i].ptr, r->actor_fields[i].len);
+        } else if (r->actor_field) {
                 *p++ = 1;
                 p = put_bytes(p, r->actor_field, r->actor_field_len);
         } else
@@ -433,6 +469,10 @@ int rule_compute_id(Rule *r) {
                 p = put_le(p, r->algo.burst == r->credit_limit ? 0 : r->algo.burst, 8);
                 p = put_le(p, r->algo.refill_seconds, 8);
                 *p++ = r->algo.strict ? 1 : 0;
+        }
+        if (r->algo.window != ALGO_WINDOW_FIRST_HIT) {
+                *p++ = RULE_ID_WINDOW_V1;
+                *p++ = (uint8_t) r->algo.window;
         }
         assert((size_t) (p - buf) <= size);
         hash128(buf, (size_t) (p - buf), r->id);
@@ -818,8 +858,13 @@ static int check_reachable(const RuleSet *rs, size_t end, Diag *diag, bool *ok) 
                 match_walk_init(rs->index, &req, &w);
                 for (size_t i; (i = match_walk_next(rs->index, &w)) < j;) {
                         const Rule *e = &rs->rules[i];
-                        /* Canary and continue rules let matching go on: they mask nothing. */
-                        if (e->match_policy != MATCH_POLICY_STOP || !rule_matches(e, &req))
+                        /* Canary and continue rules let matching go on: they mask nothing. An
+                         * exact rule matches no request with a field more, which a subset
+                         * rule always has; against an exact rule, the pseudo-request's keys
+                         * are exactly its own. */
+                        if (e->match_policy != MATCH_POLICY_STOP ||
+                            (e->match_keys == MATCH_KEYS_EXACT && r->match_keys != MATCH_KEYS_EXACT) ||
+                            !rule_matches(e, &req))
                                 continue;
                         int q = rule_report(
                                 diag, r->line, rule_describe(r, desc, sizeof desc),

@@ -58,6 +58,17 @@ typedef enum RuleOnError {
         _RULE_ON_ERROR_INVALID = -EINVAL,
 } RuleOnError;
 
+/* How a rule's operation keys meet a request's fields: the attribute matchKeys. Not part of the
+ * counter's identity. */
+typedef enum MatchKeys {
+        MATCH_KEYS_SUBSET = 0, /* "subset": every key of the rule present and matching; the request's other
+                                * fields are ignored (divvy's matching, the default) */
+        MATCH_KEYS_EXACT,      /* "exact": that, and the request carries no other field (Envoy's descriptors,
+                                * which match only at their exact depth) */
+        _MATCH_KEYS_MAX,
+        _MATCH_KEYS_INVALID = -EINVAL,
+} MatchKeys;
+
 typedef enum PatternKind {
         PATTERN_ANY,   /* "*": key present, any value */
         PATTERN_EXACT, /* no '*': byte equality */
@@ -102,14 +113,20 @@ typedef struct Rule {
         size_t divvy_bucket_len;
         uint64_t credit_limit;
         uint64_t reset_seconds;
-        char *actor_field; /* owned; NULL if not set */
+        char *actor_field; /* owned; NULL if not set: the field names as written, one space between two */
         size_t actor_field_len;
+        /* actor_field split at its spaces: the fields whose values name the actor (one counter
+         * per combination of their values), slices of actor_field in the order written; owned
+         * array, NULL (and 0) if actorField is not set */
+        ProtoSlice *actor_fields;
+        size_t n_actor_fields;
         MatchPolicy match_policy;
-        char *label;         /* owned; NULL if not set */
-        char *comment;       /* owned; NULL if not set */
-        unsigned label_line; /* line of the label attribute, for messages; 0 if unknown */
+        MatchKeys match_keys; /* matchKeys; MATCH_KEYS_SUBSET if not set */
+        char *label;          /* owned; NULL if not set */
+        char *comment;        /* owned; NULL if not set */
+        unsigned label_line;  /* line of the label attribute, for messages; 0 if unknown */
         /* The algorithm and its parameters (algorithm, creditLimit, resetSeconds, burst,
-         * refillSeconds, strict), prepared with algo_params_prepare() at ruleset_add()
+         * refillSeconds, strict, window), prepared with algo_params_prepare() at ruleset_add()
          * unless the rule is trivial (rule_trivial_decision()): then only the copied
          * values are set. burst is the effective capacity: creditLimit unless a token
          * bucket's config set it. */
@@ -118,11 +135,12 @@ typedef struct Rule {
         unsigned divvy_notes;         /* RuleDivvyNote bits the loader set in the draft */
         unsigned divvy_attrs; /* bit (1 << RuleAttr): attributes whose text divvy 1.7 reads otherwise */
         /* Counter identity: a hash of the canonical operation (sorted keys) +
-         * creditLimit + resetSeconds + actorField, + the algorithm and its parameters only
-         * when not the defaults (exact encoding: rules.c, rule_compute_id). Same value for
-         * a rule that is only reordered, relabelled, recommented or switched between
-         * stop, canary and continue, so its counters keep counting across a reload;
-         * different when its limits, its algorithm or its actorField change. */
+         * creditLimit + resetSeconds + actorField, + the algorithm and its parameters, and the
+         * window, only when not the defaults (exact encoding: rules.c, rule_compute_id). Same
+         * value for a rule that is only reordered, relabelled, recommented, switched between
+         * stop, canary and continue or between matchKeys subset and exact, so its counters keep
+         * counting across a reload; different when its limits, its algorithm, its window or its
+         * actorField change. */
         uint8_t id[RULE_ID_SIZE];
 } Rule;
 
@@ -149,6 +167,8 @@ typedef enum RuleAttr {
         RULE_ATTR_REFILL_SECONDS,   /* "refillSeconds" */
         RULE_ATTR_STRICT,           /* "strict" */
         RULE_ATTR_ON_BACKEND_ERROR, /* "onBackendError" */
+        RULE_ATTR_WINDOW,           /* "window" */
+        RULE_ATTR_MATCH_KEYS,       /* "matchKeys" */
         _RULE_ATTR_MAX,
         _RULE_ATTR_INVALID = -EINVAL,
 } RuleAttr;
@@ -178,7 +198,8 @@ int rule_draft_add_pattern(RuleDraft *d, const char *key, size_t key_len, const 
                            size_t value_len);
 
 /* Sets a rule attribute by its config name (creditLimit, resetSeconds, actorField,
- * matchPolicy, label, comment, algorithm, burst, refillSeconds, strict, onBackendError; exact case). Errors:
+ * matchPolicy, label, comment, algorithm, burst, refillSeconds, strict, onBackendError, window,
+ * matchKeys; exact case). Errors:
  * -ENOENT unknown name (a typo like "creditlimit" must not silently become 0), -EINVAL value NULL, -EEXIST
  * set twice. The string must stay valid until ruleset_add(). */
 int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned line);
@@ -226,6 +247,9 @@ const char *rule_describe(const Rule *r, char *buf, size_t size);
 const char *match_policy_to_string(MatchPolicy p);
 MatchPolicy match_policy_from_string(const char *s);
 
+const char *match_keys_to_string(MatchKeys k); /* "subset", "exact" */
+MatchKeys match_keys_from_string(const char *s);
+
 /* "allow", "deny", "local" (exact case; the attribute onBackendError and the daemon's
  * --on-backend-error). RULE_ON_ERROR_DEFAULT has no name: to_string() gives NULL for it,
  * from_string() never returns it (-EINVAL for anything but the three names). */
@@ -246,7 +270,7 @@ RuleOnError rule_on_error_from_string(const char *s);
 const char *rule_excerpt(const char *s, char buf[static RULE_EXCERPT_MAX + 4]);
 
 /* "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst,
- * refillSeconds, strict, onBackendError": for messages. */
+ * refillSeconds, strict, onBackendError, window, matchKeys": for messages. */
 const char *rule_attr_names(void);
 
 /* The accepted attribute name that s differs from only in case ("creditlimit" ->
@@ -287,6 +311,15 @@ static inline RuleTrivial rule_trivial_decision(const Rule *r) {
         if (r->reset_seconds == 0)
                 return RULE_TRIVIAL_ALLOW;
         return RULE_TRIVIAL_NONE;
+}
+
+/* True if the Redis store (outside a cluster) keeps r's counters in Node divvy 1.7's keys,
+ * "divvy:<operation>:<actor>:<creditLimit>:<resetSeconds>": for the rules divvy 1.7 could
+ * share, a fixed window from the first hit with an actor of at most one field; the others get
+ * divvyd's own keys. */
+static inline bool rule_divvy_keys(const Rule *r) {
+        return r->algo.algorithm == ALGORITHM_FIXED_WINDOW && r->algo.window == ALGO_WINDOW_FIRST_HIT &&
+               r->n_actor_fields <= 1;
 }
 
 /* True if the rule's verdict counts for the request (stop or continue), false for a

@@ -228,8 +228,7 @@ void redis_fail_parked(RedisStore *s, int error) {
 }
 
 static bool hit_compat(const RedisStore *s, const StoreHit *h) {
-        return s->url.mode != REDIS_MODE_CLUSTER && h->rule &&
-               (!h->algo || h->algo->algorithm == ALGORITHM_FIXED_WINDOW);
+        return s->url.mode != REDIS_MODE_CLUSTER && h->rule && rule_divvy_keys(h->rule);
 }
 
 static int scratch_grow(RedisStore *s, size_t want) {

@@ -89,7 +89,9 @@ int redis_script_hit_args(const StoreHit *h, bool compat, uint64_t now_usec, cha
         if (p->algorithm < 0 || p->algorithm >= _ALGORITHM_MAX || p->credit_limit == 0 ||
             p->reset_seconds == 0)
                 return -EINVAL;
-        if (compat && p->algorithm != ALGORITHM_FIXED_WINDOW)
+        if (p->window < 0 || p->window >= _ALGO_WINDOW_MAX)
+                return -EINVAL;
+        if (compat && (p->algorithm != ALGORITHM_FIXED_WINDOW || p->window != ALGO_WINDOW_FIRST_HIT))
                 return -EINVAL;
         if (p->credit_limit > ALGO_CREDIT_MAX || p->reset_seconds > ALGO_RESET_SECONDS_MAX ||
             p->burst > ALGO_CREDIT_MAX || span_usec(p) > REDIS_SCRIPT_SPAN_MAX)
@@ -115,6 +117,7 @@ int redis_script_hit_args(const StoreHit *h, bool compat, uint64_t now_usec, cha
         v[10] = p->d1;
         v[11] = h->group;
         v[12] = at;
+        v[13] = (uint64_t) p->window;
 
         for (size_t i = 0; i < REDIS_SCRIPT_ARGS_PER_HIT; i++) {
                 size_t start = off;

@@ -10,8 +10,9 @@
  * with one key per hit (redis_key_compat() or redis_key_own()), now_usec 0 meaning the
  * server's TIME, and REDIS_SCRIPT_ARGS_PER_HIT args per hit from redis_script_hit_args():
  *   compat algorithm op count creditLimit resetSeconds burst refillSeconds strict d0 d1 group
- *   at_usec
- * (decimal; op is the AlgoOp, core/algorithm.h; at_usec 0: the call's now). The reply is an array of
+ *   at_usec window
+ * (decimal; op is the AlgoOp, core/algorithm.h; at_usec 0: the call's now; window the
+ * AlgoWindow). The reply is an array of
  * REDIS_SCRIPT_RESULTS_PER_HIT integers per hit: allowed (0/1) credit reset limit retry.
  *
  * Semantics: for divvyd's own keys, each hit exactly as core/algorithm.c's algo_apply() on the
@@ -33,7 +34,8 @@
  *     tau, ALGO_DEBT_MAX_BURSTS): only a bucket whose burst takes more than (2^53 - now) / 2
  *     us to refill (114 years in 2026) reaches it, and then reset and retry count to 2255
  *     instead of now + 2 * tau.
- * For divvy 1.7's keys (compat, fixed-window rules only) the script keeps divvy's layout: the
+ * For divvy 1.7's keys (compat, fixed-window rules of windows from the first hit only) the
+ * script keeps divvy's layout: the
  * credit left as an integer string with a TTL set once by SETEX at the window's start; a HIT
  * answers exactly as divvy's scripts/pipe.lua (reset = Redis's TTL, which rounds to the
  * nearest second; retry = that TTL but at least 1 when denied; a key without a TTL reads
@@ -48,7 +50,7 @@
 
 #include "store/store.h"
 
-#define REDIS_SCRIPT_ARGS_PER_HIT    13 /* ARGV entries per hit (after the one now_usec) */
+#define REDIS_SCRIPT_ARGS_PER_HIT    14 /* ARGV entries per hit (after the one now_usec) */
 #define REDIS_SCRIPT_RESULTS_PER_HIT 5  /* reply integers per hit */
 #define REDIS_SCRIPT_HIT_ARGS_SIZE                                                                          \
         (REDIS_SCRIPT_ARGS_PER_HIT * 21) /* bytes: buf for one hit's args (20 digits + NUL each) */
@@ -64,11 +66,11 @@ extern const char redis_script_sha1[]; /* its SHA1, 40 lowercase hex digits (com
 
 /* Writes hit h's REDIS_SCRIPT_ARGS_PER_HIT ARGV entries as NUL-terminated decimal strings into
  * buf (REDIS_SCRIPT_HIT_ARGS_SIZE bytes always suffice) and points argv[i]/argvlen[i] at them.
- * compat: divvy 1.7's layout on this key (fixed-window rules only). now_usec: the batch's time
- * (0: the server's TIME), sent for a hit without its own at_usec. Returns
- * REDIS_SCRIPT_ARGS_PER_HIT, -ENOBUFS if buf is too small, -EINVAL for an invalid hit (no
- * limit, unknown op or algorithm, compat on another algorithm), -ERANGE for a hit outside the
- * script's range (see above). */
+ * compat: divvy 1.7's layout on this key (fixed-window rules only, windows from the first hit).
+ * now_usec: the batch's time (0: the server's TIME), sent for a hit without its own at_usec.
+ * Returns REDIS_SCRIPT_ARGS_PER_HIT, -ENOBUFS if buf is too small, -EINVAL for an invalid hit
+ * (no limit, unknown op, algorithm or window, compat on another algorithm or an aligned
+ * window), -ERANGE for a hit outside the script's range (see above). */
 int redis_script_hit_args(const StoreHit *h, bool compat, uint64_t now_usec, char *buf, size_t size,
                           const char **argv, size_t *argvlen);
 

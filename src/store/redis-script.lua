@@ -1,11 +1,11 @@
 -- SPDX-License-Identifier: MIT
 -- divvyd's Redis/Valkey store (issue #16): the ONE script, run once per batch.
 --
---   EVALSHA <sha> <n> key1..keyN <now_usec or 0> <13 args of hit 1> ... <13 args of hit N>
+--   EVALSHA <sha> <n> key1..keyN <now_usec or 0> <14 args of hit 1> ... <14 args of hit N>
 --
 -- now_usec 0: the server's TIME. Per hit (redis-script.h, REDIS_SCRIPT_ARG_*):
 --   compat algorithm op count creditLimit resetSeconds burst refillSeconds strict d0 d1
---   group at_usec (0: the call's now)
+--   group at_usec (0: the call's now) window (0 first-hit, 1 aligned: core/algorithm.h's AlgoWindow)
 -- Reply: 5 integers per hit: allowed (0/1) credit reset limit retry.
 --
 -- Per hit the same as core/algorithm.c's algo_apply() and store.c's apply_hits(): hits in
@@ -24,7 +24,7 @@ if redis.replicate_commands then
   pcall(redis.replicate_commands) -- Redis < 5: TIME before writes
 end
 
-local NARGS = 13
+local NARGS = 14
 local USEC = 1000000
 local TWO24 = 16777216
 local TWO53 = 9007199254740992
@@ -122,8 +122,12 @@ local TAKE, PEEK, CHARGE, REFUND, RESET = 0, 1, 2, 3, 4
 
 ---- fixed window: w0 = the window's end, a = the credit left
 
-local function fw_window_end(now, reset)
-  local e = now + reset * USEC
+-- the end of the window a hit at now opens: reset after it, or aligned at the next multiple of
+-- reset since the epoch
+local function fw_window_end(now, reset, aligned)
+  local d = reset * USEC
+  if aligned then now = now - fmod(now, d) end
+  local e = now + d
   if e < W0_CAP then return e end
   return W0_CAP
 end
@@ -139,7 +143,7 @@ local function fixed_apply(p, op, n, now, st)
       elseif n == 0 then
         return true, limit, limit, 0, 0, nil
       end
-      s = { w0 = fw_window_end(now, p.reset), a = limit - n, b = 0 }
+      s = { w0 = fw_window_end(now, p.reset, p.aligned), a = limit - n, b = 0 }
       ok, credit, reset, retry = true, s.a, secs_up(s.w0 - now), 0
     else
       local left = secs_up(st.w0 - now)
@@ -156,7 +160,7 @@ local function fixed_apply(p, op, n, now, st)
     return ok, credit, limit, reset, retry, nil
   elseif op == CHARGE then
     local s = st
-    if not live then s = { w0 = fw_window_end(now, p.reset), a = limit, b = 0 } end
+    if not live then s = { w0 = fw_window_end(now, p.reset, p.aligned), a = limit, b = 0 } end
     local fit = n <= s.a
     local ns = { w0 = s.w0, a = s.a - min(n, s.a), b = 0 }
     local left = secs_up(ns.w0 - now)
@@ -176,8 +180,11 @@ end
 ---- sliding window: w0 = the end of the window after the current one, a = previous count,
 ---- b = current count (C: w1 = a << 32 | b); r = d0 = resetSeconds in us
 
-local function sw_load(st, now, r)
-  if st.w0 <= now then return { prev = 0, cur = 0, e = now + r } end
+local function sw_load(st, now, r, aligned)
+  if st.w0 <= now then -- absent or expired: a window anchored now, or the aligned one holding now
+    if aligned then return { prev = 0, cur = 0, e = now - fmod(now, r) + r } end
+    return { prev = 0, cur = 0, e = now + r }
+  end
   local e2 = (now - st.w0) + 2 * r
   if e2 < 0 then e2 = 0 end
   if e2 >= r then return { prev = st.b, cur = 0, e = st.w0 } end
@@ -211,7 +218,7 @@ end
 
 local function sliding_apply(p, op, n, now, st)
   local limit, r = p.limit, p.d0
-  local s = sw_load(st, now, r)
+  local s = sw_load(st, now, r, p.aligned)
   local est = sw_estimate(s, now, r)
   local credit = 0
   if est < limit then credit = limit - est end
@@ -513,13 +520,13 @@ for i = 1, nkeys do
   local n = tonumber(ARGV[base + 4])
   local p = { limit = tonumber(ARGV[base + 5]), reset = tonumber(ARGV[base + 6]),
     burst = tonumber(ARGV[base + 7]), refill = tonumber(ARGV[base + 8]), strict = ARGV[base + 9] == '1',
-    d0 = tonumber(ARGV[base + 10]), d1 = tonumber(ARGV[base + 11]) }
+    d0 = tonumber(ARGV[base + 10]), d1 = tonumber(ARGV[base + 11]), aligned = ARGV[base + 14] == '1' }
   local group = ARGV[base + 12]
   local now = tonumber(ARGV[base + 13])
   if now == 0 then now = call_now end
   if now == nil or now > NOW_MAX or op == nil or op < TAKE or op > RESET or n == nil
     or p.limit == nil or algo == nil
-    or (compat and algo ~= 0) then
+    or (compat and (algo ~= 0 or p.aligned)) then
     return redis.error_reply('ERR divvyd script: bad arguments of hit ' .. i)
   end
   if group ~= '0' and (i == 1 or ARGV[base + 12 - NARGS] ~= group) then

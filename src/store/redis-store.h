@@ -20,8 +20,9 @@
  * semantics (a non-zero group is all or nothing), so every hit is decided as the local store
  * decides it. In cluster mode a call whose keys fall in several hash slots is further split
  * into runs of consecutive hits of one slot, one call per run: atomicity (a group's all or
- * nothing) then holds per slot only. Keys: divvy 1.7's compat key for fixed-window rules
- * (hit->algo NULL or ALGO_FIXED_WINDOW) except in cluster mode, divvyd's own key with the
+ * nothing) then holds per slot only. Keys: divvy 1.7's compat key for the rules
+ * rule_divvy_keys() names (core/rules.h: fixed windows from the first hit) except in cluster
+ * mode, divvyd's own key with the
  * {actor} hash tag otherwise (redis-script.h builds both). Every call of a batch is queued
  * first, then each connection is flushed once: ONE write per connection per batch.
  *

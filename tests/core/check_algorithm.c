@@ -25,18 +25,24 @@
 
 typedef unsigned __int128 u128;
 
-static AlgoParams params(Algorithm a, uint64_t limit, uint64_t reset, uint64_t burst, uint64_t refill,
-                         bool strict) {
+static AlgoParams params_window(Algorithm a, uint64_t limit, uint64_t reset, uint64_t burst, uint64_t refill,
+                                bool strict, AlgoWindow window) {
         AlgoParams p = { .algorithm = a,
                          .credit_limit = limit,
                          .reset_seconds = reset,
                          .burst = burst,
                          .refill_seconds = refill,
-                         .strict = strict };
+                         .strict = strict,
+                         .window = window };
         const char *why = NULL;
 
         ck_assert_msg(algo_params_prepare(&p, &why) == 0, "prepare: %s", why ? why : "?");
         return p;
+}
+
+static AlgoParams params(Algorithm a, uint64_t limit, uint64_t reset, uint64_t burst, uint64_t refill,
+                         bool strict) {
+        return params_window(a, limit, reset, burst, refill, strict, ALGO_WINDOW_FIRST_HIT);
 }
 
 /* ---- names ---------------------------------------------------------------------- */
@@ -153,6 +159,69 @@ START_TEST (test_prepare) {
 }
 END_TEST
 
+/* window (issue #34): aligned on the windowed algorithms only; a value out of the enum is refused. */
+START_TEST (test_prepare_window) {
+        static const Algorithm windowed[] = { ALGORITHM_FIXED_WINDOW, ALGORITHM_SLIDING_WINDOW };
+        AlgoParams p;
+        const char *why = NULL;
+
+        for (size_t i = 0; i < sizeof windowed / sizeof windowed[0]; i++) {
+                p = (AlgoParams){ .algorithm = windowed[i],
+                                  .credit_limit = 5,
+                                  .reset_seconds = 60,
+                                  .window = ALGO_WINDOW_ALIGNED };
+                ck_assert_int_eq(algo_params_prepare(&p, &why), 0);
+                ck_assert_int_eq(p.window, ALGO_WINDOW_ALIGNED);
+        }
+        for (uint64_t refill = 0; refill <= 12; refill += 12) {
+                p = (AlgoParams){ .algorithm = ALGORITHM_TOKEN_BUCKET,
+                                  .credit_limit = 5,
+                                  .reset_seconds = 60,
+                                  .refill_seconds = refill,
+                                  .window = ALGO_WINDOW_ALIGNED };
+                ck_assert_int_eq(algo_params_prepare(&p, &why), -EINVAL);
+                ck_assert_str_eq(why,
+                                 "window aligned applies only to algorithms fixed-window and sliding-window "
+                                 "(a token bucket has no windows)");
+                p.window = ALGO_WINDOW_FIRST_HIT;
+                ck_assert_int_eq(algo_params_prepare(&p, &why), 0);
+        }
+        p = (AlgoParams){ .algorithm = ALGORITHM_FIXED_WINDOW,
+                          .credit_limit = 5,
+                          .reset_seconds = 60,
+                          .window = _ALGO_WINDOW_MAX };
+        ck_assert_int_eq(algo_params_prepare(&p, &why), -EINVAL);
+        ck_assert_str_eq(why, "unknown window");
+}
+END_TEST
+
+/* The aligned fixed window at the edges of time: the last window before ALGO_W0_MAX is cut
+ * there, as a first-hit window is, and a window of 100 years is aligned to the epoch. */
+START_TEST (test_aligned_edges) {
+        AlgoParams p = params_window(ALGORITHM_FIXED_WINDOW, 2, ALGO_RESET_SECONDS_MAX, 0, 0, false,
+                                     ALGO_WINDOW_ALIGNED);
+        uint64_t span = ALGO_RESET_SECONDS_MAX * SEC;
+        AlgoState st = { 0, 0 };
+        AlgoResult res;
+
+        algo_apply(&p, ALGO_TAKE, 1, T0, &st, &res);
+        ck_assert(res.allowed);
+        ck_assert_uint_eq(st.w0, span); /* 1970 + 100 years */
+        ck_assert_uint_eq(res.reset, (span - T0) / SEC);
+        st = (AlgoState){ 0, 0 };
+        algo_apply(&p, ALGO_TAKE, 1, ALGO_W0_MAX - 5, &st, &res);
+        ck_assert(res.allowed);
+        ck_assert_uint_eq(st.w0, ALGO_W0_MAX);
+        ck_assert_uint_eq(res.reset, 1);
+        /* a day, as envoyproxy/ratelimit's DAY: midnight UTC to midnight UTC */
+        p = params_window(ALGORITHM_FIXED_WINDOW, 2, 86400, 0, 0, false, ALGO_WINDOW_ALIGNED);
+        st = (AlgoState){ 0, 0 };
+        algo_apply(&p, ALGO_TAKE, 1, T0 + 3600 * SEC, &st, &res);
+        ck_assert_uint_eq(st.w0 % (86400 * SEC), 0);
+        ck_assert_uint_eq(st.w0, (T0 / (86400 * SEC) + 1) * 86400 * SEC);
+}
+END_TEST
+
 START_TEST (test_prepare_null) {
         ck_assert_int_eq(algo_params_prepare(NULL, NULL), -EINVAL);
         AlgoParams p = { .algorithm = ALGORITHM_FIXED_WINDOW };
@@ -181,9 +250,46 @@ typedef struct Scenario {
         uint64_t limit, reset, burst, refill;
         bool strict;
         Step steps[16];
+        AlgoWindow window;
 } Scenario;
 
 static const Scenario scenarios[] = {
+        /* window aligned (issue #34), 3 per 10 s: T0 is a multiple of 10 s, so the windows are
+         * [T0, T0 + 10 s), [T0 + 10 s, T0 + 20 s), ... whenever the first hit comes */
+        { "fixed aligned: windows at multiples of resetSeconds",
+          ALGORITHM_FIXED_WINDOW,
+          3,
+          10,
+          0,
+          0,
+          false,
+          { { 4000000, ALGO_PEEK, 1, true, 2, 6, 0 }, /* the window that would open ends at T0 + 10 s */
+            { 4000000, ALGO_TAKE, 1, true, 2, 6, 0 }, /* not 10 s after the first hit */
+            { 4000001, ALGO_TAKE, 1, true, 1, 6, 0 }, /* 5.999999 s left: rounded up */
+            { 9000000, ALGO_TAKE, 1, true, 0, 1, 0 },
+            { 9500000, ALGO_TAKE, 1, false, 0, 1, 1 },  /* retry: until the aligned end */
+            { 10000000, ALGO_TAKE, 1, true, 2, 10, 0 }, /* at the boundary: a whole new window */
+            { 19999999, ALGO_PEEK, 2, true, 0, 1, 0 },
+            { 23000000, ALGO_CHARGE, 5, false, 0, 7, 7 }, /* a charge opens the aligned window too */
+            { 25000000, ALGO_REFUND, 1, true, 1, 5, 0 },
+            { 29999999, ALGO_TAKE, 2, false, 1, 1, 1 },
+            { 30000000, ALGO_TAKE, 3, true, 0, 10, 0 },
+            END_STEPS },
+          ALGO_WINDOW_ALIGNED },
+        { "sliding aligned: windows at multiples of resetSeconds",
+          ALGORITHM_SLIDING_WINDOW,
+          10,
+          10,
+          0,
+          0,
+          false,
+          { { 4000000, ALGO_TAKE, 4, true, 6, 16, 0 },  /* window [T0, T0 + 10 s): full again at + 20 s */
+            { 12000000, ALGO_PEEK, 6, true, 0, 18, 0 }, /* 4 * 8 / 10 = 3.2, rounded up: 4 */
+            { 12000000, ALGO_TAKE, 7, false, 6, 1, 1 }, /* 4 * (20 - t) / 10 <= 3: t >= 12.5 s */
+            { 12500000, ALGO_PEEK, 7, true, 0, 18, 0 },
+            { 25000000, ALGO_TAKE, 1, true, 9, 15, 0 }, /* [T0 + 20 s, + 30 s): full again at + 40 s */
+            END_STEPS },
+          ALGO_WINDOW_ALIGNED },
         /* divvy's fixed window, 3 per 10 s */
         { "fixed: first hit, window end to the µs",
           ALGORITHM_FIXED_WINDOW,
@@ -374,7 +480,8 @@ static const Scenario scenarios[] = {
 
 START_TEST (test_scenario) {
         const Scenario *sc = scenarios + _i;
-        AlgoParams p = params(sc->algorithm, sc->limit, sc->reset, sc->burst, sc->refill, sc->strict);
+        AlgoParams p = params_window(sc->algorithm, sc->limit, sc->reset, sc->burst, sc->refill, sc->strict,
+                                     sc->window);
         AlgoState st = { 0, 0 };
 
         for (size_t k = 0; sc->steps[k].at >= 0; k++) {
@@ -527,9 +634,10 @@ typedef struct FixedModel {
         uint64_t end, credit;
 } FixedModel;
 
-static Expect fixed_model(FixedModel *m, uint64_t limit, uint64_t reset, AlgoOp op, uint64_t n,
+static Expect fixed_model(FixedModel *m, uint64_t limit, uint64_t reset, bool aligned, AlgoOp op, uint64_t n,
                           uint64_t now) {
         FixedModel w = *m;
+        uint64_t end = (aligned ? now / (reset * SEC) * (reset * SEC) : now) + reset * SEC;
         Expect e;
 
         if (!w.live || w.end <= now)
@@ -545,7 +653,7 @@ static Expect fixed_model(FixedModel *m, uint64_t limit, uint64_t reset, AlgoOp 
                 bool fit;
 
                 if (!w.live)
-                        w = (FixedModel){ .live = true, .end = now + reset * SEC, .credit = limit };
+                        w = (FixedModel){ .live = true, .end = end, .credit = limit };
                 fit = n <= w.credit;
                 w.credit = fit ? w.credit - n : 0;
                 *m = w;
@@ -556,7 +664,7 @@ static Expect fixed_model(FixedModel *m, uint64_t limit, uint64_t reset, AlgoOp 
         if (n == 0)
                 return (Expect){ true, w.credit, w.live ? up(w.end - now) : 0, 0 };
         if (!w.live)
-                w = (FixedModel){ .live = true, .end = now + reset * SEC, .credit = limit };
+                w = (FixedModel){ .live = true, .end = end, .credit = limit };
         if (n > w.credit)
                 return (Expect){ false, w.credit, up(w.end - now), (int64_t) up(w.end - now) };
         w.credit -= n;
@@ -619,8 +727,8 @@ static uint64_t sm_first(const SlidingModel *m, uint64_t now, uint64_t r, uint64
         return hi;
 }
 
-static Expect sliding_model(SlidingModel *m, uint64_t limit, uint64_t reset, AlgoOp op, uint64_t n,
-                            uint64_t now) {
+static Expect sliding_model(SlidingModel *m, uint64_t limit, uint64_t reset, bool aligned, AlgoOp op,
+                            uint64_t n, uint64_t now) {
         uint64_t r = reset * SEC, i, credit;
         SlidingModel *w = m;
         Expect e;
@@ -632,7 +740,7 @@ static Expect sliding_model(SlidingModel *m, uint64_t limit, uint64_t reset, Alg
                 if (op == ALGO_REFUND)
                         return (Expect){ true, limit, 0, 0 };
                 memset(m, 0, sizeof *m);
-                m->anchor = now;
+                m->anchor = aligned ? now / r * r : now;
         }
         if (op == ALGO_PEEK) {
                 copy = *m;
@@ -817,6 +925,7 @@ typedef struct RandomCase {
         Algorithm algorithm;
         uint64_t limit, reset, burst, refill;
         bool strict;
+        AlgoWindow window;
 } RandomCase;
 
 static const RandomCase random_cases[] = {
@@ -843,13 +952,23 @@ static const RandomCase random_cases[] = {
         { ALGORITHM_TOKEN_BUCKET, 4, 2, 9, 1, true },
         { ALGORITHM_TOKEN_BUCKET, 1, 1, 1, 2, false },
         { ALGORITHM_TOKEN_BUCKET, 100, 10, 0, 5, true },
+        /* windows aligned to the clock (issue #34) */
+        { ALGORITHM_FIXED_WINDOW, 1, 1, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_FIXED_WINDOW, 5, 3, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_FIXED_WINDOW, 100, 60, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_FIXED_WINDOW, 7, 86400, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_SLIDING_WINDOW, 1, 1, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_SLIDING_WINDOW, 3, 2, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_SLIDING_WINDOW, 10, 7, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_SLIDING_WINDOW, 1000, 60, 0, 0, false, ALGO_WINDOW_ALIGNED },
 };
 
 static const char *const op_names[] = { "TAKE", "PEEK", "CHARGE", "REFUND" };
 
 START_TEST (test_random_against_model) {
         const RandomCase *c = random_cases + _i;
-        AlgoParams p = params(c->algorithm, c->limit, c->reset, c->burst, c->refill, c->strict);
+        AlgoParams p =
+                params_window(c->algorithm, c->limit, c->reset, c->burst, c->refill, c->strict, c->window);
         uint64_t r = c->reset * SEC, cap = p.burst;
         uint64_t t = p.algorithm == ALGORITHM_TOKEN_BUCKET && !c->refill ? p.d0 : 0;
         static SlidingModel sm;
@@ -906,10 +1025,12 @@ START_TEST (test_random_against_model) {
 
                         switch (p.algorithm) {
                         case ALGORITHM_FIXED_WINDOW:
-                                e = fixed_model(&fm, c->limit, c->reset, op, n, now);
+                                e = fixed_model(&fm, c->limit, c->reset, c->window == ALGO_WINDOW_ALIGNED,
+                                                op, n, now);
                                 break;
                         case ALGORITHM_SLIDING_WINDOW:
-                                e = sliding_model(&sm, c->limit, c->reset, op, n, now);
+                                e = sliding_model(&sm, c->limit, c->reset, c->window == ALGO_WINDOW_ALIGNED,
+                                                  op, n, now);
                                 break;
                         default:
                                 if (c->refill)
@@ -1206,6 +1327,8 @@ int main(void) {
         tcase_add_test(tc, test_names);
         tcase_add_loop_test(tc, test_prepare, 0, sizeof prepare_cases / sizeof prepare_cases[0]);
         tcase_add_test(tc, test_prepare_null);
+        tcase_add_test(tc, test_prepare_window);
+        tcase_add_test(tc, test_aligned_edges);
         tcase_add_loop_test(tc, test_scenario, 0, sizeof scenarios / sizeof scenarios[0]);
         tcase_add_test(tc, test_overflow_edges);
         tcase_add_loop_test(tc, test_charge_bounded, 0, sizeof charge_cases / sizeof charge_cases[0]);

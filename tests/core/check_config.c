@@ -82,7 +82,10 @@ static void assert_rules_equal(const RuleSet *a, const RuleSet *b) {
                 ck_assert_uint_eq(x->algo.burst, y->algo.burst);
                 ck_assert_uint_eq(x->algo.refill_seconds, y->algo.refill_seconds);
                 ck_assert(x->algo.strict == y->algo.strict);
+                ck_assert_int_eq(x->algo.window, y->algo.window);
                 ck_assert_int_eq(x->on_backend_error, y->on_backend_error);
+                ck_assert_int_eq(x->match_keys, y->match_keys);
+                ck_assert_uint_eq(x->n_actor_fields, y->n_actor_fields);
         }
 }
 
@@ -580,7 +583,7 @@ static const struct {
           "rule [a=1] sets algorithm twice (first on line 4)" },
         { false, INI_A1("maxBurst = 3\n"), 0, 4,
           "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, label, comment, algorithm, burst, "
-          "refillSeconds, strict, onBackendError)" },
+          "refillSeconds, strict, onBackendError, window, matchKeys)" },
         /* Refused by algo_params_prepare(), at the line of the attribute its reason names first. */
         { false, INI_A1("algorithm = token-bucket\nrefillSeconds = 7\n"), 0, 5,
           "t.ini:5: rule [a=1] refillSeconds does not divide resetSeconds into whole credits (creditLimit * "
@@ -591,6 +594,37 @@ static const struct {
           "t.ini:4: rule [a=1] creditLimit above 4294967295 is not supported by algorithm sliding-window" },
         { false, "[default]\ncreditLimit = 0\nresetSeconds = 0\nmatchPolicy = continue\n", 0, 4,
           "rule [default] is a default rule (empty operation) and must have matchPolicy stop" },
+        /* issue #34's attributes: each refusal at its own line */
+        { false, INI_A1("actorField = ip user\nwindow = aligned\nmatchKeys = exact\n") },
+        { false, INI_A1("algorithm = gcra\n\nwindow = aligned\n"), 0, 6,
+          "t.ini:6: rule [a=1] sets window aligned, which only the fixed-window and sliding-window "
+          "algorithms "
+          "have (a token bucket has no windows)" },
+        { false, INI_A1("window = clock\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an unknown window \"clock\" (accepted: first-hit, aligned)" },
+        { false, INI_A1("comment = x\nmatchKeys = exactly\n"), 0, 5,
+          "t.ini:5: rule [a=1] has an unknown matchKeys \"exactly\" (accepted: subset, exact)" },
+        { false, INI_A1("actorField = ip  user\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an empty field name in actorField \"ip  user\" (separate the names by "
+          "single spaces)" },
+        { false, INI_A1("actorField = \"ip \"\n"), 0, 4,
+          "t.ini:4: rule [a=1] has an empty field name in actorField \"ip \"" },
+        { false, INI_A1("actorField = user ip user\n"), 0, 4,
+          "t.ini:4: rule [a=1] names the field \"user\" twice in actorField" },
+        { false, "[default]\ncreditLimit = 0\nresetSeconds = 0\nmatchKeys = exact\n", 0, 4,
+          "t.ini:4: rule [default] is a default rule (empty operation) and must have matchKeys subset" },
+        { true,
+          JSON_A1(",\n\"actorField\": \"ip user\",\n\"window\": \"aligned\",\n\"matchKeys\": \"exact\"") },
+        { true, JSON_A1(",\n\"algorithm\": \"sliding-window\",\n\"window\": \"aligned\"") },
+        { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"window\": \"aligned\""), 0, 5,
+          "t.json:5: rule [a=1] sets window aligned, which only the fixed-window and sliding-window "
+          "algorithms have" },
+        { true, JSON_A1(",\n\"window\": true"), 0, 4,
+          "rule [a=1]: window: expected a string, got a boolean" },
+        { true, JSON_A1(",\n\"matchKeys\": \"Exact\""), 0, 4,
+          "t.json:4: rule [a=1] has an unknown matchKeys \"Exact\" (accepted: subset, exact)" },
+        { true, JSON_A1(",\n\"actorField\": \"ip\\tuser \""), 0, 4,
+          "t.json:4: rule [a=1] has an empty field name in actorField \"ip?user \"" },
 
         /* JSON: the same, with JSON's types (strict a boolean or a string). */
         { true, JSON_A1(",\n\"algorithm\": \"token-bucket\",\n\"burst\": 20,\n\"refillSeconds\": "
@@ -1188,6 +1222,13 @@ static const struct {
           R3("path=/x", "actorField = user\nalgorithm = sliding-window") R3("path=/x:y", "actorField = user")
                   DEFAULT_INI,
           {} },
+        { "aligned windows have divvyd's own keys",
+          R3("path=/x", "actorField = user\nwindow = aligned") R3("path=/x:y", "actorField = user")
+                  DEFAULT_INI,
+          {} },
+        { "an actor of several fields has divvyd's own keys",
+          R3("path=/x", "actorField = user ip") R3("path=/x:y", "actorField = user") DEFAULT_INI,
+          {} },
         { "a rule without a counter",
           "[path=/x]\ncreditLimit = 0\nresetSeconds = 60\nactorField = user\n" R3("path=/x:y", "")
                   DEFAULT_INI,
@@ -1333,6 +1374,8 @@ START_TEST (test_dump_old_unchanged) {
         ck_assert_ptr_null(strstr(json, "strict"));
         ck_assert_ptr_null(strstr(json, "continue"));
         ck_assert_ptr_null(strstr(json, "onBackendError"));
+        ck_assert_ptr_null(strstr(json, "window"));
+        ck_assert_ptr_null(strstr(json, "matchKeys"));
         for (size_t i = 0; i < rs->n_rules; i++)
                 ck_assert_ptr_null(config_rule_details(&rs->rules[i], buf, sizeof buf));
         free(json);
@@ -1388,6 +1431,118 @@ START_TEST (test_rule_details) {
 }
 END_TEST
 
+/* Issue #34's attributes: dumped only when not the defaults, read back the same (INI and JSON
+ * alike), shown by --check-config, refused by --compat=divvy; the window changes the counter
+ * ids, matchKeys does not. */
+START_TEST (test_dump_issue34) {
+        static const char text[] = "[domain=api path=*]\ncreditLimit = 10\nresetSeconds = 60\n"
+                                   "window = aligned\nactorField = path user\nmatchKeys = exact\n"
+                                   "[domain=api]\ncreditLimit = 5\nresetSeconds = 60\n"
+                                   "algorithm = sliding-window\nwindow = aligned\n"
+                                   "[domain=web]\ncreditLimit = 5\nresetSeconds = 60\nwindow = first-hit\n"
+                                   "matchKeys = subset\nactorField = ip\n"
+                                   "[default]\ncreditLimit = 0\nresetSeconds = 0\n";
+        static const char plain[] = "[domain=api path=*]\ncreditLimit = 10\nresetSeconds = 60\n"
+                                    "actorField = path user\n"
+                                    "[domain=api]\ncreditLimit = 5\nresetSeconds = 60\n"
+                                    "algorithm = sliding-window\n"
+                                    "[domain=web]\ncreditLimit = 5\nresetSeconds = 60\nactorField = ip\n"
+                                    "[default]\ncreditLimit = 0\nresetSeconds = 0\n";
+        static const char want[] = "{\n"
+                                   "  \"overrides\": [\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"domain\": \"api\",\n"
+                                   "        \"path\": \"*\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 10,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"window\": \"aligned\",\n"
+                                   "      \"actorField\": \"path user\",\n"
+                                   "      \"matchKeys\": \"exact\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"domain\": \"api\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 5,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"algorithm\": \"sliding-window\",\n"
+                                   "      \"window\": \"aligned\"\n"
+                                   "    },\n"
+                                   "    {\n"
+                                   "      \"operation\": {\n"
+                                   "        \"domain\": \"web\"\n"
+                                   "      },\n"
+                                   "      \"creditLimit\": 5,\n"
+                                   "      \"resetSeconds\": 60,\n"
+                                   "      \"actorField\": \"ip\"\n"
+                                   "    }\n"
+                                   "  ],\n"
+                                   "  \"default\": {\n"
+                                   "    \"creditLimit\": 0,\n"
+                                   "    \"resetSeconds\": 0\n"
+                                   "  }\n"
+                                   "}\n";
+        RuleSet *rs = NULL, *back = NULL, *without = NULL;
+        char buf[256];
+        size_t len;
+        Diag diag;
+
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(parse_text(false, text, strlen(text), &rs, &diag), 0);
+        ck_assert_int_eq(rs->rules[0].algo.window, ALGO_WINDOW_ALIGNED);
+        ck_assert_int_eq(rs->rules[0].match_keys, MATCH_KEYS_EXACT);
+        ck_assert_uint_eq(rs->rules[0].n_actor_fields, 2);
+        ck_assert_int_eq(rs->rules[1].algo.window, ALGO_WINDOW_ALIGNED);
+        ck_assert_int_eq(rs->rules[2].algo.window, ALGO_WINDOW_FIRST_HIT);
+        ck_assert_int_eq(rs->rules[2].match_keys, MATCH_KEYS_SUBSET);
+        ck_assert_uint_eq(rs->rules[2].n_actor_fields, 1);
+        char *json = dump(rs, &len);
+        ck_assert_str_eq(json, want);
+        ck_assert_int_eq(parse_text(true, json, len, &back, &diag), 0);
+        assert_rules_equal(rs, back);
+        /* without window and matchKeys: the aligned rules count elsewhere, the others alike */
+        ck_assert_int_eq(parse_text(false, plain, strlen(plain), &without, &diag), 0);
+        ck_assert(memcmp(rs->rules[0].id, without->rules[0].id, RULE_ID_SIZE) != 0);
+        ck_assert(memcmp(rs->rules[1].id, without->rules[1].id, RULE_ID_SIZE) != 0);
+        ck_assert_mem_eq(rs->rules[2].id, without->rules[2].id, RULE_ID_SIZE);
+        ck_assert_mem_eq(rs->rules[3].id, without->rules[3].id, RULE_ID_SIZE);
+
+        ck_assert_str_eq(
+                config_rule_details(&rs->rules[0], buf, sizeof buf),
+                "rule [domain=api path=*]: fixed-window 10 per 60 s, windows aligned to the clock, one "
+                "counter per combination of path, user, matchKeys exact, matchPolicy stop");
+        ck_assert_str_eq(config_rule_details(&rs->rules[1], buf, sizeof buf),
+                         "rule [domain=api]: sliding-window 5 per 60 s, windows aligned to the clock, "
+                         "matchPolicy stop");
+        ck_assert_ptr_null(config_rule_details(&rs->rules[2], buf, sizeof buf));
+        ck_assert_str_eq(
+                config_summary(rs, buf, sizeof buf),
+                "4 rules (0 canary, 2 with actor, 0 labelled, 1 sliding-window, 2 window aligned, 1 "
+                "matchKeys exact)");
+
+        ck_assert_int_eq(config_check_divvy(rs, &diag), -EINVAL);
+        ck_assert_uint_eq(diag.n_messages, 2);
+        ck_assert_str_eq(
+                diag.messages[0],
+                "t.ini:1: rule [domain=api path=*] " NOT_DIVVY
+                "matchKeys exact (divvy 1.7 also matches requests with other fields); window aligned "
+                "(divvy 1.7 starts a window at its first hit); actorField of 2 fields (divvy 1.7 reads "
+                "\"path user\" as the name of one field); path=* (divvy 1.7 also matches requests "
+                "without path)");
+        ck_assert_str_eq(diag.messages[1],
+                         "t.ini:7: rule [domain=api] " NOT_DIVVY
+                         "algorithm sliding-window (divvy 1.7 counts in fixed windows only); "
+                         "window aligned (divvy 1.7 starts a window at its first hit)");
+        free(json);
+        ruleset_free(rs);
+        ruleset_free(back);
+        ruleset_free(without);
+        diag_done(&diag);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("config");
 
@@ -1415,6 +1570,7 @@ int main(void) {
         tcase_add_test(tc, test_dump_algorithms);
         tcase_add_test(tc, test_dump_old_unchanged);
         tcase_add_test(tc, test_dump_on_backend_error);
+        tcase_add_test(tc, test_dump_issue34);
         tcase_add_loop_test(tc, test_divvy_compat, 0, sizeof divvy_cases / sizeof divvy_cases[0]);
         tcase_add_loop_test(tc, test_divvy_compat_files, 0, sizeof divvy_files / sizeof divvy_files[0]);
         tcase_add_loop_test(tc, test_divvy_keys, 0, sizeof divvy_key_cases / sizeof divvy_key_cases[0]);

@@ -88,12 +88,20 @@ static void diag_dump(const Diag *d) {
                 fprintf(stderr, "  diag: %s\n", d->messages[i]);
 }
 
-/* A brute-force matcher: every rule in order, no index; canary and continue rules go on. */
+/* A brute-force matcher: every rule in order, no index; canary and continue rules go on; an exact
+ * rule (matchKeys exact) needs every field of the request to be one of its keys. */
 static size_t linear_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out[RULES_MATCH_MAX]) {
         size_t n = 0;
         for (size_t i = 0; i < rs->n_rules; i++) {
                 const Rule *r = &rs->rules[i];
                 bool ok = true;
+                for (size_t k = 0; k < req->n_pairs && ok && r->match_keys == MATCH_KEYS_EXACT; k++) {
+                        ok = false;
+                        for (size_t j = 0; j < r->n_patterns; j++)
+                                ok = ok || (req->pairs[k].key.len == r->patterns[j].key_len &&
+                                            memcmp(req->pairs[k].key.ptr, r->patterns[j].key,
+                                                   r->patterns[j].key_len) == 0);
+                }
                 for (size_t j = 0; j < r->n_patterns && ok; j++) {
                         const RulePattern *p = &r->patterns[j];
                         const ProtoSlice *v = NULL;
@@ -152,7 +160,7 @@ START_TEST (test_names) {
         ck_assert_ptr_null(rule_attr_suggest("credit"));
         ck_assert_str_eq(rule_attr_names(),
                          "creditLimit, resetSeconds, actorField, matchPolicy, label, comment, "
-                         "algorithm, burst, refillSeconds, strict, onBackendError");
+                         "algorithm, burst, refillSeconds, strict, onBackendError, window, matchKeys");
         ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_ALGORITHM), "algorithm");
         ck_assert_str_eq(rule_attr_to_string(RULE_ATTR_ON_BACKEND_ERROR), "onBackendError");
         ck_assert_str_eq(rule_attr_suggest("onbackenderror"), "onBackendError");
@@ -246,7 +254,7 @@ START_TEST (test_draft) {
         ck_assert_str_eq(diag.messages[1], "r.ini:9: rule [method=GET] has an unknown attribute \"limit\" "
                                            "(accepted: creditLimit, resetSeconds, actorField, matchPolicy, "
                                            "label, comment, algorithm, burst, refillSeconds, strict, "
-                                           "onBackendError)");
+                                           "onBackendError, window, matchKeys)");
         ck_assert_str_eq(diag.messages[2],
                          "r.ini:10: rule [method=GET] sets creditLimit twice (first on line 4)");
         diag_done(&diag);
@@ -723,6 +731,122 @@ static const struct {
           { "default ; onBackendError=allow creditLimit=0 resetSeconds=0 onBackendError=deny" },
           -EEXIST,
           "test:14: rule [default] sets onBackendError twice (first on line 11)" },
+        /* window (issue #34): the windowed algorithms only. */
+        { "window aligned on the default algorithm",
+          { "a=1 ; creditLimit=1 resetSeconds=60 window=aligned", "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "window aligned on a sliding window default rule",
+          { "default ; creditLimit=5 resetSeconds=60 algorithm=sliding-window window=aligned" },
+          0,
+          NULL },
+        { "window first-hit on a token bucket",
+          { "default ; creditLimit=5 resetSeconds=60 algorithm=token-bucket window=first-hit" },
+          0,
+          NULL },
+        { "window aligned on a trivial rule",
+          { "default ; creditLimit=0 resetSeconds=0 window=aligned" },
+          0,
+          NULL },
+        { "window aligned on a token bucket",
+          { "a=1 ; creditLimit=1 resetSeconds=1 algorithm=token-bucket window=aligned",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:14: rule [a=1] sets window aligned, which only the fixed-window and sliding-window "
+          "algorithms have (a token bucket has no windows)" },
+        { "window aligned on gcra, the window first",
+          { "default ; window=aligned creditLimit=5 resetSeconds=60 algorithm=gcra" },
+          -EINVAL,
+          "test:11: rule [default] sets window aligned" },
+        { "window unknown",
+          { "a=1 ; creditLimit=1 resetSeconds=1 window=fixed", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] has an unknown window \"fixed\" (accepted: first-hit, aligned)" },
+        { "window is case-sensitive",
+          { "default ; creditLimit=0 resetSeconds=0 window=Aligned" },
+          -EINVAL,
+          "test:13: rule [default] has an unknown window \"Aligned\" (accepted: first-hit, aligned)" },
+        { "window empty",
+          { "default ; creditLimit=0 resetSeconds=0 window=" },
+          -EINVAL,
+          "test:13: rule [default] has an unknown window \"\"" },
+        { "window twice",
+          { "default ; window=aligned creditLimit=0 resetSeconds=0 window=aligned" },
+          -EEXIST,
+          "test:14: rule [default] sets window twice (first on line 11)" },
+        /* matchKeys (issue #34) */
+        { "matchKeys exact",
+          { "a=1 b=* ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "matchKeys subset on the default rule",
+          { "default ; creditLimit=0 resetSeconds=0 matchKeys=subset" },
+          0,
+          NULL },
+        { "matchKeys exact on the default rule",
+          { "default ; creditLimit=0 resetSeconds=0 matchKeys=exact" },
+          -EINVAL,
+          "test:13: rule [default] is a default rule (empty operation) and must have matchKeys subset" },
+        { "matchKeys unknown",
+          { "a=1 ; creditLimit=1 resetSeconds=1 matchKeys=all", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] has an unknown matchKeys \"all\" (accepted: subset, exact)" },
+        { "matchKeys is case-sensitive",
+          { "a=1 ; matchKeys=Exact creditLimit=1 resetSeconds=1", "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:11: rule [a=1] has an unknown matchKeys \"Exact\"" },
+        /* Shadowing with matchKeys exact: an exact rule shadows only exact rules of its keys. */
+        { "subset shadows exact",
+          { "a=1 ; creditLimit=1 resetSeconds=1", "a=1 ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [a=1] is unreachable: rule [a=1] (line 10) matches every request it matches" },
+        { "exact does not shadow subset",
+          { "a=1 ; creditLimit=1 resetSeconds=1 matchKeys=exact", "a=1 ; creditLimit=1 resetSeconds=1",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "exact does not shadow more keys",
+          { "a=* ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "a=1 b=2 ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "exact shadows exact of the same keys",
+          { "a=* b=* ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "b=2 a=1 ; creditLimit=1 resetSeconds=1 matchKeys=exact",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:20: rule [a=1 b=2] is unreachable: rule [a=* b=*] (line 10)" },
+        /* actorField of several fields (issue #34) */
+        { "actorField of two fields",
+          { "a=1 ; creditLimit=1 resetSeconds=1 actorField=ip~user",
+            "default ; creditLimit=0 resetSeconds=0" },
+          0,
+          NULL },
+        { "actorField with two spaces",
+          { "a=1 ; creditLimit=1 resetSeconds=1 actorField=ip~~user",
+            "default ; creditLimit=0 resetSeconds=0" },
+          -EINVAL,
+          "test:13: rule [a=1] has an empty field name in actorField \"ip  user\" (separate the names by "
+          "single spaces)" },
+        { "actorField with a leading space",
+          { "default ; creditLimit=0 resetSeconds=0 actorField=~ip" },
+          -EINVAL,
+          "test:13: rule [default] has an empty field name in actorField \" ip\"" },
+        { "actorField with a trailing space",
+          { "default ; creditLimit=0 resetSeconds=0 actorField=ip~" },
+          -EINVAL,
+          "test:13: rule [default] has an empty field name in actorField \"ip \"" },
+        { "actorField of one space",
+          { "default ; creditLimit=0 resetSeconds=0 actorField=~" },
+          -EINVAL,
+          "has an empty field name in actorField \" \"" },
+        { "actorField naming a field twice",
+          { "default ; creditLimit=0 resetSeconds=0 actorField=ip~user~ip" },
+          -EINVAL,
+          "test:13: rule [default] names the field \"ip\" twice in actorField" },
 };
 
 START_TEST (test_validation) {
@@ -1127,6 +1251,35 @@ START_TEST (test_actor_absent) {
 }
 END_TEST
 
+/* matchKeys exact: exactly the rule's keys, no other field; subset rules as before. */
+START_TEST (test_match_keys) {
+        RuleSet *rs;
+
+        ck_assert_int_eq(
+                build(KV("domain=api path=* ; creditLimit=5 resetSeconds=60 matchKeys=exact label=api-path",
+                         "domain=api ; creditLimit=5 resetSeconds=60 matchKeys=exact label=api",
+                         "domain=api user=* ; creditLimit=5 resetSeconds=60 label=api-user",
+                         "domain=web ; creditLimit=5 resetSeconds=60 label=web",
+                         "default ; creditLimit=1 resetSeconds=0 label=other"),
+                      true, &rs, NULL),
+                0);
+        expect_match(rs, KV("domain", "api", "path", "/x"), "api-path");
+        expect_match(rs, KV("path", "/x", "domain", "api"), "api-path");
+        expect_match(rs, KV("domain", "api"), "api");
+        /* a field more: not the exact rules, whatever the field */
+        expect_match(rs, KV("domain", "api", "path", "/x", "method", "GET"), "other");
+        expect_match(rs, KV("domain", "api", "method", "GET"), "other");
+        expect_match(rs, KV("domain", "api", "user", "u", "path", "/x"), "api-user");
+        expect_match(rs, KV("domain", "api", "user", "u"), "api-user");
+        /* a key of the rule missing, or its value not matching */
+        expect_match(rs, KV("path", "/x"), "other");
+        expect_match(rs, KV("domain", "API", "path", "/x"), "other");
+        /* subset rules still ignore other fields */
+        expect_match(rs, KV("domain", "web", "path", "/x", "user", "u"), "web");
+        ruleset_free(rs);
+}
+END_TEST
+
 START_TEST (test_birthday_cake) {
         RuleSet *rs;
         Diag diag;
@@ -1486,6 +1639,32 @@ static const struct {
           "a=1 ; creditLimit=5 resetSeconds=60 algorithm=gcra onBackendError=local", true },
         { "a=1 ; creditLimit=5 resetSeconds=60 onBackendError=allow",
           "a=1 ; creditLimit=5 resetSeconds=60 onBackendError=deny", true },
+        /* Issue #34: the window is another counter unless it is the default; matchKeys is
+         * which requests reach the counter, not what it counts; several actor fields are
+         * another counter, in the order written. */
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=60 window=first-hit",
+          true },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=60 window=aligned",
+          false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=sliding-window",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=sliding-window window=aligned", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 window=aligned",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=sliding-window window=aligned", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket",
+          "a=1 ; creditLimit=5 resetSeconds=60 algorithm=token-bucket window=first-hit", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60", "a=1 ; creditLimit=5 resetSeconds=60 matchKeys=exact",
+          true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 matchKeys=subset",
+          "a=1 ; creditLimit=5 resetSeconds=60 matchKeys=exact", true },
+        { "a=1 ; creditLimit=5 resetSeconds=60 actorField=ip",
+          "a=1 ; creditLimit=5 resetSeconds=60 actorField=ip~user", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 actorField=ip~user",
+          "a=1 ; creditLimit=5 resetSeconds=60 actorField=user~ip", false },
+        { "a=1 ; creditLimit=5 resetSeconds=60 actorField=ip~user",
+          "a=1 ; creditLimit=5 resetSeconds=60 actorField=ip~user~x", false },
+        /* the names are length-prefixed: moving a byte from one to the other changes the id */
+        { "a=1 ; creditLimit=5 resetSeconds=60 actorField=ab~c",
+          "a=1 ; creditLimit=5 resetSeconds=60 actorField=a~bc", false },
 };
 
 START_TEST (test_identity) {
@@ -1593,6 +1772,142 @@ START_TEST (test_identity_golden_algo) {
 }
 END_TEST
 
+/* Issue #34's tails: several actor fields in place of the one, the window after the algorithm's. */
+START_TEST (test_identity_golden_issue34) {
+        static const uint8_t enc_fields[] = {
+                'd', 'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l', 'e',
+                '-', 'i', 'd', '-', 'v', '1', 1,   0,   0,   0,   /* n_patterns */
+                1,   0,   0,   0,   'a', 1,   0,   0,   0,   '1', /* a=1 */
+                5,   0,   0,   0,   0,   0,   0,   0,             /* creditLimit */
+                60,  0,   0,   0,   0,   0,   0,   0,             /* resetSeconds */
+                2,   2,   0,   0,   0,                            /* several actor fields: 2 */
+                2,   0,   0,   0,   'i', 'p',                     /* ip */
+                4,   0,   0,   0,   'u', 's', 'e', 'r',           /* user */
+        };
+        static const uint8_t enc_aligned[] = {
+                'd',  'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l', 'e',
+                '-',  'i', 'd', '-', 'v', '1', 1,   0,   0,   0,   /* n_patterns */
+                1,    0,   0,   0,   'a', 1,   0,   0,   0,   '1', /* a=1 */
+                5,    0,   0,   0,   0,   0,   0,   0,             /* creditLimit */
+                60,   0,   0,   0,   0,   0,   0,   0,             /* resetSeconds */
+                1,    2,   0,   0,   0,   'i', 'p',                /* actorField ip */
+                0xa1, 1,                                           /* tag, sliding-window */
+                0,    0,   0,   0,   0,   0,   0,   0,             /* burst */
+                0,    0,   0,   0,   0,   0,   0,   0,             /* refillSeconds */
+                0,                                                 /* strict */
+                0xa2, 1,                                           /* tag, window aligned */
+        };
+        uint8_t want[RULE_ID_SIZE], got[RULE_ID_SIZE];
+
+        hash128(enc_fields, sizeof enc_fields, want);
+        rule_id_of("a=1 ; creditLimit=5 resetSeconds=60 actorField=ip~user matchKeys=exact", got);
+        ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+        hash128(enc_aligned, sizeof enc_aligned, want);
+        rule_id_of(
+                "a=1 ; creditLimit=5 resetSeconds=60 algorithm=sliding-window window=aligned actorField=ip",
+                got);
+        ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+        /* a fixed window: the window's tail right after the v1 encoding */
+        static const uint8_t enc_fixed[] = {
+                'd',  'i', 'v', 'v', 'y', 'd', '-', 'r', 'u', 'l', 'e',
+                '-',  'i', 'd', '-', 'v', '1', 1,   0,   0,   0,   /* n_patterns */
+                1,    0,   0,   0,   'a', 1,   0,   0,   0,   '1', /* a=1 */
+                5,    0,   0,   0,   0,   0,   0,   0,             /* creditLimit */
+                60,   0,   0,   0,   0,   0,   0,   0,             /* resetSeconds */
+                1,    2,   0,   0,   0,   'i', 'p',                /* actorField ip */
+                0xa2, 1,                                           /* tag, window aligned */
+        };
+        hash128(enc_fixed, sizeof enc_fixed, want);
+        rule_id_of("a=1 ; creditLimit=5 resetSeconds=60 window=aligned actorField=ip", got);
+        ck_assert(memcmp(want, got, RULE_ID_SIZE) == 0);
+}
+END_TEST
+
+/* The attributes of issue #34 in the compiled rule. */
+START_TEST (test_issue34_attrs) {
+        RuleSet *rs;
+
+        ck_assert_int_eq(
+                build(KV("a=1 ; creditLimit=5 resetSeconds=60 actorField=ip~user~x-forwarded-for "
+                         "window=aligned matchKeys=exact",
+                         "a=2 ; creditLimit=5 resetSeconds=60 actorField=ip",
+                         "default ; creditLimit=5 resetSeconds=60 algorithm=sliding-window window=aligned"),
+                      true, &rs, NULL),
+                0);
+        const Rule *r = &rs->rules[0];
+        ck_assert_uint_eq(r->n_actor_fields, 3);
+        ck_assert_str_eq(r->actor_field, "ip user x-forwarded-for");
+        ck_assert_uint_eq(r->actor_fields[0].len, 2);
+        ck_assert(memcmp(r->actor_fields[0].ptr, "ip", 2) == 0);
+        ck_assert_uint_eq(r->actor_fields[1].len, 4);
+        ck_assert(memcmp(r->actor_fields[1].ptr, "user", 4) == 0);
+        ck_assert_uint_eq(r->actor_fields[2].len, 15);
+        ck_assert(memcmp(r->actor_fields[2].ptr, "x-forwarded-for", 15) == 0);
+        ck_assert_int_eq(r->algo.window, ALGO_WINDOW_ALIGNED);
+        ck_assert_int_eq(r->match_keys, MATCH_KEYS_EXACT);
+        r = &rs->rules[1];
+        ck_assert_uint_eq(r->n_actor_fields, 1);
+        ck_assert_ptr_eq(r->actor_fields[0].ptr, r->actor_field);
+        ck_assert_uint_eq(r->actor_fields[0].len, 2);
+        ck_assert_int_eq(r->algo.window, ALGO_WINDOW_FIRST_HIT);
+        ck_assert_int_eq(r->match_keys, MATCH_KEYS_SUBSET);
+        r = &rs->rules[2];
+        ck_assert_uint_eq(r->n_actor_fields, 0);
+        ck_assert_ptr_null(r->actor_fields);
+        ck_assert_int_eq(r->algo.window, ALGO_WINDOW_ALIGNED);
+        ruleset_free(rs);
+
+        ck_assert_str_eq(algo_window_to_string(ALGO_WINDOW_FIRST_HIT), "first-hit");
+        ck_assert_str_eq(algo_window_to_string(ALGO_WINDOW_ALIGNED), "aligned");
+        ck_assert_ptr_null(algo_window_to_string(_ALGO_WINDOW_MAX));
+        ck_assert_int_eq(algo_window_from_string("aligned"), ALGO_WINDOW_ALIGNED);
+        ck_assert_int_eq(algo_window_from_string("Aligned"), -EINVAL);
+        ck_assert_int_eq(algo_window_from_string(NULL), -EINVAL);
+        ck_assert_str_eq(match_keys_to_string(MATCH_KEYS_EXACT), "exact");
+        ck_assert_str_eq(match_keys_to_string(MATCH_KEYS_SUBSET), "subset");
+        ck_assert_int_eq(match_keys_from_string("exact"), MATCH_KEYS_EXACT);
+        ck_assert_int_eq(match_keys_from_string("superset"), -EINVAL);
+        ck_assert_int_eq(rule_attr_from_string("window"), RULE_ATTR_WINDOW);
+        ck_assert_int_eq(rule_attr_from_string("matchKeys"), RULE_ATTR_MATCH_KEYS);
+        ck_assert_str_eq(rule_attr_suggest("matchkeys"), "matchKeys");
+}
+END_TEST
+
+/* An actorField of PROTO_PAIRS_MAX fields loads; one more is refused. */
+START_TEST (test_actor_fields_max) {
+        char names[PROTO_PAIRS_MAX * 5 + 8];
+        RuleSet *rs;
+        RuleDraft d;
+        Diag diag;
+        size_t n = 0;
+
+        for (int i = 0; i < PROTO_PAIRS_MAX; i++)
+                n += (size_t) snprintf(names + n, sizeof names - n, "%sf%d", i > 0 ? " " : "", i);
+        for (int more = 0; more < 2; more++) {
+                if (more)
+                        snprintf(names + n, sizeof names - n, " f%d", PROTO_PAIRS_MAX);
+                diag_init(&diag, "m.ini");
+                ck_assert_int_eq(ruleset_new(NULL, &rs), 0);
+                rule_draft_init(&d, 3);
+                ck_assert_int_eq(rule_draft_set(&d, "creditLimit", "1", 4), 0);
+                ck_assert_int_eq(rule_draft_set(&d, "resetSeconds", "1", 5), 0);
+                ck_assert_int_eq(rule_draft_set(&d, "actorField", names, 6), 0);
+                if (!more) {
+                        ck_assert_int_eq(ruleset_add(rs, &d, &diag), 0);
+                        ck_assert_uint_eq(rs->rules[0].n_actor_fields, PROTO_PAIRS_MAX);
+                } else {
+                        ck_assert_int_eq(ruleset_add(rs, &d, &diag), -EINVAL);
+                        ck_assert_uint_eq(diag.n_messages, 1);
+                        ck_assert(diag_has(
+                                &diag, "m.ini:6: rule [default] names 65 fields in actorField \"f0 f1 "));
+                        ck_assert(diag_has(&diag, "...\": at most 64 (a request carries no more)"));
+                }
+                ruleset_free(rs);
+                diag_done(&diag);
+        }
+}
+END_TEST
+
 /* What ruleset_add() puts in Rule.algo. */
 static const struct {
         const char *spec;
@@ -1677,14 +1992,15 @@ static void rand_spec(char *buf, size_t size, MatchPolicy policy) {
                         continue; /* the spec syntax cannot carry empty values */
                 n += (size_t) snprintf(buf + n, size - n, "%s=%s ", rand_keys[key], v);
         }
-        snprintf(buf + n, size - n, "; creditLimit=%u resetSeconds=60 matchPolicy=%s", rng() % 1000,
-                 match_policy_to_string(policy));
+        snprintf(buf + n, size - n, "; creditLimit=%u resetSeconds=60 matchPolicy=%s matchKeys=%s",
+                 rng() % 1000, match_policy_to_string(policy), rng() % 4 == 0 ? "exact" : "subset");
 }
 
 START_TEST (test_index_random) {
         enum { N_CONFIGS = 6, N_RULES = 80, N_REQUESTS = 400 };
         static char specs_buf[N_RULES + 1][160];
         const char *specs[N_RULES + 2];
+        size_t n_exact = 0; /* requests an exact rule (matchKeys exact) matched */
 
         rng_state = UINT64_C(0x9e3779b97f4a7c15) + (uint64_t) _i;
         for (int c = 0; c < N_CONFIGS; c++) {
@@ -1748,9 +2064,12 @@ START_TEST (test_index_random) {
                         for (size_t i = 0; i < ng; i++)
                                 ck_assert_ptr_eq(got[i], want[i]);
                         ck_assert_int_eq(got[ng - 1]->match_policy, MATCH_POLICY_STOP);
+                        for (size_t i = 0; i < ng; i++)
+                                n_exact += got[i]->match_keys == MATCH_KEYS_EXACT;
                 }
                 ruleset_free(rs);
         }
+        ck_assert_uint_gt(n_exact, 0); /* not vacuous */
 }
 END_TEST
 
@@ -1862,6 +2181,7 @@ static Suite *rules_suite(void) {
         tcase_add_test(tc, test_glob_segments);
         tcase_add_test(tc, test_readme_pantry);
         tcase_add_test(tc, test_actor_absent);
+        tcase_add_test(tc, test_match_keys);
         tcase_add_test(tc, test_birthday_cake);
         tcase_add_test(tc, test_default_deny_accept);
         tcase_add_loop_test(tc, test_trivial_decision, 0, sizeof trivial_cases / sizeof trivial_cases[0]);
@@ -1870,6 +2190,9 @@ static Suite *rules_suite(void) {
         tcase_add_test(tc, test_identity_reorder);
         tcase_add_test(tc, test_identity_golden);
         tcase_add_test(tc, test_identity_golden_algo);
+        tcase_add_test(tc, test_identity_golden_issue34);
+        tcase_add_test(tc, test_issue34_attrs);
+        tcase_add_test(tc, test_actor_fields_max);
         tcase_add_loop_test(tc, test_algo_params, 0, sizeof algo_cases / sizeof algo_cases[0]);
         tcase_add_loop_test(tc, test_index_random, 0, 4);
         tcase_add_test(tc, test_index_pick);

@@ -280,6 +280,7 @@ typedef struct Config {
         Algorithm algorithm;
         uint64_t limit, reset, burst, refill;
         bool strict;
+        AlgoWindow window;
 } Config;
 
 static const Config configs[] = {
@@ -303,6 +304,14 @@ static const Config configs[] = {
         { ALGORITHM_TOKEN_BUCKET, 1000, 3600, 25, 36, true },
         { ALGORITHM_TOKEN_BUCKET, 6, 60, 100, 30, false },
         { ALGORITHM_TOKEN_BUCKET, UINT64_C(1000000000000), 10000000, 0, 100000, false }, /* A = 1e10 */
+        /* windows aligned to the clock (issue #34) */
+        { ALGORITHM_FIXED_WINDOW, 10, 60, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_FIXED_WINDOW, 1, 1, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_FIXED_WINDOW, 1000, 86400, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_FIXED_WINDOW, 1000, ALGO_RESET_SECONDS_MAX, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_SLIDING_WINDOW, 10, 60, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_SLIDING_WINDOW, 7, 1, 0, 0, false, ALGO_WINDOW_ALIGNED },
+        { ALGORITHM_SLIDING_WINDOW, UINT32_MAX, 2251799813, 0, 0, false, ALGO_WINDOW_ALIGNED },
 };
 
 static uint64_t rng_state;
@@ -424,6 +433,8 @@ static void parse_state(const char *v, Algorithm a, AlgoState *ret) {
 START_TEST (test_exact_random) {
         const Config *cf = configs + _i;
         AlgoParams p = prepared(cf->algorithm, cf->limit, cf->reset, cf->burst, cf->refill, cf->strict);
+
+        p.window = cf->window; /* nothing of it is prepared */
         redisContext *c = conn();
         char keys[KEYS_MODEL][KEY_MAX], val[128];
         AlgoState st[KEYS_MODEL] = { 0 };
@@ -1135,10 +1146,10 @@ START_TEST (test_args_and_decode) {
                 strcat(joined, argv[i]);
                 strcat(joined, " ");
         }
-        /* compat algorithm op count limit reset burst refill strict d0 d1 group at */
-        ck_assert_str_eq(joined, "0 2 2 9007199254740992 100 3600 5 36 1 36000000 1 42 123 ");
+        /* compat algorithm op count limit reset burst refill strict d0 d1 group at window */
+        ck_assert_str_eq(joined, "0 2 2 9007199254740992 100 3600 5 36 1 36000000 1 42 123 0 ");
         h.at_usec = 77;
-        ck_assert_int_eq(redis_script_hit_args(&h, false, 0, buf, sizeof buf, argv, argvlen), 13);
+        ck_assert_int_eq(redis_script_hit_args(&h, false, 0, buf, sizeof buf, argv, argvlen), 14);
         ck_assert_str_eq(argv[12], "77");
         ck_assert_int_eq(redis_script_hit_args(&h, false, 0, buf, 20, argv, argvlen), -ENOBUFS);
         ck_assert_int_eq(redis_script_hit_args(&h, true, 0, buf, sizeof buf, argv, argvlen), -EINVAL);
@@ -1147,10 +1158,20 @@ START_TEST (test_args_and_decode) {
         h = hit_of(&sw, ALGO_TAKE, 1, 0); /* a sliding window of more than 2^51 us */
         ck_assert_int_eq(redis_script_hit_args(&h, false, 0, buf, sizeof buf, argv, argvlen), -ERANGE);
         h = (StoreHit){ .credit_limit = 3, .reset_seconds = 60 }; /* no algo: divvy's fixed window */
-        ck_assert_int_eq(redis_script_hit_args(&h, true, 5, buf, sizeof buf, argv, argvlen), 13);
+        ck_assert_int_eq(redis_script_hit_args(&h, true, 5, buf, sizeof buf, argv, argvlen), 14);
         ck_assert_str_eq(argv[0], "1");
         ck_assert_str_eq(argv[4], "3");
         ck_assert_str_eq(argv[6], "3");
+        ck_assert_str_eq(argv[13], "0");
+        /* an aligned window (issue #34): its number last; never on divvy 1.7's keys */
+        AlgoParams fa = prepared(ALGORITHM_FIXED_WINDOW, 10, 60, 0, 0, false);
+        fa.window = ALGO_WINDOW_ALIGNED;
+        h = hit_of(&fa, ALGO_TAKE, 1, 0);
+        ck_assert_int_eq(redis_script_hit_args(&h, false, 5, buf, sizeof buf, argv, argvlen), 14);
+        ck_assert_str_eq(argv[13], "1");
+        ck_assert_int_eq(redis_script_hit_args(&h, true, 5, buf, sizeof buf, argv, argvlen), -EINVAL);
+        fa.window = _ALGO_WINDOW_MAX;
+        ck_assert_int_eq(redis_script_hit_args(&h, false, 5, buf, sizeof buf, argv, argvlen), -EINVAL);
 
         for (int i = 0; i < 10; i++) {
                 ints[i] =
