@@ -35,7 +35,7 @@ note() { summary="$summary
 
 step "dependencies"
 DEPS="build-essential autoconf automake libtool pkg-config debhelper dpkg-dev fakeroot lintian rpm
-systemd systemd-container libcjson-dev liblmdb-dev libmicrohttpd-dev libsystemd-dev libhiredis-dev check python3
+systemd systemd-container libcjson-dev libyaml-dev liblmdb-dev libmicrohttpd-dev libsystemd-dev libhiredis-dev check python3
 lmdb-utils netcat-openbsd util-linux passwd procps mount iproute2"
 missing=""
 for p in $DEPS; do

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
+#include "shared/macro.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,6 +16,7 @@
 typedef enum ConfigFormat {
         CONFIG_FORMAT_INI,
         CONFIG_FORMAT_JSON,
+        CONFIG_FORMAT_YAML, /* envoyproxy/ratelimit's, config-yaml.c */
         _CONFIG_FORMAT_MAX,
         _CONFIG_FORMAT_INVALID = -EINVAL,
 } ConfigFormat;
@@ -31,6 +34,8 @@ static ConfigFormat config_format_from_path(const char *path) {
                 return CONFIG_FORMAT_INI;
         if (strcasecmp(dot, ".json") == 0)
                 return CONFIG_FORMAT_JSON;
+        if (strcasecmp(dot, ".yaml") == 0 || strcasecmp(dot, ".yml") == 0)
+                return CONFIG_FORMAT_YAML;
         return _CONFIG_FORMAT_INVALID;
 }
 
@@ -117,15 +122,186 @@ static int read_config_file(const char *path, size_t max_size, char **ret, size_
         return r;
 }
 
-int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag) {
-        RuleSet *rs = NULL;
+/* Points diag's messages at file from now on. Returns 0 or -ENOMEM. */
+static int diag_set_file(Diag *diag, const char *file) {
+        char *copy = strdup(file);
+
+        if (!copy)
+                return -ENOMEM;
+        free(diag->file);
+        diag->file = copy;
+        return 0;
+}
+
+static int cmp_name(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+static void names_free(char **names, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(names[i]);
+        free(names);
+}
+
+/* The names of dir's YAML files (*.yaml, *.yml, not hidden), sorted bytewise. Errors go to
+ * diag. */
+static int yaml_file_names(const char *dir, char ***ret, size_t *ret_n, Diag *diag) {
+        size_t n = 0, allocated = 0;
+        char **names = NULL;
+        struct dirent *e;
+        DIR *d;
+        int r = 0;
+
+        d = opendir(dir);
+        if (!d) {
+                r = -errno;
+                (void) diag_add(diag, 0, "cannot open the directory: %s", strerror(-r));
+                return r;
+        }
+        while ((errno = 0, e = readdir(d))) {
+                if (e->d_name[0] == '.' || config_format_from_path(e->d_name) != CONFIG_FORMAT_YAML)
+                        continue;
+                if (n == allocated) {
+                        size_t a = allocated ? allocated * 2 : 16;
+                        char **v = n >= CONFIG_DIR_FILES_MAX ? NULL : realloc(names, a * sizeof(char *));
+                        if (!v) {
+                                r = n >= CONFIG_DIR_FILES_MAX ? -EFBIG : -ENOMEM;
+                                break;
+                        }
+                        names = v;
+                        allocated = a;
+                }
+                names[n] = strdup(e->d_name);
+                if (!names[n]) {
+                        r = -ENOMEM;
+                        break;
+                }
+                n++;
+        }
+        if (r == 0 && errno != 0)
+                r = -errno;
+        closedir(d);
+        if (r == -EFBIG)
+                (void) diag_add(diag, 0, "more than %d YAML files", CONFIG_DIR_FILES_MAX);
+        else if (r < 0 && r != -ENOMEM)
+                (void) diag_add(diag, 0, "cannot read the directory: %s", strerror(-r));
+        else if (r == 0 && n == 0) {
+                r = -ENOENT;
+                (void) diag_add(diag, 0, "no YAML files (*.yaml, *.yml) in the directory");
+        }
+        if (r < 0) {
+                names_free(names, n);
+                return r;
+        }
+        qsort(names, n, sizeof(char *), cmp_name);
+        *ret = names;
+        *ret_n = n;
+        return 0;
+}
+
+/* One YAML file of a directory, its messages under its own name: loaded on its own first
+ * (with the default, finalized: the whole-config checks name this file), then into rs. The
+ * domain it configures goes to *ret_domain (owned) and its line to *ret_line. */
+static int load_yaml_file(const char *file, size_t max_size, RuleSet *rs, char **ret_domain,
+                          unsigned *ret_line, Diag *diag) {
+        _cleanup_(ruleset_freep) RuleSet *alone = NULL;
         char *text = NULL;
         size_t len = 0;
         int r;
 
+        r = diag_set_file(diag, file);
+        if (r >= 0)
+                r = read_config_file(file, max_size, &text, &len, diag);
+        if (r >= 0)
+                r = ruleset_new(file, &alone);
+        if (r >= 0)
+                r = config_yaml_parse(text, len, alone, diag);
+        if (r >= 0)
+                r = ruleset_finalize(alone, diag);
+        if (r >= 0)
+                r = config_yaml_load(text, len, rs, diag, ret_domain, ret_line);
+        free(text);
+        return r;
+}
+
+/* Every YAML file of dir into rs, in name order, then the default; a domain in two files
+ * is refused with both names. */
+static int load_yaml_dir(const char *dir, size_t max_size, RuleSet *rs, Diag *diag) {
+        char **names = NULL, **domains = NULL, *file = NULL;
+        unsigned *lines = NULL;
+        size_t n = 0;
+        int r, q = 0;
+
+        r = yaml_file_names(dir, &names, &n, diag);
+        if (r < 0)
+                return r;
+        domains = calloc(n, sizeof(char *));
+        lines = calloc(n, sizeof(unsigned));
+        if (!domains || !lines)
+                r = -ENOMEM;
+        for (size_t i = 0; i < n && r != -ENOMEM; i++) {
+                free(file);
+                if (asprintf(&file, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", names[i]) < 0) {
+                        file = NULL;
+                        r = -ENOMEM;
+                        break;
+                }
+                q = load_yaml_file(file, max_size, rs, &domains[i], &lines[i], diag);
+                if (q == -ENOMEM) {
+                        r = q;
+                        break;
+                }
+                if (q < 0) {
+                        r = -EINVAL;
+                        continue;
+                }
+                for (size_t j = 0; j < i; j++)
+                        if (domains[j] && strcmp(domains[j], domains[i]) == 0) {
+                                r = -EINVAL;
+                                if (diag_add(diag, lines[i], "duplicate domain '%s': %s configures it too",
+                                             domains[i], names[j]) < 0)
+                                        r = -ENOMEM;
+                                break;
+                        }
+        }
+        if (r >= 0)
+                r = diag_set_file(diag, dir);
+        if (r >= 0)
+                r = config_yaml_add_default(rs, diag);
+        free(file);
+        names_free(domains, domains ? n : 0);
+        names_free(names, n);
+        free(lines);
+        return r;
+}
+
+int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *diag) {
+        _cleanup_(ruleset_freep) RuleSet *rs = NULL;
+        struct stat st;
+        char *text = NULL;
+        size_t len = 0;
+        int r;
+
+        /* A directory: envoyproxy/ratelimit's layout, a YAML file per domain. */
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+                r = ruleset_new(path, &rs);
+                if (r >= 0)
+                        r = load_yaml_dir(path, max_size, rs, diag);
+                if (r >= 0)
+                        r = ruleset_finalize(rs, diag);
+                if (r >= 0) {
+                        *ret = rs;
+                        rs = NULL;
+                }
+                return r;
+        }
+
         ConfigFormat format = config_format_from_path(path);
         if (format < 0) {
-                (void) diag_add(diag, 0, "unknown file extension, expected .ini or .json");
+                (void) diag_add(
+                        diag, 0,
+                        "unknown file extension, expected .ini, .json, .yaml or .yml (or a directory of "
+                        "YAML files)");
                 return -EPROTONOSUPPORT;
         }
 
@@ -139,8 +315,10 @@ int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *
 
         if (format == CONFIG_FORMAT_INI)
                 r = config_ini_parse(text, len, rs, diag);
-        else
+        else if (format == CONFIG_FORMAT_JSON)
                 r = config_json_parse(text, len, rs, diag);
+        else
+                r = config_yaml_parse(text, len, rs, diag);
         /* Whole-config checks only on rules that all loaded: with one missing, "no
          * default rule" or "unreachable" would be noise, not news. */
         if (r >= 0)
@@ -151,7 +329,6 @@ int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *
         }
 
 finish:
-        ruleset_free(rs);
         free(text);
         return r;
 }

@@ -3,9 +3,10 @@
 
 /*
  * config.c: loads a rules file into a finalized RuleSet, choosing the format by
- * extension (".ini" -> config-ini.c, ".json" -> config-json.c), and writes a
- * RuleSet back out as normalized JSON (--dump-config).
- * Pure apart from reading the one file; never logs: every problem goes to diag.
+ * extension (".ini" -> config-ini.c, ".json" -> config-json.c, ".yaml"/".yml" ->
+ * config-yaml.c), or a directory of YAML files (envoyproxy/ratelimit's layout, one file per
+ * domain), and writes a RuleSet back out as normalized JSON (--dump-config).
+ * Pure apart from reading the file or directory; never logs: every problem goes to diag.
  * Calls go one way: config.c calls the loaders, the loaders call down into rules.c
  * (drafts and their messages), never back into config.c (tests/check-layout.sh).
  */
@@ -20,11 +21,17 @@
                                * parsing, so a wrong path (a log, a disk                                    \
                                * image) cannot exhaust memory */
 
+#define CONFIG_DIR_FILES_MAX 10000 /* YAML files in a config directory: bounds load time */
+
 /* Loads and validates path. Returns 0 and a finalized set in *ret, or a negative
  * errno with every problem in diag (which the caller has diag_init()ed with path):
  * -EINVAL invalid content, -EPROTONOSUPPORT unknown extension, -EFBIG too large,
- * -EISDIR a directory, -EBADFD not a regular file (FIFO, socket, device), -ENOMEM,
- * or the errno of open/fstat/read. *ret is untouched on failure. */
+ * -EBADFD not a regular file (FIFO, socket, device), -ENOMEM, or the errno of
+ * open/fstat/read. path may be a directory: every *.yaml and *.yml file in it (not hidden),
+ * in bytewise name order, then the default that allows (config_yaml_add_default()); a
+ * domain in two files is refused with both names; -ENOENT if it holds none. A message
+ * about one of its files names that file (diag's file is changed to it), the whole-config
+ * checks after them the directory. *ret is untouched on failure. */
 int config_load(const char *path, RuleSet **ret, Diag *diag);
 
 /* Format loaders, on a NUL-terminated buffer of len bytes (for tests and fuzzers):
@@ -32,6 +39,19 @@ int config_load(const char *path, RuleSet **ret, Diag *diag);
  * / -ENOMEM. */
 int config_ini_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
 int config_json_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
+
+/* config-yaml.c: one envoyproxy/ratelimit YAML file (a domain's descriptors) as rules,
+ * appended to rs, without a default; every refusal into diag with its line. The domain, a
+ * copy the caller frees, into *ret_domain and its line into *ret_line when they are not NULL
+ * and the file is valid. Returns 0, -EINVAL or -ENOMEM. */
+int config_yaml_load(const char *text, size_t len, RuleSet *rs, Diag *diag, char **ret_domain,
+                     unsigned *ret_line);
+/* Appends the default of a YAML configuration: no limit (creditLimit 4294967295,
+ * resetSeconds 0: always allows), as envoyproxy/ratelimit answers a request no descriptor
+ * matches. Returns what ruleset_add() returns. */
+int config_yaml_add_default(RuleSet *rs, Diag *diag);
+/* One YAML file as a whole config: config_yaml_load(), then config_yaml_add_default(). */
+int config_yaml_parse(const char *text, size_t len, RuleSet *rs, Diag *diag);
 
 /* Writes {"overrides": [...], "default": {...}} — a file config_json_parse() reads
  * back into an equal RuleSet. Returns 0, -EINVAL if rs does not end with a default

@@ -269,7 +269,8 @@ static const struct {
         unsigned line; /* 0: a message about the whole file */
         const char *reason;
 } bad_files[] = {
-        { "tests/data/rules.yaml", -EPROTONOSUPPORT, 0, "unknown file extension, expected .ini or .json" },
+        { "tests/data/rules.toml", -EPROTONOSUPPORT, 0,
+          "unknown file extension, expected .ini, .json, .yaml or .yml" },
         { "tests/data/no-such-file.ini", -ENOENT, 0, "cannot open: No such file or directory" },
         { "tests/data/unknown-key.ini", -EINVAL, 4,
           "unknown attribute \"maxBurst\" (accepted: creditLimit," },

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The body of the config fuzz targets (fuzz-config-ini.c, fuzz-config-json.c): a rules
+ * The body of the config fuzz targets (fuzz-config-ini.c, fuzz-config-json.c,
+ * fuzz-config-yaml.c): a rules
  * file from the fuzzer goes through the loader and the validator; a valid one must
  * survive the --dump-config round trip unchanged (same rules, same counter identities)
  * and be usable by the matcher and rule_describe(). Invalid ones must leave messages.
@@ -13,8 +14,6 @@
 
 #define FUZZ_CONFIG_INPUT_MAX                                                                               \
         (256u * 1024u) /* bytes: larger inputs are skipped; they only slow the fuzzer down */
-
-typedef int (*ParseFn)(const char *text, size_t len, RuleSet *rs, Diag *diag);
 
 /* Parses a NUL-terminated copy of data[0..size) and finalizes. Returns the set or NULL;
  * checks that a failure left at least one message. */
@@ -101,6 +100,10 @@ static void check_match(const RuleSet *rs) {
 }
 
 void fuzz_config_one(const uint8_t *data, size_t size, bool json) {
+        fuzz_config_parse_one(data, size, json ? config_json_parse : config_ini_parse);
+}
+
+void fuzz_config_parse_one(const uint8_t *data, size_t size, ParseFn parse) {
         RuleSet *rs, *again;
         char *dump = NULL;
         size_t dump_len = 0;
@@ -108,7 +111,7 @@ void fuzz_config_one(const uint8_t *data, size_t size, bool json) {
 
         if (size > FUZZ_CONFIG_INPUT_MAX)
                 return;
-        rs = load((const char *) data, size, json ? config_json_parse : config_ini_parse);
+        rs = load((const char *) data, size, parse);
         if (!rs)
                 return;
 

@@ -29,6 +29,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * dumps it as JSON, loads that back and checks that both sets are the same rules. */
 void fuzz_config_one(const uint8_t *data, size_t size, bool json);
 
+/* The same with any loader of config.h's signature (fuzz-config-yaml.c: config_yaml_parse). */
+struct RuleSet;
+struct Diag;
+typedef int (*ParseFn)(const char *text, size_t len, struct RuleSet *rs, struct Diag *diag);
+void fuzz_config_parse_one(const uint8_t *data, size_t size, ParseFn parse);
+
 #include <string.h>
 
 /* True if reason (len bytes, not NUL-terminated) is one of the fixed reasons an ERR reply may
