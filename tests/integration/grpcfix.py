@@ -129,16 +129,19 @@ def code_name(code):
     return load().rls.RateLimitResponse.Code.Name(code)
 
 
-def status_text(st):
+def status_text(st, resets=True):
     """One DescriptorStatus as the tables write it: "OK" when no limit applies (no current_limit,
     no duration_until_reset, limit_remaining 0), else "CODE REQUESTS/UNIT REMAINING RESET", the
-    reset in whole seconds (with "+<nanos>ns" appended when nanos is not 0)."""
+    reset in whole seconds (with "+<nanos>ns" appended when nanos is not 0; left out when resets
+    is False)."""
     rl = load().rls.RateLimitResponse
     if not st.HasField("current_limit") and not st.HasField("duration_until_reset") and \
             st.limit_remaining == 0:
         return code_name(st.code)
     out = "%s %d/%s %d" % (code_name(st.code), st.current_limit.requests_per_unit,
                            rl.RateLimit.Unit.Name(st.current_limit.unit), st.limit_remaining)
+    if not resets:
+        return out
     if st.HasField("duration_until_reset"):
         out += " %d" % st.duration_until_reset.seconds
         if st.duration_until_reset.nanos:
@@ -148,8 +151,8 @@ def status_text(st):
     return out
 
 
-def statuses_text(resp):
-    return [status_text(s) for s in resp.statuses]
+def statuses_text(resp, resets=True):
+    return [status_text(s, resets) for s in resp.statuses]
 
 
 class Client:
