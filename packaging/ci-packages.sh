@@ -36,6 +36,7 @@ note() { summary="$summary
 step "dependencies"
 DEPS="build-essential autoconf automake libtool pkg-config debhelper dpkg-dev fakeroot lintian rpm
 systemd systemd-container libcjson-dev libyaml-dev liblmdb-dev libmicrohttpd-dev libsystemd-dev libhiredis-dev check python3
+libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler python3-grpcio python3-grpc-tools nghttp2-client
 lmdb-utils netcat-openbsd util-linux passwd procps mount iproute2"
 missing=""
 for p in $DEPS; do

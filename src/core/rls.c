@@ -187,6 +187,10 @@ int rls_descriptor_request(const RlsRequest *r, size_t i, ProtoRequest *ret, Rls
         ret->n_pairs = 0;
         ret->has_count = ret->has_at = false;
         ret->error_reason = NULL;
+        if (d->n_entries == 0) {
+                *ret_why = "descriptor without entries";
+                return -EINVAL;
+        }
         if (d->n_entries + 1 > PROTO_PAIRS_MAX) {
                 *ret_why = "too many entries in a descriptor";
                 return -EINVAL;

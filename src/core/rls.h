@@ -81,7 +81,7 @@ typedef struct RlsHits {
 
 /* Turns descriptor i of r into the engine's request ret: the pairs domain=<domain> then the
  * entries in order (their strings point into the arena), and the hits it asks for. Returns 0,
- * or -EINVAL with *ret_why (static): more than PROTO_PAIRS_MAX - 1 entries, an empty key, a key
+ * or -EINVAL with *ret_why (static): no entries, more than PROTO_PAIRS_MAX - 1 entries, an empty key, a key
  * or value that is not UTF-8, a key given twice ("domain" included), a hits_addend above
  * PROTO_COUNT_MAX. */
 int rls_descriptor_request(const RlsRequest *r, size_t i, ProtoRequest *ret, RlsHits *ret_hits,

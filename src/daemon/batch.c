@@ -245,6 +245,13 @@ void batch_group_close(Batch *b, BatchSlot *first, size_t n,
         }
 }
 
+bool batch_slot_fallback(const Batch *b, const BatchSlot *slot) {
+        for (uint32_t i = 0; i < slot->n_hits; i++)
+                if (b->hits[slot->first_hit + i].fallback)
+                        return true;
+        return false;
+}
+
 void batch_slot_error(BatchSlot *slot, ProtoErrorCode code, const char *reason) {
         slot->kind = BATCH_SLOT_ERROR;
         slot->n_rules = 0;

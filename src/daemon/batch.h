@@ -47,6 +47,7 @@ typedef struct BatchSettings {
         bool inspect_admin;                /* PEEK and EXPLAIN on admin listeners only (--inspect=admin) */
         bool grpc_allow_refunds;           /* gRPC: is_negative_hits on any --grpc listener */
         bool grpc_ratelimit_headers;       /* gRPC: the IETF RateLimit fields in each response */
+        bool grpc_backend_unavailable;     /* gRPC: UNAVAILABLE where onBackendError would decide */
 } BatchSettings;
 
 typedef struct Batch Batch;

@@ -740,6 +740,12 @@ static void grpc_slot_done(Batch *b, const BatchSlot *slot) {
 static size_t grpc_format_decision(Batch *b, const BatchSlot *slot, const BatchDecision *d, char *p) {
         GrpcStream *st = slot->fe_data;
 
+        if (batch_settings(b)->grpc_backend_unavailable && !st->error_status &&
+            batch_slot_fallback(b, slot)) {
+                /* Envoy's failure_mode_deny decides rather than the rule's onBackendError */
+                st->error_status = GRPC_STATUS_UNAVAILABLE;
+                st->error_reason = "the store backend failed";
+        }
         grpc_status_of(d, &st->st[slot->n]);
         if (batch_settings(b)->debug && d->rule)
                 batch_log_reply(slot, d->rule, d->res.allowed ? "OK\n" : "OVER_LIMIT\n",

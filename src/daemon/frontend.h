@@ -150,6 +150,8 @@ static inline uint32_t batch_group_id(const Batch *b) {
 }
 void batch_group_close(Batch *b, BatchSlot *first, size_t n,
                        void (*refill)(Batch *b, BatchSlot *slot, void *userdata), void *userdata);
+/* Whether a hit of slot was decided by its rule's onBackendError (the store backend failed it). */
+bool batch_slot_fallback(const Batch *b, const BatchSlot *slot);
 /* batch_room() for a request of n slots taken at once. */
 static inline bool batch_room_for(const Batch *b, size_t n) {
         const BatchCore *k = (const BatchCore *) (const void *) b;

@@ -108,6 +108,10 @@ static void help(void) {
                "                           repeatable; passed sockets whose name contains \"grpc\"\n"
                "      --grpc-allow-refunds Accept is_negative_hits on every --grpc listener (default:\n"
                "                           admin: ones only)\n"
+               "      --grpc-backend-error=rules|unavailable\n"
+               "                           With --store: what a call gets when Redis fails it: its\n"
+               "                           rules' onBackendError (default) or UNAVAILABLE, for\n"
+               "                           Envoy's failure_mode_deny\n"
                "      --grpc-ratelimit-headers\n"
                "                           Add the IETF draft's RateLimit and RateLimit-Policy fields\n"
                "                           to each response's response_headers_to_add\n"
@@ -279,6 +283,7 @@ enum {
         ARG_GRPC,
         ARG_GRPC_ALLOW_REFUNDS,
         ARG_GRPC_RATELIMIT_HEADERS,
+        ARG_GRPC_BACKEND_ERROR,
 };
 
 /* The store's and the server's options. Returns 0, 1 if c is none of them, or the exit
@@ -460,6 +465,11 @@ static int parse_metrics_option(int c, const char *arg, Options *o) {
         case ARG_GRPC_RATELIMIT_HEADERS:
                 o->settings.server.grpc_ratelimit_headers = true;
                 return 0;
+        case ARG_GRPC_BACKEND_ERROR:
+                if (parse_two_words(arg, "unavailable", "rules",
+                                    &o->settings.server.grpc_backend_unavailable) < 0)
+                        return usage_error("--grpc-backend-error (rules or unavailable)", arg);
+                return 0;
         case ARG_METRICS_PATH:
                 if (arg[0] != '/')
                         return usage_error("--metrics-path (must start with '/')", arg);
@@ -519,6 +529,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "grpc", required_argument, NULL, ARG_GRPC },
                 { "grpc-allow-refunds", no_argument, NULL, ARG_GRPC_ALLOW_REFUNDS },
                 { "grpc-ratelimit-headers", no_argument, NULL, ARG_GRPC_RATELIMIT_HEADERS },
+                { "grpc-backend-error", required_argument, NULL, ARG_GRPC_BACKEND_ERROR },
                 {},
         };
         char *end;

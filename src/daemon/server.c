@@ -609,7 +609,8 @@ int server_new(sd_event *e, const ServerSettings *settings, Server **ret) {
                                           .allow_client_limits = settings->allow_client_limits,
                                           .inspect_admin = settings->inspect_admin,
                                           .grpc_allow_refunds = settings->grpc_allow_refunds,
-                                          .grpc_ratelimit_headers = settings->grpc_ratelimit_headers },
+                                          .grpc_ratelimit_headers = settings->grpc_ratelimit_headers,
+                                          .grpc_backend_unavailable = settings->grpc_backend_unavailable },
                         &sb->batch);
                 sb->conns = calloc(BATCH_REQUESTS_MAX, sizeof *sb->conns);
                 if (r < 0 || !sb->conns) {

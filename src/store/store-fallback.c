@@ -133,6 +133,7 @@ static void fallback_primary_done(void *userdata, int error) {
                 if (p != RULE_ON_ERROR_LOCAL && (h->op == ALGO_REFUND || h->op == ALGO_RESET))
                         continue; /* not a decision: the error stands */
                 f->stats.fallbacks[p]++;
+                h->fallback = true;
                 if (p == RULE_ON_ERROR_LOCAL) {
                         b->local_hits[b->n_local] = *h;
                         b->local_hits[b->n_local].error = 0;

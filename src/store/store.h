@@ -166,7 +166,8 @@ typedef struct StoreHit {
          * Redis store (issue #16) reads its operation (divvy 1.7's key) and onBackendError. */
         const Rule *rule;
         /* out */
-        int error; /* 0, or -errno if this hit could not be applied */
+        int error;     /* 0, or -errno if this hit could not be applied */
+        bool fallback; /* the backend failed it and its onBackendError decided (store-fallback.c) */
         /* The algorithm's result (algorithm.h), which the engine and the formatters use as it is:
          * allowed; credit left after this hit; limit, the counter's capacity (creditLimit, or a
          * token bucket's burst); reset, whole seconds until the counter is full again, rounded up,

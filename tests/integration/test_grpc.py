@@ -14,6 +14,8 @@ tests start; against tests/data/grpc.ini on a --grpc listener (TCP) and an admin
 - grpc.health.v1.Health/Check, an unknown method (UNIMPLEMENTED), a compressed message
   (UNIMPLEMENTED; sent with nghttp, grpcio does not compress messages this small), the IETF
   RateLimit fields with --grpc-ratelimit-headers.
+- A Redis store that is not there: onBackendError decides, or --grpc-backend-error=unavailable
+  answers UNAVAILABLE.
 
 More, each class on a daemon of its own (grpcfix.py's client, a controlled clock):
 
@@ -256,6 +258,41 @@ class Grpc(harness.DaemonTestCase):
         self.assertIn("grpc-status: 12", out.stdout, out.stdout + out.stderr)
         # nothing was charged
         self.assertEqual(self.statuses(self.rls(self.request(key))), [(self.pb.RateLimitResponse.OK, 2)])
+
+
+class GrpcBackendError(harness.DaemonTestCase):
+    """--store on a Redis that is not there: the rules' onBackendError decides (local, the
+    default), or with --grpc-backend-error=unavailable the call gets UNAVAILABLE."""
+
+    @classmethod
+    def setUpClass(cls):
+        if grpc is None:
+            raise harness.HarnessError("python3-grpcio is missing (tools/bootstrap installs it)")
+        cls.pb_dir, cls.pb, cls.health = compile_protos()
+        cls.addClassCleanup(shutil.rmtree, cls.pb_dir, True)
+
+    def call(self, *args):
+        port = harness.free_tcp_port()
+        dead = harness.free_tcp_port()  # nothing listens there
+        self.start_daemon(data_path("grpc.ini"),
+                          args=["--store", "redis://127.0.0.1:%d" % dead, "--backend-timeout", "50",
+                                "--grpc", "tcp:127.0.0.1:%d" % port] + list(args))
+        r = self.pb.RateLimitRequest(domain="rl")
+        r.descriptors.add().entries.add(key="generic_key", value="z")
+        with grpc.insecure_channel("127.0.0.1:%d" % port) as ch:
+            call = ch.unary_unary(RLS, request_serializer=self.pb.RateLimitRequest.SerializeToString,
+                                  response_deserializer=self.pb.RateLimitResponse.FromString)
+            try:
+                return call(r, timeout=harness.IO_TIMEOUT)
+            except grpc.RpcError as e:
+                return e.code()
+
+    def test_rules_decide(self):
+        resp = self.call()
+        self.assertEqual([(s.code, s.limit_remaining) for s in resp.statuses], [(self.pb.RateLimitResponse.OK, 2)])
+
+    def test_unavailable(self):
+        self.assertEqual(self.call("--grpc-backend-error=unavailable"), grpc.StatusCode.UNAVAILABLE)
 
 
 def write_rules(tmpdir, text, name="rules.ini"):
