@@ -580,6 +580,27 @@ class StoreFailure(GrpcCase):
                 self.assertEqual(grpcfix.code_name(resp.overall_code), "OVER_LIMIT")
 
 
+    def test_redis_killed_unavailable(self):
+        # --grpc-backend-error=unavailable: Envoy's failure_mode_deny decides instead
+        why = redisfix.missing()
+        if why:
+            self.skipTest(why)
+        with redisfix.RedisServer() as r:
+            self.start_grpc(self.RULES, args=["--store=%s" % r.url(), "--backend-timeout=200",
+                                              "--grpc-backend-error=unavailable"])
+            c = self.client()
+            allow = [("type", "allow"), ("u", "y")]
+            self.check(c, "f", [allow], "OK", ["OK 2/HOUR 1"], hits=1, resets=False)
+            r.kill()
+            for _ in range(3):
+                with self.assertRaises(grpc.RpcError) as e:
+                    c.should_rate_limit(grpcfix.request("f", [allow], 1))
+                self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            # the connection serves on: a call that needs no store (the default rule denies:
+            # creditLimit 0, no window, so no Envoy unit and no reset)
+            self.check(c, "f", [[("other", "x")]], "OVER_LIMIT", ["OVER_LIMIT 0/UNKNOWN 0 -"], hits=1)
+
+
 class Activation(GrpcCase):
     def test_socket_activated_grpc_listener(self):
         sa = harness.socket_activate_path()
