@@ -12,6 +12,9 @@ The Go tests' `_local` variants (envoyproxy/ratelimit with a local cache of over
 send the same requests on keys suffixed `_local`, with the same expectations: replayed too.
 What cannot apply is listed in tests/data/envoy-ratelimit/README.md and docs/envoy.md.
 
+Docs: docs/envoy.md's YAML snippets parse, and its rules file decides the descriptors its table
+says Envoy's route actions send.
+
 Run one test:  tests/integration/test_envoy_ratelimit.py Replay.test_basic_base_config
 """
 
@@ -54,7 +57,9 @@ def local_keys(text):
     return re.sub(r"(^|[;,])([^=;,]+)=", lambda m: "%s%s_local=" % (m.group(1), m.group(2)), text)
 
 
-class Replay(harness.DaemonTestCase):
+class EnvoyDaemon(harness.DaemonTestCase):
+    """divvyd on a directory of YAML files, its gRPC listener, the controlled clock."""
+
     @classmethod
     def setUpClass(cls):
         why = grpcfix.missing()
@@ -67,16 +72,21 @@ class Replay(harness.DaemonTestCase):
         cls.addClassCleanup(cls.clock.close)
         cls.rows = read_table()
 
-    def start(self, name, configs=CONFIGS):
-        """A daemon on a config directory of its own holding configs (copies of the fixtures),
-        its gRPC listener on a Unix socket, on the controlled clock; and a client."""
+    def start(self, configs=CONFIGS):
+        """A daemon on a config directory of its own holding configs (copies of the fixtures:
+        names in config/, or {name: text}), its gRPC listener on a Unix socket, on the
+        controlled clock; and a client."""
         self.clock.set_ns(BASE_NS)
         tmp = harness.make_tmpdir()
         self.addCleanup(shutil.rmtree, tmp, True)
         self.config_dir = os.path.join(tmp, "config")
         os.mkdir(self.config_dir)
         for c in configs:
-            shutil.copyfile(data_dir("config", c), os.path.join(self.config_dir, c))
+            if isinstance(configs, dict):
+                with open(os.path.join(self.config_dir, c), "w") as f:
+                    f.write(configs[c])
+            else:
+                shutil.copyfile(data_dir("config", c), os.path.join(self.config_dir, c))
         sock = os.path.join(tmp, "grpc.sock")
         d = self.start_daemon(self.config_dir, tmpdir=tmp, env=self.clock.env(),
                               args=["--grpc", "unix:" + sock])
@@ -92,10 +102,12 @@ class Replay(harness.DaemonTestCase):
         _, status = d.wait_note(re.compile(r"^STATUS="), after=seq, what="STATUS after reload")
         self.assertNotIn("failed", status)
 
+
+class Replay(EnvoyDaemon):
     def replay(self, case, rename=lambda s: s):
         rows = [r for r in self.rows if r.case == case]
         self.assertTrue(rows, case)
-        d, c = self.start(case)
+        d, c = self.start()
         for n, r in enumerate(rows, 1):
             self.clock.set_ns(BASE_NS + int(round(r.clock * 10**9)))
             if r.domain.startswith("!"):
@@ -145,31 +157,36 @@ def yaml_blocks(path):
     return out
 
 
-class Docs(harness.DaemonTestCase):
-    """docs/envoy.md's configurations: every YAML snippet parses (python3-yaml); the rules file
-    it shows is accepted by divvyd --check-config."""
+class Docs(EnvoyDaemon):
+    """docs/envoy.md's configurations: every YAML snippet parses (python3-yaml); its rules file
+    loads, and decides the descriptors its table says Envoy's actions send."""
+
+    def blocks(self):
+        return yaml_blocks(os.path.join(harness.top_srcdir(), "docs", "envoy.md"))
 
     def test_yaml_snippets_parse(self):
         import yaml
-        blocks = yaml_blocks(os.path.join(harness.top_srcdir(), "docs", "envoy.md"))
+        blocks = self.blocks()
         self.assertGreaterEqual(len(blocks), 4)
         for line, text in blocks:
             docs = list(yaml.safe_load_all(text))
             self.assertTrue(docs and all(isinstance(d, dict) for d in docs),
                             "docs/envoy.md:%d: %r" % (line, docs))
 
-    def test_rules_snippet_checks(self):
-        blocks = yaml_blocks(os.path.join(harness.top_srcdir(), "docs", "envoy.md"))
-        rules = [text for _, text in blocks if text.startswith("# /etc/divvyd/")]
+    def test_rules_snippet(self):
+        rules = [text for _, text in self.blocks() if text.startswith("# /etc/divvyd/ratelimit/")]
         self.assertEqual(len(rules), 1)
-        tmp = harness.make_tmpdir()
-        self.addCleanup(shutil.rmtree, tmp, True)
-        path = os.path.join(tmp, "edge.yaml")
-        with open(path, "w") as f:
-            f.write(rules[0])
-        p = subprocess.run([harness.divvyd_path(), "--check-config", path], capture_output=True,
-                           text=True, timeout=harness.IO_TIMEOUT)
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        d, c = self.start({"edge.yaml": rules[0]})
+        self.clock.set_ns(BASE_NS + 30 * 10**9 + 250 * 10**6)
+        addr = [("remote_address", "203.0.113.7")]
+        key = [("generic_key", "api"), ("api_key", "k-123")]
+        for remaining in (9, 8):
+            resp = c.should_rate_limit(grpcfix.request("edge", [addr, key], 1))
+            self.assertEqual(grpcfix.statuses_text(resp), ["OK 10/SECOND %d 1" % remaining,
+                                                           "OK 1000/MINUTE %d 30" % (remaining + 990)])
+        # a key without the api_key entry (no header): not a descriptor the file limits
+        resp = c.should_rate_limit(grpcfix.request("edge", [[("generic_key", "api")]], 1))
+        self.assertEqual(grpcfix.statuses_text(resp), ["OK"])
 
 
 if __name__ == "__main__":
