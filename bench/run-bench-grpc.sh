@@ -12,9 +12,13 @@
 #   - gRPC p99   the same at half the peak's rate (h2load --rps, per connection), the
 #                latencies from h2load's --log-file (microseconds until the end of the
 #                response, trailers included)
+#   - gRPC 1x1   one connection, one call at a time: the latency of a call alone
 #   - HTTP API   POST /v1/take {"pairs": {"domain": "bench", "ip": "0"}} on 16 keep-alive
 #                HTTP/1.1 connections (h2load --h1), when the daemon has --http-api (else the
 #                row says so)
+# Then, as root with perf: the calls to malloc, calloc and realloc divvyd makes per request
+# (uprobes on the C library, perf stat) over 100,000 gRPC calls and 100,000 line HITs (nghttp2
+# allocates with malloc too: its share is whatever the line HIT's row does not show).
 # Each point runs SEC seconds (default 5) after 1 s of unmeasured load, runs times (default 3;
 # medians). Targets: gRPC req/s ÷ line HIT >= 0.5; p99 at half the peak <= 1 ms (Envoy's
 # default timeout is 20 ms). Before measuring, one call through nghttp checks that the answer
@@ -121,6 +125,7 @@ hz=$(getconf CLK_TCK)
 h2load_point() {
 	name=$1
 	shift
+	rm -f "$tmp/h2load.log" # h2load appends to it
 	t0=$(cpu_ticks "$divvyd_pid")
 	if ! timeout "$limit" h2load -t 1 -D "$duration" --warm-up-time=1 --log-file="$tmp/h2load.log" \
 		"$@" >"$tmp/h2load.out" 2>&1; then
@@ -173,12 +178,47 @@ while [ $run -le "$runs" ]; do
 	h2load_point grpc-peak -c 16 -m 16 "$@" "$url"
 	half=$(awk -v r="$(tail -n 1 "$tmp/results" | cut -d' ' -f2)" 'BEGIN { printf "%d", r / 2 / 16 }')
 	h2load_point grpc-half -c 16 -m 16 --rps="$half" "$@" "$url"
+	h2load_point grpc-1x1 -c 1 -m 1 "$@" "$url"
 	if [ -n "$http_api" ]; then
 		h2load_point http-api --h1 -c 16 -m 1 -H 'content-type: application/json' \
 			--data="$tmp/request.json" "http://127.0.0.1:$http_port/v1/take"
 	fi
 	run=$((run + 1))
 done
+
+# allocs NAME COMMAND...: the allocation calls divvyd makes while COMMAND runs, per request
+# (100,000 requests); appended to $tmp/allocs
+allocs() {
+	an=$1
+	shift
+	# counted while the load runs (perf stat -p PID -- COMMAND)
+	perf stat -x, -e probe_libc:malloc,probe_libc:calloc,probe_libc:realloc -p "$divvyd_pid" \
+		-o "$tmp/perf-stat" -- timeout "$limit" "$@" >/dev/null 2>&1 ||
+		{ echo "run-bench-grpc.sh: $an failed under perf" >&2; exit 1; }
+	a=$(awk -F, '/probe_libc/ { s += $1 } END { printf "%.2f", s / 100000 }' "$tmp/perf-stat")
+	echo "$an $a" >>"$tmp/allocs"
+	echo "  $an: $a allocation calls per request"
+}
+libc=$(ldd "$divvyd" | awk '/libc\.so\.6/ { print $3 }')
+probes=no # yes: there; made: made here, deleted after
+if [ "$(id -u)" = 0 ] && command -v perf >/dev/null 2>&1 && [ -n "$libc" ]; then
+	if [ "$(perf probe -l 2>/dev/null | grep -c 'probe_libc:\(malloc\|calloc\|realloc\) ')" = 3 ]; then
+		probes=yes
+	elif perf probe -q -x "$libc" -a malloc -a calloc -a realloc >/dev/null 2>&1; then
+		probes=made
+	fi
+fi
+if [ "$probes" != no ]; then
+	echo "allocations (perf probes on $libc's malloc, calloc, realloc):"
+	: >"$tmp/allocs"
+	allocs grpc h2load -c 16 -m 16 -n 100000 "$@" "$url"
+	allocs line-hit "$bench" -q -c 16 -P 16 -n 100000 -k 1 -r 'HIT domain=bench ip=0' "tcp:127.0.0.1:$line_port"
+	if [ "$probes" = made ]; then
+		perf probe -q -d 'probe_libc:malloc' -d 'probe_libc:calloc' -d 'probe_libc:realloc' >/dev/null 2>&1 || true
+	fi
+else
+	echo "allocations: not measured (needs root, perf and uprobes)"
+fi
 
 median() {
 	awk -v n="$1" -v col="$2" '$1 == n { print $col }' "$tmp/results" | sort -g |
@@ -206,6 +246,12 @@ printf '| gRPC ShouldRateLimit, 16 streams | %.0f | %s | %s | %s (%s × line HIT
 	"$(median grpc-peak 6)" "$r" "$met_r"
 printf '| gRPC at half the peak (--rps) | %.0f | %s | %s | %s | %s%% | p99 <= 1000 us: %s |\n' \
 	"$gh" "$(median grpc-half 3)" "$p99h" "$(median grpc-half 5)" "$(median grpc-half 6)" "$met_p"
+printf '| gRPC, 1 connection, 1 call at a time | %.0f | %s | %s | %s | %s%% | |\n' \
+	"$(median grpc-1x1 2)" "$(median grpc-1x1 3)" "$(median grpc-1x1 4)" "$(median grpc-1x1 5)" "$(median grpc-1x1 6)"
+if [ -s "$tmp/allocs" ]; then
+	printf '| allocation calls per request (malloc, calloc, realloc; 100,000 requests) | gRPC %s | line HIT %s | | | | |\n' \
+		"$(awk '$1 == "grpc" { print $2 }' "$tmp/allocs")" "$(awk '$1 == "line-hit" { print $2 }' "$tmp/allocs")"
+fi
 if [ -n "$http_api" ]; then
 	printf '| HTTP API POST /v1/take, 16 keep-alive connections | %.0f | %s | %s | %s | %s%% | ÷ line HIT = %s |\n' \
 		"$(median http-api 2)" "$(median http-api 3)" "$(median http-api 4)" "$(median http-api 5)" \
