@@ -10,6 +10,7 @@
 #include <envoy/service/ratelimit/v3/rls.pb-c.h> /* generated (src/core/Makefile-core.am) */
 #include <grpc/health/v1/health.pb-c.h>
 
+#include "core/ratelimit-headers.h"
 #include "core/rls.h"
 #include "shared/utf8.h"
 
@@ -221,6 +222,62 @@ int rls_descriptor_request(const RlsRequest *r, size_t i, ProtoRequest *ret, Rls
         ret->n_pairs = n;
         ret->count = ret_hits->count;
         return 0;
+}
+
+bool rls_statuses_settle(RlsStatus *st, const RlsHits *hits, size_t n, bool peeked) {
+        bool over = false;
+
+        for (size_t i = 0; i < n; i++)
+                over = over || st[i].over_limit;
+        if (!over)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                RlsStatus *s = &st[i];
+                const RlsHits *h = &hits[i];
+
+                if (!s->has_limit || s->over_limit)
+                        continue;
+                if (h->kind == RLS_HIT_TAKE || (h->kind == RLS_HIT_REFUND && peeked))
+                        s->remaining = s->remaining + h->count > s->requests_per_unit
+                                               ? s->requests_per_unit
+                                               : s->remaining + h->count;
+                else if (h->kind == RLS_HIT_REFUND)
+                        s->remaining = s->remaining > h->count ? s->remaining - h->count : 0;
+        }
+        return true;
+}
+
+const RlsStatus *rls_binding_status(const RlsStatus *st, size_t n) {
+        const RlsStatus *best = NULL;
+
+        for (size_t i = 0; i < n; i++) {
+                if (!st[i].has_limit)
+                        continue;
+                if (st[i].over_limit)
+                        return &st[i];
+                if (!best || st[i].remaining < best->remaining)
+                        best = &st[i];
+        }
+        return best;
+}
+
+size_t rls_ratelimit_headers(RlsArena *a, const RlsStatus *st, size_t n, RlsHeader h[RLS_HEADERS_MAX]) {
+        const RlsStatus *best = rls_binding_status(st, n);
+        size_t name_len;
+        char *policy, *state;
+
+        if (!best)
+                return 0;
+        policy = rls_arena_alloc(a, RATELIMIT_HEADER_MAX);
+        state = rls_arena_alloc(a, RATELIMIT_HEADER_MAX);
+        if (!policy || !state)
+                return 0;
+        name_len = best->name ? strlen(best->name) : 0;
+        ratelimit_header_policy(policy, best->name, name_len, best->requests_per_unit, best->window_seconds);
+        ratelimit_header_state(state, best->name, name_len, best->remaining, best->reset_seconds);
+        h[0] = (RlsHeader){ "RateLimit-Policy", policy };
+        h[1] = (RlsHeader){ "RateLimit", state };
+        return 2;
 }
 
 RlsUnit rls_unit(uint64_t window_seconds) {

@@ -102,6 +102,23 @@ typedef struct RlsHeader {
         const char *key, *value; /* NUL-terminated */
 } RlsHeader;
 
+/* All or nothing, once every descriptor of a request is decided: if one is over its limit,
+ * none was charged, but each reported its decision as if alone (store.h): what it would have
+ * left after its TAKE (the store undid it; or, with peeked, a rule that always denies decided
+ * and its hits were PEEKs of the same count, also for a REFUND), or after its REFUND (undone).
+ * Sets the others' remaining to what they have (at most requests_per_unit). Returns whether one
+ * is over its limit. */
+bool rls_statuses_settle(RlsStatus *st, const RlsHits *hits, size_t n, bool peeked);
+
+/* The status the IETF RateLimit fields describe: the first over its limit, else the one with
+ * the least left; only statuses with a limit; NULL if none has one. */
+const RlsStatus *rls_binding_status(const RlsStatus *st, size_t n);
+
+#define RLS_HEADERS_MAX 2
+/* The RateLimit-Policy and RateLimit fields of st's binding status (rls_binding_status()), their
+ * values in a; returns how many (0: none has a limit, or a is full). */
+size_t rls_ratelimit_headers(RlsArena *a, const RlsStatus *st, size_t n, RlsHeader h[RLS_HEADERS_MAX]);
+
 /* Envoy's unit for a window of so many seconds, or RLS_UNIT_UNKNOWN (not sent). */
 RlsUnit rls_unit(uint64_t window_seconds);
 

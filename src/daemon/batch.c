@@ -227,13 +227,15 @@ void batch_group_close(Batch *b, BatchSlot *first, size_t n,
                         deny = deny ||
                                (rule_enforcing(rule) && rule_trivial_decision(rule) == RULE_TRIVIAL_DENY);
                 }
-        if (deny) {
-                /* a rule that always denies decides: nothing of the group is charged */
-                for (size_t s = 0; s < n; s++)
-                        for (uint32_t i = 0; i < first[s].n_rules; i++)
-                                b->rule_hit[first[s].first_rule + i] = -1;
-                b->core.n_hits = from;
-        }
+        if (deny)
+                /* a rule that always denies decides: nothing of the group is charged, and the
+                 * other slots' rules tell what they have (a PEEK of the same count) */
+                for (size_t h = from; h < b->core.n_hits; h++) {
+                        b->hits[h].op = ALGO_PEEK;
+                        b->hits[h].group = 0;
+                }
+        for (size_t s = 0; s < n; s++)
+                first[s].group_denied = deny;
         if (verb_algo_op[first->verb] != ALGO_RESET)
                 for (size_t s = 0; s < n; s++) {
                         refill(b, &first[s], userdata);
@@ -522,13 +524,27 @@ static void batch_decide(Batch *b, const BatchSlot *slot, BatchDecision *d) {
 
 /* A version 2 verb's request in the metrics (a client's limit's as the verb of its operation),
  * with the credits it consumed (HIT's are divvy's metrics, counted by batch_decide()). */
+/* Whether the group across slots that slot is in was charged (every enforcing hit allowed);
+ * true for a slot in no such group. */
+static bool batch_group_charged(const Batch *b, const BatchSlot *slot) {
+        if (slot->group == 0)
+                return true;
+        if (slot->group_denied)
+                return false;
+        for (uint32_t i = 0; i < slot->n_hits; i++) {
+                const StoreHit *h = &b->hits[slot->first_hit + i];
+                if (h->group == slot->group && !h->res.allowed)
+                        return false;
+        }
+        return true;
+}
+
 static void batch_count_verb(Batch *b, const BatchSlot *slot, const BatchDecision *d) {
+        bool consumed = slot->verb == PROTO_VERB_CHARGE ||
+                        (slot->verb == PROTO_VERB_TAKE && d->res.allowed && batch_group_charged(b, slot));
+
         if (slot->verb != PROTO_VERB_HIT && b->metrics)
-                metrics_count_verb(b->metrics, slot->verb, d->res.allowed,
-                                   (slot->verb == PROTO_VERB_TAKE && d->res.allowed) ||
-                                                   slot->verb == PROTO_VERB_CHARGE
-                                           ? slot->count
-                                           : 0);
+                metrics_count_verb(b->metrics, slot->verb, d->res.allowed, consumed ? slot->count : 0);
 }
 
 /* The -errno with which the store failed slot's hits, or 0: the whole batch's (store_error), or

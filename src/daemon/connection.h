@@ -64,19 +64,20 @@ typedef struct ConnectionResp {
 } ConnectionResp;
 
 typedef struct Connection Connection;
+typedef struct GrpcConn GrpcConn; /* frontend-grpc.c's */
 
 struct Connection {
         uint64_t id; /* for log messages */
         int fd;
         bool is_tcp;
-        bool admin;            /* accepted on an admin listener: REFUND and RESET allowed (issue #15) */
-        int epfd;              /* the server's epoll instance; registered there while events != 0 */
-        uint32_t events;       /* the epoll mask currently requested */
-        uint8_t proto;         /* ConnectionProto */
-        bool resp_allowed;     /* a first byte '*' makes it RESP (else: the line protocol, --resp=off) */
-        ConnectionResp *resp;  /* CONNECTION_PROTO_RESP only */
-        struct GrpcConn *grpc; /* CONNECTION_PROTO_GRPC only (frontend-grpc.c; freed by the server) */
-        bool grpc_work;        /* gRPC: calls waiting for a batch, or HTTP/2 frames to send */
+        bool admin;           /* accepted on an admin listener: REFUND and RESET allowed (issue #15) */
+        int epfd;             /* the server's epoll instance; registered there while events != 0 */
+        uint32_t events;      /* the epoll mask currently requested */
+        uint8_t proto;        /* ConnectionProto */
+        bool resp_allowed;    /* a first byte '*' makes it RESP (else: the line protocol, --resp=off) */
+        ConnectionResp *resp; /* CONNECTION_PROTO_RESP only */
+        GrpcConn *grpc;       /* CONNECTION_PROTO_GRPC only (frontend-grpc.c; freed by the server) */
+        bool grpc_work;       /* gRPC: calls waiting for a batch, or HTTP/2 frames to send */
 
         char *in;      /* CONNECTION_IN_SIZE bytes */
         size_t in_len; /* bytes received */

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,7 +16,6 @@
 #include "log.h"
 
 #include "core/grpc.h"
-#include "core/ratelimit-headers.h"
 #include "core/rls.h"
 #include "shared/clock.h"
 
@@ -24,6 +25,114 @@
         1024u /* bytes: a call's body buffer up to this is kept for the next call of its connection;        \
                * a larger one is given back when the call ends */
 #define GRPC_STREAMS_KEEP 16 /* finished calls' structs kept per connection for the next ones */
+#define GRPC_POOL_CLASSES 9  /* nghttp2's blocks of 16 B .. 4 KiB are kept for reuse, ... */
+#define GRPC_POOL_KEEP                                                                                      \
+        32 /* ... up to this many per size: nghttp2 allocates ~8 blocks per stream, which then cost         \
+            * no malloc() (at most 256 KiB kept per connection) */
+
+/* nghttp2's allocator for one connection: freed blocks of up to 4 KiB go to a free list of
+ * their size class and are handed out again, so a stream in the steady state costs no
+ * malloc(). Every block has a header naming its class (GRPC_POOL_CLASSES: a larger one). */
+typedef struct GrpcPoolBlock {
+        struct GrpcPoolBlock *next; /* on its free list */
+        size_t cls;
+        size_t size;         /* of the caller's bytes */
+        max_align_t align[]; /* the caller's bytes */
+} GrpcPoolBlock;
+
+typedef struct GrpcPool {
+        GrpcPoolBlock *free[GRPC_POOL_CLASSES];
+        unsigned n_free[GRPC_POOL_CLASSES];
+} GrpcPool;
+
+static size_t pool_class(size_t n) {
+        size_t cls = 0;
+
+        while (cls < GRPC_POOL_CLASSES && ((size_t) 16 << cls) < n)
+                cls++;
+        return cls;
+}
+
+static void *pool_malloc(size_t n, void *mem_user_data) {
+        GrpcPool *pool = mem_user_data;
+        size_t cls = pool_class(n);
+        GrpcPoolBlock *b;
+
+        if (cls < GRPC_POOL_CLASSES && pool->free[cls]) {
+                b = pool->free[cls];
+                pool->free[cls] = b->next;
+                pool->n_free[cls]--;
+                return b->align;
+        }
+        if (n > SIZE_MAX - sizeof *b)
+                return NULL;
+        n = cls < GRPC_POOL_CLASSES ? (size_t) 16 << cls : n;
+        b = malloc(sizeof *b + n);
+        if (!b)
+                return NULL;
+        b->cls = cls;
+        b->size = n;
+        return b->align;
+}
+
+static GrpcPoolBlock *pool_block(void *p) {
+        return (GrpcPoolBlock *) ((char *) p - offsetof(GrpcPoolBlock, align));
+}
+
+static void pool_free(void *p, void *mem_user_data) {
+        GrpcPool *pool = mem_user_data;
+        GrpcPoolBlock *b;
+
+        if (!p)
+                return;
+        b = pool_block(p);
+        if (b->cls < GRPC_POOL_CLASSES && pool->n_free[b->cls] < GRPC_POOL_KEEP) {
+                b->next = pool->free[b->cls];
+                pool->free[b->cls] = b;
+                pool->n_free[b->cls]++;
+                return;
+        }
+        free(b);
+}
+
+static void *pool_calloc(size_t nmemb, size_t size, void *mem_user_data) {
+        void *p;
+
+        if (size != 0 && nmemb > SIZE_MAX / size)
+                return NULL;
+        p = pool_malloc(nmemb * size, mem_user_data);
+        if (p)
+                memset(p, 0, nmemb * size);
+        return p;
+}
+
+static void *pool_realloc(void *p, size_t n, void *mem_user_data) {
+        GrpcPoolBlock *b;
+        size_t old;
+        void *q;
+
+        if (!p)
+                return pool_malloc(n, mem_user_data);
+        b = pool_block(p);
+        if (n <= b->size)
+                return p;
+        q = pool_malloc(n, mem_user_data);
+        if (!q)
+                return NULL;
+        old = b->size;
+        memcpy(q, p, old);
+        pool_free(p, mem_user_data);
+        return q;
+}
+
+static void pool_done(GrpcPool *pool) {
+        for (size_t i = 0; i < GRPC_POOL_CLASSES; i++)
+                while (pool->free[i]) {
+                        GrpcPoolBlock *b = pool->free[i];
+                        pool->free[i] = b->next;
+                        free(b);
+                }
+}
 
 typedef enum GrpcMethod {
         GRPC_METHOD_UNKNOWN,
@@ -43,6 +152,7 @@ typedef struct GrpcStream {
         bool answered;          /* a response was submitted */
         bool in_batch;          /* slots of the batch point to it */
         bool closed;            /* nghttp2 closed the stream while in_batch */
+        bool on_ready;          /* on the ready list */
         uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none (grpc-timeout) */
         uint8_t *body;          /* the request's bytes (prefix included) */
         size_t body_len, body_size;
@@ -50,8 +160,8 @@ typedef struct GrpcStream {
         uint32_t n_desc, n_done;
         RlsStatus *st;
         RlsHits *hits;
-        const Rule **rules;
-        int error_status; /* GrpcStatus of the first slot that failed; 0: none */
+        int error_status;  /* GrpcStatus of the first slot that failed; 0: none */
+        bool group_denied; /* a rule that always denies decided: the others' hits were PEEKs */
         const char *error_reason;
         /* the response's message (prefix included), read by the data provider */
         uint8_t *resp;
@@ -63,12 +173,13 @@ typedef struct GrpcStream {
 struct GrpcConn {
         Connection *c;
         nghttp2_session *session;
+        GrpcPool pool;                       /* nghttp2's memory (outlives the session) */
+        nghttp2_mem mem;                     /* the pool's functions */
         RlsArena arena;                      /* the requests decoded by one take() and their replies */
         GrpcStream *ready_head, *ready_tail; /* calls received whole, waiting for a batch */
         GrpcStream *all;                     /* every call open */
         GrpcStream *free_list;
         unsigned n_free, n_streams;
-        bool refill_failed;
 };
 
 static nghttp2_session_callbacks *grpc_callbacks;
@@ -111,6 +222,9 @@ static void stream_free(GrpcStream *st) {
 static void ready_unlink(GrpcConn *g, GrpcStream *st) {
         GrpcStream **p = &g->ready_head, *prev = NULL;
 
+        if (!st->on_ready)
+                return;
+        st->on_ready = false;
         for (; *p; prev = *p, p = &(*p)->next)
                 if (*p == st) {
                         *p = st->next;
@@ -294,9 +408,9 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
                 st->body_size = size;
         }
         if (st->too_big) {
+                /* answered now; once the answer is sent, the rest is refused (on_frame_send()) */
                 grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                    "request message larger than 16 KiB");
-                (void) nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_NO_ERROR);
                 return 0;
         }
         memcpy(st->body + st->body_len, data, len);
@@ -316,11 +430,25 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
                 return 0;
         /* the call is whole: it waits for a batch */
         st->next = NULL;
+        st->on_ready = true;
         if (g->ready_tail)
                 g->ready_tail->next = st;
         else
                 g->ready_head = st;
         g->ready_tail = st;
+        return 0;
+}
+
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+        GrpcStream *st;
+
+        if (frame->hd.type != NGHTTP2_HEADERS || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+                return 0;
+        st = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+        if (st && st->too_big)
+                /* answered before the request ended: the peer may stop sending */
+                (void) nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                                 NGHTTP2_NO_ERROR);
         return 0;
 }
 
@@ -355,6 +483,7 @@ static int grpc_setup(void) {
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(grpc_callbacks, on_data_chunk);
         nghttp2_session_callbacks_set_on_frame_recv_callback(grpc_callbacks, on_frame_recv);
         nghttp2_session_callbacks_set_on_stream_close_callback(grpc_callbacks, on_stream_close);
+        nghttp2_session_callbacks_set_on_frame_send_callback(grpc_callbacks, on_frame_send);
         /* closed streams are not kept for priorities: gRPC uses none */
         nghttp2_option_set_no_closed_streams(grpc_option, 1);
         return 0;
@@ -376,12 +505,18 @@ int frontend_grpc_attach(Connection *c) {
                 return -ENOMEM;
         g->c = c;
         rls_arena_init(&g->arena, GRPC_ARENA_MAX);
-        if (nghttp2_session_server_new2(&g->session, grpc_callbacks, g, grpc_option) != 0) {
+        g->mem = (nghttp2_mem){ .mem_user_data = &g->pool,
+                                .malloc = pool_malloc,
+                                .free = pool_free,
+                                .calloc = pool_calloc,
+                                .realloc = pool_realloc };
+        if (nghttp2_session_server_new3(&g->session, grpc_callbacks, g, grpc_option, &g->mem) != 0) {
                 free(g);
                 return -ENOMEM;
         }
         if (nghttp2_submit_settings(g->session, NGHTTP2_FLAG_NONE, settings, 2) != 0) {
                 nghttp2_session_del(g->session);
+                pool_done(&g->pool);
                 free(g);
                 return -ENOMEM;
         }
@@ -408,8 +543,21 @@ void frontend_grpc_detach(Connection *c) {
                 stream_free(st);
         }
         rls_arena_done(&g->arena);
+        pool_done(&g->pool);
         free(g);
         c->grpc = NULL;
+}
+
+bool frontend_grpc_stop(Connection *c) {
+        GrpcConn *g = c->grpc;
+
+        if (!g || g->n_streams == 0)
+                return false;
+        (void) nghttp2_submit_goaway(g->session, NGHTTP2_FLAG_NONE,
+                                     nghttp2_session_get_last_proc_stream_id(g->session), NGHTTP2_NO_ERROR,
+                                     NULL, 0);
+        grpc_update_work(g);
+        return true;
 }
 
 void frontend_grpc_send(Connection *c, size_t output_limit) {
@@ -441,6 +589,8 @@ void frontend_grpc_send(Connection *c, size_t output_limit) {
                 memcpy(p, data, (size_t) n);
                 c->out_len += (size_t) n;
         }
+        if (connection_unsent(c) >= output_limit && nghttp2_session_want_write(g->session))
+                c->blocked = true; /* the rest once the peer has read (server_flush() unblocks) */
         if (!nghttp2_session_want_read(g->session) && !nghttp2_session_want_write(g->session))
                 c->closing = true; /* after a GOAWAY, or the peer's */
         grpc_update_work(g);
@@ -470,19 +620,39 @@ static void grpc_health(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessage
         grpc_respond_ok(g, st);
 }
 
-typedef struct GrpcTake {
-        GrpcStream *st;
-        RlsRequest *req;
-} GrpcTake;
-
 /* batch_group_close()'s refill: slot's descriptor into the batch's request again. */
 static void grpc_refill(Batch *b, BatchSlot *slot, void *userdata) {
-        GrpcTake *t = userdata;
+        const RlsRequest *req = userdata;
         RlsHits hits;
         const char *why;
 
-        if (rls_descriptor_request(t->req, slot->n, batch_request(b), &hits, &why) < 0)
-                t->st->g->refill_failed = true; /* cannot be: it passed once */
+        (void) rls_descriptor_request(req, slot->n, batch_request(b), &hits, &why); /* passed once */
+}
+
+/* What --debug logs as a descriptor's request: its pairs as a line's ("domain=envoy k=v"), in
+ * the arena; without --debug, nothing. */
+static ProtoSlice grpc_debug_text(Batch *b, GrpcConn *g, const ProtoRequest *req) {
+        size_t len = 0;
+        char *p;
+
+        if (!batch_settings(b)->debug)
+                return (ProtoSlice){ "", 0 };
+        for (size_t i = 0; i < req->n_pairs; i++)
+                len += req->pairs[i].key.len + req->pairs[i].value.len + 2;
+        p = rls_arena_alloc(&g->arena, len);
+        if (!p)
+                return (ProtoSlice){ "", 0 };
+        len = 0;
+        for (size_t i = 0; i < req->n_pairs; i++) {
+                if (i > 0)
+                        p[len++] = ' ';
+                memcpy(p + len, req->pairs[i].key.ptr, req->pairs[i].key.len);
+                len += req->pairs[i].key.len;
+                p[len++] = '=';
+                memcpy(p + len, req->pairs[i].value.ptr, req->pairs[i].value.len);
+                len += req->pairs[i].value.len;
+        }
+        return (ProtoSlice){ p, len };
 }
 
 static const ProtoVerb rls_hit_verb[] = {
@@ -510,10 +680,18 @@ static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessa
                 return true;
         }
         r = rls_request_check(req, &why);
+        if (r < 0) {
+                grpc_respond_error(g, st, GRPC_STATUS_INVALID_ARGUMENT, why);
+                return true;
+        }
         n = rls_request_descriptors(req);
         st->n_desc = (uint32_t) n;
-        st->st = r < 0 ? NULL : rls_arena_alloc(&g->arena, n * sizeof *st->st);
-        st->hits = r < 0 ? NULL : rls_arena_alloc(&g->arena, n * sizeof *st->hits);
+        st->st = rls_arena_alloc(&g->arena, n * sizeof *st->st);
+        st->hits = rls_arena_alloc(&g->arena, n * sizeof *st->hits);
+        if (!st->st || !st->hits) {
+                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                return true;
+        }
         for (size_t i = 0; r >= 0 && i < n; i++) {
                 r = rls_descriptor_request(req, i, batch_request(b), &st->hits[i], &why);
                 if (r >= 0 && st->hits[i].kind == RLS_HIT_REFUND && !c->admin &&
@@ -528,10 +706,6 @@ static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessa
                 grpc_respond_error(g, st, GRPC_STATUS_INVALID_ARGUMENT, why);
                 return true;
         }
-        if (!st->st || !st->hits) {
-                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-                return true;
-        }
         if (!batch_room_for(b, n))
                 return false;
 
@@ -541,8 +715,7 @@ static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessa
                 BatchSlot *slot;
 
                 (void) rls_descriptor_request(req, i, batch_request(b), &st->hits[i], &why);
-                slot = batch_slot_add(
-                        b, c, (ProtoSlice){ rls_request_domain(req), strlen(rls_request_domain(req)) });
+                slot = batch_slot_add(b, c, grpc_debug_text(b, g, batch_request(b)));
                 slot->verb = rls_hit_verb[st->hits[i].kind];
                 slot->count = st->hits[i].count;
                 slot->group = group;
@@ -553,7 +726,7 @@ static bool grpc_take_rls(Batch *b, GrpcConn *g, GrpcStream *st, const GrpcMessa
                 batch_match(b, slot);
         }
         if (group)
-                batch_group_close(b, first, n, grpc_refill, &(GrpcTake){ .st = st, .req = req });
+                batch_group_close(b, first, n, grpc_refill, req);
         return true;
 }
 
@@ -564,6 +737,10 @@ static void grpc_take(Batch *b, Connection *c) {
         uint64_t now;
 
         rls_arena_reset(&g->arena); /* the previous batch of c is answered */
+        if (connection_unsent(c) >= batch_settings(b)->output_limit) {
+                c->blocked = true; /* a peer that does not read: nothing more until it does */
+                return;
+        }
         if (c->in_len > c->in_pos) {
                 ssize_t n = nghttp2_session_mem_recv(g->session, (const uint8_t *) c->in + c->in_pos,
                                                      c->in_len - c->in_pos);
@@ -621,6 +798,7 @@ static void grpc_take(Batch *b, Connection *c) {
                 if (!g->ready_head)
                         g->ready_tail = NULL;
                 st->next = NULL;
+                st->on_ready = false;
         }
         grpc_update_work(g);
 }
@@ -643,44 +821,11 @@ static void grpc_status_of(const BatchDecision *d, RlsStatus *s) {
         s->reset_seconds = d->res.reset > 0 ? (uint64_t) d->res.reset : 0;
 }
 
-/* The IETF RateLimit fields of the call's binding status: the first over its limit, else the one
- * with the least left. */
-static size_t grpc_headers(GrpcConn *g, const GrpcStream *st, RlsHeader *h) {
-        const RlsStatus *best = NULL;
-        char *policy, *state;
-
-        for (uint32_t i = 0; i < st->n_desc; i++) {
-                const RlsStatus *s = &st->st[i];
-                if (!s->has_limit)
-                        continue;
-                if (s->over_limit) {
-                        best = s;
-                        break;
-                }
-                if (!best || s->remaining < best->remaining)
-                        best = s;
-        }
-        if (!best)
-                return 0;
-        policy = rls_arena_alloc(&g->arena, RATELIMIT_HEADER_MAX);
-        state = rls_arena_alloc(&g->arena, RATELIMIT_HEADER_MAX);
-        if (!policy || !state)
-                return 0;
-        ratelimit_header_policy(policy, best->name, best->name ? strlen(best->name) : 0,
-                                best->requests_per_unit, best->window_seconds);
-        ratelimit_header_state(state, best->name, best->name ? strlen(best->name) : 0, best->remaining,
-                               best->reset_seconds);
-        h[0] = (RlsHeader){ "RateLimit-Policy", policy };
-        h[1] = (RlsHeader){ "RateLimit", state };
-        return 2;
-}
-
 /* Every descriptor of st is decided: the reply. */
 static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
-        RlsHeader headers[2];
+        RlsHeader headers[RLS_HEADERS_MAX];
         size_t nh = 0, len;
         RlsResponse *resp;
-        bool over = false;
 
         st->in_batch = false;
         if (st->closed) {
@@ -695,26 +840,9 @@ static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
                 grpc_respond_error(g, st, GRPC_STATUS_DEADLINE_EXCEEDED, "deadline exceeded");
                 return;
         }
-        for (uint32_t i = 0; i < st->n_desc; i++)
-                over = over || st->st[i].over_limit;
-        if (over && st->n_desc > 1)
-                /* all or nothing: the store undid the others' hits; each reported its decision as if
-                 * alone, so what is left is what it had */
-                for (uint32_t i = 0; i < st->n_desc; i++) {
-                        RlsStatus *s = &st->st[i];
-                        const RlsHits *h = &st->hits[i];
-
-                        if (!s->has_limit || s->over_limit)
-                                continue;
-                        if (h->kind == RLS_HIT_TAKE)
-                                s->remaining = s->remaining + h->count > s->requests_per_unit
-                                                       ? s->requests_per_unit
-                                                       : s->remaining + h->count;
-                        else if (h->kind == RLS_HIT_REFUND)
-                                s->remaining = s->remaining > h->count ? s->remaining - h->count : 0;
-                }
+        (void) rls_statuses_settle(st->st, st->hits, st->n_desc, st->group_denied);
         if (batch_settings(b)->grpc_ratelimit_headers)
-                nh = grpc_headers(g, st, headers);
+                nh = rls_ratelimit_headers(&g->arena, st->st, st->n_desc, headers);
         resp = rls_response_build(&g->arena, st->st, st->n_desc, headers, nh);
         if (!resp) {
                 grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -740,6 +868,7 @@ static void grpc_slot_done(Batch *b, const BatchSlot *slot) {
 static size_t grpc_format_decision(Batch *b, const BatchSlot *slot, const BatchDecision *d, char *p) {
         GrpcStream *st = slot->fe_data;
 
+        st->group_denied = st->group_denied || slot->group_denied;
         if (batch_settings(b)->grpc_backend_unavailable && !st->error_status &&
             batch_slot_fallback(b, slot)) {
                 /* Envoy's failure_mode_deny decides rather than the rule's onBackendError */

@@ -17,6 +17,7 @@
  * /healthz answers).
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "batch.h"
@@ -38,6 +39,10 @@ extern const Frontend frontend_grpc;
 int frontend_grpc_attach(Connection *c);
 /* Frees c's session and calls (the server, before connection_free()). Accepts any connection. */
 void frontend_grpc_detach(Connection *c);
+/* The server stops: if c has calls open, a GOAWAY tells the peer that no new call will be taken
+ * (those are answered) and true is returned; false: none open (c may close at once, as an idle
+ * connection does). */
+bool frontend_grpc_stop(Connection *c);
 /* Moves the frames the session has to send into c's output while c's unsent output is under
  * output_limit (the rest waits: c->grpc_work stays set); sets c->closing once the session
  * wants neither to read nor to write (after a GOAWAY). */

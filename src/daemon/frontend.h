@@ -46,6 +46,7 @@ typedef struct BatchSlot {
         /* Nonzero: the slot is one of consecutive slots whose enforcing hits, of any verb, form ONE
          * all-or-nothing group (batch_group_close()); the group's id, its first slot's index + 1. */
         uint32_t group;
+        bool group_denied; /* batch_group_close(): a rule that always denies decided the group */
         ProtoErrorCode error_code;
         const char *error_reason; /* static, or NULL */
         /* The front-end's own: what its reply needs beyond the engine's decision. */
@@ -139,12 +140,12 @@ void batch_match(Batch *b, BatchSlot *slot);
 /* A group across slots (gRPC's descriptors of one request, decided all or nothing): the
  * front-end adds n consecutive slots, each with slot->group = batch_group_id() of the first and
  * matched by batch_match(), which then adds only their enforcing hits, all in that group; then
- * batch_group_close() finishes the group: if a rule that always denies matched one of them, none
- * of the group's hits is made (their other rules report no decision: BatchDecision.rule NULL);
- * the canaries' hits follow the group's (refill(b, slot, userdata) parses each slot's request
- * into batch_request() again, for their actors), and every slot of the group covers the group's
- * hits (one failing fails them all). Nothing is charged unless every enforcing hit allows; each
- * reports its decision as if alone (store.h). */
+ * batch_group_close() finishes the group: if a rule that always denies matched one of them, the
+ * group's hits are PEEKs (nothing is charged; the others report what they have) and each slot's
+ * group_denied is set; the canaries' hits follow the group's (refill(b, slot, userdata) parses each slot's
+ * request into batch_request() again, for their actors), and every slot of the group covers the group's hits
+ * (one failing fails them all). Nothing is charged unless every enforcing hit allows; each reports its
+ * decision as if alone (store.h). */
 static inline uint32_t batch_group_id(const Batch *b) {
         return (uint32_t) ((const BatchCore *) (const void *) b)->n_slots + 1;
 }

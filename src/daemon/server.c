@@ -337,8 +337,10 @@ static void server_accept_as(int fd, bool is_tcp, bool admin, bool grpc, Server 
                 char buf[PROTO_REPLY_MAX];
                 size_t len = proto_format_error(buf, PROTO_ERROR_UNKNOWN, "too many connections");
 
-                /* Best effort: a fresh socket has room for one short line. */
-                (void) send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                /* Best effort: a fresh socket has room for one short line (an HTTP/2 peer gets
+                 * none: it reads the close) */
+                if (!grpc)
+                        (void) send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
                 (void) shutdown(fd, SHUT_WR);
                 close(fd);
                 s->counters.connections_rejected++;
@@ -729,6 +731,8 @@ static void server_stop_connection(Server *s, Connection *c) {
                 }
                 server_queue(s, c);
         }
+        if (frontend_grpc_stop(c))
+                server_queue(s, c); /* its GOAWAY is sent by the batch that answers its calls */
         if (!c->on_ready && !c->blocked && connection_unsent(c) == 0) {
                 log_debug("Connection %" PRIu64 ": nothing to answer at stop, closing", c->id);
                 s->counters.connections_closed_at_stop++;

@@ -6,6 +6,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -161,7 +162,7 @@ END_TEST
 START_TEST (test_entries_bound) {
         static uint8_t buf[16384];
         static TDesc d;
-        static char keys[ENTRIES_MAX][8];
+        static char keys[ENTRIES_MAX][24];
         ProtoRequest req;
         RlsArena a;
         RlsRequest *r;
@@ -389,6 +390,115 @@ START_TEST (test_response) {
 }
 END_TEST
 
+static const struct {
+        const char *name;
+        bool peeked;
+        RlsStatus st[3];
+        RlsHits hits[3];
+        bool over;
+        uint64_t remaining[3];
+} settle_cases[] = {
+        { "all OK: as reported",
+          false,
+          { { .has_limit = true, .requests_per_unit = 10, .remaining = 4 },
+            { .has_limit = true, .requests_per_unit = 10, .remaining = 0 } },
+          { { RLS_HIT_TAKE, 2 }, { RLS_HIT_TAKE, 1 } },
+          false,
+          { 4, 0 } },
+        { "one over: the TAKE gets its count back",
+          false,
+          { { .has_limit = true, .requests_per_unit = 10, .remaining = 4 },
+            { .over_limit = true, .has_limit = true, .requests_per_unit = 3, .remaining = 0 } },
+          { { RLS_HIT_TAKE, 2 }, { RLS_HIT_TAKE, 1 } },
+          true,
+          { 6, 0 } },
+        { "never above the limit",
+          false,
+          { { .has_limit = true, .requests_per_unit = 5, .remaining = 4 },
+            { .over_limit = true, .has_limit = true, .requests_per_unit = 3 } },
+          { { RLS_HIT_TAKE, 3 }, { RLS_HIT_TAKE, 1 } },
+          true,
+          { 5, 0 } },
+        { "an undone REFUND gives back what it gave",
+          false,
+          { { .has_limit = true, .requests_per_unit = 10, .remaining = 7 },
+            { .over_limit = true, .has_limit = true, .requests_per_unit = 3 },
+            { .has_limit = true, .requests_per_unit = 10, .remaining = 1 } },
+          { { RLS_HIT_REFUND, 2 }, { RLS_HIT_TAKE, 1 }, { RLS_HIT_REFUND, 5 } },
+          true,
+          { 5, 0, 0 } },
+        { "peeked: a REFUND was a PEEK of its count",
+          true,
+          { { .has_limit = true, .requests_per_unit = 10, .remaining = 7 },
+            { .over_limit = true, .has_limit = true } },
+          { { RLS_HIT_REFUND, 2 }, { RLS_HIT_TAKE, 1 } },
+          true,
+          { 9, 0 } },
+        { "a PEEK (hits_addend 0) and no limit stay",
+          false,
+          { { .has_limit = true, .requests_per_unit = 10, .remaining = 7 },
+            { .over_limit = true, .has_limit = true },
+            { .remaining = 0 } },
+          { { RLS_HIT_PEEK, 0 }, { RLS_HIT_TAKE, 1 }, { RLS_HIT_TAKE, 1 } },
+          true,
+          { 7, 0, 0 } },
+};
+
+START_TEST (test_settle) {
+        RlsStatus st[3];
+
+        memcpy(st, settle_cases[_i].st, sizeof st);
+        ck_assert_msg(rls_statuses_settle(st, settle_cases[_i].hits, 3, settle_cases[_i].peeked) ==
+                              settle_cases[_i].over,
+                      "%s", settle_cases[_i].name);
+        for (size_t i = 0; i < 3; i++)
+                ck_assert_msg(st[i].remaining == settle_cases[_i].remaining[i], "%s: %zu: %" PRIu64,
+                              settle_cases[_i].name, i, st[i].remaining);
+}
+END_TEST
+
+START_TEST (test_binding_and_headers) {
+        RlsStatus st[] = {
+                { .has_limit = true,
+                  .requests_per_unit = 10,
+                  .window_seconds = 60,
+                  .name = "a",
+                  .remaining = 4 },
+                { .remaining = 0 }, /* no limit: never binding */
+                { .has_limit = true,
+                  .requests_per_unit = 5,
+                  .window_seconds = 1,
+                  .name = "b",
+                  .remaining = 2,
+                  .reset_seconds = 1 },
+                { .has_limit = true,
+                  .requests_per_unit = 5,
+                  .window_seconds = 1,
+                  .name = "c",
+                  .remaining = 2 },
+        };
+        RlsHeader h[RLS_HEADERS_MAX];
+        RlsArena a;
+
+        ck_assert_ptr_eq(rls_binding_status(st, 4), &st[2]); /* the least left, the first of equals */
+        ck_assert_ptr_null(rls_binding_status(st + 1, 1));
+        st[3].over_limit = true;
+        st[0].over_limit = true;
+        ck_assert_ptr_eq(rls_binding_status(st, 4), &st[0]); /* the first over */
+        rls_arena_init(&a, 1 << 20);
+        ck_assert_uint_eq(rls_ratelimit_headers(&a, st, 4, h), 2);
+        ck_assert_str_eq(h[0].key, "RateLimit-Policy");
+        ck_assert_str_eq(h[0].value, "\"a\";q=10;w=60");
+        ck_assert_str_eq(h[1].key, "RateLimit");
+        ck_assert_str_eq(h[1].value, "\"a\";r=4;t=0");
+        ck_assert_uint_eq(rls_ratelimit_headers(&a, st + 1, 1, h), 0);
+        rls_arena_done(&a);
+        rls_arena_init(&a, 64); /* full */
+        ck_assert_uint_eq(rls_ratelimit_headers(&a, st, 4, h), 0);
+        rls_arena_done(&a);
+}
+END_TEST
+
 START_TEST (test_health) {
         uint8_t buf[128];
         Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -432,6 +542,8 @@ int main(void) {
         tcase_add_loop_test(tc, test_unit, 0, sizeof unit_cases / sizeof unit_cases[0]);
         tcase_add_test(tc, test_response);
         tcase_add_test(tc, test_health);
+        tcase_add_loop_test(tc, test_settle, 0, sizeof settle_cases / sizeof settle_cases[0]);
+        tcase_add_test(tc, test_binding_and_headers);
         suite_add_tcase(s, tc);
         return check_run_suite(s);
 }

@@ -19,6 +19,7 @@
 
 #include "build-config.h"
 #include "batch-test-util.h"
+#include "daemon/frontend.h"
 #include "check-run.h"
 
 static const char RULES[] = "[a=1]\ncreditLimit = 2\nresetSeconds = 60\nlabel = a\n"
@@ -312,6 +313,77 @@ START_TEST (test_never_binds_over_later) {
 }
 END_TEST
 
+/* ---- a group across slots (batch_group_close(): gRPC's descriptors, issue #34) ---- */
+
+static void group_refill(Batch *b, BatchSlot *slot, void *userdata) {
+        const char **pairs = userdata;
+
+        ck_assert_int_eq(
+                proto_parse_pairs(pairs[slot->n], strlen(pairs[slot->n]), PROTO_PAIRS_MAX, batch_request(b)),
+                0);
+}
+
+/* The HITs of pairs[0..n), taken as one all-or-nothing group into one batch (on connection 0,
+ * answered in the line protocol); their replies. */
+static const char *group_of_verb(const char **pairs, size_t n, ProtoVerb verb) {
+        BatchSlot *first = NULL;
+        uint32_t group = batch_group_id(batch);
+
+        ck_assert(batch_room_for(batch, n));
+        ck_assert_ptr_nonnull(connection_reserve(conns[0], n * PROTO_REPLY_MAX));
+        for (size_t i = 0; i < n; i++) {
+                BatchSlot *slot;
+
+                group_refill(batch, &(BatchSlot){ .n = i }, pairs);
+                slot = batch_slot_add(batch, conns[0], (ProtoSlice){ pairs[i], strlen(pairs[i]) });
+                slot->verb = verb;
+                slot->count = 1;
+                slot->group = group;
+                slot->n = i;
+                first = first ? first : slot;
+                batch_match(batch, slot);
+        }
+        batch_group_close(batch, first, n, group_refill, pairs);
+        ck_assert_uint_eq(finish(), n);
+        return output(0);
+}
+
+static const char *group_of(const char **pairs, size_t n) {
+        return group_of_verb(pairs, n, PROTO_VERB_HIT);
+}
+
+/* Consecutive slots are one group: nothing is charged unless every one is allowed; each
+ * answers its own decision as if alone. */
+START_TEST (test_group_across_slots) {
+        const char *two[] = { "f=g1", "a=1" };
+        const char *deny[] = { "f=g2", "d=1" };
+        /* a canary in the second slot: its hit must not cut the group in two */
+        const char *canary[] = { "a=1", "c=1 ip=i3 f=g3" };
+
+        ck_assert_str_eq(group_of(two, 2), "OK true 4 60\nOK true 1 60\n");
+        ck_assert_str_eq(group_of(two, 2), "OK true 3 60\nOK true 0 60\n");
+        /* a is out: f=g1 answers as if charged, and is not */
+        ck_assert_str_eq(group_of(two, 2), "OK true 2 60\nOK false 0 60\n");
+        ck_assert_str_eq(batch_of("HIT f=g1\n"), "OK true 2 60\n");
+        /* a rule that always denies: nothing charged; the other answers as if alone (a PEEK) */
+        ck_assert_str_eq(group_of(deny, 2), "OK true 4 60\nOK false 0 -1\n");
+        ck_assert_str_eq(batch_of("HIT f=g2\n"), "OK true 4 60\n");
+        ck_assert_str_eq(group_of(canary, 2), "OK false 0 60\nOK true 4 60\n");
+        ck_assert_str_eq(batch_of("HIT f=g3\n"), "OK true 4 60\n");
+        /* the canary counted on its own, once */
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_ACCEPTED), 1);
+        ck_assert_str_eq(batch_of("HIT c=1 ip=i3\n"), "OK true 5 0\n");
+        ck_assert_uint_eq(metrics_hits_total(metrics, METRICS_STATUS_CANARY_REJECTED), 1);
+        /* TAKE: the credits counted are the ones charged */
+        const char *take[] = { "f=g4", "f=g5" }, *take_denied[] = { "f=g4", "a=1" };
+        group_of_verb(take, 2, PROTO_VERB_TAKE);
+        ck_assert_uint_eq(metrics_verb_credits(metrics, PROTO_VERB_TAKE), 2);
+        group_of_verb(take_denied, 2, PROTO_VERB_TAKE);
+        ck_assert_uint_eq(metrics_verb_credits(metrics, PROTO_VERB_TAKE), 2);
+        ck_assert_str_eq(batch_of("HIT f=g4\n"), "OK true 3 60\n");
+}
+END_TEST
+
 /* ---- the version 2 verbs (issue #15) ----
  * Continue, canary and trivial rules combined, every verb, the admin restriction.
  * Table-driven: each case is a config, the lines one connection sends (in one batch, at a
@@ -522,6 +594,7 @@ int main(void) {
         tcase_add_test(tc, test_continue_rules_by_value);
         tcase_add_test(tc, test_always_deny_charges_nothing);
         tcase_add_test(tc, test_never_binds_over_later);
+        tcase_add_test(tc, test_group_across_slots);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("verbs");

@@ -153,6 +153,24 @@ START_TEST (test_fdname_is_admin) {
 }
 END_TEST
 
+/* A --grpc listener under socket activation: its name contains "grpc" (issue #34). */
+static const struct {
+        const char *name;
+        bool grpc, admin;
+} grpc_fdnames[] = {
+        { "grpc", true, false },  { "admin-grpc", true, true }, { "divvyd-grpc", true, false },
+        { "grpc2", true, false }, { "divvyd", false, false },   { "admin", false, true },
+        { "GRPC", false, false }, { "grp", false, false },      { "", false, false },
+        { NULL, false, false },
+};
+
+START_TEST (test_fdname_is_grpc) {
+        ck_assert_msg(listen_fdname_is_grpc(grpc_fdnames[_i].name) == grpc_fdnames[_i].grpc, "%s",
+                      grpc_fdnames[_i].name ?: "(null)");
+        ck_assert(listen_fdname_is_admin(grpc_fdnames[_i].name) == grpc_fdnames[_i].admin);
+}
+END_TEST
+
 START_TEST (test_address_host_length) {
         char s[LISTEN_ADDRESS_MAX];
         ListenAddress a;
@@ -329,6 +347,7 @@ int main(void) {
         tcase_add_test(tc, test_address_admin_unix_path_length);
         tcase_add_test(tc, test_address_admin_length);
         tcase_add_loop_test(tc, test_fdname_is_admin, 0, sizeof fdnames / sizeof fdnames[0]);
+        tcase_add_loop_test(tc, test_fdname_is_grpc, 0, sizeof grpc_fdnames / sizeof grpc_fdnames[0]);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("listen");

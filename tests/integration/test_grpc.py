@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -156,6 +157,17 @@ class Grpc(harness.DaemonTestCase):
         self.assertEqual(self.statuses(resp), [(OVER, 0)])
         self.assertGreaterEqual(resp.statuses[0].duration_until_reset.seconds, 1)
 
+    def test_concurrent_calls_on_one_connection(self):
+        """More calls at once than SETTINGS_MAX_CONCURRENT_STREAMS (128), on one channel: each is
+        answered, and exactly the limit's worth are OK."""
+        OK, OVER = self.pb.RateLimitResponse.OK, self.pb.RateLimitResponse.OVER_LIMIT
+        call = self.channel.unary_unary(RLS, request_serializer=self.pb.RateLimitRequest.SerializeToString,
+                                        response_deserializer=self.pb.RateLimitResponse.FromString)
+        req = self.request([("generic_key", "conc-%d" % os.getpid())])
+        futures = [call.future(req, timeout=harness.IO_TIMEOUT) for _ in range(300)]
+        codes = [f.result().overall_code for f in futures]
+        self.assertEqual((codes.count(OK), codes.count(OVER)), (3, 297))
+
     def test_window_without_unit(self):
         resp = self.rls(self.request([("tenant", "t-%d" % os.getpid())]))
         lim = resp.statuses[0].current_limit
@@ -181,6 +193,7 @@ class Grpc(harness.DaemonTestCase):
         resp = self.rls(self.request(key, [("path", "/closed")]))
         self.assertEqual(resp.overall_code, OVER)
         self.assertEqual([s.code for s in resp.statuses], [OK, OVER])
+        self.assertEqual(resp.statuses[0].limit_remaining, 3)  # what it had
         self.assertEqual(self.statuses(self.rls(self.request(key))), [(OK, 2)])
 
     def test_hits_addend(self):
@@ -260,6 +273,35 @@ class Grpc(harness.DaemonTestCase):
         # nothing was charged
         self.assertEqual(self.statuses(self.rls(self.request(key))), [(self.pb.RateLimitResponse.OK, 2)])
 
+    def nghttp(self, body, *headers):
+        nghttp = shutil.which("nghttp")
+        if not nghttp:
+            self.fail("nghttp is missing (nghttp2-client; tools/bootstrap installs it)")
+        path = os.path.join(self.tmp, "body-%d.bin" % len(body))
+        with open(path, "wb") as f:
+            f.write(body)
+        cmd = [nghttp, "-v", "-d", path, "-H", "content-type: application/grpc", "-H", "te: trailers"]
+        for h in headers:
+            cmd += ["-H", h]
+        out = subprocess.run(cmd + ["http://127.0.0.1:%d%s" % (self.grpc_port, RLS)],
+                             capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+        return out.stdout + out.stderr
+
+    def test_message_too_large(self):
+        # 16 KiB is the most: one byte more is refused, on its stream only
+        body = bytes(16 * 1024 + 1)
+        out = self.nghttp(bytes([0]) + len(body).to_bytes(4, "big") + body)
+        self.assertIn("grpc-status: 8", out, out)
+        self.rls(self.request([("generic_key", "j-%d" % os.getpid())]))
+
+    def test_not_http2_closes_that_connection(self):
+        with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=harness.IO_TIMEOUT) as s:
+            s.sendall(b"HIT generic_key=x\n" * 4)
+            data = harness.read_until_close(s, reset_ends=True)
+        # our SETTINGS, then a GOAWAY (type 7) before the close
+        self.assertIn(b"\x07", data[:200])
+        self.rls(self.request([("generic_key", "k-%d" % os.getpid())]))
+
 
 class GrpcBackendError(harness.DaemonTestCase):
     """--store on a Redis that is not there: the rules' onBackendError decides (local, the
@@ -294,6 +336,32 @@ class GrpcBackendError(harness.DaemonTestCase):
 
     def test_unavailable(self):
         self.assertEqual(self.call("--grpc-backend-error=unavailable"), grpc.StatusCode.UNAVAILABLE)
+
+    def test_deadline_exceeded(self):
+        """grpc-timeout 100 ms on a Redis that accepts and never answers (--backend-timeout 2 s):
+        the answer comes after the deadline, so it is DEADLINE_EXCEEDED (sent with nghttp, which
+        has no deadline of its own)."""
+        nghttp = shutil.which("nghttp")
+        if not nghttp:
+            self.fail("nghttp is missing (nghttp2-client; tools/bootstrap installs it)")
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(16)
+            port = harness.free_tcp_port()
+            d = self.start_daemon(data_path("grpc.ini"),
+                                  args=["--store", "redis://127.0.0.1:%d" % silent.getsockname()[1],
+                                        "--backend-timeout", "2000", "--grpc", "tcp:127.0.0.1:%d" % port])
+            r = self.pb.RateLimitRequest(domain="rl")
+            r.descriptors.add().entries.add(key="generic_key", value="late")
+            body = r.SerializeToString()
+            path = os.path.join(d.tmpdir, "late.bin")
+            with open(path, "wb") as f:
+                f.write(bytes([0]) + len(body).to_bytes(4, "big") + body)
+            out = subprocess.run([nghttp, "-v", "-d", path, "-H", "content-type: application/grpc", "-H",
+                                  "te: trailers", "-H", "grpc-timeout: 100m",
+                                  "http://127.0.0.1:%d%s" % (port, RLS)],
+                                 capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+        self.assertIn("grpc-status: 4", out.stdout, out.stdout + out.stderr)
 
 
 def write_rules(tmpdir, text, name="rules.ini"):
