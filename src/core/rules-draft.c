@@ -218,12 +218,12 @@ static int draft_window(const RuleDraft *d, const char *desc, Algorithm algorith
         return 1;
 }
 
-/* algorithm, burst, refillSeconds and strict into rule->algo, with creditLimit and
+/* algorithm, burst, refillSeconds, strict and window into rule->algo, with creditLimit and
  * resetSeconds (already in rule when limits_ok), then algo_params_prepare() unless the
  * rule is trivial (creditLimit 0 or resetSeconds 0 keep their meaning for every
- * algorithm). burst, refillSeconds and strict are refused on an algorithm that does
- * not use them: silently ignoring them would hide a mistake. Returns 1, 0 if reported,
- * -ENOMEM. */
+ * algorithm). burst, refillSeconds, strict and window aligned are refused on an algorithm
+ * that does not use them: silently ignoring them would hide a mistake. Returns 1, 0 if
+ * reported, -ENOMEM. */
 static int draft_algo(const RuleDraft *d, const char *desc, bool limits_ok, Diag *diag, Rule *rule) {
         static const RuleAttr token_bucket_only[] = { RULE_ATTR_BURST, RULE_ATTR_REFILL_SECONDS,
                                                       RULE_ATTR_STRICT };

@@ -366,13 +366,58 @@ static bool rule_matches(const Rule *r, const ProtoRequest *req) {
         return true;
 }
 
-ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req) {
+/* The value of field f in req: "" when absent. */
+static ProtoSlice actor_value(const ProtoRequest *req, const char *f, size_t f_len) {
+        const ProtoSlice *v = proto_request_get(req, f, f_len);
+
+        return v && v->ptr ? *v : (ProtoSlice){ "", 0 };
+}
+
+/* The hashed form of a long combination (rules.h): "#" and the hash of the values' hashes. */
+static size_t actor_hashed(const ProtoSlice *v, size_t n, char *buf) {
+        static const char hex[] = "0123456789abcdef";
+        uint8_t h[PROTO_PAIRS_MAX][HASH128_SIZE], out[HASH128_SIZE];
+
+        assert(n <= PROTO_PAIRS_MAX);
+        for (size_t i = 0; i < n; i++)
+                hash128(v[i].ptr, v[i].len, h[i]);
+        hash128(h, n * HASH128_SIZE, out);
+        buf[0] = '#';
+        for (size_t i = 0; i < HASH128_SIZE; i++) {
+                buf[1 + 2 * i] = hex[out[i] >> 4];
+                buf[2 + 2 * i] = hex[out[i] & 15];
+        }
+        return 1 + 2 * HASH128_SIZE;
+}
+
+_Static_assert(RULE_ACTOR_COMBINED_MAX >= 1 + 2 * HASH128_SIZE, "the hashed form of an actor fits");
+
+ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req, char buf[static RULE_ACTOR_COMBINED_MAX]) {
+        ProtoSlice v[PROTO_PAIRS_MAX];
+        char digits[20];
+        size_t len = 0, n = r->n_actor_fields;
+        char *p = buf;
+
         if (!r->actor_field)
                 return (ProtoSlice){ NULL, 0 };
-        const ProtoSlice *v = proto_request_get(req, r->actor_field, r->actor_field_len);
-        if (!v || !v->ptr)
-                return (ProtoSlice){ "", 0 };
-        return *v;
+        if (n <= 1)
+                return actor_value(req, r->actor_field, r->actor_field_len);
+        assert(n <= PROTO_PAIRS_MAX); /* rules-draft.c's bound */
+        for (size_t i = 0; i < n; i++) {
+                v[i] = actor_value(req, r->actor_fields[i].ptr, r->actor_fields[i].len);
+                len += (size_t) (number_append_u64(digits, v[i].len) - digits) + 2 + v[i].len;
+        }
+        if (len > RULE_ACTOR_COMBINED_MAX)
+                return (ProtoSlice){ buf, actor_hashed(v, n, buf) };
+        for (size_t i = 0; i < n; i++) {
+                p = number_append_u64(p, v[i].len);
+                *p++ = ':';
+                if (v[i].len > 0)
+                        memcpy(p, v[i].ptr, v[i].len);
+                p += v[i].len;
+                *p++ = ',';
+        }
+        return (ProtoSlice){ buf, (size_t) (p - buf) };
 }
 
 /* Counter identity. This encoding is part of the on-disk format (rule ids key the

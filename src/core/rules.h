@@ -37,6 +37,9 @@
 #define RULES_NONFINAL_MAX RULES_CANARY_MAX       /* the same bound, by what it counts */
 #define RULES_MATCH_MAX    (RULES_CANARY_MAX + 1) /* rules one request can touch */
 #define RULE_ID_SIZE       16                     /* bytes of a rule's counter identity hash */
+#define RULE_ACTOR_COMBINED_MAX                                                                             \
+        256 /* bytes of the actor of an actorField of several fields (rule_actor()): their values           \
+             * as netstrings, or beyond this their hash, so that a caller's buffer per hit is small */
 
 typedef enum MatchPolicy {
         MATCH_POLICY_STOP,
@@ -237,9 +240,16 @@ size_t ruleset_match(const RuleSet *rs, const ProtoRequest *req, const Rule *out
 /* True if pattern p matches value v[0..len) (v NULL: the empty value); exposed for tests. */
 bool rule_pattern_match(const RulePattern *p, const char *v, size_t len);
 
-/* The actor of a request for rule r: the value of r->actor_field, "" when the
- * field is absent, NULL slice (ptr == NULL) when the rule has no actorField. */
-ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req);
+/* The actor of a request for rule r, what its counter is for (the store keys a counter by the
+ * rule's id and this): a NULL slice (ptr NULL) when the rule has no actorField; with one field,
+ * its value in the request, "" when the field is absent (a slice of the request: buf is not
+ * used); with several (issue #34), the combination of their values in the order of
+ * actorField, written into buf: each value as a netstring, "<decimal length>:<bytes>," (an
+ * absent field "0:,"), so that no two combinations read alike whatever bytes they hold,
+ * e.g. "9:127.0.0.1,5:alice,"; a combination longer than RULE_ACTOR_COMBINED_MAX is
+ * "#<32 lowercase hex digits>" instead, hash128() of the hash128() of each value in order
+ * (a netstring never starts with '#'). No allocation. */
+ProtoSlice rule_actor(const Rule *r, const ProtoRequest *req, char buf[static RULE_ACTOR_COMBINED_MAX]);
 
 /* "[method=GET path=/x]" or "[default]" into buf; for messages and --debug. */
 const char *rule_describe(const Rule *r, char *buf, size_t size);

@@ -30,6 +30,9 @@ struct Batch {
         const Rule **rules_matched; /* BATCH_RULES_MAX, core.n_rules_matched of them */
         int32_t *rule_hit;          /* BATCH_RULES_MAX: the hit of each matched rule, or -1 */
         ClientLimit *limits;        /* BATCH_REQUESTS_MAX, one per slot; only with allow_client_limits */
+        /* BATCH_HITS_MAX + 1: the actor of each hit whose rule combines several fields
+         * (rule_actor() writes it there), and the last for EXPLAIN's */
+        char (*actors)[RULE_ACTOR_COMBINED_MAX];
 
         uint64_t start_usec; /* CLOCK_MONOTONIC when the first request was taken; 0 without metrics */
         bool started;
@@ -51,9 +54,10 @@ int batch_new(const BatchSettings *settings, Batch **ret) {
         b->hits = calloc(BATCH_HITS_MAX, sizeof *b->hits);
         b->rules_matched = calloc(BATCH_RULES_MAX, sizeof *b->rules_matched);
         b->rule_hit = calloc(BATCH_RULES_MAX, sizeof *b->rule_hit);
+        b->actors = calloc(BATCH_HITS_MAX + 1, sizeof *b->actors);
         if (settings->allow_client_limits)
                 b->limits = calloc(BATCH_REQUESTS_MAX, sizeof *b->limits);
-        if (!b->core.slots || !b->hits || !b->rules_matched || !b->rule_hit ||
+        if (!b->core.slots || !b->hits || !b->rules_matched || !b->rule_hit || !b->actors ||
             (settings->allow_client_limits && !b->limits)) {
                 batch_free(b);
                 return -ENOMEM;
@@ -70,6 +74,7 @@ Batch *batch_free(Batch *b) {
         free(b->rules_matched);
         free(b->rule_hit);
         free(b->limits);
+        free(b->actors);
         free(b);
         return NULL;
 }
@@ -126,7 +131,7 @@ static const AlgoOp verb_algo_op[_PROTO_VERB_MAX] = {
 
 static void batch_add_hit(Batch *b, const BatchSlot *slot, size_t rule_at, const Rule *rule, AlgoOp op,
                           uint64_t count, uint32_t group) {
-        ProtoSlice actor = rule_actor(rule, &b->core.request);
+        ProtoSlice actor = rule_actor(rule, &b->core.request, b->actors[b->core.n_hits]);
 
         b->rule_hit[rule_at] = (int32_t) b->core.n_hits;
         b->hits[b->core.n_hits++] = (StoreHit){
@@ -463,7 +468,7 @@ void batch_explain(const Batch *b, const BatchSlot *slot, const ProtoRequest *re
                         canaries[ret->n_canaries++] = batch_rule_ref(r);
         }
         if (stop->actor_field && req) {
-                actor = rule_actor(stop, req);
+                actor = rule_actor(stop, req, b->actors[BATCH_HITS_MAX]);
                 if (!actor.ptr)
                         actor = (ProtoSlice){ "", 0 };
         }

@@ -1171,6 +1171,7 @@ END_TEST
 /* ---- matching: the README's examples ------------------------------------------------------- */
 
 START_TEST (test_readme_pantry) {
+        char abuf[RULE_ACTOR_COMBINED_MAX];
         RuleSet *rs;
         Diag diag;
         const Rule *out[RULES_MATCH_MAX];
@@ -1215,17 +1216,17 @@ START_TEST (test_readme_pantry) {
         /* Actors. */
         req_fill(&req, KV("method", "GET", "path", "/pantry/cookies/oatmeal", "ip", "4.3.2.1"));
         ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
-        ProtoSlice a = rule_actor(out[0], &req);
+        ProtoSlice a = rule_actor(out[0], &req, abuf);
         ck_assert_uint_eq(a.len, 7);
         ck_assert(memcmp(a.ptr, "4.3.2.1", 7) == 0);
         req_fill(&req, KV("method", "GET", "path", "/crisper/carrots", "userId", "alice", "ip", "1.2.3.4"));
         ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
-        a = rule_actor(out[0], &req);
+        a = rule_actor(out[0], &req, abuf);
         ck_assert_uint_eq(a.len, 5);
         ck_assert(memcmp(a.ptr, "alice", 5) == 0);
         req_fill(&req, KV("method", "GET", "path", "/status"));
         ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
-        ck_assert_ptr_null(rule_actor(out[0], &req).ptr); /* no actorField: one shared counter */
+        ck_assert_ptr_null(rule_actor(out[0], &req, abuf).ptr); /* no actorField: one shared counter */
 
         ruleset_free(rs);
         diag_done(&diag);
@@ -1233,6 +1234,7 @@ START_TEST (test_readme_pantry) {
 END_TEST
 
 START_TEST (test_actor_absent) {
+        char abuf[RULE_ACTOR_COMBINED_MAX];
         const Rule *out[RULES_MATCH_MAX];
         ProtoRequest req;
         RuleSet *rs;
@@ -1243,10 +1245,103 @@ START_TEST (test_actor_absent) {
                          0);
         req_fill(&req, KV("method", "GET"));
         ck_assert_uint_eq(ruleset_match(rs, &req, out), 1);
-        ProtoSlice a = rule_actor(out[0], &req);
+        ProtoSlice a = rule_actor(out[0], &req, abuf);
         ck_assert_ptr_nonnull(a.ptr); /* '' when the field is absent: not "no actor" */
         ck_assert_uint_eq(a.len, 0);
         expect_match(rs, KV("method", "POST"), "accept");
+        ruleset_free(rs);
+}
+END_TEST
+
+/* The actor of rule (first of rs) for the request kv, as a string ("-" for none). */
+static const char *actor_of(const RuleSet *rs, const char *const *kv, char *out, size_t size) {
+        char buf[RULE_ACTOR_COMBINED_MAX];
+        ProtoRequest req;
+
+        req_fill(&req, kv);
+        ProtoSlice a = rule_actor(&rs->rules[0], &req, buf);
+        ck_assert_uint_le(a.len, RULE_ACTOR_COMBINED_MAX);
+        ck_assert_uint_lt(a.len, size);
+        if (!a.ptr)
+                snprintf(out, size, "-");
+        else {
+                memcpy(out, a.ptr, a.len);
+                out[a.len] = '\0';
+        }
+        return out;
+}
+
+/* An actorField of several fields: one actor per combination of their values, in the order
+ * written, each value a netstring; absent fields count as empty; a long combination is its
+ * hash. One field is the value itself, a slice of the request, as before. */
+START_TEST (test_actor_fields) {
+        static const char *const tricky[] = { "",      "a",   "b",   ",", ":",  "1:a,",
+                                              "a,1:b", "0:,", "1:,", "#", "a b" };
+        enum { N = sizeof tricky / sizeof tricky[0] };
+        static char got[N][N][RULE_ACTOR_COMBINED_MAX + 1];
+        char a[RULE_ACTOR_COMBINED_MAX + 1], b[RULE_ACTOR_COMBINED_MAX + 1], buf[RULE_ACTOR_COMBINED_MAX];
+        char long_value[300];
+        RuleSet *rs;
+
+        ck_assert_int_eq(
+                build(KV("default ; creditLimit=5 resetSeconds=60 actorField=ip~user"), true, &rs, NULL), 0);
+        ck_assert_str_eq(actor_of(rs, KV("ip", "1.2.3.4", "user", "alice"), a, sizeof a),
+                         "7:1.2.3.4,5:alice,");
+        ck_assert_str_eq(actor_of(rs, KV("user", "alice", "x", "y", "ip", "1.2.3.4"), a, sizeof a),
+                         "7:1.2.3.4,5:alice,");
+        ck_assert_str_eq(actor_of(rs, KV("ip", "1.2.3.4"), a, sizeof a), "7:1.2.3.4,0:,");
+        ck_assert_str_eq(actor_of(rs, KV("ip", "1.2.3.4", "user", ""), a, sizeof a), "7:1.2.3.4,0:,");
+        ck_assert_str_eq(actor_of(rs, KV("user", "alice"), a, sizeof a), "0:,5:alice,");
+        ck_assert_str_eq(actor_of(rs, KV("method", "GET"), a, sizeof a), "0:,0:,");
+        /* unambiguous: two combinations have one actor only if they are one */
+        for (size_t i = 0; i < N; i++)
+                for (size_t j = 0; j < N; j++)
+                        actor_of(rs, KV("ip", tricky[i], "user", tricky[j]), got[i][j], sizeof got[i][j]);
+        for (size_t i = 0; i < N * N; i++)
+                for (size_t j = i + 1; j < N * N; j++)
+                        ck_assert_msg(strcmp(got[i / N][i % N], got[j / N][j % N]) != 0, "%s",
+                                      got[i / N][i % N]);
+        /* the longest combination kept as it is, and one byte more: its hash */
+        memset(long_value, 'v', sizeof long_value);
+        long_value[247] = '\0'; /* "247:" + 247 bytes + "," + "1:x," = 256 */
+        actor_of(rs, KV("ip", long_value, "user", "x"), a, sizeof a);
+        ck_assert_uint_eq(strlen(a), 256);
+        ck_assert(strncmp(a, "247:vvv", 7) == 0 && strcmp(a + 252, "1:x,") == 0);
+        actor_of(rs, KV("ip", long_value, "user", "xy"), a, sizeof a);
+        ck_assert_uint_eq(strlen(a), 33);
+        ck_assert_int_eq(a[0], '#');
+        {
+                uint8_t h[2][HASH128_SIZE], want[HASH128_SIZE];
+                char hex[2 * HASH128_SIZE + 2] = "#";
+
+                hash128(long_value, strlen(long_value), h[0]);
+                hash128("xy", 2, h[1]);
+                hash128(h, sizeof h, want);
+                for (size_t i = 0; i < HASH128_SIZE; i++)
+                        snprintf(hex + 1 + 2 * i, 3, "%02x", want[i]);
+                ck_assert_str_eq(a, hex);
+        }
+        actor_of(rs, KV("ip", long_value, "user", "xz"), b, sizeof b);
+        ck_assert_str_ne(a, b);
+        actor_of(rs, KV("user", "xy", "ip", long_value), b, sizeof b);
+        ck_assert_str_eq(a, b);
+        actor_of(rs, KV("ip", "xy", "user", long_value), b, sizeof b); /* the order of the fields counts */
+        ck_assert_str_ne(a, b);
+        ruleset_free(rs);
+
+        /* one field: the value, a slice of the request (buf untouched), as before */
+        ck_assert_int_eq(build(KV("default ; creditLimit=5 resetSeconds=60 actorField=ip"), true, &rs, NULL),
+                         0);
+        ProtoRequest req;
+        req_fill(&req, KV("ip", long_value));
+        ProtoSlice s = rule_actor(&rs->rules[0], &req, buf);
+        ck_assert_ptr_eq(s.ptr, long_value);
+        ck_assert_uint_eq(s.len, strlen(long_value));
+        ck_assert_str_eq(actor_of(rs, KV("user", "x"), a, sizeof a), "");
+        ruleset_free(rs);
+        /* none: NULL */
+        ck_assert_int_eq(build(KV("default ; creditLimit=5 resetSeconds=60"), true, &rs, NULL), 0);
+        ck_assert_str_eq(actor_of(rs, KV("ip", "x"), a, sizeof a), "-");
         ruleset_free(rs);
 }
 END_TEST
@@ -2182,6 +2277,7 @@ static Suite *rules_suite(void) {
         tcase_add_test(tc, test_readme_pantry);
         tcase_add_test(tc, test_actor_absent);
         tcase_add_test(tc, test_match_keys);
+        tcase_add_test(tc, test_actor_fields);
         tcase_add_test(tc, test_birthday_cake);
         tcase_add_test(tc, test_default_deny_accept);
         tcase_add_loop_test(tc, test_trivial_decision, 0, sizeof trivial_cases / sizeof trivial_cases[0]);

@@ -57,7 +57,8 @@ static void check_same(const RuleSet *a, const RuleSet *b) {
                 fuzz_check(x->match_policy == y->match_policy);
                 fuzz_check(x->algo.algorithm == y->algo.algorithm && x->algo.burst == y->algo.burst &&
                            x->algo.refill_seconds == y->algo.refill_seconds &&
-                           x->algo.strict == y->algo.strict);
+                           x->algo.strict == y->algo.strict && x->algo.window == y->algo.window);
+                fuzz_check(x->match_keys == y->match_keys && x->n_actor_fields == y->n_actor_fields);
                 fuzz_check(x->n_patterns == y->n_patterns);
                 fuzz_check(!x->label == !y->label && (!x->label || strcmp(x->label, y->label) == 0));
                 fuzz_check(!x->comment == !y->comment &&

@@ -121,6 +121,36 @@ class KnownBug(Exception):
     """Raised by DaemonTestCase.known_bug() when the known bug showed: an expected failure."""
 
 
+class FakeClock:
+    """tests/integration/fakeclock.c compiled (cc -shared) into tmpdir, for a daemon preloaded
+    with it: env() is the environment to start it with, set(ns) freezes its CLOCK_REALTIME at ns
+    since the epoch (0: the real clock again). Raises HarnessError if it cannot be compiled."""
+
+    def __init__(self, tmpdir):
+        cc = os.environ.get("CC", "cc").split()
+        self.lib = os.path.join(tmpdir, "fakeclock.so")
+        src = os.path.join(top_srcdir(), "tests", "integration", "fakeclock.c")
+        try:
+            subprocess.run(cc + ["-shared", "-fPIC", "-o", self.lib, src, "-ldl"], check=True,
+                           timeout=60 * TIMEOUT_SCALE, capture_output=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise HarnessError("cannot compile fakeclock.c: %s" % e)
+        self.path = os.path.join(tmpdir, "clock")
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.set(0)
+
+    def env(self):
+        return {"LD_PRELOAD": self.lib, "FAKECLOCK_FILE": self.path,
+                "ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS", ""),
+                                                      "verify_asan_link_order=0"]))}
+
+    def set(self, ns):
+        os.pwrite(self.fd, struct.pack("<q", ns), 0)
+
+    def close(self):
+        os.close(self.fd)
+
+
 def may_skip_in_ci(reason):
     """Decorator for a test (or a class) whose skip is acceptable even in CI, with the reason
     why CI cannot run it. Without it, a skip under CI=true is a failure."""
@@ -733,6 +763,17 @@ class DaemonTestCase(unittest.TestCase):
     def start_shared_daemon(cls, config, **kw):
         """One daemon for every test of the class (from setUpClass); stopped after them."""
         return cls._daemon(cls.addClassCleanup, config, True, **kw)
+
+    @classmethod
+    def start_shared_daemon_on_clock(cls, config, clock_ns, **kw):
+        """start_shared_daemon() of a daemon whose wall clock the tests set: cls.clock, a
+        FakeClock set to clock_ns (0: the real clock) before it starts."""
+        tmp = make_tmpdir()
+        cls.addClassCleanup(shutil.rmtree, tmp, True)
+        cls.clock = FakeClock(tmp)
+        cls.addClassCleanup(cls.clock.close)
+        cls.clock.set(clock_ns)
+        return cls.start_shared_daemon(config, tmpdir=tmp, env=cls.clock.env(), **kw)
 
     def new_daemon(self, config, **kw):
         """Like start_daemon() without starting it."""

@@ -76,7 +76,7 @@ class EnvoyDaemon(harness.DaemonTestCase):
         """A daemon on a config directory of its own holding configs (copies of the fixtures:
         names in config/, or {name: text}), its gRPC listener on a Unix socket, on the
         controlled clock; and a client."""
-        self.clock.set_ns(BASE_NS)
+        self.clock.set(BASE_NS)
         tmp = harness.make_tmpdir()
         self.addCleanup(shutil.rmtree, tmp, True)
         self.config_dir = os.path.join(tmp, "config")
@@ -109,7 +109,7 @@ class Replay(EnvoyDaemon):
         self.assertTrue(rows, case)
         d, c = self.start()
         for n, r in enumerate(rows, 1):
-            self.clock.set_ns(BASE_NS + int(round(r.clock * 10**9)))
+            self.clock.set(BASE_NS + int(round(r.clock * 10**9)))
             if r.domain.startswith("!"):
                 verb, name = r.domain[1:].split(" ")
                 path = os.path.join(self.config_dir, name)
@@ -177,7 +177,7 @@ class Docs(EnvoyDaemon):
         rules = [text for _, text in self.blocks() if text.startswith("# /etc/divvyd/ratelimit/")]
         self.assertEqual(len(rules), 1)
         d, c = self.start({"edge.yaml": rules[0]})
-        self.clock.set_ns(BASE_NS + 30 * 10**9 + 250 * 10**6)
+        self.clock.set(BASE_NS + 30 * 10**9 + 250 * 10**6)
         addr = [("remote_address", "203.0.113.7")]
         key = [("generic_key", "api"), ("api_key", "k-123")]
         for remaining in (9, 8):

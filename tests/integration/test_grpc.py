@@ -400,7 +400,7 @@ class GrpcCase(harness.DaemonTestCase):
         cls.addClassCleanup(shutil.rmtree, tmp, True)
         cls.clock = harness.FakeClock(tmp)
         cls.addClassCleanup(cls.clock.close)
-        cls.clock.set_ns(cls.NOW_NS)
+        cls.clock.set(cls.NOW_NS)
 
     def start_grpc(self, rules, args=(), **kw):
         tmp = harness.make_tmpdir()

@@ -14,7 +14,6 @@ Run one test:  tests/integration/test_peers.py Peers.test_redis_cell
 """
 
 import os
-import shutil
 import sys
 import time
 
@@ -55,15 +54,12 @@ def read_reply(c):
 class Peers(harness.DaemonTestCase):
     @classmethod
     def setUpClass(cls):
-        tmp = harness.make_tmpdir()
-        cls.addClassCleanup(shutil.rmtree, tmp, True)
-        clock = harness.FakeClock(tmp)
-        cls.addClassCleanup(clock.close)
-        cls.set_clock = clock.set_ns
-        cls.set_clock(BASE_NS)
-        env = clock.env()
-        cls.d = cls.start_shared_daemon(data_path("verbs.ini"), tmpdir=tmp, env=env,
-                                        args=["--allow-client-limits", "--sweep-interval=1"])
+        cls.d = cls.start_shared_daemon_on_clock(data_path("verbs.ini"), BASE_NS,
+                                                 args=["--allow-client-limits", "--sweep-interval=1"])
+
+    @classmethod
+    def set_clock(cls, ns):
+        cls.clock.set(ns)
 
     def replay(self, name):
         start = BASE_NS + CASE_GAP_NS * {"redis-cell.tsv": 1, "redis-cell-derived.tsv": 10**2,

@@ -189,6 +189,39 @@ class Standalone(harness.DaemonTestCase):
         # the denied hits charged nothing: u2's own counter still has 1
         self.assertEqual(self.r.get(divvy_key({"chain": "*", "u": "*"}, u2, 2, 3600)), b"1")
 
+    def test_aligned_window_and_actor_of_two_fields(self):
+        # issue #34 in a fleet: the script opens the aligned window (its end a multiple of the
+        # hour on Redis's clock) and keeps one counter per (ip, u), in divvyd's own keys
+        a, b = self.daemon(), self.daemon()
+        u = uid()
+        t0 = time.time()
+        got = [parse_ok(d.request("HIT type=aligned u=%s" % u)) for d in (a, b, a)]
+        t1 = time.time()
+        self.assertEqual([g[:2] for g in got], [(True, 1), (True, 0), (False, 0)])
+        keys = self.r.keys("divvyd:{%s}:*" % u)
+        self.assertEqual(len(keys), 1, keys)
+        tag, w0, credit = self.r.get(keys[0]).decode().split(":")
+        self.assertEqual((tag, credit), ("0", "0"))
+        self.assertEqual(int(w0) % (3600 * 10**6), 0, w0)  # first-hit: a multiple 1 time in 3.6e9
+        end = int(w0) / 1e6
+        self.assertTrue(t0 < end <= t1 + 3600, (t0, end))
+        for g in got:  # reset: to the window's end, not 3600 from the hit
+            self.assertTrue(int(end - t1) <= g[2] <= int(end - t0) + 1, (g, end - t0))
+        self.assertEqual(self.r.keys("divvy:*type=aligned*"), [])
+
+        ip = uid("ip")
+        hit = lambda d, rest: parse_ok(d.request("HIT type=combo " + rest))[:2]  # noqa: E731
+        self.assertEqual(hit(a, "ip=%s,b u=c" % ip), (True, 0))
+        self.assertEqual(hit(b, "u=c ip=%s,b" % ip), (False, 0))  # the same counter, in Redis
+        self.assertEqual(hit(b, "ip=%s u=b,c" % ip), (True, 0))  # not the same as the above
+        self.assertEqual(hit(a, "ip=%s" % ip), (True, 0))  # u absent: empty
+        self.assertEqual(hit(b, "ip=%s u=" % ip), (False, 0))
+        n = len(ip)
+        self.assertEqual(sorted(k.decode().rsplit(":", 1)[0] for k in self.r.keys("divvyd:{*%s*}:*" % ip)),
+                         sorted(["divvyd:{%d:%s,b,1:c,}" % (n + 2, ip), "divvyd:{%d:%s,3:b,c,}" % (n, ip),
+                                 "divvyd:{%d:%s,0:,}" % (n, ip)]))
+        self.assertEqual(self.r.keys("divvy:*type=combo*"), [])
+
     def test_script_flush_is_invisible(self):
         d = self.daemon()
         u = uid()

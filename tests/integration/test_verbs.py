@@ -3,7 +3,9 @@
 """The protocol version 2 verbs (issue #15) over real sockets: HELLO, TAKE, PEEK, CHARGE,
 REFUND, RESET, EXPLAIN, on every algorithm, continue rules, canaries and the admin listener,
 against tests/data/verbs.ini (one credit per 360 s: nothing refills while a test runs; the
-reset and retry bounds are computed from measured time).
+reset and retry bounds are computed from measured time). What Envoy's descriptors need (issue
+#34): windows aligned to the clock (on a controlled clock), actors of several fields and
+matchKeys exact, against tests/data/rules-envoy.ini.
 
 Run one test:  tests/integration/test_verbs.py Verbs.test_token_bucket
 """
@@ -214,6 +216,87 @@ class Verbs(harness.DaemonTestCase):
                 self.assertEqual(harness.parse_ok(reply)[:2], w, (line, reply))
             else:
                 self.assertEqual(decision(reply)[:2], w, (line, reply))
+
+
+class EnvoyAttributes(harness.DaemonTestCase):
+    """What Envoy's descriptors need (issue #34) on the line protocol and RESP, against
+    tests/data/rules-envoy.ini: an actor of several fields, matchKeys exact."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = cls.start_shared_daemon(data_path("rules-envoy.ini"))
+
+    def req(self, line):
+        return self.d.request(line)
+
+    def test_actor_of_two_fields(self):
+        # actorField = ip user: one counter per (ip, user), whatever the bytes (a naive join of
+        # "a,b" and "c" would be that of "a" and "b,c"), the request's order and other fields
+        u = uid("c")
+        hit = lambda rest: harness.parse_ok(self.req("HIT path=/combo " + rest))[:2]  # noqa: E731
+        self.assertEqual(hit("ip=a,b user=c-" + u), (True, 0))
+        self.assertEqual(hit("ip=a,b user=c-" + u), (False, 0))
+        self.assertEqual(hit("ip=a user=b,c-" + u), (True, 0))
+        self.assertEqual(hit("user=c-%s extra=1 ip=a,b" % u), (False, 0))
+        self.assertEqual(hit("ip=a,b user=d-" + u), (True, 0))
+        # an absent field counts as its empty value
+        self.assertEqual(hit("ip=%s" % u), (True, 0))
+        self.assertEqual(hit("ip=%s user=" % u), (False, 0))
+        # RESP counts on the same counters
+        with self.d.connect() as c:
+            got = resp_decision(c, "TAKE", "1", "path", "/combo", "ip", "a,b", "user", "c-" + u)
+            self.assertEqual((got[0], got[1], got[5]), (False, 0, "combo"))
+            self.assertTrue(3599 <= got[4] <= 3600, got)
+        f = fields(self.req("EXPLAIN path=/combo ip=a,b user=c-" + u))
+        self.assertEqual((f["rule"], f["actor"]), ("combo", '"3:a,b,%d:c-%s,"' % (len(u) + 2, u)))
+
+    def test_match_keys_exact(self):
+        # [domain=api path=*] with matchKeys = exact: only requests of exactly those two keys
+        p = "/x-" + uid("k")
+        self.assertEqual(decision(self.req("TAKE 1 domain=api path=" + p))[::5], (True, "exact"))
+        self.assertEqual(decision(self.req("TAKE 1 path=%s domain=api" % p))[::5], (False, "exact"))
+        self.assertEqual(decision(self.req("PEEK 1 domain=api path=" + p))[:2], (False, 0))
+        for extra in ("user=u", "domain2=api", "a="):
+            f = fields(self.req("EXPLAIN domain=api path=%s %s" % (p, extra)))
+            self.assertNotEqual(f["rule"], "exact", extra)  # the default rule
+            self.assertEqual(self.req("HIT domain=api path=%s %s" % (p, extra)), "OK false 0 -1")
+        self.assertEqual(fields(self.req("EXPLAIN path=%s domain=api" % p))["rule"], "exact")
+
+
+class AlignedWindow(harness.DaemonTestCase):
+    """window = aligned (issue #34) on the daemon's controlled wall clock (fakeclock.c): windows
+    at the multiples of resetSeconds since the epoch, their end in every reply; divvy's window
+    beside it starts at the first hit."""
+
+    HOUR = 1764000000  # s: a multiple of 3600 (2025-11-24 16:00 UTC)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = cls.start_shared_daemon_on_clock(data_path("rules-envoy.ini"), cls.HOUR * 10**9)
+
+    def at(self, s):
+        self.clock.set(int(round((self.HOUR + s) * 10**9)))
+
+    def test_aligned_window(self):
+        u = uid("al")
+        with self.d.connect() as c:
+            self.at(1800.5)
+            self.assertEqual(decision(c.request("TAKE 1 path=/aligned user=" + u)),
+                             (True, 1, 2, 1800, 0, "aligned"))  # 1799.5 s to the hour, rounded up
+            self.assertEqual(decision(c.request("TAKE 1 path=/fw user=" + u))[3], 3600)  # divvy's
+            self.assertEqual(c.request("HIT path=/aligned user=" + u), "OK true 0 1800")
+            self.at(3599)
+            self.assertEqual(c.request("HIT path=/aligned user=" + u), "OK false 0 1")
+            self.assertEqual(decision(c.request("PEEK 1 path=/aligned user=" + u)),
+                             (False, 0, 2, 1, 1, "aligned"))
+            self.at(3600)  # the next hour: a new window, whole
+            self.assertEqual(c.request("HIT path=/aligned user=" + u), "OK true 1 3600")
+            self.at(3600 + 7199.25)
+            self.assertEqual(decision(c.request("CHARGE 5 path=/aligned user=" + u)),
+                             (False, 0, 2, 1, 1, "aligned"))
+            self.at(3600 + 7200)
+            self.assertEqual(decision(c.request("PEEK 2 path=/aligned user=" + u)),
+                             (True, 0, 2, 3600, 0, "aligned"))
 
 
 class Command(harness.DaemonTestCase):
