@@ -11,7 +11,6 @@
  * of cJSON's tree: rules and attributes get line numbers in messages too.
  */
 #include "config.h"
-#include "shared/utf8.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -239,25 +238,6 @@ static const char *attr_number(const JsonParser *p, const cJSON *item, char buf[
         return format_number(item->valuedouble, buf);
 }
 
-/* Why a request could not carry s as an operation key or value (quoted on the wire if it
- * has blanks or '='), as the INI header's parser would refuse it, or NULL: a rule that
- * needs it could never match. */
-static const char *unsendable(const char *s) {
-        const uint8_t *q = (const uint8_t *) s, *end = q + strlen(s);
-
-        while (q < end) {
-                size_t n = 1;
-                if (*q == '"')
-                        return "contains '\"', which a request cannot carry";
-                if (*q < ' ' && *q != '\t')
-                        return "contains a control character, which a request cannot carry";
-                if (*q >= 0x80 && (n = utf8_sequence_len(q, end)) == 0)
-                        return "is not valid UTF-8, which a request cannot carry";
-                q += n;
-        }
-        return NULL;
-}
-
 static int parse_operation(JsonParser *p, const cJSON *op, const char *what, bool is_default, RuleDraft *d,
                            RuleStrings *strings, bool *ok) {
         size_t j = 0;
@@ -299,11 +279,11 @@ static int parse_operation(JsonParser *p, const cJSON *op, const char *what, boo
                         continue;
                 }
 
-                const char *why = unsendable(m->string);
-                if (why || (why = unsendable(v))) {
+                const char *why = proto_text_unsendable(m->string);
+                if (why || (why = proto_text_unsendable(v))) {
                         *ok = false;
                         r = diag_add(p->diag, line, "%s: operation: '%s': %s %s", what, m->string,
-                                     unsendable(m->string) ? "key" : "value", why);
+                                     proto_text_unsendable(m->string) ? "key" : "value", why);
                         if (r < 0)
                                 return r;
                         continue;

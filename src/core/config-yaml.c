@@ -28,6 +28,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,7 @@ typedef struct Desc {
         unsigned rpu_line, unit_line, name_line, shadow_line, limit_line;
         struct Desc *children;
         size_t n_children;
+        const struct Desc *parent; /* NULL at the top */
 } Desc;
 
 typedef struct YamlParser {
@@ -137,6 +139,16 @@ static const char *yaml_string(YamlParser *p, const yaml_node_t *n, const char *
         return node_text(n);
 }
 
+/* A string a request's pair must carry (domain, key, value): NULL if reported. */
+static const char *yaml_pair_text(YamlParser *p, const yaml_node_t *n, const char *field, int *q) {
+        const char *s = yaml_string(p, n, field, q), *why = s ? proto_text_unsendable(s) : NULL;
+
+        if (!why)
+                return s;
+        *q = diag_add(p->diag, node_line(n), "%s: %s", field, why);
+        return NULL;
+}
+
 /* A boolean field, as YAML 1.1 spells one (true/false, yes/no, on/off, y/n). Returns 1, 0
  * if reported (*q: the report's result). */
 static int yaml_bool(YamlParser *p, const yaml_node_t *n, const char *field, bool *ret, int *q) {
@@ -158,12 +170,13 @@ static int yaml_bool(YamlParser *p, const yaml_node_t *n, const char *field, boo
         return 0;
 }
 
-/* requests_per_unit: an unquoted whole number that fits envoyproxy/ratelimit's uint32. */
+/* requests_per_unit: an unquoted decimal whole number that fits envoyproxy/ratelimit's uint32. */
 static const char *yaml_count(YamlParser *p, const yaml_node_t *n, int *q) {
         const char *s = n->type == YAML_SCALAR_NODE ? node_text(n) : "";
         size_t len = strlen(s);
+        /* no leading zero: YAML 1.1 (envoyproxy/ratelimit's reader) takes 010 for octal 8 */
         bool ok = n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-                  len > 0 && len <= 10 && strspn(s, "0123456789") == len;
+                  len > 0 && len <= 10 && strspn(s, "0123456789") == len && (s[0] != '0' || len == 1);
 
         if (ok && (len < 10 || strcmp(s, "4294967295") <= 0))
                 return s;
@@ -226,8 +239,8 @@ static int each_field(YamlParser *p, const yaml_node_t *map, const char *where, 
         return q < 0 ? q : 0;
 }
 
-static int parse_descriptors(YamlParser *p, const yaml_node_t *list, size_t depth, Desc **ret,
-                             size_t *ret_n);
+static int parse_descriptors(YamlParser *p, const yaml_node_t *list, size_t depth, const Desc *parent,
+                             Desc **ret, size_t *ret_n);
 
 static int rate_limit_field(YamlParser *p, void *ctx, const char *name, yaml_node_t *v) {
         Desc *d = ctx;
@@ -277,9 +290,9 @@ static int descriptor_field(YamlParser *p, void *ctx, const char *name, yaml_nod
 
         if (strcmp(name, "key") == 0) {
                 c->key = v;
-                d->key = yaml_string(p, v, "key", &q);
+                d->key = yaml_pair_text(p, v, "key", &q);
         } else if (strcmp(name, "value") == 0)
-                d->value = yaml_string(p, v, "value", &q);
+                d->value = yaml_pair_text(p, v, "value", &q);
         else if (strcmp(name, "descriptors") == 0)
                 c->descriptors = v;
         else if (strcmp(name, "rate_limit") == 0) {
@@ -365,7 +378,7 @@ static int parse_descriptor(YamlParser *p, const yaml_node_t *n, size_t depth, D
         if (d->has_limit && !d->unlimited && !d->rpu)
                 d->rpu = d->rpu_line ? NULL : "0"; /* absent: 0, as there (every request over the limit) */
         if (c.descriptors && !is_null(c.descriptors))
-                return parse_descriptors(p, c.descriptors, depth + 1, &d->children, &d->n_children);
+                return parse_descriptors(p, c.descriptors, depth + 1, d, &d->children, &d->n_children);
         return 0;
 }
 
@@ -376,8 +389,8 @@ static void descs_free(Desc *v, size_t n) {
 }
 
 /* A descriptors list at depth (1: the domain's) into a new array. Returns 0 or -ENOMEM. */
-static int parse_descriptors(YamlParser *p, const yaml_node_t *list, size_t depth, Desc **ret,
-                             size_t *ret_n) {
+static int parse_descriptors(YamlParser *p, const yaml_node_t *list, size_t depth, const Desc *parent,
+                             Desc **ret, size_t *ret_n) {
         size_t n;
         Desc *v;
         int q;
@@ -405,6 +418,7 @@ static int parse_descriptors(YamlParser *p, const yaml_node_t *list, size_t dept
         *ret = v;
         *ret_n = n;
         for (size_t i = 0; i < n; i++) {
+                v[i].parent = parent;
                 q = parse_descriptor(p, yaml_document_get_node(p->doc, list->data.sequence.items.start[i]),
                                      depth, &v[i]);
                 if (q < 0)
@@ -437,7 +451,7 @@ static int root_field(YamlParser *p, void *ctx, const char *name, yaml_node_t *v
         int q = 0;
 
         if (strcmp(name, "domain") == 0) {
-                p->domain = yaml_string(p, v, "domain", &q);
+                p->domain = yaml_pair_text(p, v, "domain", &q);
                 p->domain_line = node_line(v);
         } else
                 c->descriptors = v;
@@ -473,52 +487,52 @@ static int check_path_keys(YamlParser *p, const Desc *v, size_t n, Path *path) {
         return q;
 }
 
-/* The key sequence of a limit's path, and the same keys sorted: two paths of one domain with
- * the same keys in another order would be one rule's keys to divvyd. */
+/* A limit's path, for the check that no two paths of a domain have the same keys in another
+ * order (they would be one rule's keys to divvyd): its last descriptor (the path is read back
+ * through the parents), its depth and a hash of its keys that ignores their order. */
 typedef struct KeySeq {
-        const char *seq[YAML_DEPTH_MAX], *set[YAML_DEPTH_MAX];
+        const Desc *leaf;
         size_t n;
-        unsigned line;
+        uint64_t set_hash;
 } KeySeq;
+
+static uint64_t key_hash(const char *s) {
+        uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a, then a final mix */
+        for (; *s; s++)
+                h = (h ^ (unsigned char) *s) * UINT64_C(0x100000001b3);
+        return (h ^ (h >> 31)) * UINT64_C(0x9e3779b97f4a7c15);
+}
 
 static int cmp_str(const void *a, const void *b) {
         return strcmp(*(const char *const *) a, *(const char *const *) b);
 }
 
-static int cmp_keys(const char *const *a, const char *const *b, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                int c = strcmp(a[i], b[i]);
-                if (c != 0)
-                        return c;
+/* The keys of s's path from the top into seq, and sorted into set. */
+static void path_keys(const KeySeq *s, const char **seq, const char **set) {
+        size_t i = s->n;
+        for (const Desc *d = s->leaf; d && i > 0; d = d->parent) {
+                i--;
+                seq[i] = set[i] = d->key;
         }
-        return 0;
+        qsort(set, s->n, sizeof(*set), cmp_str);
 }
 
-static int cmp_keyseq_set(const void *a, const void *b) {
+static int cmp_keyseq(const void *a, const void *b) {
         const KeySeq *x = a, *y = b;
         if (x->n != y->n)
                 return x->n < y->n ? -1 : 1;
-        int c = cmp_keys(x->set, y->set, x->n);
-        if (c != 0)
-                return c;
-        return x->line < y->line ? -1 : x->line > y->line;
+        if (x->set_hash != y->set_hash)
+                return x->set_hash < y->set_hash ? -1 : 1;
+        return (x->leaf->line > y->leaf->line) - (x->leaf->line < y->leaf->line);
 }
 
-static void collect_keyseqs(const Desc *v, size_t n, Path *path, KeySeq *out, size_t *k) {
-        for (size_t i = 0; i < n; i++) {
-                if (path->n >= YAML_DEPTH_MAX)
-                        return;
-                path->d[path->n++] = &v[i];
-                if (v[i].has_limit) {
-                        KeySeq *s = &out[(*k)++];
-                        s->n = path->n;
-                        s->line = v[i].line;
-                        for (size_t j = 0; j < path->n; j++)
-                                s->seq[j] = s->set[j] = path->d[j]->key;
-                        qsort(s->set, s->n, sizeof(s->set[0]), cmp_str);
-                }
-                collect_keyseqs(v[i].children, v[i].n_children, path, out, k);
-                path->n--;
+static void collect_keyseqs(const Desc *v, size_t n, size_t depth, uint64_t set_hash, KeySeq *out,
+                            size_t *k) {
+        for (size_t i = 0; i < n && depth < YAML_DEPTH_MAX; i++) {
+                uint64_t h = set_hash + key_hash(v[i].key);
+                if (v[i].has_limit)
+                        out[(*k)++] = (KeySeq){ &v[i], depth + 1, h };
+                collect_keyseqs(v[i].children, v[i].n_children, depth + 1, h, out, k);
         }
 }
 
@@ -529,16 +543,17 @@ static size_t count_limits(const Desc *v, size_t n) {
         return k;
 }
 
-static void describe_seq(const KeySeq *s, char *buf, size_t size) {
+static void describe_keys(const char *const *keys, size_t n, char *buf, size_t size) {
         size_t len = 0;
         buf[0] = '\0';
-        for (size_t i = 0; i < s->n && len < size; i++)
-                len += (size_t) snprintf(buf + len, size - len, "%s%s", i ? "." : "", s->seq[i]);
+        for (size_t i = 0; i < n && len < size; i++)
+                len += (size_t) snprintf(buf + len, size - len, "%s%s", i ? "." : "", keys[i]);
 }
 
 static int check_key_orders(YamlParser *p, const Desc *v, size_t n) {
+        const char *seq_a[YAML_DEPTH_MAX], *set_a[YAML_DEPTH_MAX], *seq_b[YAML_DEPTH_MAX],
+                *set_b[YAML_DEPTH_MAX];
         size_t total = count_limits(v, n), k = 0;
-        Path path = { .n = 0 };
         KeySeq *seqs;
         int q = 0;
 
@@ -547,24 +562,32 @@ static int check_key_orders(YamlParser *p, const Desc *v, size_t n) {
         seqs = calloc(total, sizeof(KeySeq));
         if (!seqs)
                 return -ENOMEM;
-        collect_keyseqs(v, n, &path, seqs, &k);
-        qsort(seqs, k, sizeof(KeySeq), cmp_keyseq_set);
+        collect_keyseqs(v, n, 0, 0, seqs, &k);
+        qsort(seqs, k, sizeof(KeySeq), cmp_keyseq);
         for (size_t i = 1, first = 0; i < k && q >= 0; i++) {
-                char a[256], b[256];
+                const KeySeq *a = &seqs[i], *b = &seqs[first];
+                char da[256], db[256];
+                bool same_set = true, same_seq = true;
 
-                if (seqs[i].n != seqs[first].n || cmp_keys(seqs[i].set, seqs[first].set, seqs[i].n) != 0) {
+                if (a->n != b->n || a->set_hash != b->set_hash) {
                         first = i;
                         continue;
                 }
-                if (cmp_keys(seqs[i].seq, seqs[first].seq, seqs[i].n) == 0)
+                path_keys(a, seq_a, set_a);
+                path_keys(b, seq_b, set_b);
+                for (size_t j = 0; j < a->n; j++) {
+                        same_set = same_set && strcmp(set_a[j], set_b[j]) == 0;
+                        same_seq = same_seq && strcmp(seq_a[j], seq_b[j]) == 0;
+                }
+                if (!same_set || same_seq) /* a collision of the hash, or the same path's keys */
                         continue;
-                describe_seq(&seqs[i], a, sizeof a);
-                describe_seq(&seqs[first], b, sizeof b);
+                describe_keys(seq_a, a->n, da, sizeof da);
+                describe_keys(seq_b, b->n, db, sizeof db);
                 q = diag_add(
-                        p->diag, seqs[i].line,
+                        p->diag, a->leaf->line,
                         "the descriptor path %s has the keys of the path %s (line %u) in another order: "
                         "divvyd matches a request's keys in any order",
-                        a, b, seqs[first].line);
+                        da, db, b->leaf->line);
         }
         free(seqs);
         return q < 0 ? q : 0;
@@ -708,85 +731,196 @@ static int add_limit(YamlParser *p, const Path *path, const Desc *x) {
         return add_always_allow(p, path, NULL, 0, x->line, NULL, 0, t.comment);
 }
 
-/* True if a stop rule of rs->rules[start..] matches every request the rule of these patterns
- * matches (its own patterns taken literally): then that rule would be unreachable. */
-static bool covered(const YamlParser *p, size_t start, const RuleDraft *d) {
-        for (size_t i = start; i < p->rs->n_rules; i++) {
-                const Rule *r = &p->rs->rules[i];
-                bool all = r->match_policy == MATCH_POLICY_STOP && r->n_patterns == d->n_patterns;
+/* The keys below a descriptor (top) down to a limit in its subtree (leaf): what a blocker adds
+ * to a path as key=*. hash: of the keys in order. */
+typedef struct Suffix {
+        const Desc *top, *leaf;
+        size_t n;
+        uint64_t hash;
+} Suffix;
 
-                for (size_t k = 0; k < d->n_patterns && all; k++) {
-                        const ProtoPair *pp = &d->patterns[k];
-                        bool found = false;
-                        for (size_t j = 0; j < r->n_patterns && !found; j++)
-                                found = r->patterns[j].key_len == pp->key.len &&
-                                        memcmp(r->patterns[j].key, pp->key.ptr, pp->key.len) == 0 &&
-                                        rule_pattern_match(&r->patterns[j], pp->value.ptr, pp->value.len);
-                        all = found;
-                }
-                if (all)
-                        return true;
-        }
-        return false;
+/* Distinct suffixes in the order added, with a hash table on them (slots: index + 1, 0 free;
+ * a power of two, at most half full). */
+typedef struct SuffixSet {
+        Suffix *v;
+        size_t n, allocated;
+        size_t *slots;
+        size_t n_slots;
+} SuffixSet;
+
+static void suffix_set_done(SuffixSet *set) {
+        free(set->v);
+        free(set->slots);
+        *set = (SuffixSet){ .v = NULL };
 }
 
-/* Blockers after the subtree of path's last descriptor (its rules from index start): one
- * always-allow rule per limit in node's subtree (node: a later sibling of the same key),
- * the path's patterns then the keys below node as key=*, unless already covered. */
-static int add_blockers(YamlParser *p, const Path *path, size_t start, const Desc *node, const char **suffix,
-                        size_t n_suffix) {
+static bool suffix_eq(const Suffix *a, const Suffix *b) {
+        const Desc *x = a->leaf, *y = b->leaf;
+
+        if (a->n != b->n || a->hash != b->hash)
+                return false;
+        for (size_t i = 0; i < a->n; i++, x = x->parent, y = y->parent)
+                if (strcmp(x->key, y->key) != 0)
+                        return false;
+        return true;
+}
+
+static bool suffix_set_has(const SuffixSet *set, const Suffix *s) {
+        if (set->n_slots == 0)
+                return false;
+        for (size_t i = s->hash & (set->n_slots - 1);; i = (i + 1) & (set->n_slots - 1)) {
+                if (set->slots[i] == 0)
+                        return false;
+                if (suffix_eq(&set->v[set->slots[i] - 1], s))
+                        return true;
+        }
+}
+
+static void suffix_set_place(SuffixSet *set, size_t index) {
+        size_t i = set->v[index].hash & (set->n_slots - 1);
+        while (set->slots[i] != 0)
+                i = (i + 1) & (set->n_slots - 1);
+        set->slots[i] = index + 1;
+}
+
+/* Adds s unless the set has it. Returns 0 or -ENOMEM. */
+static int suffix_set_add(SuffixSet *set, const Suffix *s) {
+        if (suffix_set_has(set, s))
+                return 0;
+        if (set->n == set->allocated) {
+                size_t a = set->allocated ? set->allocated * 2 : 8;
+                Suffix *v = realloc(set->v, a * sizeof(Suffix));
+                if (!v)
+                        return -ENOMEM;
+                set->v = v;
+                set->allocated = a;
+        }
+        if ((set->n + 1) * 2 > set->n_slots) {
+                size_t n_slots = set->n_slots ? set->n_slots * 2 : 16,
+                       *slots = calloc(n_slots, sizeof(size_t));
+                if (!slots)
+                        return -ENOMEM;
+                free(set->slots);
+                set->slots = slots;
+                set->n_slots = n_slots;
+                for (size_t i = 0; i < set->n; i++)
+                        suffix_set_place(set, i);
+        }
+        set->v[set->n] = *s;
+        suffix_set_place(set, set->n++);
+        return 0;
+}
+
+/* True if a literal "*" matches the descriptor's pattern (key=*, or a value of stars only). */
+static bool matches_star(const Desc *d) {
+        return d->kind == VALUE_NONE || strspn(d->value, "*") == strlen(d->value);
+}
+
+/* Adds the suffix of each limit in node's subtree (node n levels below top) to set; star_only:
+ * only through the descendants that matches_star(). Returns 0 or -ENOMEM. */
+static int suffixes_collect(SuffixSet *set, const Desc *top, const Desc *node, size_t n, uint64_t hash,
+                            bool star_only) {
         int r = 0;
 
-        if (node->has_limit) {
-                RuleDraft d;
-                rule_draft_init(&d, path->d[path->n - 1]->line);
-                r = draft_patterns(p, &d, path, suffix, n_suffix);
-                if (r >= 0 && !covered(p, start, &d))
-                        r = add_always_allow(p, path, suffix, n_suffix, d.line, NULL, 0, NULL);
-                else if (r == -E2BIG || r == -EEXIST) /* reported where the limit's own rule is made */
-                        r = 0;
-        }
-        for (size_t i = 0; i < node->n_children && r >= 0 && n_suffix < YAML_DEPTH_MAX; i++) {
-                suffix[n_suffix] = node->children[i].key;
-                r = add_blockers(p, path, start, &node->children[i], suffix, n_suffix + 1);
+        if (node->has_limit)
+                r = suffix_set_add(set, &(Suffix){ top, node, n, hash });
+        for (size_t i = 0; i < node->n_children && r >= 0 && n < YAML_DEPTH_MAX; i++) {
+                const Desc *c = &node->children[i];
+                if (!star_only || matches_star(c))
+                        r = suffixes_collect(set, top, c, n + 1,
+                                             hash * UINT64_C(0x100000001b3) + key_hash(c->key), star_only);
         }
         return r;
 }
 
+/* Blockers after the subtree of path's last descriptor c: an always-allow rule for each suffix
+ * a later sibling of the same key could match (later[0..n_later)), the path's patterns then
+ * the suffix's keys as key=*, unless a rule of c's subtree already decides all of it (a limit
+ * reached from c through descriptors that match "*"). */
+static int add_blockers(YamlParser *p, const Path *path, const Suffix *later, size_t n_later) {
+        SuffixSet own = { .v = NULL };
+        const Desc *c = path->d[path->n - 1];
+        int r = 0;
+
+        if (n_later == 0)
+                return 0;
+        r = suffixes_collect(&own, c, c, 0, 0, true);
+        for (size_t i = 0; i < n_later && r >= 0; i++) {
+                const char *suffix[YAML_DEPTH_MAX];
+                size_t k = later[i].n;
+
+                if (suffix_set_has(&own, &later[i]))
+                        continue;
+                for (const Desc *d = later[i].leaf; k > 0; d = d->parent)
+                        suffix[--k] = d->key;
+                r = add_always_allow(p, path, suffix, later[i].n, c->line, NULL, 0, NULL);
+        }
+        suffix_set_done(&own);
+        return r;
+}
+
+static int kind_rank(ValueKind k) {
+        return k == VALUE_EXACT ? 0 : k == VALUE_GLOB ? 1 : 2;
+}
+
+/* Siblings by key, then as envoyproxy/ratelimit tries them: exact values, wildcards in the
+ * file's order, the key without value. (Between keys the order is free: a path's keys are
+ * never another's in another order, check_key_orders().) */
+static int cmp_sibling(const void *a, const void *b) {
+        const Desc *x = *(const Desc *const *) a, *y = *(const Desc *const *) b;
+        int c = strcmp(x->key, y->key);
+
+        if (c == 0)
+                c = kind_rank(x->kind) - kind_rank(y->kind);
+        return c != 0 ? c : (x > y) - (x < y);
+}
+
 /* The rules of a descriptors list below path, in the order of envoyproxy/ratelimit's walk. */
 static int add_level(YamlParser *p, const Desc *v, size_t n, Path *path) {
-        static const ValueKind order[] = { VALUE_EXACT, VALUE_GLOB, VALUE_NONE };
-        const Desc **sorted;
-        size_t k = 0;
+        SuffixSet later = { .v = NULL };
+        const Desc **sorted = NULL;
+        size_t *n_later = NULL;
         int r = 0;
 
         if (n == 0 || path->n >= YAML_DEPTH_MAX)
                 return 0;
         sorted = malloc(n * sizeof(*sorted));
-        if (!sorted)
-                return -ENOMEM;
-        for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
-                for (size_t i = 0; i < n; i++)
-                        if (v[i].kind == order[o])
-                                sorted[k++] = &v[i];
-        for (size_t i = 0; i < k && r >= 0; i++) {
-                const Desc *c = sorted[i];
-                size_t start = p->rs->n_rules;
-
-                path->d[path->n++] = c;
-                if (c->has_limit)
-                        r = add_limit(p, path, c);
-                if (r >= 0)
-                        r = add_level(p, c->children, c->n_children, path);
-                for (size_t j = i + 1; j < k && r >= 0; j++) {
-                        const char *suffix[YAML_DEPTH_MAX];
-                        if (strcmp(sorted[j]->key, c->key) != 0 ||
-                            (c->kind == VALUE_EXACT && sorted[j]->kind == VALUE_EXACT))
-                                continue;
-                        r = add_blockers(p, path, start, sorted[j], suffix, 0);
-                }
-                path->n--;
+        n_later = malloc(n * sizeof(*n_later));
+        if (!sorted || !n_later) {
+                r = -ENOMEM;
+                goto finish;
         }
+        for (size_t i = 0; i < n; i++)
+                sorted[i] = &v[i];
+        qsort(sorted, n, sizeof(*sorted), cmp_sibling);
+        for (size_t g = 0, end; g < n && r >= 0; g = end) {
+                for (end = g + 1; end < n && strcmp(sorted[end]->key, sorted[g]->key) == 0;)
+                        end++;
+                /* Backwards: what the siblings after each could match, a prefix of one list. */
+                later.n = 0;
+                if (later.slots)
+                        memset(later.slots, 0, later.n_slots * sizeof(size_t));
+                for (size_t i = end; i-- > g && r >= 0;) {
+                        n_later[i] = later.n;
+                        if (sorted[i]->kind != VALUE_EXACT) /* exact values never meet */
+                                r = suffixes_collect(&later, sorted[i], sorted[i], 0, 0, false);
+                }
+                for (size_t i = g; i < end && r >= 0; i++) {
+                        const Desc *c = sorted[i];
+
+                        path->d[path->n++] = c;
+                        if (c->has_limit)
+                                r = add_limit(p, path, c);
+                        if (r >= 0)
+                                r = add_level(p, c->children, c->n_children, path);
+                        if (r >= 0)
+                                r = add_blockers(p, path, later.v, n_later[i]);
+                        path->n--;
+                }
+        }
+finish:
+        suffix_set_done(&later);
+        free(n_later);
         free(sorted);
         return r;
 }
@@ -816,7 +950,7 @@ static int parse_root(YamlParser *p, const yaml_node_t *root, Desc **ret, size_t
                         return q;
         }
         if (c.descriptors && !is_null(c.descriptors))
-                return parse_descriptors(p, c.descriptors, 1, ret, ret_n);
+                return parse_descriptors(p, c.descriptors, 1, NULL, ret, ret_n);
         return 0;
 }
 

@@ -282,8 +282,12 @@ int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *
         size_t len = 0;
         int r;
 
-        /* A directory: envoyproxy/ratelimit's layout, a YAML file per domain. */
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        ConfigFormat format = config_format_from_path(path);
+
+        /* A directory: envoyproxy/ratelimit's layout, a YAML file per domain (one named like
+         * an INI or JSON file is a mistake, refused below as a directory). */
+        if (format != CONFIG_FORMAT_INI && format != CONFIG_FORMAT_JSON && stat(path, &st) == 0 &&
+            S_ISDIR(st.st_mode)) {
                 r = ruleset_new(path, &rs);
                 if (r >= 0)
                         r = load_yaml_dir(path, max_size, rs, diag);
@@ -296,7 +300,6 @@ int config_load_limited(const char *path, size_t max_size, RuleSet **ret, Diag *
                 return r;
         }
 
-        ConfigFormat format = config_format_from_path(path);
         if (format < 0) {
                 (void) diag_add(
                         diag, 0,

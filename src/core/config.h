@@ -27,7 +27,8 @@
  * errno with every problem in diag (which the caller has diag_init()ed with path):
  * -EINVAL invalid content, -EPROTONOSUPPORT unknown extension, -EFBIG too large,
  * -EBADFD not a regular file (FIFO, socket, device), -ENOMEM, or the errno of
- * open/fstat/read. path may be a directory: every *.yaml and *.yml file in it (not hidden),
+ * open/fstat/read, -EISDIR a directory named *.ini or *.json. path may be another directory:
+ * every *.yaml and *.yml file in it (not hidden),
  * in bytewise name order, then the default that allows (config_yaml_add_default()); a
  * domain in two files is refused with both names; -ENOENT if it holds none. A message
  * about one of its files names that file (diag's file is changed to it), the whole-config

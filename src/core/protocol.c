@@ -686,3 +686,19 @@ _Static_assert(8 + PROTO_LABEL_MAX + 7 + 20 + 8 + PROTO_NAME_MAX + 7 + 2 + PROTO
 _Static_assert(24 + 4 * (7 + 20) + 6 + PROTO_LABEL_MAX + 2 <= PROTO_REPLY_V2_MAX,
                "a decision reply may not fit PROTO_REPLY_V2_MAX");
 _Static_assert(25 + PROTO_VERSION_MAX + 7 + 64 + 2 <= PROTO_REPLY_V2_MAX, "a HELLO reply may not fit");
+
+const char *proto_text_unsendable(const char *s) {
+        const uint8_t *q = (const uint8_t *) s, *end = q + strlen(s);
+
+        while (q < end) {
+                size_t n = 1;
+                if (*q == '"')
+                        return "contains '\"', which a request cannot carry";
+                if (*q < ' ' && *q != '\t')
+                        return "contains a control character, which a request cannot carry";
+                if (*q >= 0x80 && (n = utf8_sequence_len(q, end)) == 0)
+                        return "is not valid UTF-8, which a request cannot carry";
+                q += n;
+        }
+        return NULL;
+}

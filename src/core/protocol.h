@@ -153,6 +153,12 @@ int proto_parse_pairs(const char *text, size_t len, size_t max_pairs, ProtoReque
  * request: rules.c matches with it on every request. */
 const ProtoSlice *proto_request_get(const ProtoRequest *req, const char *key, size_t key_len);
 
+/* Why no request could carry s (NUL-terminated) as a key or value, quoted on the wire if it has
+ * blanks or '=', as proto_parse_pairs() would refuse it: "contains '\"', which a request cannot
+ * carry", a control character other than tab, invalid UTF-8; NULL if one can. The loaders
+ * refuse such a rule: it could never match. */
+const char *proto_text_unsendable(const char *s);
+
 /* Formats "OK true|false <credit> <reset>\n" into buf (at least PROTO_REPLY_MAX bytes);
  * returns the length written. reset may be -1 (divvy's answer for always-deny).
  * Both formatters also NUL-terminate buf (not counted in the returned length, which

@@ -346,6 +346,8 @@ static const struct {
           "requests_per_unit: expected a whole number from 0 to 4294967295" },
         { D "  - key: a\n    rate_limit: {unit: day, requests_per_unit: 4294967296}\n", 4,
           "requests_per_unit: expected a whole number" },
+        { D "  - key: a\n    rate_limit: {unit: day, requests_per_unit: 010}\n", 4,
+          "requests_per_unit: expected a whole number" },
         { D "  - key: a\n    rate_limit: {unit: day, requests_per_unit: '5'}\n", 4,
           "requests_per_unit: expected a whole number" },
         { D "  - key: a\n    shadow_mode: maybe\n", 4, "shadow_mode: expected true or false" },
@@ -362,6 +364,9 @@ static const struct {
         { D "  - key: a\n    rate_limit: [1]\n", 4, "rate_limit: expected a mapping, got a list" },
         { D "  - key: {x: 1}\n", 3, "key: expected a string, got a mapping" },
         { D "  - key: a\n    value: \"x\\0y\"\n", 4, "value: contains a NUL character" },
+        { D "  - key: a\n    value: \"x\\ny\"\n", 4,
+          "value: contains a control character, which a request cannot carry" },
+        { D "  - key: 'a\"'\n", 3, "key: contains '\"', which a request cannot carry" },
         { D "  - key: a\n    shadow_mode: true\n    rate_limit: {unit: day}\n"
             "  - key: b\n    shadow_mode: true\n    rate_limit: {unit: day}\n",
           0, NULL }, /* valid: the end of the table's refusals */
