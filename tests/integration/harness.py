@@ -649,38 +649,6 @@ def unix_sent_unread(sock):
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
 
 
-# --- a controlled wall clock -------------------------------------------------------------------
-
-class FakeClock:
-    """tests/integration/fakeclock.c compiled (cc -shared) into tmpdir: env() preloads it into a
-    daemon, whose CLOCK_REALTIME then reads what set_ns() last wrote (the real clock at 0).
-    close() when done (the owner of tmpdir removes the files)."""
-
-    def __init__(self, tmpdir):
-        cc = os.environ.get("CC", "cc").split()
-        self.lib = os.path.join(tmpdir, "fakeclock.so")
-        src = os.path.join(top_srcdir(), "tests", "integration", "fakeclock.c")
-        try:
-            subprocess.run(cc + ["-shared", "-fPIC", "-o", self.lib, src, "-ldl"], check=True,
-                           timeout=60 * TIMEOUT_SCALE, capture_output=True)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise HarnessError("cannot compile fakeclock.c: %s" % e)
-        self.path = os.path.join(tmpdir, "clock")
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        self.set_ns(0)
-
-    def set_ns(self, ns):
-        os.pwrite(self.fd, struct.pack("<q", ns), 0)
-
-    def env(self):
-        return {"LD_PRELOAD": self.lib, "FAKECLOCK_FILE": self.path,
-                "ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS", ""),
-                                                      "verify_asan_link_order=0"]))}
-
-    def close(self):
-        os.close(self.fd)
-
-
 # --- RESP requests and raw replies -------------------------------------------------------------
 
 def resp_command(*args):
