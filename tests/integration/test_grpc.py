@@ -560,11 +560,7 @@ class BadMessages(GrpcCase):
         with self.assertRaises(grpc.RpcError) as e:
             c.should_rate_limit(grpcfix.request("p", [[("u", "big"), ("pad", "x" * 20000)]], 1))
         self.check(c, "p", [[("u", "big")]], "OK", ["OK 3/HOUR 2 3600"], hits=1)
-        with self.known_bug("frontend-grpc.c sends the stream's RST_STREAM before the "
-                            "RESOURCE_EXHAUSTED trailers it queued, so the client gets the reset "
-                            "(grpcio: INTERNAL, \"Received RST_STREAM with error code 0\")"):
-            self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
-                             e.exception.details())
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.exception.details())
 
     def test_truncated_frame_fails_only_its_stream(self):
         # a gRPC prefix announcing more bytes than the stream carries before its end, sent by
