@@ -9,7 +9,9 @@ limit_remaining and duration_until_reset. The clock is controlled (fakeclock.c p
 the loops the Go tests run within "one minute" fall into one window, and each reset is exact.
 
 The Go tests' `_local` variants (envoyproxy/ratelimit with a local cache of over-limit keys)
-send the same requests on keys suffixed `_local`, with the same expectations: replayed too.
+send the same requests on keys suffixed `_local`, with the same expectations: replayed too,
+and testBasicBaseConfig once more with the counters in Redis (--store), redis-server on the
+same controlled clock (fakeclock.c preloaded into it: the store's script reads Redis's TIME).
 What cannot apply is listed in tests/data/envoy-ratelimit/README.md and docs/envoy.md.
 
 Docs: docs/envoy.md's YAML snippets parse, and its rules file decides the descriptors its table
@@ -29,6 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import grpcfix  # noqa: E402
+import redisfix  # noqa: E402
 
 BASE_NS = 1764028800 * 10**9  # 2025-11-25T00:00:00Z, the table's clock 0
 CONFIGS = ("basic.yaml", "another.yaml", "share_threshold.yaml")
@@ -72,7 +75,7 @@ class EnvoyDaemon(harness.DaemonTestCase):
         cls.addClassCleanup(cls.clock.close)
         cls.rows = read_table()
 
-    def start(self, configs=CONFIGS):
+    def start(self, configs=CONFIGS, args=()):
         """A daemon on a config directory of its own holding configs (copies of the fixtures:
         names in config/, or {name: text}), its gRPC listener on a Unix socket, on the
         controlled clock; and a client."""
@@ -89,7 +92,7 @@ class EnvoyDaemon(harness.DaemonTestCase):
                 shutil.copyfile(data_dir("config", c), os.path.join(self.config_dir, c))
         sock = os.path.join(tmp, "grpc.sock")
         d = self.start_daemon(self.config_dir, tmpdir=tmp, env=self.clock.env(),
-                              args=["--grpc", "unix:" + sock])
+                              args=["--grpc", "unix:" + sock] + list(args))
         c = grpcfix.Client("unix:" + sock)
         self.addCleanup(c.close)
         return d, c
@@ -104,10 +107,10 @@ class EnvoyDaemon(harness.DaemonTestCase):
 
 
 class Replay(EnvoyDaemon):
-    def replay(self, case, rename=lambda s: s):
+    def replay(self, case, rename=lambda s: s, args=()):
         rows = [r for r in self.rows if r.case == case]
         self.assertTrue(rows, case)
-        d, c = self.start()
+        d, c = self.start(args=args)
         for n, r in enumerate(rows, 1):
             self.clock.set(BASE_NS + int(round(r.clock * 10**9)))
             if r.domain.startswith("!"):
@@ -134,6 +137,17 @@ class Replay(EnvoyDaemon):
 
     def test_basic_base_config_local_keys(self):
         self.replay("testBasicBaseConfig", local_keys)
+
+    def test_basic_base_config_redis_store(self):
+        # envoyproxy/ratelimit's own backend: the counters in Redis (--store), whose clock, the
+        # script's TIME, is the controlled one too (fakeclock.c preloaded into redis-server)
+        why = redisfix.missing()
+        if why:
+            self.skipTest(why)
+        r = redisfix.RedisServer()
+        r.env = self.clock.env()
+        with r:
+            self.replay("testBasicBaseConfig", args=["--store=%s" % r.url(), "--backend-timeout=5000"])
 
     def test_config_reload(self):
         self.replay("testConfigReload")
