@@ -19,9 +19,11 @@
 
 static void check_descriptors(RlsArena *a, RlsRequest *r) {
         static RlsStatus st[RLS_DESCRIPTORS_MAX];
+        static RlsHits all_hits[RLS_DESCRIPTORS_MAX];
         static uint8_t out[1 << 20];
         size_t n = rls_request_descriptors(r), len;
-        const RlsHeader h[] = { { "RateLimit", "\"x\";r=1;t=1" } };
+        RlsHeader h[RLS_HEADERS_MAX];
+        size_t nh;
         RlsResponse *resp;
 
         for (size_t i = 0; i < n; i++) {
@@ -30,10 +32,13 @@ static void check_descriptors(RlsArena *a, RlsRequest *r) {
                 const char *why = NULL;
                 int ret = rls_descriptor_request(r, i, &req, &hits, &why);
 
+                st[i] = (RlsStatus){ 0 };
+                all_hits[i] = (RlsHits){ RLS_HIT_PEEK, 0 };
                 if (ret < 0) {
                         fuzz_check(ret == -EINVAL && why && why[0]);
                         continue;
                 }
+                all_hits[i] = hits;
                 fuzz_check(req.n_pairs >= 2 && req.n_pairs <= PROTO_PAIRS_MAX);
                 fuzz_check(req.pairs[0].key.len == 6 && memcmp(req.pairs[0].key.ptr, "domain", 6) == 0);
                 for (size_t p = 0; p < req.n_pairs; p++) {
@@ -54,7 +59,13 @@ static void check_descriptors(RlsArena *a, RlsRequest *r) {
                                      .remaining = hits.count,
                                      .reset_seconds = i };
         }
-        resp = rls_response_build(a, st, n, h, 1);
+        (void) rls_statuses_settle(st, all_hits, n, n % 2);
+        for (size_t i = 0; i < n; i++)
+                fuzz_check(!st[i].has_limit || st[i].over_limit ||
+                           st[i].remaining <= st[i].requests_per_unit || all_hits[i].kind == RLS_HIT_PEEK);
+        nh = rls_ratelimit_headers(a, st, n, h);
+        fuzz_check(nh == 0 || nh == 2);
+        resp = rls_response_build(a, st, n, h, nh);
         if (!resp)
                 return; /* the arena's cap */
         len = rls_response_size(resp);
