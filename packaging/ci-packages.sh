@@ -36,8 +36,9 @@ note() { summary="$summary
 step "dependencies"
 DEPS="build-essential autoconf automake libtool pkg-config debhelper dpkg-dev fakeroot lintian rpm
 systemd systemd-container libcjson-dev libyaml-dev liblmdb-dev libmicrohttpd-dev libsystemd-dev libhiredis-dev check python3
-libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler python3-grpcio python3-grpc-tools nghttp2-client
 lmdb-utils netcat-openbsd util-linux passwd procps mount iproute2"
+# Envoy's rate limit service over gRPC (issue #34)
+DEPS="$DEPS libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler python3-grpcio python3-grpc-tools nghttp2-client"
 missing=""
 for p in $DEPS; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

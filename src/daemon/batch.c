@@ -129,8 +129,8 @@ static const AlgoOp verb_algo_op[_PROTO_VERB_MAX] = {
         [PROTO_VERB_REFUND] = ALGO_REFUND, [PROTO_VERB_RESET] = ALGO_RESET,
 };
 
-static void batch_add_hit(Batch *b, const BatchSlot *slot, size_t rule_at, const Rule *rule, AlgoOp op,
-                          uint64_t count, uint32_t group) {
+static void batch_add_hit(Batch *b, size_t rule_at, const Rule *rule, AlgoOp op, uint64_t count,
+                          uint32_t group) {
         ProtoSlice actor = rule_actor(rule, &b->core.request, b->actors[b->core.n_hits]);
 
         b->rule_hit[rule_at] = (int32_t) b->core.n_hits;
@@ -144,7 +144,7 @@ static void batch_add_hit(Batch *b, const BatchSlot *slot, size_t rule_at, const
                 .op = op,
                 .count = count,
                 .group = group,
-                .at_usec = slot->at_usec,
+                .at_usec = b->core.slots[b->core.n_slots - 1].at_usec,
                 .rule = rule,
         };
 }
@@ -161,7 +161,8 @@ static void batch_add_canaries(Batch *b, const BatchSlot *slot) {
 
                 if (rule_enforcing(rule) || rule_trivial_decision(rule) != RULE_TRIVIAL_NONE)
                         continue;
-                batch_add_hit(b, slot, slot->first_rule + i, rule, op, slot->count, 0);
+                batch_add_hit(b, slot->first_rule + i, rule, op, slot->count, 0);
+                b->hits[b->core.n_hits - 1].at_usec = slot->at_usec; /* (not the last slot's, at a close) */
         }
 }
 
@@ -216,7 +217,7 @@ void batch_match(Batch *b, BatchSlot *slot) {
                         continue;
                 if (deny && op == ALGO_TAKE)
                         continue; /* an always-deny rule decides: nothing is charged */
-                batch_add_hit(b, slot, base + i, rule, op, slot->count, group);
+                batch_add_hit(b, base + i, rule, op, slot->count, group);
         }
         slot->n_hits = (uint32_t) (b->core.n_hits - slot->first_hit);
 }

@@ -43,8 +43,8 @@
 typedef enum ConnectionProto {
         CONNECTION_PROTO_UNDECIDED,
         CONNECTION_PROTO_LINE,
-        CONNECTION_PROTO_RESP,
         CONNECTION_PROTO_GRPC, /* accepted on a --grpc listener: HTTP/2 from the first byte (#34) */
+        CONNECTION_PROTO_RESP,
         _CONNECTION_PROTO_MAX,
 } ConnectionProto;
 

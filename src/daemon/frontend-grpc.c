@@ -153,6 +153,8 @@ typedef struct GrpcStream {
         bool in_batch;          /* slots of the batch point to it */
         bool closed;            /* nghttp2 closed the stream while in_batch */
         bool on_ready;          /* on the ready list */
+        bool incomplete;        /* begun, not whole yet (nor answered) */
+        uint64_t begin_usec;    /* CLOCK_MONOTONIC: its HEADERS arrived */
         uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none (grpc-timeout) */
         uint8_t *body;          /* the request's bytes (prefix included) */
         size_t body_len, body_size;
@@ -180,6 +182,7 @@ struct GrpcConn {
         GrpcStream *all;                     /* every call open */
         GrpcStream *free_list;
         unsigned n_free, n_streams;
+        unsigned n_incomplete; /* calls begun and not whole (--request-timeout applies) */
 };
 
 static nghttp2_session_callbacks *grpc_callbacks;
@@ -187,6 +190,14 @@ static nghttp2_option *grpc_option;
 
 static void grpc_update_work(GrpcConn *g) {
         g->c->grpc_work = g->ready_head || nghttp2_session_want_write(g->session);
+}
+
+/* st is whole, answered or gone: no longer waited for. */
+static void stream_complete(GrpcConn *g, GrpcStream *st) {
+        if (!st->incomplete)
+                return;
+        st->incomplete = false;
+        g->n_incomplete--;
 }
 
 static GrpcStream *stream_new(GrpcConn *g, int32_t id) {
@@ -210,6 +221,9 @@ static GrpcStream *stream_new(GrpcConn *g, int32_t id) {
                 g->all->all_prev = st;
         g->all = st;
         g->n_streams++;
+        st->incomplete = true;
+        st->begin_usec = clock_usec(CLOCK_MONOTONIC);
+        g->n_incomplete++;
         return st;
 }
 
@@ -238,6 +252,7 @@ static void ready_unlink(GrpcConn *g, GrpcStream *st) {
 /* The call is over: its struct goes to the free list (its buffers kept if small). */
 static void stream_release(GrpcConn *g, GrpcStream *st) {
         ready_unlink(g, st);
+        stream_complete(g, st);
         if (st->all_prev)
                 st->all_prev->all_next = st->all_next;
         else
@@ -294,6 +309,7 @@ static void grpc_respond_ok(GrpcConn *g, GrpcStream *st) {
         int r;
 
         st->answered = true;
+        stream_complete(g, st);
         st->resp_pos = 0;
         r = nghttp2_submit_response(g->session, st->id, hdrs, 2, &prd);
         if (r != 0)
@@ -309,6 +325,7 @@ static void grpc_respond_error(GrpcConn *g, GrpcStream *st, GrpcStatus status, c
         int r;
 
         st->answered = true;
+        stream_complete(g, st);
         (void) snprintf(code, sizeof code, "%d", (int) status);
         hdrs[2].value = (uint8_t *) code;
         hdrs[2].valuelen = strlen(code);
@@ -429,6 +446,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         if (!st || st->answered)
                 return 0;
         /* the call is whole: it waits for a batch */
+        stream_complete(g, st);
         st->next = NULL;
         st->on_ready = true;
         if (g->ready_tail)
@@ -546,6 +564,18 @@ void frontend_grpc_detach(Connection *c) {
         pool_done(&g->pool);
         free(g);
         c->grpc = NULL;
+}
+
+uint64_t frontend_grpc_incomplete_since(const Connection *c) {
+        const GrpcConn *g = c->grpc;
+        uint64_t since = 0;
+
+        if (!g || g->n_incomplete == 0)
+                return 0;
+        for (const GrpcStream *st = g->all; st; st = st->all_next)
+                if (st->incomplete && (since == 0 || st->begin_usec < since))
+                        since = st->begin_usec;
+        return since;
 }
 
 bool frontend_grpc_stop(Connection *c) {

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "batch.h"
 #include "connection.h"
@@ -39,6 +40,10 @@ extern const Frontend frontend_grpc;
 int frontend_grpc_attach(Connection *c);
 /* Frees c's session and calls (the server, before connection_free()). Accepts any connection. */
 void frontend_grpc_detach(Connection *c);
+/* CLOCK_MONOTONIC since when c's oldest call that has begun has not arrived whole, or 0: what
+ * the server's --request-timeout runs from (a peer that never finishes its calls is closed as a
+ * line client that never finishes its line is). */
+uint64_t frontend_grpc_incomplete_since(const Connection *c);
 /* The server stops: if c has calls open, a GOAWAY tells the peer that no new call will be taken
  * (those are answered) and true is returned; false: none open (c may close at once, as an idle
  * connection does). */

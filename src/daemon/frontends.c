@@ -7,8 +7,8 @@
 #include "frontends.h"
 
 void frontends_attach(Batch *b) {
+        batch_set_frontend(b, CONNECTION_PROTO_GRPC, &frontend_grpc);
         batch_set_frontend(b, CONNECTION_PROTO_UNDECIDED, &frontend_line);
         batch_set_frontend(b, CONNECTION_PROTO_LINE, &frontend_line);
         batch_set_frontend(b, CONNECTION_PROTO_RESP, &frontend_resp);
-        batch_set_frontend(b, CONNECTION_PROTO_GRPC, &frontend_grpc);
 }

@@ -107,10 +107,6 @@ bool listen_fdname_is_admin(const char *name) {
         return name && strncmp(name, LISTEN_ADMIN_FDNAME, strlen(LISTEN_ADMIN_FDNAME)) == 0;
 }
 
-bool listen_fdname_is_grpc(const char *name) {
-        return name && strstr(name, LISTEN_GRPC_FDNAME);
-}
-
 static int listener_pause_handler(sd_event_source *s, uint64_t usec, void *userdata) {
         Listener *l = userdata;
 
@@ -421,4 +417,8 @@ int listener_adopt(sd_event *e, int fd, const char *name, Server *server, Listen
         listener_warn_admin_tcp(l);
         *ret = l;
         return 0;
+}
+
+bool listen_fdname_is_grpc(const char *name) {
+        return name && strstr(name, LISTEN_GRPC_FDNAME);
 }

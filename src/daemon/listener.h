@@ -84,12 +84,12 @@ Listener *listener_free(Listener *l);
  * listener: it starts with LISTEN_ADMIN_FDNAME ("admin", "admin-tcp", ...). NULL: no. */
 bool listen_fdname_is_admin(const char *name);
 
-/* Whether a socket-activation name marks a gRPC listener (--grpc): it contains
- * LISTEN_GRPC_FDNAME ("grpc", "admin-grpc", ...). NULL: no. */
-#define LISTEN_GRPC_FDNAME "grpc"
-bool listen_fdname_is_grpc(const char *name);
-
 /* "tcp:127.0.0.1:8321", "admin:unix:PATH"; adopted: "fd 3 (NAME)", "fd 4 (admin) [admin]". */
 const char *listener_name(const Listener *l);
 /* Whether its connections are admin connections (Connection.admin). */
 bool listener_is_admin(const Listener *l);
+
+/* Whether a socket-activation name marks a gRPC listener (--grpc): it contains
+ * LISTEN_GRPC_FDNAME ("grpc", "admin-grpc", ...). NULL: no. */
+#define LISTEN_GRPC_FDNAME "grpc"
+bool listen_fdname_is_grpc(const char *name);

@@ -47,6 +47,18 @@ static void help(void) {
                "                           ... of admin Unix sockets (default 0%o)\n"
                "      --inspect=all|admin  Who may PEEK at counters and EXPLAIN rules: any client\n"
                "                           (default) or admin listeners only\n"
+               "      --grpc=ADDR          Serve Envoy's rate limit service (gRPC, HTTP/2 with prior\n"
+               "                           knowledge) on [admin:]tcp:HOST:PORT or [admin:]unix:PATH;\n"
+               "                           repeatable; passed sockets whose name contains \"grpc\"\n"
+               "      --grpc-allow-refunds Accept is_negative_hits on every --grpc listener (default:\n"
+               "                           admin: ones only)\n"
+               "      --grpc-backend-error=rules|unavailable\n"
+               "                           With --store: what a call gets when Redis fails it: its\n"
+               "                           rules' onBackendError (default) or UNAVAILABLE, for\n"
+               "                           Envoy's failure_mode_deny\n"
+               "      --grpc-ratelimit-headers\n"
+               "                           Add the IETF draft's RateLimit and RateLimit-Policy fields\n"
+               "                           to each response's response_headers_to_add\n"
                "  -d, --db=DIR             Store directory: journal and LMDB checkpoint\n"
                "                           (default $STATE_DIRECTORY, else %s)\n"
                "      --map-size=BYTES     Initial LMDB map size, suffixes K M G (default 64M)\n"
@@ -103,18 +115,6 @@ static void help(void) {
                "      --allow-client-limits\n"
                "                           Accept CL.THROTTLE, GCRA and RL.* over RESP: limits that the\n"
                "                           clients define (default off; local store only)\n"
-               "      --grpc=ADDR          Serve Envoy's rate limit service (gRPC, HTTP/2 with prior\n"
-               "                           knowledge) on [admin:]tcp:HOST:PORT or [admin:]unix:PATH;\n"
-               "                           repeatable; passed sockets whose name contains \"grpc\"\n"
-               "      --grpc-allow-refunds Accept is_negative_hits on every --grpc listener (default:\n"
-               "                           admin: ones only)\n"
-               "      --grpc-backend-error=rules|unavailable\n"
-               "                           With --store: what a call gets when Redis fails it: its\n"
-               "                           rules' onBackendError (default) or UNAVAILABLE, for\n"
-               "                           Envoy's failure_mode_deny\n"
-               "      --grpc-ratelimit-headers\n"
-               "                           Add the IETF draft's RateLimit and RateLimit-Policy fields\n"
-               "                           to each response's response_headers_to_add\n"
                "  -n, --check-config       Validate CONFIG, print a summary (and a line per rule with\n"
                "                           another algorithm or policy than divvy's; warnings for rules\n"
                "                           whose divvy keys in Redis can meet), exit\n"
@@ -137,14 +137,14 @@ typedef enum Action {
 typedef struct Options {
         Action action;
         ManagerSettings settings;
-        ListenAddress addresses[2 * LISTEN_MAX]; /* --listen's, then --grpc's */
+        ListenAddress addresses[LISTEN_MAX];
         size_t n_listen;
-        ListenAddress grpc_addresses[LISTEN_MAX];
-        size_t n_grpc;
         const char *statsd_port, *http_port; /* checked, converted with the environment's */
         char password[512];                  /* --store-password-file's first line */
         bool statsd_tcp, allow_root;
         bool compat_divvy; /* --compat=divvy: --check-config also runs config_check_divvy() */
+        ListenAddress grpc_addresses[LISTEN_MAX]; /* --grpc (issue #34) */
+        size_t n_grpc;
 } Options;
 
 /* Prints diag's messages of a failed r on stderr (or r's errno text for path if it has none),
@@ -245,6 +245,10 @@ static int parse_two_words(const char *arg, const char *yes, const char *no, boo
 enum {
         ARG_VERSION = 0x100,
         ARG_DUMP_CONFIG,
+        ARG_GRPC,
+        ARG_GRPC_ALLOW_REFUNDS,
+        ARG_GRPC_RATELIMIT_HEADERS,
+        ARG_GRPC_BACKEND_ERROR,
         ARG_UNIX_MODE,
         ARG_ADMIN_UNIX_MODE,
         ARG_INSPECT,
@@ -280,10 +284,6 @@ enum {
         /* RESP (issue #17) */
         ARG_RESP,
         ARG_ALLOW_CLIENT_LIMITS,
-        ARG_GRPC,
-        ARG_GRPC_ALLOW_REFUNDS,
-        ARG_GRPC_RATELIMIT_HEADERS,
-        ARG_GRPC_BACKEND_ERROR,
 };
 
 /* The store's and the server's options. Returns 0, 1 if c is none of them, or the exit
@@ -492,6 +492,11 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "unix-mode", required_argument, NULL, ARG_UNIX_MODE },
                 { "admin-unix-mode", required_argument, NULL, ARG_ADMIN_UNIX_MODE },
                 { "inspect", required_argument, NULL, ARG_INSPECT },
+                /* Envoy's rate limit service over gRPC (issue #34) */
+                { "grpc", required_argument, NULL, ARG_GRPC },
+                { "grpc-allow-refunds", no_argument, NULL, ARG_GRPC_ALLOW_REFUNDS },
+                { "grpc-ratelimit-headers", no_argument, NULL, ARG_GRPC_RATELIMIT_HEADERS },
+                { "grpc-backend-error", required_argument, NULL, ARG_GRPC_BACKEND_ERROR },
                 { "db", required_argument, NULL, 'd' },
                 { "map-size", required_argument, NULL, ARG_MAP_SIZE },
                 { "map-size-max", required_argument, NULL, ARG_MAP_SIZE_MAX },
@@ -525,11 +530,6 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 /* RESP (issue #17) */
                 { "resp", required_argument, NULL, ARG_RESP },
                 { "allow-client-limits", no_argument, NULL, ARG_ALLOW_CLIENT_LIMITS },
-                /* Envoy's rate limit service over gRPC (issue #34) */
-                { "grpc", required_argument, NULL, ARG_GRPC },
-                { "grpc-allow-refunds", no_argument, NULL, ARG_GRPC_ALLOW_REFUNDS },
-                { "grpc-ratelimit-headers", no_argument, NULL, ARG_GRPC_RATELIMIT_HEADERS },
-                { "grpc-backend-error", required_argument, NULL, ARG_GRPC_BACKEND_ERROR },
                 {},
         };
         char *end;
@@ -778,6 +778,9 @@ static int settings_from_env(Options *o) {
                         return -EINVAL;
                 o->n_listen = 1;
         }
+        /* the --grpc listeners after the others */
+        if (o->n_listen + o->n_grpc > LISTEN_MAX)
+                return log_error_errno(EINVAL, "At most %d --listen and --grpc options", LISTEN_MAX);
         for (size_t i = 0; i < o->n_grpc; i++)
                 o->addresses[o->n_listen++] = o->grpc_addresses[i];
         settings->listen = o->addresses;

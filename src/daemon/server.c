@@ -415,8 +415,10 @@ static void server_after_batch(Server *s, Connection *c, bool was_in_flight) {
         connection_compact_input(c);
         if (c->grpc)
                 frontend_grpc_send(c, s->settings.output_limit);
-        /* requests were answered: what is left is the next one's start, its clock starts now */
-        c->request_start_usec = c->in_len > 0 ? server_now(s, CLOCK_MONOTONIC) : 0;
+        /* requests were answered: what is left is the next one's start, its clock starts now
+         * (a gRPC call's when it began) */
+        c->request_start_usec =
+                c->in_len > 0 ? server_now(s, CLOCK_MONOTONIC) : frontend_grpc_incomplete_since(c);
 
         if (server_flush(s, c) < 0)
                 return; /* closed */

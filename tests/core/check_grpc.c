@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* grpc.c: a unary call's length-prefixed message at and past its bounds, grpc-timeout in every
- * unit and malformed, grpc-message's percent-encoding and its cut; ratelimit-headers.c: the IETF
- * draft's RateLimit fields. */
+ * unit and malformed, grpc-message's percent-encoding and its cut. */
 
 #include <check.h>
 #include <errno.h>
@@ -9,7 +8,6 @@
 #include <string.h>
 
 #include "core/grpc.h"
-#include "core/ratelimit-headers.h"
 #include "check-run.h"
 
 static const struct {
@@ -114,29 +112,6 @@ START_TEST (test_message_encode) {
 }
 END_TEST
 
-START_TEST (test_ratelimit_headers) {
-        char out[RATELIMIT_HEADER_MAX], label[300];
-
-        ck_assert_uint_eq(ratelimit_header_policy(out, "per-key", 7, 100, 60),
-                          strlen("\"per-key\";q=100;w=60"));
-        ck_assert_str_eq(out, "\"per-key\";q=100;w=60");
-        ratelimit_header_state(out, "per-key", 7, 42, 17);
-        ck_assert_str_eq(out, "\"per-key\";r=42;t=17");
-        ratelimit_header_state(out, NULL, 0, 0, 0);
-        ck_assert_str_eq(out, "\"default\";r=0;t=0");
-        /* a Structured Field string: quotes and backslashes escaped, controls left out */
-        ratelimit_header_policy(out, "a\"b\\c\nd", 7, 1, 1);
-        ck_assert_str_eq(out, "\"a\\\"b\\\\cd\";q=1;w=1");
-        ratelimit_header_policy(out, "x", 1, UINT64_MAX, UINT64_MAX);
-        ck_assert_str_eq(out, "\"x\";q=18446744073709551615;w=18446744073709551615");
-        /* the longest: 255 bytes of quotes (cut there), two 20-digit numbers */
-        memset(label, '"', sizeof label);
-        ck_assert_uint_eq(ratelimit_header_state(out, label, sizeof label, UINT64_MAX, UINT64_MAX),
-                          2 + 2 * 255 + 2 * 23);
-        ck_assert_uint_lt(strlen(out), RATELIMIT_HEADER_MAX);
-}
-END_TEST
-
 int main(void) {
         Suite *s = suite_create("grpc");
         TCase *tc = tcase_create("grpc");
@@ -145,7 +120,6 @@ int main(void) {
         tcase_add_test(tc, test_prefix);
         tcase_add_loop_test(tc, test_timeout, 0, sizeof timeout_cases / sizeof timeout_cases[0]);
         tcase_add_test(tc, test_message_encode);
-        tcase_add_test(tc, test_ratelimit_headers);
         suite_add_tcase(s, tc);
         return check_run_suite(s);
 }

@@ -304,6 +304,41 @@ class Grpc(harness.DaemonTestCase):
         self.rls(self.request([("generic_key", "k-%d" % os.getpid())]))
 
 
+def h2_frame(kind, flags, stream, payload):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def hpack_literal(name, value):
+    """A header field as HPACK's literal without indexing, new name, no Huffman (names and values
+    under 127 bytes)."""
+    return bytes([0, len(name)]) + name + bytes([len(value)]) + value
+
+
+class GrpcRequestTimeout(harness.DaemonTestCase):
+    """A call whose HEADERS came and whose message never does: the connection is closed after
+    --request-timeout, as a line client's that never finishes its line; one that finishes its
+    calls stays."""
+
+    def test_incomplete_call_closes_its_connection(self):
+        port = harness.free_tcp_port()
+        self.start_daemon(data_path("grpc.ini"), args=["--grpc", "tcp:127.0.0.1:%d" % port, "--request-timeout", "1"])
+        headers = b"".join(hpack_literal(k, v) for k, v in (
+            (b":method", b"POST"), (b":scheme", b"http"), (b":path", RLS.encode()), (b":authority", b"x"),
+            (b"content-type", b"application/grpc"), (b"te", b"trailers")))
+        with socket.create_connection(("127.0.0.1", port), timeout=harness.IO_TIMEOUT) as s:
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"") +
+                      h2_frame(1, 0x4, 1, headers))  # HEADERS, END_HEADERS, no END_STREAM
+            data = harness.read_until_close(s, reset_ends=True)  # bounded by IO_TIMEOUT
+        # our SETTINGS and its ACK came; no answer to the call (no HEADERS frame, type 1)
+        frames, i = [], 0
+        while i + 9 <= len(data):
+            n = int.from_bytes(data[i:i + 3], "big")
+            frames.append(data[i + 3])
+            i += 9 + n
+        self.assertIn(4, frames)
+        self.assertNotIn(1, frames)
+
+
 class GrpcBackendError(harness.DaemonTestCase):
     """--store on a Redis that is not there: the rules' onBackendError decides (local, the
     default), or with --grpc-backend-error=unavailable the call gets UNAVAILABLE."""
