@@ -136,6 +136,7 @@ class _Process:
         self.conf_path = os.path.join(self.dir, name + ".conf")
         self.log_path = os.path.join(self.dir, name + ".log")
         self.proc = None
+        self.env = None  # more environment variables (e.g. harness.FakeClock's env())
 
     def write_config(self):
         raise NotImplementedError
@@ -148,7 +149,8 @@ class _Process:
         try:
             self.proc = subprocess.Popen([shutil.which(self.program) or self.program, self.conf_path],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=self.dir, close_fds=True)
+                                         cwd=self.dir, close_fds=True,
+                                         env=dict(os.environ, **self.env) if self.env else None)
         finally:
             log.close()
 

@@ -17,16 +17,39 @@ tests start; against tests/data/grpc.ini on a --grpc listener (TCP) and an admin
 - A Redis store that is not there: onBackendError decides, or --grpc-backend-error=unavailable
   answers UNAVAILABLE.
 
+More, each class on a daemon of its own (grpcfix.py's client, a controlled clock):
+
+- Reload: a SIGHUP while streams are open, one of them with its message not sent yet; every
+  call is answered, and the message sent after the reload is decided by the new rules.
+- PeekRefund: peeks (hits_addend 0) charge nothing, also at the limit; --grpc-allow-refunds.
+- BadMessages: garbage, a truncated message, a message cut in the middle of a field, one over
+  16 KiB: the call fails (INVALID_ARGUMENT, INTERNAL or RESOURCE_EXHAUSTED, or its stream ends
+  in an error), nothing is charged, and the other calls on the same connection and on others
+  are answered.
+- ManyStreams: hundreds of concurrent calls on one channel (one HTTP/2 connection) on one
+  counter, and 16 channels at once: exactly the limit is allowed.
+- StoreFailure: the Redis store with redis-server killed: each descriptor decided by its rule's
+  onBackendError, the request all or nothing.
+- EnvoyRequest: a request with the headers Envoy's gRPC client sends (grpc-timeout 20m,
+  :authority the cluster's name, x-envoy-*), by nghttp.
+- Activation: the gRPC listeners socket-activated (systemd-socket-activate, --fdname grpc).
+
 Run one test:  tests/integration/test_grpc.py Grpc.test_ok_then_over_limit
 """
 
+import concurrent.futures
 import importlib.util
 import os
+import re
 import shutil
+import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 try:
     import grpc
@@ -40,6 +63,8 @@ except ImportError:  # a python3 of its own (pyenv): grpcio is Debian's, for Deb
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import data_path  # noqa: E402
+import grpcfix  # noqa: E402
+import redisfix  # noqa: E402
 
 RLS = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
@@ -373,6 +398,358 @@ class GrpcBackendError(harness.DaemonTestCase):
                                   "http://127.0.0.1:%d%s" % (port, RLS)],
                                  capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
         self.assertIn("grpc-status: 4", out.stdout, out.stdout + out.stderr)
+
+
+def write_rules(tmpdir, text, name="rules.ini"):
+    path = os.path.join(tmpdir, name)
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def ini(*rules):
+    """A rules file: each rule (section, creditLimit, extra attributes), one counter per value
+    of u for an hour; everything else denied."""
+    out = []
+    for section, limit, *extra in rules:
+        out.append("[%s]\ncreditLimit = %d\nresetSeconds = 3600\nactorField = u\n%s" %
+                   (section, limit, "".join("%s\n" % e for e in extra)))
+    return "\n".join(out + ["[default]\ncreditLimit = 0\nresetSeconds = 0\n"])
+
+
+def grpc_args(sock):
+    """divvyd's options for a gRPC listener on the Unix socket sock."""
+    return ["--grpc", "unix:" + sock]
+
+
+class GrpcCase(harness.DaemonTestCase):
+    """A daemon with a gRPC listener on a Unix socket, on rules given as INI text."""
+
+    NOW_NS = 1764028800 * 10**9  # the daemons' clock, frozen: every reset is exact
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        grpcfix.load()
+        tmp = harness.make_tmpdir()
+        cls.addClassCleanup(shutil.rmtree, tmp, True)
+        cls.clock = harness.FakeClock(tmp)
+        cls.addClassCleanup(cls.clock.close)
+        cls.clock.set(cls.NOW_NS)
+
+    def start_grpc(self, rules, args=(), **kw):
+        tmp = harness.make_tmpdir()
+        self.addCleanup(shutil.rmtree, tmp, True)
+        self.rules_path = write_rules(tmp, rules)
+        self.sock = os.path.join(tmp, "grpc.sock")
+        d = self.start_daemon(self.rules_path, tmpdir=tmp, args=grpc_args(self.sock) + list(args),
+                              env=self.clock.env(), **kw)
+        return d
+
+    def client(self, sock=None):
+        c = grpcfix.Client("unix:" + (sock or self.sock))
+        self.addCleanup(c.close)
+        return c
+
+    def check(self, c, domain, descriptors, expect_overall, expect_statuses, hits=0, resets=True):
+        resp = c.should_rate_limit(grpcfix.request(domain, descriptors, hits))
+        self.assertEqual((grpcfix.code_name(resp.overall_code), grpcfix.statuses_text(resp, resets)),
+                         (expect_overall, expect_statuses), "%s %r" % (domain, descriptors))
+        return resp
+
+
+RULES_A = ini(("domain=r u=*", 5))
+
+RULES_B = ini(("domain=r u=*", 7))
+
+
+class Reload(GrpcCase):
+    def test_sighup_while_streams_are_open(self):
+        d = self.start_grpc(RULES_A)
+        finish = d.drain_notes_in_background(self)
+        c1, c2 = self.client(), self.client()
+        # before: 5 a window (remaining 4 after the first)
+        self.check(c1, "r", [[("u", "before")]], "OK", ["OK 5/HOUR 4 3600"])
+        # a stream opened, its HEADERS sent, its message held back until after the reload
+        go = threading.Event()
+        pb = grpcfix.load()
+
+        def held():
+            go.wait(harness.IO_TIMEOUT)
+            yield grpcfix.request("r", [[("u", "held")]], 1)
+
+        call = c1.channel.stream_unary(grpcfix.SERVICE + "ShouldRateLimit",
+                                       request_serializer=pb.rls.RateLimitRequest.SerializeToString,
+                                       response_deserializer=pb.rls.RateLimitResponse.FromString)
+        held_future = call.future(held(), timeout=2 * harness.IO_TIMEOUT)
+        # load on the second connection across the reload: every call answered
+        stop = threading.Event()
+        answered, errors = [], []
+
+        def load():
+            while not stop.is_set() and len(answered) < 100000:
+                try:
+                    r = c2.should_rate_limit(grpcfix.request("r", [[("u", "load")]], 1))
+                    answered.append(r.overall_code)
+                except grpc.RpcError as e:
+                    errors.append(e)
+                    return
+
+        def wait_answered(n):  # bounded: until the load has more than n answers
+            deadline = time.monotonic() + harness.IO_TIMEOUT
+            while len(answered) <= n and not errors and time.monotonic() < deadline:
+                time.sleep(0.001)
+            return len(answered)
+
+        t = threading.Thread(target=load)
+        t.start()
+        self.addCleanup(t.join, harness.IO_TIMEOUT)
+        self.addCleanup(stop.set)
+        n_before = wait_answered(0)  # the load runs when the signal comes
+        write_rules(os.path.dirname(self.rules_path), RULES_B)
+        finish()
+        before = d.last_seq()
+        d.signal(signal.SIGHUP)
+        seq, _ = d.wait_note("RELOADING=1", after=before)
+        d.wait_note("READY=1", after=seq, what="READY=1 after RELOADING=1")
+        n_at_ready = len(answered)
+        n_after = wait_answered(n_at_ready)  # and goes on after it, on the same connection
+        go.set()
+        resp = held_future.result(timeout=harness.IO_TIMEOUT)
+        # answers continue after the reload on the connection that was loaded through it
+        r = c2.should_rate_limit(grpcfix.request("r", [[("u", "after")]], 1))
+        stop.set()
+        t.join(harness.IO_TIMEOUT)
+        self.assertEqual(errors, [])
+        self.assertGreater(n_before, 0)
+        self.assertGreater(n_after, n_at_ready)
+        # the new rules decide the message sent after the reload, and every later call
+        self.assertEqual(grpcfix.statuses_text(resp), ["OK 7/HOUR 6 3600"])
+        self.assertEqual(grpcfix.statuses_text(r), ["OK 7/HOUR 6 3600"])
+        # the limit changed: the counter of before the reload starts afresh (divvyd.rules(5))
+        self.check(c1, "r", [[("u", "before")]], "OK", ["OK 7/HOUR 6 3600"], hits=1)
+
+
+class PeekRefund(GrpcCase):
+    RULES = ini(("domain=p u=*", 3))
+
+    def test_peek_charges_nothing(self):
+        self.start_grpc(self.RULES)
+        c = self.client()
+        peek = lambda: grpcfix.request("p", [grpcfix.descriptor([("u", "a")], hits_addend=0)], 1)
+        take = lambda: grpcfix.request("p", [[("u", "a")]], 1)
+        for _ in range(3):  # (a counter never hit has no window yet: its reset is not checked)
+            self.assertEqual(grpcfix.statuses_text(c.should_rate_limit(peek()), resets=False), ["OK 3/HOUR 3"])
+        self.assertEqual(grpcfix.statuses_text(c.should_rate_limit(take())), ["OK 3/HOUR 2 3600"])
+        self.assertEqual(grpcfix.statuses_text(c.should_rate_limit(peek())), ["OK 3/HOUR 2 3600"])
+        for remaining in (1, 0):
+            self.assertEqual(grpcfix.statuses_text(c.should_rate_limit(take())),
+                             ["OK 3/HOUR %d 3600" % remaining])
+        # exhausted: a peek asks for nothing, so it is OK with 0 left (envoyproxy/ratelimit too:
+        # over only when the count after adding 0 exceeds the limit); a take is over, and the
+        # peek after it shows that nothing was charged
+        self.assertEqual(grpcfix.statuses_text(c.should_rate_limit(peek())), ["OK 3/HOUR 0 3600"])
+        self.assertEqual(grpcfix.statuses_text(c.should_rate_limit(take())), ["OVER_LIMIT 3/HOUR 0 3600"])
+        self.assertEqual(grpcfix.statuses_text(c.should_rate_limit(peek())), ["OK 3/HOUR 0 3600"])
+
+    def refund(self, c, n):
+        return c.should_rate_limit(grpcfix.request(
+            "p", [grpcfix.descriptor([("u", "r")], hits_addend=n, negative=True)], 1))
+
+    def test_refund_where_allowed(self):
+        d = self.start_grpc(self.RULES, args=["--grpc-allow-refunds"])
+        c = self.client()
+        for remaining in (2, 1, 0):
+            self.check(c, "p", [[("u", "r")]], "OK", ["OK 3/HOUR %d 3600" % remaining], hits=1)
+        self.assertEqual(grpcfix.statuses_text(self.refund(c, 2)), ["OK 3/HOUR 2 3600"])
+        self.check(c, "p", [[("u", "r")]], "OK", ["OK 3/HOUR 1 3600"], hits=1)
+        self.assertTrue(d.running())
+
+
+def framed(payload, length=None):
+    """gRPC's length-prefixed message: not compressed, length (default: the payload's)."""
+    return b"\0" + struct.pack(">I", len(payload) if length is None else length) + payload
+
+
+class BadMessages(GrpcCase):
+    RULES = PeekRefund.RULES
+
+    def test_bad_messages_fail_only_their_call(self):
+        self.start_grpc(self.RULES)
+        c, other = self.client(), self.client()
+        good = grpcfix.request("p", [[("u", "bad")]], 1).SerializeToString()
+        method = grpcfix.SERVICE + "ShouldRateLimit"
+        bad = [
+            b"\xff\xff\xff\xff\xff\xff\xff",  # garbage: a varint longer than 10 bytes
+            good[:len(good) - 3],  # cut in the middle of a field
+            b"\x0a\x10abc",  # a string field claiming 16 bytes, 3 there
+            b"\x12\x05\x0a\x03\x0a\x01",  # a descriptor cut inside its entry
+        ]
+        for payload in bad:
+            with self.assertRaises(grpc.RpcError, msg=payload) as e:
+                c.raw(method, payload)
+            self.assertIn(e.exception.code(), (grpc.StatusCode.INVALID_ARGUMENT,
+                                               grpc.StatusCode.INTERNAL), payload)
+            # the same connection and another one still answer; nothing was charged
+        for ch in (c, other):
+            resp = ch.should_rate_limit(grpcfix.request("p", [grpcfix.descriptor([("u", "bad")], 0)]))
+            self.assertEqual(grpcfix.code_name(resp.overall_code), "OK")
+        resp = c.should_rate_limit(grpcfix.request("p", [[("u", "bad")]], 1))
+        self.assertEqual(grpcfix.statuses_text(resp), ["OK 3/HOUR 2 3600"])
+
+    def test_oversized_message(self):
+        # over divvyd's 16 KiB a message (divvyd(8)): nothing charged, the connection serves on,
+        # and the call's status is RESOURCE_EXHAUSTED
+        self.start_grpc(self.RULES)
+        c = self.client()
+        with self.assertRaises(grpc.RpcError) as e:
+            c.should_rate_limit(grpcfix.request("p", [[("u", "big"), ("pad", "x" * 20000)]], 1))
+        self.check(c, "p", [[("u", "big")]], "OK", ["OK 3/HOUR 2 3600"], hits=1)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.exception.details())
+
+    def test_truncated_frame_fails_only_its_stream(self):
+        # a gRPC prefix announcing more bytes than the stream carries before its end, sent by
+        # nghttp on a connection of its own: the stream ends with an error, the daemon answers on
+        if not shutil.which("nghttp"):
+            self.skipTest("nghttp not installed (Debian: nghttp2-client)")
+        port = harness.free_tcp_port()
+        d = self.start_grpc(self.RULES, args=["--grpc", "tcp:127.0.0.1:%d" % port])
+        body = os.path.join(d.tmpdir, "truncated")
+        payload = grpcfix.request("p", [[("u", "t")]], 1).SerializeToString()
+        with open(body, "wb") as f:
+            f.write(framed(payload, len(payload) + 50))
+        out = nghttp(port, body)
+        status = re.findall(r"grpc-status: (\d+)", out)
+        self.assertTrue(status in (["3"], ["13"]) or "RST_STREAM" in out, out)
+        c = self.client()
+        self.check(c, "p", [[("u", "t")]], "OK", ["OK 3/HOUR 2 3600"], hits=1)
+
+
+def nghttp(port, body, headers=()):
+    """One POST of file body to ShouldRateLimit on 127.0.0.1:port by nghttp -v: its output."""
+    cmd = ["nghttp", "-v", "-n", "-H", "content-type: application/grpc", "-H", "te: trailers",
+           "--data=" + body] + [a for h in headers for a in ("-H", h)] + \
+        ["http://127.0.0.1:%d%sShouldRateLimit" % (port, grpcfix.SERVICE)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=harness.IO_TIMEOUT)
+    return p.stdout + p.stderr
+
+
+class ManyStreams(GrpcCase):
+    RULES = ini(("domain=m u=*", 250))
+
+    def test_concurrent_streams_on_one_channel(self):
+        self.start_grpc(self.RULES)
+        c = self.client()
+        n = 600
+        req = grpcfix.request("m", [[("u", "one")]], 1)
+        futures = [c.should_rate_limit_call.future(req, timeout=4 * harness.IO_TIMEOUT)
+                   for _ in range(n)]
+        codes = [grpcfix.code_name(f.result().overall_code) for f in futures]
+        self.assertEqual((codes.count("OK"), codes.count("OVER_LIMIT")), (250, n - 250))
+        remaining = sorted(f.result().statuses[0].limit_remaining for f in futures)
+        self.assertEqual(remaining[n - 250:], list(range(250)))
+
+    def test_many_channels_at_once(self):
+        self.start_grpc(self.RULES)
+        clients = [self.client() for _ in range(16)]
+        req = grpcfix.request("m", [[("u", "spread")]], 1)
+        with concurrent.futures.ThreadPoolExecutor(16) as ex:
+            codes = list(ex.map(lambda i: grpcfix.code_name(
+                clients[i % 16].should_rate_limit(req).overall_code), range(400)))
+        self.assertEqual(codes.count("OK"), 250)
+
+
+class EnvoyRequest(GrpcCase):
+    RULES = PeekRefund.RULES
+
+    def test_envoy_headers(self):
+        if not shutil.which("nghttp"):
+            self.skipTest("nghttp not installed (Debian: nghttp2-client)")
+        port = harness.free_tcp_port()
+        d = self.start_grpc(self.RULES, args=["--grpc", "tcp:127.0.0.1:%d" % port])
+        body = os.path.join(d.tmpdir, "envoy")
+        with open(body, "wb") as f:
+            f.write(framed(grpcfix.request("p", [[("u", "envoy")]], 1).SerializeToString()))
+        # what Envoy's gRPC client (envoy_grpc) adds to a rate-limit call with the filter's
+        # default timeout of 20 ms
+        out = nghttp(port, body, [":authority: divvyd", "grpc-timeout: 20m", "x-envoy-internal: true",
+                                  "x-envoy-expected-rq-timeout-ms: 20", "x-forwarded-for: 10.0.0.1"])
+        self.assertIn("grpc-status: 0", out)
+        self.assertRegex(out, r":status: 200")
+        self.assertIn("content-type: application/grpc", out)
+
+
+class StoreFailure(GrpcCase):
+    RULES = ini(("domain=f type=allow u=*", 2, "onBackendError = allow"),
+                ("domain=f type=deny u=*", 2, "onBackendError = deny"))
+
+    def test_redis_killed(self):
+        why = redisfix.missing()
+        if why:
+            self.skipTest(why)
+        with redisfix.RedisServer() as r:
+            self.start_grpc(self.RULES, args=["--store=%s" % r.url(), "--backend-timeout=200"])
+            c = self.client()
+            allow, deny = [("type", "allow"), ("u", "x")], [("type", "deny"), ("u", "x")]
+            # (the Redis store reads the server's clock: the resets are not checked)
+            self.check(c, "f", [allow, deny], "OK", ["OK 2/HOUR 1", "OK 2/HOUR 1"], hits=1, resets=False)
+            r.kill()
+            for _ in range(3):  # past the limit too: nothing is counted while Redis is away
+                resp = c.should_rate_limit(grpcfix.request("f", [allow], 1))
+                self.assertEqual(grpcfix.code_name(resp.overall_code), "OK")
+                resp = c.should_rate_limit(grpcfix.request("f", [deny], 1))
+                self.assertEqual(grpcfix.code_name(resp.overall_code), "OVER_LIMIT")
+                resp = c.should_rate_limit(grpcfix.request("f", [allow, deny], 1))
+                self.assertEqual([grpcfix.code_name(s.code) for s in resp.statuses], ["OK", "OVER_LIMIT"])
+                self.assertEqual(grpcfix.code_name(resp.overall_code), "OVER_LIMIT")
+
+
+    def test_redis_killed_unavailable(self):
+        # --grpc-backend-error=unavailable: Envoy's failure_mode_deny decides instead
+        why = redisfix.missing()
+        if why:
+            self.skipTest(why)
+        with redisfix.RedisServer() as r:
+            self.start_grpc(self.RULES, args=["--store=%s" % r.url(), "--backend-timeout=200",
+                                              "--grpc-backend-error=unavailable"])
+            c = self.client()
+            allow = [("type", "allow"), ("u", "y")]
+            self.check(c, "f", [allow], "OK", ["OK 2/HOUR 1"], hits=1, resets=False)
+            r.kill()
+            for _ in range(3):
+                with self.assertRaises(grpc.RpcError) as e:
+                    c.should_rate_limit(grpcfix.request("f", [allow], 1))
+                self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            # the connection serves on: a call that needs no store (the default rule denies:
+            # creditLimit 0, no window, so no Envoy unit and no reset)
+            self.check(c, "f", [[("other", "x")]], "OVER_LIMIT", ["OVER_LIMIT 0/UNKNOWN 0 -"], hits=1)
+
+
+class Activation(GrpcCase):
+    def test_socket_activated_grpc_listener(self):
+        sa = harness.socket_activate_path()
+        if not sa:
+            self.skipTest("systemd-socket-activate not found")
+        tmp = harness.make_tmpdir()
+        self.addCleanup(shutil.rmtree, tmp, True)
+        rules = write_rules(tmp, PeekRefund.RULES)
+        sock = os.path.join(tmp, "grpc.sock")
+        port = harness.free_tcp_port()
+        d = self.new_daemon(rules, tmpdir=tmp, listen=())  # no --listen of its own
+        d.command = lambda: [sa, "-l", "127.0.0.1:%d" % port, "-l", sock, "--fdname=grpc:grpc",
+                             "-E", "NOTIFY_SOCKET"] + harness.Daemon.command(d)
+        # systemd-socket-activate starts divvyd at the first connection: the client's
+        d.start(wait_ready=False)
+        tcp = grpcfix.Client("127.0.0.1:%d" % port)
+        self.addCleanup(tcp.close)
+        d.wait_ready()
+        for c in (tcp, self.client(sock)):
+            resp = c.should_rate_limit(grpcfix.request("p", [[("u", "activated")]], 1))
+            self.assertEqual(grpcfix.code_name(resp.overall_code), "OK")
+            self.assertEqual(c.health().status, grpcfix.load().health.HealthCheckResponse.SERVING)
+        # one counter behind both passed sockets (the clock is the real one: no resets)
+        self.assertEqual(grpcfix.statuses_text(resp, resets=False), ["OK 3/HOUR 1"])
 
 
 if __name__ == "__main__":
