@@ -224,6 +224,21 @@ int rls_descriptor_request(const RlsRequest *r, size_t i, ProtoRequest *ret, Rls
         return 0;
 }
 
+void rls_status_of(const Rule *rule, const AlgoResult *res, RlsStatus *s) {
+        *s = (RlsStatus){ 0 };
+        if (!rule)
+                return;
+        s->over_limit = !res->allowed;
+        if (rule_trivial_decision(rule) == RULE_TRIVIAL_ALLOW)
+                return; /* unlimited */
+        s->has_limit = true;
+        s->requests_per_unit = rule->credit_limit;
+        s->window_seconds = rule->reset_seconds;
+        s->name = rule->label;
+        s->remaining = res->credit;
+        s->reset_seconds = res->reset > 0 ? (uint64_t) res->reset : 0;
+}
+
 bool rls_statuses_settle(RlsStatus *st, const RlsHits *hits, size_t n, bool peeked) {
         bool over = false;
 

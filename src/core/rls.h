@@ -15,7 +15,9 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "core/algorithm.h"
 #include "core/protocol.h"
+#include "core/rules.h"
 
 typedef struct Envoy__Service__Ratelimit__V3__RateLimitRequest RlsRequest;
 typedef struct Envoy__Service__Ratelimit__V3__RateLimitResponse RlsResponse;
@@ -97,6 +99,11 @@ typedef struct RlsStatus {
         uint64_t remaining;         /* cut to 2^32-1 */
         uint64_t reset_seconds;     /* duration_until_reset; 0: not sent */
 } RlsStatus;
+
+/* The status of a descriptor decided by rule (NULL: not evaluated, a rule that always denies
+ * decided the request: OK) with res: over its limit if denied; an unlimited rule (one that always
+ * allows) sends no limit. name points to the rule's label. */
+void rls_status_of(const Rule *rule, const AlgoResult *res, RlsStatus *s);
 
 typedef struct RlsHeader {
         const char *key, *value; /* NUL-terminated */

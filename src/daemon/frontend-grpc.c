@@ -833,24 +833,6 @@ static void grpc_take(Batch *b, Connection *c) {
         grpc_update_work(g);
 }
 
-/* The status of descriptor d's decision. */
-static void grpc_status_of(const BatchDecision *d, RlsStatus *s) {
-        const Rule *rule = d->rule;
-
-        *s = (RlsStatus){ 0 };
-        if (!rule)
-                return; /* not evaluated (a rule that always denies decided the call): OK */
-        s->over_limit = !d->res.allowed;
-        if (rule_trivial_decision(rule) == RULE_TRIVIAL_ALLOW)
-                return; /* unlimited */
-        s->has_limit = true;
-        s->requests_per_unit = rule->credit_limit;
-        s->window_seconds = rule->reset_seconds;
-        s->name = rule->label;
-        s->remaining = d->res.credit;
-        s->reset_seconds = d->res.reset > 0 ? (uint64_t) d->res.reset : 0;
-}
-
 /* Every descriptor of st is decided: the reply. */
 static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
         RlsHeader headers[RLS_HEADERS_MAX];
@@ -905,7 +887,7 @@ static size_t grpc_format_decision(Batch *b, const BatchSlot *slot, const BatchD
                 st->error_status = GRPC_STATUS_UNAVAILABLE;
                 st->error_reason = "the store backend failed";
         }
-        grpc_status_of(d, &st->st[slot->n]);
+        rls_status_of(d->rule, &d->res, &st->st[slot->n]);
         if (batch_settings(b)->debug && d->rule)
                 batch_log_reply(slot, d->rule, d->res.allowed ? "OK\n" : "OVER_LIMIT\n",
                                 d->res.allowed ? 3 : 11);

@@ -6,6 +6,8 @@
 #include "frontend-http.h"
 #include "log.h"
 
+#include "core/rls.h"
+
 /* What one request of an exchange became, as format_decision()/format_error() write it into the
  * connection's output (copied: the output is not aligned), then text_len bytes of text: an
  * EXPLAIN's JSON, an error's reason. */
@@ -23,6 +25,11 @@ typedef struct HttpRecord {
         AlgoResult res;
         bool has_rule;
         uint64_t quota, window; /* the rule's creditLimit and resetSeconds */
+        /* /json: the descriptor's status as gRPC's (its name NULL), the hits it asked for, and
+         * whether a rule that always denies decided its group (its hits were PEEKs) */
+        RlsStatus status;
+        RlsHits hits;
+        bool group_denied;
         char name[PROTO_LABEL_MAX + 1];
         size_t text_len;
 } HttpRecord;
@@ -32,14 +39,6 @@ typedef struct HttpRecord {
 /* The room one request's record may take. */
 static size_t http_record_room(HttpApiEndpoint e) {
         return sizeof(HttpRecord) + (e == HTTP_API_EXPLAIN ? HTTP_API_EXPLAIN_MAX : HTTP_RECORD_TEXT_MAX);
-}
-
-/* True if b can take n more requests (each as batch_room() counts one). */
-static bool http_batch_room(const Batch *b, size_t n) {
-        const BatchCore *k = (const BatchCore *) (const void *) b;
-
-        return k->n_slots + n <= BATCH_REQUESTS_MAX && k->n_hits + n * RULES_MATCH_MAX <= BATCH_HITS_MAX &&
-               k->n_rules_matched + n * RULES_MATCH_MAX <= BATCH_RULES_MAX;
 }
 
 /* Checks the n requests of c's exchange as the engine will take them (each turned into the
@@ -62,14 +61,21 @@ static bool http_check_all(Batch *b, Connection *c, size_t n, BatchSlot *ret) {
         return true;
 }
 
+/* batch_group_close()'s refill: slot's descriptor into the batch's request again. */
+static void http_refill(Batch *b, BatchSlot *slot, void *userdata) {
+        (void) http_api_request_to_proto(userdata, slot->n, batch_request(b)); /* passed once */
+}
+
 /* The exchange of c: its body parsed (once: it is decoded in place), then one slot per request.
  * All of them or none: a /json request's descriptors are answered together, so they wait for a
- * batch with room for all, and an error in one is the only slot. */
+ * batch with room for all, and an error in one is the only slot; they are decided as gRPC's
+ * descriptors of one call, in one group (nothing charged unless every one allows). */
 static void http_take(Batch *b, Connection *c) {
         HttpExchange *x = c->userdata;
         ProtoSlice line = { c->in, c->in_len > 200 ? 200 : c->in_len };
-        BatchSlot check, *slot;
+        BatchSlot check, *slot, *first = NULL;
         size_t n = 1;
+        uint32_t group;
 
         if (x->taken)
                 return;
@@ -78,7 +84,7 @@ static void http_take(Batch *b, Connection *c) {
         x->parsed = true;
         if (x->parse_result >= 0 && x->endpoint == HTTP_API_ENVOY)
                 n = x->req.n_descriptors;
-        if (!http_batch_room(b, n))
+        if (!batch_room_for(b, n))
                 return; /* the next batch takes it */
         x->taken = true;
         if (!batch_reserve_replies(c, n * http_record_room(x->endpoint), 0))
@@ -93,15 +99,21 @@ static void http_take(Batch *b, Connection *c) {
                         batch_slot_error(slot, check.error_code, check.error_reason);
                 return;
         }
+        group = n > 1 ? batch_group_id(b) : 0;
         for (size_t i = 0; i < n; i++) {
                 ProtoRequest *req = batch_request(b);
 
                 slot = batch_slot_add(b, c, line);
                 (void) http_api_request_to_proto(&x->req, i, req); /* checked above */
                 slot->verb = req->verb;
+                slot->group = group;
+                slot->n = i;
+                first = first ?: slot;
                 if (batch_admit(b, slot))
                         batch_match(b, slot);
         }
+        if (group)
+                batch_group_close(b, first, n, http_refill, &x->req);
 }
 
 static size_t http_put_record(char *p, const HttpRecord *rec, const char *text, size_t text_len) {
@@ -124,8 +136,22 @@ static size_t http_format_explain(Batch *b, const BatchSlot *slot, char *text) {
         return http_api_format_explain(text, &ex);
 }
 
+/* The hits a /json descriptor asked for, as gRPC's. */
+static RlsHits http_hits(const BatchSlot *slot) {
+        RlsHits h = { .kind = RLS_HIT_TAKE, .count = slot->count };
+
+        if (slot->verb == PROTO_VERB_PEEK)
+                h.kind = RLS_HIT_PEEK;
+        else if (slot->verb == PROTO_VERB_REFUND)
+                h.kind = RLS_HIT_REFUND;
+        return h;
+}
+
 static size_t http_format_decision(Batch *b, const BatchSlot *slot, const BatchDecision *d, char *p) {
-        HttpRecord rec = { .kind = HTTP_RECORD_DECISION, .res = d->res };
+        HttpRecord rec = { .kind = HTTP_RECORD_DECISION,
+                           .res = d->res,
+                           .hits = http_hits(slot),
+                           .group_denied = slot->group_denied };
 
         if (d->rule) {
                 ProtoRuleRef ref = batch_rule_ref(d->rule);
@@ -135,6 +161,8 @@ static size_t http_format_decision(Batch *b, const BatchSlot *slot, const BatchD
                 rec.window = d->rule->reset_seconds;
                 http_api_rule_name(&ref, rec.name);
         }
+        rls_status_of(d->rule, &d->res, &rec.status);
+        rec.status.name = NULL; /* the rule may be gone when the reply is written: rec.name */
         switch (slot->verb) {
         case PROTO_VERB_EXPLAIN:
                 rec.kind = HTTP_RECORD_EXPLAIN;
@@ -228,8 +256,10 @@ static void http_reply_v1(const HttpRecord *rec, const char *text, HttpReply *re
 void frontend_http_reply(const Connection *c, HttpReply *ret) {
         const HttpExchange *x = c->userdata;
         HttpRecord rec;
-        size_t at = 0, n = 0, len;
-        bool over = false;
+        RlsStatus st[HTTP_API_DESCRIPTORS_MAX];
+        RlsHits hits[HTTP_API_DESCRIPTORS_MAX];
+        size_t at = 0, n = 0, i, len;
+        bool over = false, peeked = false;
 
         ret->has_limit = ret->has_retry_after = false;
         /* An error anywhere answers the whole exchange: the first one. */
@@ -258,16 +288,23 @@ void frontend_http_reply(const Connection *c, HttpReply *ret) {
                 return;
         }
 
-        /* /json: envoyproxy/ratelimit's RateLimitResponse, as protojson writes it. */
-        for (at = 0; at < c->out_len; at += sizeof rec + rec.text_len) {
+        /* /json: envoyproxy/ratelimit's RateLimitResponse, as protojson writes it; all or nothing,
+         * the statuses settled as gRPC's (what the descriptors not charged have left). */
+        for (at = 0, n = 0; at < c->out_len && n < HTTP_API_DESCRIPTORS_MAX;
+             at += sizeof rec + rec.text_len, n++) {
                 memcpy(&rec, c->out + at, sizeof rec);
-                over |= !rec.res.allowed;
+                st[n] = rec.status;
+                hits[n] = rec.hits;
+                peeked |= rec.group_denied;
         }
+        over = rls_statuses_settle(st, hits, n, peeked);
         len = (size_t) snprintf(ret->body, sizeof ret->body, "{\"overallCode\":\"%s\",\"statuses\":[",
                                 over ? "OVER_LIMIT" : "OK");
-        for (at = 0, n = 0; at < c->out_len; at += sizeof rec + rec.text_len, n++) {
+        for (at = 0, i = 0; i < n; at += sizeof rec + rec.text_len, i++) {
                 memcpy(&rec, c->out + at, sizeof rec);
-                if (n > 0)
+                if (rec.status.has_limit)
+                        rec.res.credit = st[i].remaining;
+                if (i > 0)
                         ret->body[len++] = ',';
                 len += http_api_format_envoy_status(ret->body + len, &rec.res,
                                                     rec.has_rule ? rec.name : NULL, rec.window);

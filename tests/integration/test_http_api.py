@@ -55,6 +55,12 @@ resetSeconds = 60
 actorField = remote_address
 label = edge-per-ip
 
+[domain=edge user=*]
+creditLimit = 3
+resetSeconds = 60
+actorField = user
+label = edge-per-user
+
 [domain=edge]
 creditLimit = 5
 resetSeconds = 0
@@ -207,6 +213,29 @@ class HttpApiTest(harness.DaemonTestCase):
         for _ in range(3):
             status, _, body = self.post("/json", peek)
             self.assertEqual(body["statuses"][0]["limitRemaining"], 2)
+
+    def test_envoy_json_all_or_nothing(self):
+        # two descriptors of one request are decided as gRPC decides them: nothing is charged
+        # unless both allow; the one not charged reports what it has
+        ip = {"entries": [{"key": "remote_address", "value": "10.2.2.%d" % (os.getpid() % 250)}]}
+        user = {"entries": [{"key": "user", "value": "aon-%d" % os.getpid()}]}
+
+        def remaining(body):
+            return [(s["code"], s.get("limitRemaining", 0)) for s in body["statuses"]]
+
+        for want in ([("OK", 1), ("OK", 2)], [("OK", 0), ("OK", 1)]):
+            status, _, body = self.post("/json", {"domain": "edge", "descriptors": [ip, user]})
+            self.assertEqual((status, remaining(body)), (200, want))
+        status, _, body = self.post("/json", {"domain": "edge", "descriptors": [user, ip]})
+        self.assertEqual(status, 429)
+        self.assertEqual(body["overallCode"], "OVER_LIMIT")
+        self.assertEqual(remaining(body), [("OK", 1), ("OVER_LIMIT", 0)])
+        self.assertEqual(body["statuses"][0]["currentLimit"],
+                         {"requestsPerUnit": 3, "unit": "MINUTE", "name": "edge-per-user"})
+        # the user was not charged: one credit is left, read by a peek (hits_addend 0)
+        peek = dict(user, hits_addend=0)
+        status, _, body = self.post("/json", {"domain": "edge", "descriptors": [peek]})
+        self.assertEqual(remaining(body), [("OK", 1)])
 
     def test_bad_requests_charge_nothing(self):
         pairs = {"path": "/pm", "user": "bad"}
