@@ -246,7 +246,11 @@ static int load_yaml_dir(const char *dir, size_t max_size, RuleSet *rs, Diag *di
                         r = -ENOMEM;
                         break;
                 }
+                size_t from = rs->n_rules;
+
                 q = load_yaml_file(file, max_size, rs, &domains[i], &lines[i], diag);
+                if (q >= 0)
+                        q = ruleset_set_file(rs, from, file);
                 if (q == -ENOMEM) {
                         r = q;
                         break;
@@ -697,8 +701,8 @@ int config_check_divvy(const RuleSet *rs, Diag *diag) {
                 if (reasons[0] == '\0')
                         continue;
                 ok = false;
-                q = diag ? diag_add(diag, r->line, "rule %s is not divvy-compatible: %s",
-                                    rule_describe(r, desc, sizeof desc), reasons)
+                q = diag ? diag_add_in(diag, r->file, r->line, "rule %s is not divvy-compatible: %s",
+                                       rule_describe(r, desc, sizeof desc), reasons)
                          : 0;
                 if (q < 0)
                         return q;
@@ -768,8 +772,8 @@ static int warn_divvy_keys(Diag *diag, const Rule *a, const char *a_actor, const
                 return 0;
         if (more > 0)
                 snprintf(also, sizeof also, ", and %zu more", more);
-        return diag_add(
-                diag, a->line,
+        return diag_add_in(
+                diag, a->file, a->line,
                 "warning: rule %s shares divvy keys with rule %s (line %u%s): in Redis its %s and that "
                 "rule's %s are one counter, \"divvy:%s:%s:%" PRIu64 ":%" PRIu64
                 "\", which the local store keeps apart",

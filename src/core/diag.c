@@ -20,8 +20,27 @@ void diag_done(Diag *d) {
 }
 
 int diag_add(Diag *d, unsigned line, const char *fmt, ...) {
-        char *text = NULL, *msg = NULL;
         va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = diag_vadd_in(d, NULL, line, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+int diag_add_in(Diag *d, const char *file, unsigned line, const char *fmt, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = diag_vadd_in(d, file, line, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+int diag_vadd_in(Diag *d, const char *file, unsigned line, const char *fmt, va_list ap) {
+        char *text = NULL, *msg = NULL;
         int r;
 
         if (d->n_messages >= DIAG_MAX) {
@@ -29,13 +48,11 @@ int diag_add(Diag *d, unsigned line, const char *fmt, ...) {
                 return 0;
         }
 
-        va_start(ap, fmt);
         r = vasprintf(&text, fmt, ap);
-        va_end(ap);
         if (r < 0)
                 return -ENOMEM;
 
-        const char *file = d->file ? d->file : "<config>";
+        file = file ? file : d->file ? d->file : "<config>";
         if (line > 0)
                 r = asprintf(&msg, "%s:%u: %s", file, line, text);
         else

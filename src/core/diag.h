@@ -9,6 +9,7 @@
  * so one run of --check-config reports every error, not just the first.
  */
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -31,6 +32,14 @@ void diag_done(Diag *d);
  * control bytes other than tab, which may come from the file, as '?'.
  * Past DIAG_MAX messages it only counts. Returns 0 or -ENOMEM. */
 int diag_add(Diag *d, unsigned line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* diag_add() for a message about a line of another file than d's (a YAML file of a directory);
+ * file NULL: d's. */
+int diag_add_in(Diag *d, const char *file, unsigned line, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+/* The va_list form of diag_add_in(). */
+int diag_vadd_in(Diag *d, const char *file, unsigned line, const char *fmt, va_list ap)
+        __attribute__((format(printf, 4, 0)));
 
 size_t diag_count(const Diag *d); /* n_messages + n_dropped */
 

@@ -29,6 +29,9 @@ static inline bool slice_eq(const char *a, size_t a_len, const char *b, size_t b
 /* Appends "rule <desc> <reason>" to diag (which may be NULL). Returns 0 or -ENOMEM. */
 int rule_report(Diag *diag, unsigned line, const char *desc, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
+/* rule_report() about a line of file (NULL: diag's). */
+int rule_report_in(Diag *diag, const char *file, unsigned line, const char *desc, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
 
 /* Frees what r owns and zeroes it (a Rule half built by ruleset_add() too). */
 void rule_done(Rule *r);

@@ -231,21 +231,52 @@ const char *rule_draft_describe(const RuleDraft *d, char *buf, size_t size) {
         return writer_finish(&w);
 }
 
-int rule_report(Diag *diag, unsigned line, const char *desc, const char *fmt, ...) {
+static int rule_vreport(Diag *diag, const char *file, unsigned line, const char *desc, const char *fmt,
+                        va_list ap) __attribute__((format(printf, 5, 0)));
+static int rule_vreport(Diag *diag, const char *file, unsigned line, const char *desc, const char *fmt,
+                        va_list ap) {
         char *reason = NULL;
-        va_list ap;
         int r;
 
         if (!diag)
                 return 0;
-        va_start(ap, fmt);
         r = vasprintf(&reason, fmt, ap);
-        va_end(ap);
         if (r < 0)
                 return -ENOMEM;
-        r = diag_add(diag, line, "rule %s %s", desc, reason);
+        r = diag_add_in(diag, file, line, "rule %s %s", desc, reason);
         free(reason);
         return r;
+}
+
+int rule_report(Diag *diag, unsigned line, const char *desc, const char *fmt, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = rule_vreport(diag, NULL, line, desc, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+int rule_report_in(Diag *diag, const char *file, unsigned line, const char *desc, const char *fmt, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = rule_vreport(diag, file, line, desc, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+/* Where rule o is, for a message about rule r: "line N", or "FILE:N" if o is in another file
+ * of a directory (buf: RULE_WHERE_MAX bytes). */
+#define RULE_WHERE_MAX 4096
+static const char *rule_where(const Rule *r, const Rule *o, char *buf) {
+        if (o->file && (!r->file || strcmp(o->file, r->file) != 0))
+                snprintf(buf, RULE_WHERE_MAX, "%s:%u", o->file, o->line);
+        else
+                snprintf(buf, RULE_WHERE_MAX, "line %u", o->line);
+        return buf;
 }
 
 /* ---- rules ---------------------------------------------------------------------- */
@@ -577,9 +608,27 @@ RuleSet *ruleset_free(RuleSet *rs) {
                 rule_done(&rs->rules[i]);
         free(rs->rules);
         rule_index_free(rs->index);
+        for (size_t i = 0; i < rs->n_files; i++)
+                free(rs->files[i]);
+        free(rs->files);
         free(rs->source);
         free(rs);
         return NULL;
+}
+
+int ruleset_set_file(RuleSet *rs, size_t from, const char *file) {
+        char **files = realloc(rs->files, (rs->n_files + 1) * sizeof(char *));
+
+        if (!files)
+                return -ENOMEM;
+        rs->files = files;
+        rs->files[rs->n_files] = strdup(file);
+        if (!rs->files[rs->n_files])
+                return -ENOMEM;
+        for (size_t i = from; i < rs->n_rules; i++)
+                rs->rules[i].file = rs->files[rs->n_files];
+        rs->n_files++;
+        return 0;
 }
 
 /* ---- the index -------------------------------------------------------------------- */
@@ -850,7 +899,7 @@ static int label_ptr_cmp(const void *a, const void *b) {
 }
 
 static int check_labels(const RuleSet *rs, Diag *diag, bool *ok) {
-        char desc[RULE_DESCRIBE_MAX], other[RULE_DESCRIBE_MAX];
+        char desc[RULE_DESCRIBE_MAX], other[RULE_DESCRIBE_MAX], where[RULE_WHERE_MAX];
         const Rule **labelled;
         size_t n = 0;
         int q = 0;
@@ -868,10 +917,10 @@ static int check_labels(const RuleSet *rs, Diag *diag, bool *ok) {
                         continue;
                 }
                 const Rule *r = labelled[i], *f = labelled[first];
-                q = rule_report(diag, r->label_line ? r->label_line : r->line,
-                                rule_describe(r, desc, sizeof desc),
-                                "has the label \"%s\" of rule %s (line %u): labels must be unique", r->label,
-                                rule_describe(f, other, sizeof other), f->line);
+                q = rule_report_in(diag, r->file, r->label_line ? r->label_line : r->line,
+                                   rule_describe(r, desc, sizeof desc),
+                                   "has the label \"%s\" of rule %s (%s): labels must be unique", r->label,
+                                   rule_describe(f, other, sizeof other), rule_where(r, f, where));
                 *ok = false;
         }
         free(labelled);
@@ -892,7 +941,7 @@ static void pseudo_request(const Rule *r, ProtoRequest *req) {
 }
 
 static int check_reachable(const RuleSet *rs, size_t end, Diag *diag, bool *ok) {
-        char desc[RULE_DESCRIBE_MAX], other[RULE_DESCRIBE_MAX];
+        char desc[RULE_DESCRIBE_MAX], other[RULE_DESCRIBE_MAX], where[RULE_WHERE_MAX];
         ProtoRequest req;
 
         for (size_t j = 0; j < end; j++) {
@@ -911,10 +960,10 @@ static int check_reachable(const RuleSet *rs, size_t end, Diag *diag, bool *ok) 
                             (e->match_keys == MATCH_KEYS_EXACT && r->match_keys != MATCH_KEYS_EXACT) ||
                             !rule_matches(e, &req))
                                 continue;
-                        int q = rule_report(
-                                diag, r->line, rule_describe(r, desc, sizeof desc),
-                                "is unreachable: rule %s (line %u) matches every request it matches",
-                                rule_describe(e, other, sizeof other), e->line);
+                        int q = rule_report_in(
+                                diag, r->file, r->line, rule_describe(r, desc, sizeof desc),
+                                "is unreachable: rule %s (%s) matches every request it matches",
+                                rule_describe(e, other, sizeof other), rule_where(r, e, where));
                         if (q < 0)
                                 return q;
                         *ok = false;
@@ -941,8 +990,8 @@ int ruleset_finalize(RuleSet *rs, Diag *diag) {
                 const Rule *r = &rs->rules[i];
                 q = 0;
                 if (r->n_patterns == 0 && i + 1 < rs->n_rules) {
-                        q = rule_report(
-                                diag, r->line, rule_describe(r, desc, sizeof desc),
+                        q = rule_report_in(
+                                diag, r->file, r->line, rule_describe(r, desc, sizeof desc),
                                 "must be the last rule: it matches every request, so the %zu rule%s after "
                                 "it %s unreachable",
                                 rs->n_rules - i - 1, rs->n_rules - i - 1 == 1 ? "" : "s",
@@ -952,8 +1001,8 @@ int ruleset_finalize(RuleSet *rs, Diag *diag) {
                 if (r->n_patterns == 0 && first_default == SIZE_MAX)
                         first_default = i;
                 if (r->match_policy != MATCH_POLICY_STOP && ++n_nonfinal == RULES_CANARY_MAX + 1) {
-                        q = rule_report(
-                                diag, r->line, rule_describe(r, desc, sizeof desc),
+                        q = rule_report_in(
+                                diag, r->file, r->line, rule_describe(r, desc, sizeof desc),
                                 "is one %s rule too many: a config has at most %d canary and continue "
                                 "rules together",
                                 match_policy_to_string(r->match_policy), RULES_CANARY_MAX);
@@ -964,8 +1013,8 @@ int ruleset_finalize(RuleSet *rs, Diag *diag) {
         }
         const Rule *last = &rs->rules[rs->n_rules - 1];
         if (last->n_patterns != 0) {
-                q = rule_report(
-                        diag, last->line, rule_describe(last, desc, sizeof desc),
+                q = rule_report_in(
+                        diag, last->file, last->line, rule_describe(last, desc, sizeof desc),
                         "is the last rule but not a default: a config must end with a [default] rule "
                         "(empty operation) for the requests no other rule matches");
                 if (q < 0)

@@ -107,6 +107,8 @@ typedef enum RuleDivvyNote {
 typedef struct Rule {
         size_t index;          /* position in the config, 0-based */
         unsigned line;         /* source line, for messages; 0 if unknown */
+        const char *file;      /* the file of line when not the RuleSet's source (a YAML file of a
+                                * directory): one of its files; NULL otherwise */
         RulePattern *patterns; /* sorted by key (bytewise) */
         size_t n_patterns;
         /* The operation as Node divvy 1.7 names its counters: key=value, values as written,
@@ -151,6 +153,8 @@ typedef struct RuleIndex RuleIndex; /* private to rules.c */
 
 typedef struct RuleSet {
         char *source; /* owned: file it came from, for messages; may be NULL */
+        char **files; /* owned: the files of a directory its rules came from (Rule.file) */
+        size_t n_files;
         Rule *rules;
         size_t n_rules;
         size_t n_allocated;
@@ -209,6 +213,13 @@ int rule_draft_set(RuleDraft *d, const char *name, const char *value, unsigned l
 
 int ruleset_new(const char *source, RuleSet **ret);
 RuleSet *ruleset_free(RuleSet *rs);
+/* The rules from the from-th on came from file (a YAML file of the directory rs is): their
+ * messages name it (Rule.file). Returns 0 or -ENOMEM. */
+int ruleset_set_file(RuleSet *rs, size_t from, const char *file);
+/* The file a message about r names: its own, else rs's source. */
+static inline const char *ruleset_rule_file(const RuleSet *rs, const Rule *r) {
+        return r->file ? r->file : rs->source;
+}
 static inline void ruleset_freep(RuleSet **rs) {
         if (*rs)
                 ruleset_free(*rs);

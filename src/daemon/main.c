@@ -679,7 +679,8 @@ static int run_config_action(const Options *o) {
                 /* Then a line for each rule using an algorithm or policy divvy did not have. */
                 for (size_t i = 0; i < rules->n_rules; i++)
                         if (config_rule_details(&rules->rules[i], details, sizeof details))
-                                printf("%s:%u: %s\n", path, rules->rules[i].line, details);
+                                printf("%s:%u: %s\n", ruleset_rule_file(rules, &rules->rules[i]),
+                                       rules->rules[i].line, details);
         } else if (config_dump_json(rules, stdout) < 0 || fflush(stdout) != 0) {
                 fprintf(stderr, "divvyd: failed to write JSON\n");
                 ret = EXIT_FAILURE;

@@ -7,7 +7,7 @@ counter per value of a key without value, exact-depth matching of nested descrip
 without rate_limit exempt from its sibling's limit, the first wildcard, shadow_mode (counted,
 never denies), unlimited, no limit for what no descriptor matches. The clock is controlled as in
 test_peers.py: divvyd runs with tests/integration/fakeclock.c preloaded, its wall clock frozen at
-the value the test writes. Also: SIGHUP reloads the directory (a bad file keeps the rules),
+the value the test writes (harness.FakeClock). Also: SIGHUP reloads the directory (a bad file keeps the rules),
 --check-config and --dump-config of a directory, a domain in two files.
 
 Run one test:  tests/integration/test_yaml_config.py YamlConfig.test_aligned_window
@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 
@@ -83,25 +82,15 @@ class YamlConfig(harness.DaemonTestCase):
     def setUpClass(cls):
         tmp = harness.make_tmpdir()
         cls.addClassCleanup(shutil.rmtree, tmp, True)
-        cc = os.environ.get("CC", "cc").split()
-        lib = os.path.join(tmp, "fakeclock.so")
-        src = os.path.join(harness.top_srcdir(), "tests", "integration", "fakeclock.c")
-        try:
-            subprocess.run(cc + ["-shared", "-fPIC", "-o", lib, src, "-ldl"], check=True,
-                           timeout=60 * harness.TIMEOUT_SCALE, capture_output=True)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise harness.HarnessError("cannot compile fakeclock.c: %s" % e)
-        cls.clock_fd = os.open(os.path.join(tmp, "clock"), os.O_RDWR | os.O_CREAT, 0o600)
-        cls.addClassCleanup(os.close, cls.clock_fd)
+        cls.clock = harness.FakeClock(tmp)
+        cls.addClassCleanup(cls.clock.close)
         cls.set_clock(BASE)
-        cls.env = {"LD_PRELOAD": lib, "FAKECLOCK_FILE": os.path.join(tmp, "clock"),
-                   "ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS", ""),
-                                                         "verify_asan_link_order=0"]))}
+        cls.env = cls.clock.env()
         cls.tmp = tmp
 
     @classmethod
     def set_clock(cls, seconds):
-        os.pwrite(cls.clock_fd, struct.pack("<q", int(seconds * 10**9)), 0)
+        cls.clock.set(int(seconds * 10**9))
 
     def config_dir(self, files):
         """A new directory holding files {name: text}."""
@@ -230,6 +219,30 @@ class YamlConfig(harness.DaemonTestCase):
         p = self.run_divvyd("--check-config", conf)
         self.assertEqual(p.returncode, 1)
         self.assertIn("%s/web2.yaml:1: duplicate domain 'web': web.yml configures it too" % conf, p.stderr)
+
+    def test_messages_name_the_file(self):
+        # a rule's line is a line of the file it came from, in every message about it
+        conf = self.config_dir({"api.yaml": API, "web.yml": WEB})
+        p = self.run_divvyd("--check-config", conf)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rules = p.stdout.splitlines()[1:]
+        self.assertTrue(rules)
+        for line in rules:
+            self.assertRegex(line, r"^%s/(api\.yaml|web\.yml):\d+: rule " % re.escape(conf))
+        self.assertIn("%s/web.yml:3: rule [domain=web remote_address=*]: " % conf, p.stdout)
+        self.assertIn("%s/api.yaml:8: rule [client=mobile domain=api user=*]: " % conf, p.stdout)
+        p = self.run_divvyd("--check-config", "--compat=divvy", conf)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("%s/web.yml:3: rule [domain=web remote_address=*] is not divvy-compatible" % conf,
+                      p.stderr)
+        self.assertIn("%s: rule [default] is not divvy-compatible" % conf, p.stderr)  # the directory's
+        # a label of another file: both files named
+        write(os.path.join(conf, "web.yml"), WEB.replace("requests_per_unit: 1",
+                                                         "requests_per_unit: 1\n      name: per-user"))
+        p = self.run_divvyd("--check-config", conf)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn('%s/web.yml:7: rule [domain=web remote_address=*] has the label "per-user" of rule '
+                      '[domain=api user=*] (%s/api.yaml:3): labels must be unique' % (conf, conf), p.stderr)
 
 
 if __name__ == "__main__":
