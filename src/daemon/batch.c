@@ -113,6 +113,10 @@ const Metrics *batch_metrics(const Batch *b) {
         return b->metrics;
 }
 
+Metrics *batch_counting_metrics(Batch *b) {
+        return b->metrics;
+}
+
 uint64_t batch_store_errors(const Batch *b) {
         return b->store_errors;
 }

@@ -183,6 +183,7 @@ struct GrpcConn {
         GrpcStream *free_list;
         unsigned n_free, n_streams;
         unsigned n_incomplete; /* calls begun and not whole (--request-timeout applies) */
+        Metrics *metrics;      /* the engine's (borrowed, NULL: none): every call's answer counted */
 };
 
 static nghttp2_session_callbacks *grpc_callbacks;
@@ -302,12 +303,25 @@ static ssize_t grpc_read_body(nghttp2_session *session, int32_t stream_id, uint8
 #define NV(name, value)                                                                                     \
         { (uint8_t *) (name), (uint8_t *) (value), strlen(name), strlen(value), NGHTTP2_NV_FLAG_NONE }
 
+/* st's answer with status, in divvyd_grpc_calls_total. */
+static void grpc_count(GrpcConn *g, const GrpcStream *st, GrpcStatus status) {
+        static const MetricsGrpcMethod method[] = {
+                [GRPC_METHOD_UNKNOWN] = METRICS_GRPC_UNKNOWN,
+                [GRPC_METHOD_RLS] = METRICS_GRPC_SHOULD_RATE_LIMIT,
+                [GRPC_METHOD_HEALTH] = METRICS_GRPC_HEALTH_CHECK,
+        };
+
+        if (g->metrics)
+                metrics_count_grpc(g->metrics, method[st->method], (unsigned) status);
+}
+
 /* Answers st with its message in st->resp and grpc-status 0. */
 static void grpc_respond_ok(GrpcConn *g, GrpcStream *st) {
         const nghttp2_nv hdrs[] = { NV(":status", "200"), NV("content-type", "application/grpc") };
         nghttp2_data_provider prd = { .source.ptr = st, .read_callback = grpc_read_body };
         int r;
 
+        grpc_count(g, st, GRPC_STATUS_OK);
         st->answered = true;
         stream_complete(g, st);
         st->resp_pos = 0;
@@ -324,6 +338,7 @@ static void grpc_respond_error(GrpcConn *g, GrpcStream *st, GrpcStatus status, c
                               NV("grpc-status", ""), NV("grpc-message", "") };
         int r;
 
+        grpc_count(g, st, status);
         st->answered = true;
         stream_complete(g, st);
         (void) snprintf(code, sizeof code, "%d", (int) status);
@@ -767,6 +782,7 @@ static void grpc_take(Batch *b, Connection *c) {
         uint64_t now;
 
         rls_arena_reset(&g->arena); /* the previous batch of c is answered */
+        g->metrics = batch_counting_metrics(b);
         if (connection_unsent(c) >= batch_settings(b)->output_limit) {
                 c->blocked = true; /* a peer that does not read: nothing more until it does */
                 return;

@@ -238,9 +238,12 @@ static void http_api_server_request_completed(void *cls, struct MHD_Connection *
 
 static enum MHD_Result http_api_server_queue(struct MHD_Connection *connection, HttpApiServerConn *hc) {
         const HttpReply *rep = &hc->reply;
+        Metrics *metrics = server_metrics(hc->api->server);
         struct MHD_Response *response;
         enum MHD_Result r;
 
+        if (metrics)
+                metrics_count_http_api(metrics, rep->status);
         /* The body stays in hc->reply until the next request on this connection, which starts
          * only once this response is sent. */
         response =

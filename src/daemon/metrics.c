@@ -44,6 +44,8 @@ struct Metrics {
         uint64_t verb_decisions[_PROTO_VERB_MAX][2]; /* [verb][allowed] (HIT's are divvy_hits_total) */
         uint64_t verb_credits[_PROTO_VERB_MAX];      /* credits consumed (TAKE allowed, CHARGE) */
         uint64_t connections;
+        uint64_t grpc_calls[_METRICS_GRPC_METHOD_MAX][METRICS_GRPC_CODES];
+        uint64_t http_api_responses[METRICS_HTTP_API_STATUSES];
         Histogram hit_duration; /* usec */
         Histogram batch_size;   /* requests */
         uint64_t reloads_ok, reloads_failed;
@@ -65,6 +67,23 @@ struct Metrics {
         uint64_t sample_batches, sample_hits;
         uint64_t rng;
 };
+
+/* gRPC's status codes and the methods, as divvyd_grpc_calls_total names them. */
+static const char *const grpc_code_names[METRICS_GRPC_CODES] = {
+        "OK",        "CANCELLED",       "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+        "NOT_FOUND", "ALREADY_EXISTS",  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED",   "OUT_OF_RANGE",    "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+        "DATA_LOSS", "UNAUTHENTICATED",
+};
+static const char *const grpc_method_names[_METRICS_GRPC_METHOD_MAX] = {
+        [METRICS_GRPC_UNKNOWN] = "unknown",
+        [METRICS_GRPC_SHOULD_RATE_LIMIT] = "ShouldRateLimit",
+        [METRICS_GRPC_HEALTH_CHECK] = "Check",
+};
+/* The HTTP API's statuses (http-api-server.c, frontend-http.c); the last, 0, counts any other
+ * (rendered "other"). */
+static const unsigned http_api_statuses[METRICS_HTTP_API_STATUSES] = { 200, 400, 403, 404, 405,
+                                                                       413, 415, 429, 503, 0 };
 
 /* Upper bounds of divvy_hit_duration_seconds, in usec and as rendered. */
 static const uint64_t hit_bounds_usec[METRICS_HIT_BUCKETS] = {
@@ -229,6 +248,26 @@ void metrics_count_error(Metrics *m, ProtoErrorCode code) {
         if (code < 0 || code >= _PROTO_ERROR_MAX)
                 return;
         ADD(m->errors[code], 1);
+}
+
+void metrics_count_grpc(Metrics *m, MetricsGrpcMethod method, unsigned code) {
+        if (method < 0 || method >= _METRICS_GRPC_METHOD_MAX || code >= METRICS_GRPC_CODES)
+                return;
+        ADD(m->grpc_calls[method][code], 1);
+}
+
+void metrics_count_http_api(Metrics *m, unsigned status) {
+        size_t i = 0;
+
+        while (i + 1 < METRICS_HTTP_API_STATUSES && http_api_statuses[i] != status)
+                i++;
+        ADD(m->http_api_responses[i], 1);
+}
+
+uint64_t metrics_grpc_calls(const Metrics *m, MetricsGrpcMethod method, unsigned code) {
+        if (method < 0 || method >= _METRICS_GRPC_METHOD_MAX || code >= METRICS_GRPC_CODES)
+                return 0;
+        return LOAD(m->grpc_calls[method][code]);
 }
 
 void metrics_count_verb(Metrics *m, ProtoVerb verb, bool allowed, uint64_t credits) {
@@ -579,6 +618,30 @@ int metrics_render(const Metrics *m, char **ret, size_t *ret_len) {
                 for (int a = 1; a >= 0; a--)
                         fprintf(f, "divvyd_requests_total{verb=\"%s\",decision=\"%s\"} %" PRIu64 "\n", verb,
                                 a ? "allowed" : "denied", LOAD(m->verb_decisions[v][a]));
+        }
+        put_header(f, "divvyd_grpc_calls_total", "counter",
+                   "gRPC calls (--grpc) by method and grpc-status code, those the gRPC front-end refuses "
+                   "by itself included (shown once they occurred; ShouldRateLimit's OK always).");
+        for (int meth = 0; meth < _METRICS_GRPC_METHOD_MAX; meth++)
+                for (unsigned code = 0; code < METRICS_GRPC_CODES; code++) {
+                        uint64_t v = LOAD(m->grpc_calls[meth][code]);
+                        if (v == 0 && !(meth == METRICS_GRPC_SHOULD_RATE_LIMIT && code == 0))
+                                continue;
+                        fprintf(f, "divvyd_grpc_calls_total{method=\"%s\",code=\"%s\"} %" PRIu64 "\n",
+                                grpc_method_names[meth], grpc_code_names[code], v);
+                }
+        put_header(f, "divvyd_http_api_responses_total", "counter",
+                   "HTTP API responses (--http-api) by status, those refused before any decision included "
+                   "(shown once they occurred; 200 always).");
+        for (size_t i = 0; i < METRICS_HTTP_API_STATUSES; i++) {
+                uint64_t v = LOAD(m->http_api_responses[i]);
+                if (v == 0 && i != 0)
+                        continue;
+                if (http_api_statuses[i] == 0)
+                        fprintf(f, "divvyd_http_api_responses_total{status=\"other\"} %" PRIu64 "\n", v);
+                else
+                        fprintf(f, "divvyd_http_api_responses_total{status=\"%u\"} %" PRIu64 "\n",
+                                http_api_statuses[i], v);
         }
         put_header(f, "divvyd_credits_consumed_total", "counter",
                    "Credits consumed by TAKE (allowed) and CHARGE, beyond the one of each HIT.");

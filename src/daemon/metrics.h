@@ -80,6 +80,19 @@ void metrics_count_error(Metrics *m, ProtoErrorCode code);
  * (HELLO, EXPLAIN and RESET are "allowed") and the credits it consumed (TAKE allowed, CHARGE). */
 void metrics_count_verb(Metrics *m, ProtoVerb verb, bool allowed, uint64_t credits);
 void metrics_set_connections(Metrics *m, uint64_t n);
+/* One gRPC call answered with a grpc-status code (0 .. METRICS_GRPC_CODES - 1), by method:
+ * divvyd_grpc_calls_total. */
+typedef enum MetricsGrpcMethod {
+        METRICS_GRPC_UNKNOWN, /* a path the gRPC front-end does not serve */
+        METRICS_GRPC_SHOULD_RATE_LIMIT,
+        METRICS_GRPC_HEALTH_CHECK,
+        _METRICS_GRPC_METHOD_MAX,
+} MetricsGrpcMethod;
+#define METRICS_GRPC_CODES        17 /* OK .. UNAUTHENTICATED */
+#define METRICS_HTTP_API_STATUSES 10 /* the statuses the HTTP API answers (metrics.c) */
+void metrics_count_grpc(Metrics *m, MetricsGrpcMethod method, unsigned code);
+/* One response of the HTTP API (--http-api) with its HTTP status: divvyd_http_api_responses_total. */
+void metrics_count_http_api(Metrics *m, unsigned status);
 /* A batch of n_requests requests, n_hits of them HITs answered OK, took duration_usec:
  * feeds divvyd_batch_size, divvy_hit_duration_seconds (n_hits observations of
  * duration_usec) and the statsd timer reservoir. */
@@ -117,6 +130,7 @@ uint64_t metrics_label_hits(const Metrics *m, size_t slot, MetricsStatus status)
 uint64_t metrics_hits_total(const Metrics *m, MetricsStatus status);
 uint64_t metrics_errors(const Metrics *m, ProtoErrorCode code);
 uint64_t metrics_connections(const Metrics *m);
+uint64_t metrics_grpc_calls(const Metrics *m, MetricsGrpcMethod method, unsigned code);
 uint64_t metrics_verb_decisions(const Metrics *m, ProtoVerb verb, bool allowed);
 uint64_t metrics_verb_credits(const Metrics *m, ProtoVerb verb);
 uint64_t metrics_statsd_dropped(const Metrics *m);

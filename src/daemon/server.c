@@ -159,8 +159,9 @@ static void server_update_events(Server *s, Connection *c) {
                 return; /* (no socket) */
         if (c->lingering)
                 events = EPOLLIN;
-        else if (!c->eof && !c->closing && !s->stopping && !c->blocked && c->in_len < CONNECTION_IN_SIZE)
-                events = EPOLLIN;
+        else if (!c->eof && !c->closing && (!s->stopping || frontend_grpc_incomplete_since(c) != 0) &&
+                 !c->blocked && c->in_len < CONNECTION_IN_SIZE)
+                events = EPOLLIN; /* at stop, a gRPC call's rest (server_maybe_finish()) */
         if (connection_unsent(c) > 0)
                 events |= EPOLLOUT;
 
@@ -189,6 +190,10 @@ static bool server_maybe_finish(Server *s, Connection *c) {
         if (c->lingering || c->on_ready || c->blocked || c->in_flight || connection_unsent(c) > 0)
                 return false;
         if (!c->closing && !s->stopping && !(c->eof && !connection_has_request(c)))
+                return false;
+        /* at stop, a gRPC call begun before its GOAWAY is still answered (its message may be
+         * on its way; the drain's limit and --request-timeout bound the wait) */
+        if (!c->closing && !c->eof && frontend_grpc_incomplete_since(c) != 0)
                 return false;
 
         if (c->eof) {
@@ -710,6 +715,10 @@ void server_hold_batches(Server *s, bool hold, void (*idle)(void *userdata), voi
         (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
         if (s->ready_head && !s->defer_armed && sd_event_source_set_enabled(s->defer, SD_EVENT_ONESHOT) >= 0)
                 s->defer_armed = true;
+}
+
+Metrics *server_metrics(const Server *s) {
+        return s->metrics;
 }
 
 void server_set_metrics(Server *s, Metrics *metrics) {

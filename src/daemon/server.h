@@ -95,6 +95,8 @@ void server_hold_batches(Server *s, bool hold, void (*idle)(void *userdata), voi
 /* Borrowed; NULL (the default) counts nothing. The server and its batch update it per
  * hit and per batch with plain stores, never a syscall (see metrics.h). */
 void server_set_metrics(Server *s, Metrics *metrics);
+/* The metrics set (NULL: none): for what a listener of its own answers (the HTTP API). */
+Metrics *server_metrics(const Server *s);
 
 /* Takes over an accepted socket (the listeners call this; is_tcp: set TCP_NODELAY; admin:
  * accepted on an admin listener, see Connection.admin). When stopping it is closed; over

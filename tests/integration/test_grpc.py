@@ -726,6 +726,107 @@ class StoreFailure(GrpcCase):
             self.check(c, "f", [[("other", "x")]], "OVER_LIMIT", ["OVER_LIMIT 0/UNKNOWN 0 -"], hits=1)
 
 
+class CallMetrics(GrpcCase):
+    """divvyd_grpc_calls_total: every call answered, by method and grpc-status, also those the
+    gRPC front-end refuses by itself."""
+
+    def test_calls_counted_by_method_and_code(self):
+        port = harness.free_tcp_port()
+        self.start_grpc(ini(("domain=r u=*", 5)), args=["--http-port=%d" % port])
+        c = self.client()
+        c.should_rate_limit(grpcfix.request("r", [[("u", "a")]]))
+        c.should_rate_limit(grpcfix.request("r", [[("u", "a")]]))
+        c.health()
+        for method, payload, code in (
+                (grpcfix.SERVICE + "ShouldRateLimit", grpcfix.request("r", []).SerializeToString(),
+                 grpc.StatusCode.INVALID_ARGUMENT),  # no descriptor
+                (grpcfix.SERVICE + "ShouldRateLimit", b"\x0a" * 20000, grpc.StatusCode.RESOURCE_EXHAUSTED),
+                (grpcfix.SERVICE + "Other", b"", grpc.StatusCode.UNIMPLEMENTED),
+                (grpcfix.HEALTH + "Check", b"\x0a\x05other", grpc.StatusCode.NOT_FOUND)):
+            with self.assertRaises(grpc.RpcError) as e:
+                c.raw(method, payload)
+            self.assertEqual(e.exception.code(), code, method)
+        samples = harness.prometheus_samples(harness.http_get(port)[2])
+        calls = {k: v for k, v in samples.items() if k.startswith("divvyd_grpc_calls_total")}
+        self.assertEqual(calls, {
+            'divvyd_grpc_calls_total{method="ShouldRateLimit",code="OK"}': 2,
+            'divvyd_grpc_calls_total{method="ShouldRateLimit",code="INVALID_ARGUMENT"}': 1,
+            'divvyd_grpc_calls_total{method="ShouldRateLimit",code="RESOURCE_EXHAUSTED"}': 1,
+            'divvyd_grpc_calls_total{method="unknown",code="UNIMPLEMENTED"}': 1,
+            'divvyd_grpc_calls_total{method="Check",code="OK"}': 1,
+            'divvyd_grpc_calls_total{method="Check",code="NOT_FOUND"}': 1})
+
+
+def h2_frames(data):
+    """[(type, flags, stream, payload)] of the whole frames in data, and the bytes left."""
+    out, i = [], 0
+    while i + 9 <= len(data):
+        n = int.from_bytes(data[i:i + 3], "big")
+        if i + 9 + n > len(data):
+            break
+        out.append((data[i + 3], data[i + 4], int.from_bytes(data[i + 5:i + 9], "big") & 0x7fffffff,
+                    data[i + 9:i + 9 + n]))
+        i += 9 + n
+    return out, data[i:]
+
+
+class Draining(GrpcCase):
+    """Health/Check answers NOT_SERVING once the daemon stops (SIGTERM) and drains: a call begun
+    before the stop (its HEADERS sent), its message sent during the drain."""
+
+    HEADERS = b"".join(hpack_literal(k, v) for k, v in (
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", (grpcfix.HEALTH + "Check").encode()),
+        (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")))
+    MESSAGE = b"\x00\x00\x00\x00\x00"  # HealthCheckRequest{service: ""}, framed
+
+    def read_until(self, s, data, want):
+        """Reads frames until want(frame) is true: (that frame, the bytes after it); bounded by
+        IO_TIMEOUT."""
+        deadline = time.monotonic() + harness.IO_TIMEOUT
+        while time.monotonic() < deadline:
+            frames, rest = h2_frames(data)
+            for i, f in enumerate(frames):
+                if want(f):
+                    after = b"".join(h2_frame(k, fl, sid, p) for k, fl, sid, p in frames[i + 1:])
+                    return f, after + rest
+            data = rest
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        self.fail("the connection ended or stalled before the frame awaited")
+
+    def health_status(self, s, stream, data):
+        def answer(f):
+            self.assertFalse(f[0] == 3 and f[2] == stream, "stream %d reset" % stream)
+            return f[0] == 0 and f[2] == stream and len(f[3]) >= 5
+        f, data = self.read_until(s, data, answer)
+        return grpcfix.load().health.HealthCheckResponse.FromString(f[3][5:]).status, data
+
+    def test_not_serving_while_draining(self):
+        d = self.start_grpc(ini(("domain=r u=*", 5)))
+        health = grpcfix.load().health.HealthCheckResponse
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(harness.IO_TIMEOUT)
+            s.connect(self.sock)
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"") +
+                      h2_frame(1, 0x4, 1, self.HEADERS) + h2_frame(0, 0x1, 1, self.MESSAGE))
+            status, data = self.health_status(s, 1, b"")
+            self.assertEqual(status, health.SERVING)
+            # the second call's HEADERS (no END_STREAM), then a PING: its ACK says the daemon
+            # has read them (the call is open when the stop comes)
+            s.sendall(h2_frame(4, 0x1, 0, b"") + h2_frame(1, 0x4, 3, self.HEADERS) +
+                      h2_frame(6, 0, 0, b"12345678"))
+            _, data = self.read_until(s, data, lambda f: f[0] == 6 and f[1] & 0x1)
+            seq = d.last_seq()
+            d.signal(signal.SIGTERM)
+            d.wait_note("STOPPING=1", after=seq)
+            s.sendall(h2_frame(0, 0x1, 3, self.MESSAGE))
+            status, _ = self.health_status(s, 3, data)
+            self.assertEqual(status, health.NOT_SERVING)
+        self.assertEqual(d.wait_exit(), 0)
+
+
 class Activation(GrpcCase):
     def test_socket_activated_grpc_listener(self):
         sa = harness.socket_activate_path()

@@ -237,6 +237,32 @@ class HttpApiTest(harness.DaemonTestCase):
         status, _, body = self.post("/json", {"domain": "edge", "descriptors": [peek]})
         self.assertEqual(remaining(body), [("OK", 1)])
 
+    def responses(self):
+        """divvyd_http_api_responses_total by status, from the metrics port."""
+        samples = harness.prometheus_samples(harness.http_get(self.metrics_port)[2])
+        pre = 'divvyd_http_api_responses_total{status="'
+        return {k[len(pre):-2]: v for k, v in samples.items() if k.startswith(pre)}
+
+    def test_responses_counted(self):
+        # every answer in divvyd_http_api_responses_total, also those refused before the
+        # engine (404, 405, 415, 413); the engine's refusals are in divvy_errors_total too
+        before = self.responses()
+        self.assertIn("200", before)
+        pairs = {"path": "/pm", "user": "count-%d" % os.getpid()}
+        for path, body, kw, want in (
+                ("/v1/take", {"pairs": pairs}, {}, 200),
+                ("/v1/nope", {"pairs": pairs}, {}, 404),
+                ("/v1/take", {"pairs": pairs}, {"method": "PUT"}, 405),
+                ("/v1/take", {"pairs": pairs}, {"content_type": "text/plain"}, 415),
+                ("/v1/take", {"pairs": dict(pairs, pad="x" * 20000)}, {}, 413),
+                ("/v1/take", "{", {}, 400),
+                ("/v1/refund", {"pairs": pairs}, {}, 403)):
+            status, _, _ = self.post(path, body, **kw)
+            self.assertEqual(status, want, path)
+        after = self.responses()
+        delta = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+        self.assertEqual(delta, {"200": 1, "404": 1, "405": 1, "415": 1, "413": 1, "400": 1, "403": 1})
+
     def test_bad_requests_charge_nothing(self):
         pairs = {"path": "/pm", "user": "bad"}
         good = json.dumps({"pairs": pairs, "count": 1})
