@@ -23,17 +23,18 @@ trap 'rm -rf "$tmp"' EXIT
 divvyd=$(cd "$top_builddir/src" && pwd)/divvyd
 sed -e "s|^\(Exec[A-Za-z]*=\)[^ ]*/divvyd |\1$divvyd |" \
         "$top_builddir/systemd/divvyd.service" > "$tmp/divvyd.service"
-cp "$top_srcdir/systemd/divvyd.socket" "$top_srcdir/systemd/divvyd-admin.socket" "$tmp/"
+cp "$top_srcdir/systemd/divvyd.socket" "$top_srcdir/systemd/divvyd-admin.socket" \
+        "$top_srcdir/systemd/divvyd-grpc.socket" "$top_srcdir/systemd/divvyd-http-api.socket" "$tmp/"
 grep -q "^ExecStart=$divvyd " "$tmp/divvyd.service" || { echo "FAIL: no ExecStart= runs divvyd" >&2; exit 1; }
 
 fail=0
-if ! "$SYSTEMD_ANALYZE" verify --man=no "$tmp/divvyd.socket" "$tmp/divvyd-admin.socket" "$tmp/divvyd.service" \
-        > "$tmp/verify.out" 2>&1 || [ -s "$tmp/verify.out" ]; then
+if ! "$SYSTEMD_ANALYZE" verify --man=no "$tmp/divvyd.socket" "$tmp/divvyd-admin.socket" "$tmp/divvyd-grpc.socket" \
+        "$tmp/divvyd-http-api.socket" "$tmp/divvyd.service" > "$tmp/verify.out" 2>&1 || [ -s "$tmp/verify.out" ]; then
         echo "FAIL: systemd-analyze verify:" >&2
         cat "$tmp/verify.out" >&2
         fail=1
 else
-        echo "ok: systemd-analyze verify divvyd.socket divvyd-admin.socket divvyd.service"
+        echo "ok: systemd-analyze verify divvyd.socket divvyd-admin.socket divvyd-grpc.socket divvyd-http-api.socket divvyd.service"
 fi
 
 # Units that must not verify, so that the check above is known to catch mistakes.
