@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Envoy's rate limit service over gRPC (issue #34), driven with grpcio (Debian's python3-grpcio)
-and the messages of proto/, compiled by grpc_tools.protoc into a temporary directory when the
-tests start; against tests/data/grpc.ini on a --grpc listener (TCP) and an admin one (Unix).
+and the messages of proto/, compiled by grpcfix.load() (grpc_tools.protoc, into a temporary
+directory) when the tests start; against tests/data/grpc.ini on a --grpc listener (TCP) and an admin one (Unix).
 
 - ShouldRateLimit: OK with what is left, then OVER_LIMIT; current_limit (requests_per_unit,
   unit, name), limit_remaining and duration_until_reset; a window that is no Envoy unit.
@@ -38,7 +38,6 @@ Run one test:  tests/integration/test_grpc.py Grpc.test_ok_then_over_limit
 """
 
 import concurrent.futures
-import importlib.util
 import os
 import re
 import shutil
@@ -47,7 +46,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -69,38 +67,13 @@ import redisfix  # noqa: E402
 RLS = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 
-def compile_protos():
-    """The Python modules of proto/'s messages, generated into a temporary directory."""
-    from grpc_tools import protoc
-
-    proto_dir = os.path.join(harness.top_srcdir(), "proto")
-    out = tempfile.mkdtemp(prefix="divvyd-grpc-pb-")
-    well_known = os.path.join(os.path.dirname(protoc.__file__), "_proto")
-    files = []
-    for sub in ("envoy", "grpc"):
-        for root, _, names in os.walk(os.path.join(proto_dir, sub)):
-            files += [os.path.relpath(os.path.join(root, n), proto_dir) for n in names if n.endswith(".proto")]
-    # grpc_tools' well-known types first: the modules import the installed google.protobuf
-    rc = protoc.main(["protoc", "-I" + well_known, "-I" + proto_dir, "--python_out=" + out] + sorted(files))
-    if rc != 0:
-        raise harness.HarnessError("grpc_tools.protoc failed on proto/ (%d)" % rc)
-    sys.path.insert(0, out)
-    from envoy.service.ratelimit.v3 import rls_pb2
-    # grpc/health/v1/health_pb2.py: its package would shadow grpcio's "grpc"; loaded by path
-    spec = importlib.util.spec_from_file_location("divvyd_health_pb2",
-                                                  os.path.join(out, "grpc", "health", "v1", "health_pb2.py"))
-    health_pb2 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(health_pb2)
-    return out, rls_pb2, health_pb2
-
-
 class Grpc(harness.DaemonTestCase):
     @classmethod
     def setUpClass(cls):
         if grpc is None:
             raise harness.HarnessError("python3-grpcio is missing (tools/bootstrap installs it)")
-        cls.pb_dir, cls.pb, cls.health = compile_protos()
-        cls.addClassCleanup(shutil.rmtree, cls.pb_dir, True)
+        modules = grpcfix.load()
+        cls.pb, cls.health = modules.rls, modules.health
         cls.grpc_port = harness.free_tcp_port()
         cls.tmp = harness.make_tmpdir()
         cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
@@ -347,8 +320,8 @@ class GrpcBackendError(harness.DaemonTestCase):
     def setUpClass(cls):
         if grpc is None:
             raise harness.HarnessError("python3-grpcio is missing (tools/bootstrap installs it)")
-        cls.pb_dir, cls.pb, cls.health = compile_protos()
-        cls.addClassCleanup(shutil.rmtree, cls.pb_dir, True)
+        modules = grpcfix.load()
+        cls.pb, cls.health = modules.rls, modules.health
 
     def call(self, *args):
         port = harness.free_tcp_port()
