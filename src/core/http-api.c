@@ -527,14 +527,12 @@ int http_api_request_to_proto(const HttpApiRequest *r, size_t i, ProtoRequest *r
                 ret->has_count = true;
         }
         for (size_t k = 0; k < n; k++) {
-                for (size_t m = 0; m < ret->n_pairs; m++)
-                        if (ret->pairs[m].key.len == src[k].key.len &&
-                            memcmp(ret->pairs[m].key.ptr, src[k].key.ptr, src[k].key.len) == 0)
-                                return proto_fail(ret, PROTO_ERROR_UNKNOWN,
-                                                  r->endpoint == HTTP_API_ENVOY
-                                                          ? "a key appears twice in a descriptor (with "
-                                                            "\"domain\")"
-                                                          : "a key appears twice");
+                if (proto_request_get(ret, src[k].key.ptr, src[k].key.len))
+                        return proto_fail(ret, PROTO_ERROR_UNKNOWN,
+                                          r->endpoint == HTTP_API_ENVOY
+                                                  ? "a key appears twice in a descriptor (with "
+                                                    "\"domain\")"
+                                                  : "a key appears twice");
                 if (ret->n_pairs >= PROTO_PAIRS_MAX)
                         return proto_fail(ret, PROTO_ERROR_UNKNOWN, "too many pairs");
                 ret->pairs[ret->n_pairs++] = src[k];
