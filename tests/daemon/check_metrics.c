@@ -131,6 +131,10 @@ START_TEST (test_fresh_render) {
                 "# TYPE divvyd_requests_total counter",
                 "divvyd_requests_total{verb=\"take\",decision=\"allowed\"} 0",
                 "divvyd_requests_total{verb=\"explain\",decision=\"denied\"} 0",
+                "# TYPE divvyd_grpc_calls_total counter",
+                "divvyd_grpc_calls_total{method=\"ShouldRateLimit\",code=\"OK\"} 0",
+                "# TYPE divvyd_http_api_responses_total counter",
+                "divvyd_http_api_responses_total{status=\"200\"} 0",
                 "# TYPE divvyd_credits_consumed_total counter",
                 "divvyd_credits_consumed_total{verb=\"charge\"} 0",
                 "# TYPE divvyd_statsd_dropped_total counter",
@@ -157,8 +161,8 @@ START_TEST (test_fresh_render) {
                         ck_assert_ptr_nonnull(strchr(line, ' '));
                 }
         }
-        ck_assert_uint_eq(n_help, 24);
-        ck_assert_uint_eq(n_type, 24);
+        ck_assert_uint_eq(n_help, 26);
+        ck_assert_uint_eq(n_type, 26);
         ck_assert(t[strlen(t) - 1] == '\n');
         free(copy);
         free(t);
