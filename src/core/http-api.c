@@ -722,32 +722,40 @@ const char *http_api_envoy_unit(uint64_t seconds) {
         }
 }
 
-size_t http_api_format_envoy_status(char *buf, const AlgoResult *res, const char *rule_name,
-                                    uint64_t window_seconds) {
+size_t http_api_format_envoy_status(char *buf, const RlsStatus *s) {
         Out o = { buf, 0, HTTP_API_ENVOY_STATUS_MAX };
-        const char *unit = http_api_envoy_unit(window_seconds);
+        const char *unit = http_api_envoy_unit(s->window_seconds);
+        const char *sep = "";
 
-        out_str(&o, res->allowed ? "{\"code\":\"OK\"" : "{\"code\":\"OVER_LIMIT\"");
-        if (rule_name) {
+        out_str(&o, s->over_limit ? "{\"code\":\"OVER_LIMIT\"" : "{\"code\":\"OK\"");
+        if (s->has_limit) {
+                out_str(&o, ",\"currentLimit\":{");
+                if (s->requests_per_unit > 0) {
+                        out_str(&o, "\"requestsPerUnit\":");
+                        out_u64(&o, s->requests_per_unit > UINT32_MAX ? UINT32_MAX : s->requests_per_unit);
+                        sep = ",";
+                }
                 if (unit) {
-                        out_str(&o, ",\"currentLimit\":{");
-                        if (res->limit > 0) {
-                                out_str(&o, "\"requestsPerUnit\":");
-                                out_u64(&o, res->limit > UINT32_MAX ? UINT32_MAX : res->limit);
-                                out_str(&o, ",");
-                        }
+                        out_str(&o, sep);
                         out_str(&o, "\"unit\":\"");
                         out_str(&o, unit);
-                        out_str(&o, "\",\"name\":");
-                        out_json_string(&o, rule_name, strnlen(rule_name, PROTO_LABEL_MAX));
-                        out_str(&o, "}");
+                        out_str(&o, "\"");
+                        sep = ",";
                 }
-                if (res->credit > 0) {
-                        out_str(&o, ",\"limitRemaining\":");
-                        out_u64(&o, res->credit > UINT32_MAX ? UINT32_MAX : res->credit);
+                if (s->name && s->name[0]) {
+                        out_str(&o, sep);
+                        out_str(&o, "\"name\":");
+                        out_json_string(&o, s->name, strnlen(s->name, PROTO_LABEL_MAX));
                 }
+                out_str(&o, "}");
+        }
+        if (s->remaining > 0) {
+                out_str(&o, ",\"limitRemaining\":");
+                out_u64(&o, s->remaining > UINT32_MAX ? UINT32_MAX : s->remaining);
+        }
+        if (s->reset_seconds > 0) {
                 out_str(&o, ",\"durationUntilReset\":\"");
-                out_u64(&o, res->reset);
+                out_u64(&o, s->reset_seconds);
                 out_str(&o, "s\"");
         }
         out_str(&o, "}");

@@ -31,6 +31,7 @@
 
 #include "core/algorithm.h"
 #include "core/protocol.h"
+#include "core/rls.h"
 
 #define HTTP_API_BODY_MAX                                                                                   \
         (16u * 1024u) /* bytes: the largest request body; 64 pairs of 100-byte values need 13 KiB */
@@ -120,10 +121,9 @@ const char *http_api_rule_name(const ProtoRuleRef *r, char *buf);
  * and YEAR 365), or NULL when none is that long. */
 const char *http_api_envoy_unit(uint64_t seconds);
 
-/* One DescriptorStatus of /json's reply as protojson writes it (fields in number order, zero
- * values left out): {"code":"OK"|"OVER_LIMIT","currentLimit":{"requestsPerUnit":<limit>,
- * "unit":"<unit>","name":"<name>"},"limitRemaining":<n>,"durationUntilReset":"<s>s"}
- * (currentLimit only when window_seconds is a unit; NULL rule_name: no currentLimit, no
- * remaining, no reset: a descriptor no rule limits) into buf (HTTP_API_ENVOY_STATUS_MAX bytes). */
-size_t http_api_format_envoy_status(char *buf, const AlgoResult *res, const char *rule_name,
-                                    uint64_t window_seconds);
+/* One DescriptorStatus of /json's reply: the status gRPC's ShouldRateLimit answers (rls.h), as
+ * protojson writes it (fields in number order, zero values left out):
+ * {"code":"OK"|"OVER_LIMIT","currentLimit":{"requestsPerUnit":<limit>,"unit":"<unit>",
+ * "name":"<name>"},"limitRemaining":<n>,"durationUntilReset":"<s>s"} (currentLimit when s has a
+ * limit, its unit when its window is one) into buf (HTTP_API_ENVOY_STATUS_MAX bytes). */
+size_t http_api_format_envoy_status(char *buf, const RlsStatus *s);

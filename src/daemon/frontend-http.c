@@ -30,6 +30,7 @@ typedef struct HttpRecord {
         RlsStatus status;
         RlsHits hits;
         bool group_denied;
+        bool labelled; /* name is the rule's label (gRPC's name), not "#<index>" */
         char name[PROTO_LABEL_MAX + 1];
         size_t text_len;
 } HttpRecord;
@@ -162,6 +163,7 @@ static size_t http_format_decision(Batch *b, const BatchSlot *slot, const BatchD
                 http_api_rule_name(&ref, rec.name);
         }
         rls_status_of(d->rule, &d->res, &rec.status);
+        rec.labelled = rec.status.name != NULL;
         rec.status.name = NULL; /* the rule may be gone when the reply is written: rec.name */
         switch (slot->verb) {
         case PROTO_VERB_EXPLAIN:
@@ -302,12 +304,10 @@ void frontend_http_reply(const Connection *c, HttpReply *ret) {
                                 over ? "OVER_LIMIT" : "OK");
         for (at = 0, i = 0; i < n; at += sizeof rec + rec.text_len, i++) {
                 memcpy(&rec, c->out + at, sizeof rec);
-                if (rec.status.has_limit)
-                        rec.res.credit = st[i].remaining;
+                st[i].name = rec.labelled ? rec.name : NULL;
                 if (i > 0)
                         ret->body[len++] = ',';
-                len += http_api_format_envoy_status(ret->body + len, &rec.res,
-                                                    rec.has_rule ? rec.name : NULL, rec.window);
+                len += http_api_format_envoy_status(ret->body + len, &st[i]);
         }
         memcpy(ret->body + len, "]}", 3);
         ret->body_len = len + 2;

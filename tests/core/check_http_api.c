@@ -260,19 +260,34 @@ START_TEST (test_format) {
 }
 END_TEST
 
-/* /json's statuses as protojson writes them: lowerCamelCase, zero values left out. */
+/* /json's statuses: gRPC's, as protojson writes them: lowerCamelCase, zero values left out. */
 START_TEST (test_envoy_status) {
         char buf[HTTP_API_ENVOY_STATUS_MAX];
-        AlgoResult ok = { .allowed = true, .credit = 9, .limit = 10, .reset = 51 };
-        AlgoResult over = { .allowed = false, .credit = 0, .limit = 10, .reset = 3, .retry = 3 };
+        RlsStatus ok = { .has_limit = true,
+                         .requests_per_unit = 10,
+                         .window_seconds = 60,
+                         .name = "per-minute",
+                         .remaining = 9,
+                         .reset_seconds = 51 };
+        RlsStatus over = { .over_limit = true,
+                           .has_limit = true,
+                           .requests_per_unit = 10,
+                           .window_seconds = 90,
+                           .reset_seconds = 3 };
+        RlsStatus unlimited = { 0 };
 
-        http_api_format_envoy_status(buf, &ok, "per-minute", 60);
+        http_api_format_envoy_status(buf, &ok);
         ck_assert_str_eq(buf,
                          "{\"code\":\"OK\",\"currentLimit\":{\"requestsPerUnit\":10,\"unit\":\"MINUTE\","
                          "\"name\":\"per-minute\"},\"limitRemaining\":9,\"durationUntilReset\":\"51s\"}");
-        http_api_format_envoy_status(buf, &over, "#2", 90); /* 90 s is no unit: no currentLimit */
-        ck_assert_str_eq(buf, "{\"code\":\"OVER_LIMIT\",\"durationUntilReset\":\"3s\"}");
-        http_api_format_envoy_status(buf, &ok, NULL, 0);
+        /* 90 s is no unit (UNKNOWN, left out); no label: no name */
+        http_api_format_envoy_status(buf, &over);
+        ck_assert_str_eq(buf, "{\"code\":\"OVER_LIMIT\",\"currentLimit\":{\"requestsPerUnit\":10},"
+                              "\"durationUntilReset\":\"3s\"}");
+        over.requests_per_unit = 0; /* a rule that always denies */
+        http_api_format_envoy_status(buf, &over);
+        ck_assert_str_eq(buf, "{\"code\":\"OVER_LIMIT\",\"currentLimit\":{},\"durationUntilReset\":\"3s\"}");
+        http_api_format_envoy_status(buf, &unlimited);
         ck_assert_str_eq(buf, "{\"code\":\"OK\"}");
         ck_assert_str_eq(http_api_envoy_unit(30 * 86400), "MONTH");
         ck_assert_str_eq(http_api_envoy_unit(365 * 86400), "YEAR");

@@ -74,7 +74,13 @@ static void check_replies(const ProtoRequest *p) {
                 name[len] = '\0';
                 n = http_api_format_decision(buf, &res, name);
                 fuzz_check(n < HTTP_API_REPLY_MAX && json_object_text(buf, n));
-                n = http_api_format_envoy_status(buf, &res, name, 60);
+                RlsStatus st = { .has_limit = true,
+                                 .requests_per_unit = p->count,
+                                 .window_seconds = 60,
+                                 .name = name,
+                                 .remaining = res.credit,
+                                 .reset_seconds = 1 };
+                n = http_api_format_envoy_status(buf, &st);
                 fuzz_check(n < HTTP_API_ENVOY_STATUS_MAX && json_object_text(buf, n));
                 n = http_api_format_error(buf, "bad-request", name);
                 fuzz_check(n < HTTP_API_REPLY_MAX && json_object_text(buf, n));

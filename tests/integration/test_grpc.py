@@ -743,6 +743,83 @@ def h2_frames(data):
     return out, data[i:]
 
 
+class HttpApiAgrees(GrpcCase):
+    """The HTTP API's /json decides a request's descriptors as ShouldRateLimit does: all or
+    nothing, each status the same (code, remaining, current limit), on one daemon serving both."""
+
+    RULES = """\
+[domain=e ip=*]
+creditLimit = 2
+resetSeconds = 60
+actorField = ip
+label = per-ip
+
+[domain=e user=*]
+creditLimit = 3
+resetSeconds = 60
+actorField = user
+label = per-user
+
+[default]
+creditLimit = 0
+resetSeconds = 0
+"""
+
+    def test_json_statuses_are_grpc_statuses(self):
+        import http.client
+        import json
+
+        port = harness.free_tcp_port()
+        self.start_grpc(self.RULES, args=["--http-api=tcp:127.0.0.1:%d" % port])
+        c = self.client()
+        unit = load_unit_names()
+
+        def over_grpc(descriptors):
+            resp = c.should_rate_limit(grpcfix.request("e", [
+                grpcfix.descriptor(entries, hits_addend=hits) for entries, hits in descriptors]))
+            return (grpcfix.code_name(resp.overall_code), [
+                (grpcfix.code_name(st.code), st.limit_remaining,
+                 (st.current_limit.requests_per_unit, unit(st.current_limit.unit), st.current_limit.name)
+                 if st.HasField("current_limit") else None) for st in resp.statuses])
+
+        def over_http(descriptors):
+            body = {"domain": "e", "descriptors": [
+                dict({"entries": [{"key": k, "value": v} for k, v in entries]},
+                     **({} if hits is None else {"hits_addend": hits})) for entries, hits in descriptors]}
+            h = http.client.HTTPConnection("127.0.0.1", port, timeout=harness.IO_TIMEOUT)
+            try:
+                h.request("POST", "/json", body=json.dumps(body))
+                r = h.getresponse()
+                reply = json.loads(r.read())
+            finally:
+                h.close()
+            self.assertEqual(r.status, 200 if reply["overallCode"] == "OK" else 429)
+            return (reply["overallCode"], [
+                (st["code"], st.get("limitRemaining", 0),
+                 (st["currentLimit"].get("requestsPerUnit", 0), st["currentLimit"].get("unit", "UNKNOWN"),
+                  st["currentLimit"].get("name", "")) if "currentLimit" in st else None)
+                for st in reply["statuses"]])
+
+        def steps(tag):
+            ip, user = ([("ip", "10.0.0.1-" + tag)], None), ([("user", "u-" + tag)], None)
+            peek, closed = ([("user", "u-" + tag)], 0), ([("closed", "1")], None)
+            return [[ip, user], [ip, user], [user, ip], [peek], [user, closed], [peek]]
+
+        per_ip, per_user = (2, "MINUTE", "per-ip"), (3, "MINUTE", "per-user")
+        want = [("OK", [("OK", 1, per_ip), ("OK", 2, per_user)]),
+                ("OK", [("OK", 0, per_ip), ("OK", 1, per_user)]),
+                ("OVER_LIMIT", [("OK", 1, per_user), ("OVER_LIMIT", 0, per_ip)]),  # not charged
+                ("OK", [("OK", 1, per_user)]),
+                ("OVER_LIMIT", [("OK", 1, per_user), ("OVER_LIMIT", 0, (0, "UNKNOWN", ""))]),  # always denies
+                ("OK", [("OK", 1, per_user)])]
+        self.assertEqual([over_grpc(d) for d in steps("grpc")], want)
+        self.assertEqual([over_http(d) for d in steps("http")], want)
+
+
+def load_unit_names():
+    return grpcfix.load().rls.RateLimitResponse.RateLimit.Unit.Name
+
+
 class Draining(GrpcCase):
     """Health/Check answers NOT_SERVING once the daemon stops (SIGTERM) and drains: a call begun
     before the stop (its HEADERS sent), its message sent during the drain."""
