@@ -129,6 +129,12 @@ size_t rls_response_size(const RlsResponse *r);
 /* Writes it at out (rls_response_size() bytes). */
 size_t rls_response_pack(const RlsResponse *r, uint8_t *out);
 
+/* The same response's bytes, written directly (no message built, no allocation): what
+ * rls_response_pack() writes of rls_response_build()'s message. rls_response_encoded_size() is their
+ * number; rls_response_encode() writes them at out and returns it. */
+size_t rls_response_encoded_size(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh);
+size_t rls_response_encode(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh, uint8_t *out);
+
 /* grpc.health.v1: the HealthCheckResponse of a status (SERVING or NOT_SERVING), at out (at
  * least RLS_HEALTH_RESPONSE_MAX bytes). Returns its length. */
 #define RLS_HEALTH_RESPONSE_MAX 8
