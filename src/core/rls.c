@@ -468,8 +468,10 @@ static size_t response_encode(uint8_t *p, const RlsStatus *st, size_t n, const R
                 over = over || st[i].over_limit;
         len = pb_uint(p, 1, over ? 2 : 1);
         for (size_t i = 0; i < n; i++) {
-                len += pb_len(PB_AT(p, len), 2, status_encode(NULL, &st[i]));
-                len += status_encode(PB_AT(p, len), &st[i]);
+                size_t sub = status_encode(NULL, &st[i]);
+
+                len += pb_len(PB_AT(p, len), 2, sub);
+                len += p ? status_encode(p + len, &st[i]) : sub;
         }
         for (size_t i = 0; i < nh; i++) {
                 size_t sub = pb_string(NULL, 1, h[i].key) + pb_string(NULL, 2, h[i].value);
@@ -479,6 +481,19 @@ static size_t response_encode(uint8_t *p, const RlsStatus *st, size_t n, const R
                 len += pb_string(PB_AT(p, len), 2, h[i].value);
         }
         return len;
+}
+
+size_t rls_response_encoded_max(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh) {
+        /* a status: its key and length (11), code (2), current_limit's key and length (11),
+         * requests_per_unit (6), unit (2), name's key and length (11), limit_remaining (6),
+         * duration_until_reset (2 + 11): 62, and its name; a header: 33 and its strings */
+        size_t max = 2;
+
+        for (size_t i = 0; i < n; i++)
+                max += 64 + (st[i].name ? strlen(st[i].name) : 0);
+        for (size_t i = 0; i < nh; i++)
+                max += 40 + strlen(h[i].key) + strlen(h[i].value);
+        return max;
 }
 
 size_t rls_response_encoded_size(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh) {

@@ -133,6 +133,8 @@ size_t rls_response_pack(const RlsResponse *r, uint8_t *out);
  * rls_response_pack() writes of rls_response_build()'s message. rls_response_encoded_size() is their
  * number; rls_response_encode() writes them at out and returns it. */
 size_t rls_response_encoded_size(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh);
+/* At least rls_response_encoded_size(), cheaper to compute: what to reserve before encoding. */
+size_t rls_response_encoded_max(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh);
 size_t rls_response_encode(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh, uint8_t *out);
 
 /* grpc.health.v1: the HealthCheckResponse of a status (SERVING or NOT_SERVING), at out (at

@@ -879,12 +879,13 @@ static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
         (void) rls_statuses_settle(st->st, st->hits, st->n_desc, st->group_denied);
         if (batch_settings(b)->grpc_ratelimit_headers)
                 nh = rls_ratelimit_headers(&g->arena, st->st, st->n_desc, headers);
-        len = rls_response_encoded_size(st->st, st->n_desc, headers, nh);
+        len = rls_response_encoded_max(st->st, st->n_desc, headers, nh);
         if (stream_resp_reserve(st, GRPC_PREFIX_SIZE + len) < 0) {
                 grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
                 return;
         }
-        (void) rls_response_encode(st->st, st->n_desc, headers, nh, st->resp + GRPC_PREFIX_SIZE);
+        len = rls_response_encode(st->st, st->n_desc, headers, nh, st->resp + GRPC_PREFIX_SIZE);
+        st->resp_len = GRPC_PREFIX_SIZE + len;
         grpc_prefix_write(st->resp, (uint32_t) len);
         grpc_respond_ok(g, st);
 }
