@@ -12,9 +12,9 @@
  * Closed loop (default): every connection keeps M calls open; a call that ends starts the next.
  * Open loop (--rate R): the k-th call of the run is due at start + k/R and belongs to
  * connection k mod N, so the calls are spread evenly across the connections on a precise
- * schedule (a timerfd per thread, absolute times). A call that is due while its connection has
- * M calls open waits for one to end; its latency is always counted from the time it was due,
- * so a slow server is not hidden by a client that waits for it (coordinated omission).
+ * schedule (a timerfd per thread, absolute times, at most one wake-up per 20 us). A call that is due while
+ * its connection has M calls open waits for one to end; its latency is always counted from the time it was
+ * due, so a slow server is not hidden by a client that waits for it (coordinated omission).
  *
  * A call's latency ends when its stream closes (trailers included). Every answer is verified:
  * :status 200, grpc-status 0 and a RateLimitResponse whose overall_code is OK or OVER_LIMIT;
@@ -50,15 +50,18 @@
 
 #include "shared/clock.h" /* header only: this program links nothing of divvyd */
 
-#define CONNECTIONS_MAX    10000
-#define STREAMS_MAX        1024 /* concurrent calls per connection */
-#define THREADS_MAX        256
-#define TEXT_MAX           100 /* bytes: domain, key, value (one byte of length each) */
-#define REQUEST_MAX        (5 + 3 * (TEXT_MAX + 2) + 6)
-#define IN_SIZE            (64u * 1024u)          /* bytes read at once per connection */
-#define OUT_SIZE           (256u * 1024u)         /* bytes of frames written at once at most */
-#define WINDOW             (1 << 24)              /* bytes: the windows we grant the server */
-#define STALL_NSEC         (10ULL * NSEC_PER_SEC) /* no answer for this long with calls open: give up */
+#define CONNECTIONS_MAX 10000
+#define STREAMS_MAX     1024 /* concurrent calls per connection */
+#define THREADS_MAX     256
+#define TEXT_MAX        100 /* bytes: domain, key, value (one byte of length each) */
+#define REQUEST_MAX     (5 + 3 * (TEXT_MAX + 2) + 6)
+#define IN_SIZE         (64u * 1024u)          /* bytes read at once per connection */
+#define OUT_SIZE        (256u * 1024u)         /* bytes of frames written at once at most */
+#define WINDOW          (1 << 24)              /* bytes: the windows we grant the server */
+#define STALL_NSEC      (10ULL * NSEC_PER_SEC) /* no answer for this long with calls open: give up */
+#define TICK_NSEC                                                                                           \
+        (20ULL * NSEC_PER_USEC) /* the open loop wakes at most this often: what is due by then              \
+                                 * starts at once (late by less than this, and counted so) */
 #define EPOLL_TIMEOUT_MSEC 100
 #define EVENTS_MAX         256
 
@@ -532,6 +535,8 @@ static void worker_schedule(Worker *w) {
                         next = t;
         }
         if (next != UINT64_MAX) {
+                if (next < now + TICK_NSEC)
+                        next = now + TICK_NSEC;
                 its.it_value.tv_sec = (time_t) (next / NSEC_PER_SEC);
                 its.it_value.tv_nsec = (long) (next % NSEC_PER_SEC);
         }
