@@ -12,9 +12,10 @@
  * Closed loop (default): every connection keeps M calls open; a call that ends starts the next.
  * Open loop (--rate R): the k-th call of the run is due at start + k/R and belongs to
  * connection k mod N, so the calls are spread evenly across the connections on a precise
- * schedule (a timerfd per thread, absolute times, at most one wake-up per 20 us). A call that is due while
- * its connection has M calls open waits for one to end; its latency is always counted from the time it was
- * due, so a slow server is not hidden by a client that waits for it (coordinated omission).
+ * schedule (a timerfd per thread, absolute times, at most one wake-up per 20 us). A call that
+ * is due while its connection has M calls open waits for one to end; its latency is always
+ * counted from the time it was due, so a slow server is not hidden by a client that waits for
+ * it (coordinated omission); the calls still waiting when the run ends are counted (missed).
  *
  * A call's latency ends when its stream closes (trailers included). Every answer is verified:
  * :status 200, grpc-status 0 and a RateLimitResponse whose overall_code is OK or OVER_LIMIT;
@@ -102,6 +103,7 @@ typedef struct Stats {
         uint64_t conn_errors;
         uint64_t measured;      /* answers to calls started (or due) while measuring */
         uint64_t late;          /* measured calls started after they were due (open loop) */
+        uint64_t missed;        /* open loop: measured calls due before the end, never started */
         uint64_t last_reply_ns; /* CLOCK_MONOTONIC of the last measured answer */
         uint64_t max_ns;
         uint64_t hist[HIST_BUCKETS];
@@ -166,6 +168,7 @@ static _Atomic int phase = PHASE_WARMUP;
 static atomic_bool aborting = false;
 static uint64_t measure_start_ns;
 static uint64_t schedule_start_ns; /* open loop: when call 0 is due */
+static _Atomic uint64_t stop_ns;   /* when the measuring ended (-d) */
 static nghttp2_session_callbacks *callbacks;
 
 static const nghttp2_nv request_headers[] = {
@@ -627,6 +630,15 @@ static void *worker_run(void *userdata) {
                                           0);
                 }
         }
+        if (opt.rate != 0.0 && atomic_load(&stop_ns) != 0)
+                for (unsigned i = 0; i < w->n_conns; i++) {
+                        Conn *c = &w->conns[i];
+
+                        /* the calls a server too slow kept from starting: not hidden */
+                        for (uint64_t due; (due = due_ns(c->next_k)) < atomic_load(&stop_ns);
+                             c->next_k += opt.connections)
+                                w->stats.missed += due >= measure_start_ns;
+                }
         for (unsigned i = 0; i < w->n_conns; i++)
                 conn_close(w, &w->conns[i]);
         return NULL;
@@ -921,6 +933,7 @@ static void merge(Stats *into, const Stats *s) {
         into->conn_errors += s->conn_errors;
         into->measured += s->measured;
         into->late += s->late;
+        into->missed += s->missed;
         if (s->last_reply_ns > into->last_reply_ns)
                 into->last_reply_ns = s->last_reply_ns;
         if (s->max_ns > into->max_ns)
@@ -1043,6 +1056,7 @@ int main(int argc, char **argv) {
         }
         if (opt.requests == 0 && !atomic_load(&aborting)) {
                 sleep_ns(opt.duration_ns);
+                atomic_store(&stop_ns, clock_nsec(CLOCK_MONOTONIC));
                 atomic_store(&phase, PHASE_STOP);
         }
         for (unsigned i = 0; i < started; i++)
@@ -1067,8 +1081,10 @@ int main(int argc, char **argv) {
                        opt.connections, opt.streams, opt.threads, opt.threads == 1 ? "" : "s",
                        opt.rate > 0.0 ? "open loop" : "closed loop");
                 if (opt.rate > 0.0)
-                        printf("  schedule:   %.0f calls/s, %" PRIu64 " started more than 1 ms late\n",
-                               opt.rate, total.late);
+                        printf("  schedule:   %.0f calls/s, %" PRIu64
+                               " started more than 1 ms late, %" PRIu64
+                               " due but never started (their connection's streams were busy)\n",
+                               opt.rate, total.late, total.missed);
                 printf("  throughput: %" PRIu64 " calls in %.3f s = %.0f calls/s\n", total.measured, secs,
                        rps);
                 printf("  answers:    OK %" PRIu64 ", OVER_LIMIT %" PRIu64 ", errors %" PRIu64
@@ -1079,11 +1095,11 @@ int main(int argc, char **argv) {
         }
         printf("RESULT label=%s target=grpc address=%s connections=%u streams=%u threads=%u rate=%.0f"
                " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok=%" PRIu64 " over_limit=%" PRIu64
-               " err=%" PRIu64 " lost=%" PRIu64 " late=%" PRIu64
+               " err=%" PRIu64 " lost=%" PRIu64 " late=%" PRIu64 " missed=%" PRIu64
                " p50_us=%.1f p90_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f\n",
                opt.label, opt.address, opt.connections, opt.streams, opt.threads, opt.rate, total.measured,
-               secs, rps, total.ok, total.over_limit, total.err, total.conn_errors, total.late, p50, p90,
-               p99, p999, (double) total.max_ns / 1e3);
+               secs, rps, total.ok, total.over_limit, total.err, total.conn_errors, total.late, total.missed,
+               p50, p90, p99, p999, (double) total.max_ns / 1e3);
         fflush(stdout);
 
         if (total.err == 0 && total.conn_errors == 0 && total.measured > 0 && !atomic_load(&aborting))

@@ -172,6 +172,9 @@ load_point() {
 	t1=$(cpu_ticks "$divvyd_pid")
 	field() { sed -n 's/^RESULT .* '"$1"'=\([0-9.]*\).*/\1/p' "$tmp/load.out"; }
 	record "$name" "$(field rps)" "$(field p50_us)" "$(field p99_us)" "$t0" "$t1"
+	if [ "$(field missed)" != 0 ]; then
+		echo "             ($(field missed) calls due never started: the percentiles leave them out)"
+	fi
 }
 
 # record NAME RPS P50 P99 TICKS0 TICKS1: appends "NAME rps p50_us p99_us cpu_us_per_request
