@@ -123,7 +123,9 @@ size_t rls_ratelimit_headers(RlsArena *a, const RlsStatus *st, size_t n, RlsHead
 RlsUnit rls_unit(uint64_t window_seconds);
 
 /* Builds the response (its structs in a): overall_code OVER_LIMIT if a status is, else OK;
- * the statuses in order; the headers in response_headers_to_add. NULL if a is full. */
+ * the statuses in order; the headers in response_headers_to_add. NULL if a is full. The
+ * daemon answers with rls_response_encode() (below); this, packed by protobuf-c, is what the
+ * tests hold it to. */
 RlsResponse *rls_response_build(RlsArena *a, const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh);
 size_t rls_response_size(const RlsResponse *r);
 /* Writes it at out (rls_response_size() bytes). */
