@@ -3,16 +3,20 @@
 # Envoy's ShouldRateLimit over gRPC (issue #34) beside the line protocol's HIT, in one run:
 #
 #   bench/run-bench-grpc.sh [--runs N] [--duration SEC] [--divvyd PATH] [--benchmark PATH]
+#                           [--load PATH]
 #
 # One divvyd (bench/divvyd-bench-grpc.ini), its line protocol and its gRPC listener on
 # 127.0.0.1, the same rule and the same counter behind both:
 #   - line HIT   divvy-benchmark -c 16 -P 16: HIT domain=bench ip=0
-#   - gRPC peak  h2load -c 16 -m 16 (16 HTTP/2 connections x 16 concurrent streams): the
-#                ShouldRateLimit of domain "bench" with one descriptor (ip, 0), gRPC-framed
-#   - gRPC p99   the same at half the peak's rate (h2load --rps, per connection), the
-#                latencies from h2load's --log-file (microseconds until the end of the
-#                response, trailers included)
+#   - gRPC peak  bench/grpc-load -c 16 -m 16 (16 HTTP/2 connections x 16 concurrent streams,
+#                closed loop): the ShouldRateLimit of domain "bench" with one descriptor
+#                (ip, 0), gRPC-framed; every answer checked (grpc-status 0, overall_code OK)
+#   - gRPC p99   grpc-load --rate at half the peak's rate (open loop: calls due on a fixed
+#                schedule spread over the 16 connections, latency from when each was due,
+#                until the stream's end, trailers included)
 #   - gRPC 1x1   one connection, one call at a time: the latency of a call alone
+#   - h2load     the peak again with h2load -c 16 -m 16, a cross-check of the client (when
+#                h2load is installed; one thread: its own CPU is the limit)
 #   - HTTP API   POST /v1/take {"pairs": {"domain": "bench", "ip": "0"}} on 16 keep-alive
 #                HTTP/1.1 connections (h2load --h1), when the daemon has --http-api (else the
 #                row says so)
@@ -21,16 +25,18 @@
 # allocates with malloc too: its share is whatever the line HIT's row does not show).
 # Each point runs SEC seconds (default 5) after 1 s of unmeasured load, runs times (default 3;
 # medians). Targets: gRPC req/s ÷ line HIT >= 0.5; p99 at half the peak <= 1 ms (Envoy's
-# default timeout is 20 ms). Before measuring, one call through nghttp checks that the answer
+# default timeout is 20 ms). Before measuring, one call through grpc-load checks that the answer
 # is a ShouldRateLimit response with grpc-status 0.
 #
-# Needs h2load and nghttp (Debian: nghttp2-client) and python3. Everything listens on
-# 127.0.0.1 on free ports and is stopped by pid at exit; every load run is bounded by timeout(1).
+# Needs python3; h2load (Debian: nghttp2-client) for the cross-check and HTTP API rows. Everything
+# listens on 127.0.0.1 on free ports and is stopped by pid at exit; every load run is bounded by
+# timeout(1).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 divvyd=$here/../src/divvyd
 bench=$here/divvy-benchmark
+load=$here/grpc-load
 rules=$here/divvyd-bench-grpc.ini
 runs=3
 duration=5
@@ -41,17 +47,18 @@ while [ $# -gt 0 ]; do
 	--duration) duration=$2; shift 2 ;;
 	--divvyd) divvyd=$2; shift 2 ;;
 	--benchmark) bench=$2; shift 2 ;;
-	-h | --help) sed -n '3,25p' "$0"; exit 0 ;;
+	--load) load=$2; shift 2 ;;
+	-h | --help) sed -n '3,33p' "$0"; exit 0 ;;
 	*) echo "run-bench-grpc.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
 
-for tool in h2load nghttp python3; do
-	if ! command -v $tool >/dev/null 2>&1; then
-		echo "run-bench-grpc.sh: $tool is needed (apt-get install nghttp2-client python3)" >&2
-		exit 1
-	fi
-done
+if ! command -v python3 >/dev/null 2>&1; then
+	echo "run-bench-grpc.sh: python3 is needed" >&2
+	exit 1
+fi
+h2load=""
+command -v h2load >/dev/null 2>&1 && h2load=h2load
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/divvyd-bench-grpc-XXXXXX")
 divvyd_pid=""
@@ -106,10 +113,10 @@ done
 
 url=http://127.0.0.1:$grpc_port/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 set -- -H 'content-type: application/grpc' -H 'te: trailers' --data="$tmp/request.grpc"
-if ! timeout 10 nghttp -v "$@" "$url" >"$tmp/nghttp.out" 2>&1 ||
-	! grep -q 'grpc-status: 0' "$tmp/nghttp.out"; then
-	echo "run-bench-grpc.sh: the check call did not end with grpc-status 0:" >&2
-	cat "$tmp/nghttp.out" "$tmp/divvyd.log" >&2
+if ! timeout 10 "$load" -n 1 -c 1 -m 1 "tcp:127.0.0.1:$grpc_port" >"$tmp/check.out" 2>&1 ||
+	! grep -q '^RESULT .* ok=1 over_limit=0 err=0 ' "$tmp/check.out"; then
+	echo "run-bench-grpc.sh: the check call did not end with grpc-status 0 and OK:" >&2
+	cat "$tmp/check.out" "$tmp/divvyd.log" >&2
 	exit 1
 fi
 
@@ -150,6 +157,26 @@ h2load_point() {
 	record "$name" "$rps" "$p50" "$p99" "$t0" "$t1"
 }
 
+# load_point NAME ARGS...: grpc-load for $duration s after 1 s of warm-up; appends
+# "NAME rps p50_us p99_us cpu_us_per_request busy%" (every answer checked: exit status 0)
+load_point() {
+	name=$1
+	shift
+	t0=$(cpu_ticks "$divvyd_pid")
+	if ! timeout "$limit" "$load" -q -t 1 -d "$duration" -w 1 "$@" "tcp:127.0.0.1:$grpc_port" \
+		>"$tmp/load.out" 2>&1; then
+		echo "run-bench-grpc.sh: grpc-load failed ($name):" >&2
+		cat "$tmp/load.out" >&2
+		exit 1
+	fi
+	t1=$(cpu_ticks "$divvyd_pid")
+	field() { sed -n 's/^RESULT .* '"$1"'=\([0-9.]*\).*/\1/p' "$tmp/load.out"; }
+	record "$name" "$(field rps)" "$(field p50_us)" "$(field p99_us)" "$t0" "$t1"
+	if [ "$(field missed)" != 0 ]; then
+		echo "             ($(field missed) calls due never started: the percentiles leave them out)"
+	fi
+}
+
 # record NAME RPS P50 P99 TICKS0 TICKS1: appends "NAME rps p50_us p99_us cpu_us_per_request
 # busy%" to the results and prints it; the CPU ticks cover the warm-up second too, at the
 # same rate
@@ -162,7 +189,7 @@ record() {
 }
 
 echo "gRPC (issue #34): 16 connections x 16 streams, $duration s per point, $runs run(s)"
-echo "divvyd:  $("$divvyd" --version | head -n 1); $(h2load --version | head -n 1)"
+echo "divvyd:  $("$divvyd" --version | head -n 1); client: grpc-load${h2load:+ (cross-check: $(h2load --version | head -n 1))}"
 echo "load:    average $(cut -d" " -f1-3 /proc/loadavg) at start"
 run=1
 while [ $run -le "$runs" ]; do
@@ -175,11 +202,12 @@ while [ $run -le "$runs" ]; do
 	p50=$(echo "$out" | sed -n 's/^RESULT .* p50_us=\([0-9.]*\).*/\1/p')
 	p99=$(echo "$out" | sed -n 's/^RESULT .* p99_us=\([0-9.]*\).*/\1/p')
 	record line-hit "$rps" "$p50" "$p99" "$t0" "$t1"
-	h2load_point grpc-peak -c 16 -m 16 "$@" "$url"
-	half=$(awk -v r="$(tail -n 1 "$tmp/results" | cut -d' ' -f2)" 'BEGIN { printf "%d", r / 2 / 16 }')
-	h2load_point grpc-half -c 16 -m 16 --rps="$half" "$@" "$url"
-	h2load_point grpc-1x1 -c 1 -m 1 "$@" "$url"
-	if [ -n "$http_api" ]; then
+	load_point grpc-peak -c 16 -m 16
+	half=$(awk -v r="$(tail -n 1 "$tmp/results" | cut -d' ' -f2)" 'BEGIN { printf "%d", r / 2 }')
+	load_point grpc-half -c 16 -m 16 --rate="$half"
+	load_point grpc-1x1 -c 1 -m 1
+	[ -z "$h2load" ] || h2load_point h2load-peak -c 16 -m 16 "$@" "$url"
+	if [ -n "$http_api" ] && [ -n "$h2load" ]; then
 		h2load_point http-api --h1 -c 16 -m 1 -H 'content-type: application/json' \
 			--data="$tmp/request.json" "http://127.0.0.1:$http_port/v1/take"
 	fi
@@ -211,7 +239,7 @@ fi
 if [ "$probes" != no ]; then
 	echo "allocations (perf probes on $libc's malloc, calloc, realloc):"
 	: >"$tmp/allocs"
-	allocs grpc h2load -c 16 -m 16 -n 100000 "$@" "$url"
+	allocs grpc "$load" -q -c 16 -m 16 -n 100000 "tcp:127.0.0.1:$grpc_port"
 	allocs line-hit "$bench" -q -c 16 -P 16 -n 100000 -k 1 -r 'HIT domain=bench ip=0' "tcp:127.0.0.1:$line_port"
 	if [ "$probes" = made ]; then
 		perf probe -q -d 'probe_libc:malloc' -d 'probe_libc:calloc' -d 'probe_libc:realloc' >/dev/null 2>&1 || true
@@ -244,18 +272,23 @@ printf '| line HIT, pipeline 16 | %.0f | %s | %s | %s | %s%% | |\n' "$lh" "$(med
 printf '| gRPC ShouldRateLimit, 16 streams | %.0f | %s | %s | %s (%s × line HIT) | %s%% | ÷ line HIT = %s, >= 0.5: %s |\n' \
 	"$gp" "$(median grpc-peak 3)" "$(median grpc-peak 4)" "$(median grpc-peak 5)" "$cpu_r" \
 	"$(median grpc-peak 6)" "$r" "$met_r"
-printf '| gRPC at half the peak (--rps) | %.0f | %s | %s | %s | %s%% | p99 <= 1000 us: %s |\n' \
+printf '| gRPC at half the peak (open loop, --rate) | %.0f | %s | %s | %s | %s%% | p99 <= 1000 us: %s |\n' \
 	"$gh" "$(median grpc-half 3)" "$p99h" "$(median grpc-half 5)" "$(median grpc-half 6)" "$met_p"
 printf '| gRPC, 1 connection, 1 call at a time | %.0f | %s | %s | %s | %s%% | |\n' \
 	"$(median grpc-1x1 2)" "$(median grpc-1x1 3)" "$(median grpc-1x1 4)" "$(median grpc-1x1 5)" "$(median grpc-1x1 6)"
+if [ -n "$h2load" ]; then
+	printf '| h2load -c 16 -m 16 (cross-check of the client) | %.0f | %s | %s | %s | %s%% | ÷ line HIT = %s |\n' \
+		"$(median h2load-peak 2)" "$(median h2load-peak 3)" "$(median h2load-peak 4)" \
+		"$(median h2load-peak 5)" "$(median h2load-peak 6)" "$(ratio "$(median h2load-peak 2)" "$lh")"
+fi
 if [ -s "$tmp/allocs" ]; then
 	printf '| allocation calls per request (malloc, calloc, realloc; 100,000 requests) | gRPC %s | line HIT %s | | | | |\n' \
 		"$(awk '$1 == "grpc" { print $2 }' "$tmp/allocs")" "$(awk '$1 == "line-hit" { print $2 }' "$tmp/allocs")"
 fi
-if [ -n "$http_api" ]; then
+if [ -n "$http_api" ] && [ -n "$h2load" ]; then
 	printf '| HTTP API POST /v1/take, 16 keep-alive connections | %.0f | %s | %s | %s | %s%% | ÷ line HIT = %s |\n' \
 		"$(median http-api 2)" "$(median http-api 3)" "$(median http-api 4)" "$(median http-api 5)" \
 		"$(median http-api 6)" "$(ratio "$(median http-api 2)" "$lh")"
 else
-	echo "| HTTP API, 16 keep-alive connections | - | - | - | - | - | not measured: this divvyd has no --http-api |"
+	echo "| HTTP API, 16 keep-alive connections | - | - | - | - | - | not measured: no --http-api in this divvyd, or no h2load |"
 fi

@@ -401,6 +401,124 @@ size_t rls_response_pack(const RlsResponse *r, uint8_t *out) {
         return envoy__service__ratelimit__v3__rate_limit_response__pack(r, out);
 }
 
+/* ---- RateLimitResponse written directly: the bytes protobuf-c's pack of rls_response_build()'s
+ * message writes (fields in number order, proto3's zero values left out), without building it ---- */
+
+/* Writes v as a varint at p (unless p is NULL); returns its size. */
+static size_t pb_varint(uint8_t *p, uint64_t v) {
+        size_t n = 0;
+
+        do {
+                uint8_t b = (uint8_t) (v & 0x7f);
+                v >>= 7;
+                if (p)
+                        p[n] = v ? (uint8_t) (b | 0x80) : b;
+                n++;
+        } while (v);
+        return n;
+}
+
+/* A varint field of value v (left out if 0). */
+static size_t pb_uint(uint8_t *p, unsigned field, uint64_t v) {
+        size_t n;
+
+        if (v == 0)
+                return 0;
+        n = pb_varint(p, (uint64_t) field << 3);
+        return n + pb_varint(p ? p + n : NULL, v);
+}
+
+/* A length-delimited field's key and length (its len bytes follow). */
+static size_t pb_len(uint8_t *p, unsigned field, size_t len) {
+        size_t n = pb_varint(p, (uint64_t) field << 3 | 2);
+
+        return n + pb_varint(p ? p + n : NULL, len);
+}
+
+/* A string field (left out if empty). */
+static size_t pb_string(uint8_t *p, unsigned field, const char *s) {
+        size_t len = s ? strlen(s) : 0, n;
+
+        if (len == 0)
+                return 0;
+        n = pb_len(p, field, len);
+        if (p)
+                memcpy(p + n, s, len);
+        return n + len;
+}
+
+#define PB_AT(p, n) ((p) ? (p) + (n) : NULL)
+
+/* A DescriptorStatus's fields (without its own key and length). */
+static size_t status_encode(uint8_t *p, const RlsStatus *s) {
+        size_t n = pb_uint(p, 1, s->over_limit ? 2 : 1), sub;
+
+        if (s->has_limit) {
+                const char *name = s->name ? s->name : "";
+                uint32_t unit = (uint32_t) rls_unit(s->window_seconds);
+
+                sub = pb_uint(NULL, 1, cut32(s->requests_per_unit)) + pb_uint(NULL, 2, unit) +
+                      pb_string(NULL, 3, name);
+                n += pb_len(PB_AT(p, n), 2, sub);
+                n += pb_uint(PB_AT(p, n), 1, cut32(s->requests_per_unit));
+                n += pb_uint(PB_AT(p, n), 2, unit);
+                n += pb_string(PB_AT(p, n), 3, name);
+        }
+        n += pb_uint(PB_AT(p, n), 3, cut32(s->remaining));
+        if (s->reset_seconds > 0) {
+                uint64_t secs = s->reset_seconds > INT64_MAX ? INT64_MAX : s->reset_seconds;
+
+                n += pb_len(PB_AT(p, n), 4, pb_uint(NULL, 1, secs));
+                n += pb_uint(PB_AT(p, n), 1, secs);
+        }
+        return n;
+}
+
+/* The whole response at p, or (p NULL) its size. */
+static size_t response_encode(uint8_t *p, const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh) {
+        bool over = false;
+        size_t len;
+
+        for (size_t i = 0; i < n; i++)
+                over = over || st[i].over_limit;
+        len = pb_uint(p, 1, over ? 2 : 1);
+        for (size_t i = 0; i < n; i++) {
+                size_t sub = status_encode(NULL, &st[i]);
+
+                len += pb_len(PB_AT(p, len), 2, sub);
+                len += p ? status_encode(p + len, &st[i]) : sub;
+        }
+        for (size_t i = 0; i < nh; i++) {
+                size_t sub = pb_string(NULL, 1, h[i].key) + pb_string(NULL, 2, h[i].value);
+
+                len += pb_len(PB_AT(p, len), 3, sub);
+                len += pb_string(PB_AT(p, len), 1, h[i].key);
+                len += pb_string(PB_AT(p, len), 2, h[i].value);
+        }
+        return len;
+}
+
+size_t rls_response_encoded_max(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh) {
+        /* a status: its key and length (11), code (2), current_limit's key and length (11),
+         * requests_per_unit (6), unit (2), name's key and length (11), limit_remaining (6),
+         * duration_until_reset (2 + 11): 62, and its name; a header: 33 and its strings */
+        size_t max = 2;
+
+        for (size_t i = 0; i < n; i++)
+                max += 64 + (st[i].name ? strlen(st[i].name) : 0);
+        for (size_t i = 0; i < nh; i++)
+                max += 40 + strlen(h[i].key) + strlen(h[i].value);
+        return max;
+}
+
+size_t rls_response_encoded_size(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh) {
+        return response_encode(NULL, st, n, h, nh);
+}
+
+size_t rls_response_encode(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh, uint8_t *out) {
+        return response_encode(out, st, n, h, nh);
+}
+
 size_t rls_health_response(bool serving, uint8_t *out) {
         Grpc__Health__V1__HealthCheckResponse m = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
 

@@ -130,11 +130,21 @@ size_t rls_ratelimit_headers(RlsArena *a, const RlsStatus *st, size_t n, RlsHead
 RlsUnit rls_unit(uint64_t window_seconds);
 
 /* Builds the response (its structs in a): overall_code OVER_LIMIT if a status is, else OK;
- * the statuses in order; the headers in response_headers_to_add. NULL if a is full. */
+ * the statuses in order; the headers in response_headers_to_add. NULL if a is full. The
+ * daemon answers with rls_response_encode() (below); this, packed by protobuf-c, is what the
+ * tests hold it to. */
 RlsResponse *rls_response_build(RlsArena *a, const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh);
 size_t rls_response_size(const RlsResponse *r);
 /* Writes it at out (rls_response_size() bytes). */
 size_t rls_response_pack(const RlsResponse *r, uint8_t *out);
+
+/* The same response's bytes, written directly (no message built, no allocation): what
+ * rls_response_pack() writes of rls_response_build()'s message. rls_response_encoded_size() is their
+ * number; rls_response_encode() writes them at out and returns it. */
+size_t rls_response_encoded_size(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh);
+/* At least rls_response_encoded_size(), cheaper to compute: what to reserve before encoding. */
+size_t rls_response_encoded_max(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh);
+size_t rls_response_encode(const RlsStatus *st, size_t n, const RlsHeader *h, size_t nh, uint8_t *out);
 
 /* grpc.health.v1: the HealthCheckResponse of a status (SERVING or NOT_SERVING), at out (at
  * least RLS_HEALTH_RESPONSE_MAX bytes). Returns its length. */

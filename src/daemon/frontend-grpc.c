@@ -184,6 +184,7 @@ struct GrpcConn {
         unsigned n_free, n_streams;
         unsigned n_incomplete; /* calls begun and not whole (--request-timeout applies) */
         Metrics *metrics;      /* the engine's (borrowed, NULL: none): every call's answer counted */
+        uint64_t recv_usec;    /* CLOCK_MONOTONIC: when the bytes being processed were taken */
 };
 
 static nghttp2_session_callbacks *grpc_callbacks;
@@ -223,7 +224,7 @@ static GrpcStream *stream_new(GrpcConn *g, int32_t id) {
         g->all = st;
         g->n_streams++;
         st->incomplete = true;
-        st->begin_usec = clock_usec(CLOCK_MONOTONIC);
+        st->begin_usec = g->recv_usec;
         g->n_incomplete++;
         return st;
 }
@@ -280,13 +281,20 @@ static void stream_release(GrpcConn *g, GrpcStream *st) {
         g->n_free++;
 }
 
+/* A header of constant strings: nghttp2 does not copy them. */
+#define NV_CONST(name, value)                                                                               \
+        {                                                                                                   \
+                (uint8_t *) (name), (uint8_t *) (value), sizeof(name) - 1, sizeof(value) - 1,               \
+                        NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE                        \
+        }
+static const nghttp2_nv grpc_ok_headers[] = { NV_CONST(":status", "200"),
+                                              NV_CONST("content-type", "application/grpc") };
+static const nghttp2_nv grpc_ok_trailer[] = { NV_CONST("grpc-status", "0") };
+
 static ssize_t grpc_read_body(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
                               uint32_t *data_flags, nghttp2_data_source *source, void *user_data) {
         GrpcStream *st = source->ptr;
         size_t n = st->resp_len - st->resp_pos;
-        const nghttp2_nv trailer[] = {
-                { (uint8_t *) "grpc-status", (uint8_t *) "0", 11, 1, NGHTTP2_NV_FLAG_NONE },
-        };
 
         if (n > length)
                 n = length;
@@ -294,7 +302,7 @@ static ssize_t grpc_read_body(nghttp2_session *session, int32_t stream_id, uint8
         st->resp_pos += n;
         if (st->resp_pos == st->resp_len) {
                 *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-                if (nghttp2_submit_trailer(session, stream_id, trailer, 1) != 0)
+                if (nghttp2_submit_trailer(session, stream_id, grpc_ok_trailer, 1) != 0)
                         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
         }
         return (ssize_t) n;
@@ -317,7 +325,6 @@ static void grpc_count(GrpcConn *g, const GrpcStream *st, GrpcStatus status) {
 
 /* Answers st with its message in st->resp and grpc-status 0. */
 static void grpc_respond_ok(GrpcConn *g, GrpcStream *st) {
-        const nghttp2_nv hdrs[] = { NV(":status", "200"), NV("content-type", "application/grpc") };
         nghttp2_data_provider prd = { .source.ptr = st, .read_callback = grpc_read_body };
         int r;
 
@@ -325,7 +332,7 @@ static void grpc_respond_ok(GrpcConn *g, GrpcStream *st) {
         st->answered = true;
         stream_complete(g, st);
         st->resp_pos = 0;
-        r = nghttp2_submit_response(g->session, st->id, hdrs, 2, &prd);
+        r = nghttp2_submit_response(g->session, st->id, grpc_ok_headers, 2, &prd);
         if (r != 0)
                 log_debug("Connection %" PRIu64 ": stream %" PRIi32 ": response not submitted: %s", g->c->id,
                           st->id, nghttp2_strerror(r));
@@ -407,7 +414,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         else if (name_is(name, namelen, "grpc-timeout")) {
                 uint64_t usec;
                 if (grpc_timeout_parse((const char *) value, valuelen, &usec) == 0)
-                        st->deadline_usec = clock_usec(CLOCK_MONOTONIC) + (usec ? usec : 1);
+                        st->deadline_usec = st->g->recv_usec + (usec ? usec : 1);
         }
         return 0;
 }
@@ -787,6 +794,7 @@ static void grpc_take(Batch *b, Connection *c) {
                 c->blocked = true; /* a peer that does not read: nothing more until it does */
                 return;
         }
+        now = g->recv_usec = clock_usec(CLOCK_MONOTONIC); /* one reading for every call in them */
         if (c->in_len > c->in_pos) {
                 ssize_t n = nghttp2_session_mem_recv(g->session, (const uint8_t *) c->in + c->in_pos,
                                                      c->in_len - c->in_pos);
@@ -797,7 +805,6 @@ static void grpc_take(Batch *b, Connection *c) {
                 }
                 connection_consume_input(c, c->in_len - c->in_pos);
         }
-        now = clock_usec(CLOCK_MONOTONIC);
         while (g->ready_head && taken < BATCH_LINES_PER_CONNECTION) {
                 GrpcStream *st = g->ready_head;
                 GrpcMessage m;
@@ -853,7 +860,6 @@ static void grpc_take(Batch *b, Connection *c) {
 static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
         RlsHeader headers[RLS_HEADERS_MAX];
         size_t nh = 0, len;
-        RlsResponse *resp;
 
         st->in_batch = false;
         if (st->closed) {
@@ -871,17 +877,13 @@ static void grpc_finish(Batch *b, GrpcConn *g, GrpcStream *st) {
         (void) rls_statuses_settle(st->st, st->hits, st->n_desc, st->group_denied);
         if (batch_settings(b)->grpc_ratelimit_headers)
                 nh = rls_ratelimit_headers(&g->arena, st->st, st->n_desc, headers);
-        resp = rls_response_build(&g->arena, st->st, st->n_desc, headers, nh);
-        if (!resp) {
-                grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-                return;
-        }
-        len = rls_response_size(resp);
+        len = rls_response_encoded_max(st->st, st->n_desc, headers, nh);
         if (stream_resp_reserve(st, GRPC_PREFIX_SIZE + len) < 0) {
                 grpc_respond_error(g, st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
                 return;
         }
-        (void) rls_response_pack(resp, st->resp + GRPC_PREFIX_SIZE);
+        len = rls_response_encode(st->st, st->n_desc, headers, nh, st->resp + GRPC_PREFIX_SIZE);
+        st->resp_len = GRPC_PREFIX_SIZE + len;
         grpc_prefix_write(st->resp, (uint32_t) len);
         grpc_respond_ok(g, st);
 }

@@ -390,6 +390,74 @@ START_TEST (test_response) {
 }
 END_TEST
 
+/* rls_response_encode() writes what protobuf-c's pack of rls_response_build()'s message writes,
+ * byte for byte: every combination of a status's fields (zeros left out, values cut, varints of
+ * 1 to 10 bytes), 0 to 3 statuses, with and without headers. */
+START_TEST (test_response_encode) {
+        static const uint64_t limits[] = { 0, 1, 127, 128, 16384, UINT32_MAX, 1ULL << 40 };
+        static const uint64_t windows[] = { 1, 60, 90, 86400, 365 * 86400 };
+        static const char *const names[] = { NULL, "", "k",
+                                             "a label of more than 127 bytes, for a length "
+                                             "of two bytes: .................................."
+                                             "................................................" };
+        static const uint64_t remainings[] = { 0, 1, 300, UINT32_MAX, 1ULL << 40 };
+        static const uint64_t resets[] = { 0, 1, 200, 1ULL << 40, UINT64_MAX };
+        const RlsHeader h[] = { { "RateLimit-Policy", "\"k\";q=10;w=60" }, { "RateLimit", "" } };
+        RlsStatus st[3];
+        size_t cases = 0;
+        uint8_t want[2048], got[2048];
+        RlsArena a;
+
+        rls_arena_init(&a, 1 << 20);
+        for (unsigned over = 0; over < 2; over++)
+                for (unsigned has = 0; has < 2; has++)
+                        for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++)
+                                for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++)
+                                        for (size_t nm = 0; nm < sizeof names / sizeof names[0]; nm++)
+                                                for (size_t r = 0;
+                                                     r < sizeof remainings / sizeof remainings[0]; r++)
+                                                        for (size_t z = 0;
+                                                             z < sizeof resets / sizeof resets[0]; z++) {
+                                                                RlsStatus s = { .over_limit = over,
+                                                                                .has_limit = has,
+                                                                                .requests_per_unit =
+                                                                                        limits[l],
+                                                                                .window_seconds = windows[w],
+                                                                                .name = names[nm],
+                                                                                .remaining = remainings[r],
+                                                                                .reset_seconds = resets[z] };
+                                                                size_t n = cases % 4, nh = (cases / 4) % 3;
+                                                                RlsResponse *resp;
+                                                                size_t len;
+
+                                                                for (size_t i = 0; i < 3; i++) {
+                                                                        st[i] = s;
+                                                                        st[i].over_limit =
+                                                                                i == 1 ? !over : over;
+                                                                }
+                                                                rls_arena_reset(&a);
+                                                                resp = rls_response_build(&a, st, n, h, nh);
+                                                                ck_assert_ptr_nonnull(resp);
+                                                                len = rls_response_size(resp);
+                                                                ck_assert_uint_le(len, sizeof want);
+                                                                ck_assert_uint_eq(
+                                                                        rls_response_pack(resp, want), len);
+                                                                ck_assert_uint_eq(rls_response_encoded_size(
+                                                                                          st, n, h, nh),
+                                                                                  len);
+                                                                memset(got, 0xa5, sizeof got);
+                                                                ck_assert_uint_eq(rls_response_encode(
+                                                                                          st, n, h, nh, got),
+                                                                                  len);
+                                                                ck_assert_mem_eq(got, want, len);
+                                                                ck_assert_uint_eq(got[len], 0xa5);
+                                                                cases++;
+                                                        }
+        ck_assert_uint_eq(cases, 2 * 2 * 7 * 5 * 4 * 5 * 5);
+        rls_arena_done(&a);
+}
+END_TEST
+
 static const struct {
         const char *name;
         bool peeked;
@@ -541,6 +609,7 @@ int main(void) {
         tcase_add_test(tc, test_arena);
         tcase_add_loop_test(tc, test_unit, 0, sizeof unit_cases / sizeof unit_cases[0]);
         tcase_add_test(tc, test_response);
+        tcase_add_test(tc, test_response_encode);
         tcase_add_test(tc, test_health);
         tcase_add_loop_test(tc, test_settle, 0, sizeof settle_cases / sizeof settle_cases[0]);
         tcase_add_test(tc, test_binding_and_headers);

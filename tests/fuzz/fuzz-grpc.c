@@ -20,7 +20,7 @@
 static void check_descriptors(RlsArena *a, RlsRequest *r) {
         static RlsStatus st[RLS_DESCRIPTORS_MAX];
         static RlsHits all_hits[RLS_DESCRIPTORS_MAX];
-        static uint8_t out[1 << 20];
+        static uint8_t out[1 << 20], direct[1 << 20];
         size_t n = rls_request_descriptors(r), len;
         RlsHeader h[RLS_HEADERS_MAX];
         size_t nh;
@@ -71,6 +71,11 @@ static void check_descriptors(RlsArena *a, RlsRequest *r) {
         len = rls_response_size(resp);
         fuzz_check(len <= sizeof out);
         fuzz_check(rls_response_pack(resp, out) == len);
+        /* the direct encoder the daemon answers with writes the same bytes */
+        fuzz_check(rls_response_encoded_size(st, n, h, nh) == len);
+        fuzz_check(rls_response_encoded_max(st, n, h, nh) >= len);
+        fuzz_check(len <= sizeof direct && rls_response_encode(st, n, h, nh, direct) == len);
+        fuzz_check(memcmp(direct, out, len) == 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
