@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "load-common.h"
 #include "shared/clock.h" /* header only: this program links nothing of divvyd */
 
 #define NSEC_PER_MSEC 1000000ULL
@@ -66,11 +67,6 @@
 #define EPOLL_TIMEOUT_MSEC 100 /* ms: how often a thread looks at the phase when idle */
 #define EVENTS_MAX         256
 
-/* Histogram: 128 linear sub-buckets per power of two of nanoseconds (< 0.8% error). */
-#define HIST_SUB_BITS 7
-#define HIST_SUB      (1u << HIST_SUB_BITS)
-#define HIST_BUCKETS  ((64u - HIST_SUB_BITS + 1u) * HIST_SUB)
-
 #define DEFAULT_TEMPLATE       "HIT method=GET path=/bench ip={actor}"
 #define DEFAULT_REDIS_TEMPLATE "key{actor}"
 #define PLACEHOLDER            "{actor}"
@@ -83,10 +79,7 @@ typedef enum Phase {
 
 typedef struct Options {
         const char *address;
-        bool is_unix;
-        char host[256];
-        char port[16];
-        char path[sizeof(((struct sockaddr_un *) NULL)->sun_path)];
+        BenchAddress addr;
         unsigned connections;
         unsigned pipeline;
         unsigned threads;
@@ -115,8 +108,7 @@ typedef struct Stats {
         uint64_t conn_errors;
         uint64_t measured;      /* replies to requests sent in the measuring phase */
         uint64_t last_reply_ns; /* CLOCK_MONOTONIC of the last measured reply */
-        uint64_t max_ns;        /* largest measured latency */
-        uint64_t hist[HIST_BUCKETS];
+        BenchLatency latency;
 } Stats;
 
 typedef struct Conn {
@@ -168,7 +160,6 @@ static size_t tpl_lens[TEMPLATE_MAX];
 static size_t tpl_n;
 
 static _Atomic int phase = PHASE_WARMUP;
-static atomic_bool aborting = false;
 static uint64_t measure_start_ns;
 
 static uint64_t xorshift(uint64_t *x) {
@@ -176,48 +167,6 @@ static uint64_t xorshift(uint64_t *x) {
         *x ^= *x >> 7;
         *x ^= *x << 17;
         return *x;
-}
-
-static unsigned hist_index(uint64_t v) {
-        unsigned e;
-
-        if (v < HIST_SUB)
-                return (unsigned) v;
-        e = 63u - (unsigned) __builtin_clzll(v); /* >= HIST_SUB_BITS */
-        return (e - HIST_SUB_BITS + 1u) * HIST_SUB +
-               (unsigned) ((v >> (e - HIST_SUB_BITS)) & (HIST_SUB - 1u));
-}
-
-/* The middle of bucket i, in ns. */
-static double hist_value(unsigned i) {
-        unsigned shift;
-        uint64_t lo;
-
-        if (i < HIST_SUB)
-                return (double) i;
-        shift = i / HIST_SUB - 1u;
-        lo = (uint64_t) (HIST_SUB + i % HIST_SUB) << shift;
-        return (double) lo + (double) ((1ULL << shift) - 1ULL) / 2.0;
-}
-
-static double hist_percentile(const Stats *s, double q) {
-        uint64_t total = 0, target, seen = 0;
-
-        for (unsigned i = 0; i < HIST_BUCKETS; i++)
-                total += s->hist[i];
-        if (total == 0)
-                return 0.0;
-        target = (uint64_t) ceil(q * (double) total);
-        if (target < 1)
-                target = 1;
-        for (unsigned i = 0; i < HIST_BUCKETS; i++) {
-                seen += s->hist[i];
-                if (seen >= target) {
-                        double v = hist_value(i);
-                        return v > (double) s->max_ns ? (double) s->max_ns : v;
-                }
-        }
-        return (double) s->max_ns;
 }
 
 /* Writes the decimal digits of v at p; returns their number. */
@@ -372,7 +321,7 @@ static void conn_next_batch(Worker *w, Conn *c) {
         unsigned batch = opt.pipeline;
         int r;
 
-        if (p == PHASE_STOP || atomic_load_explicit(&aborting, memory_order_relaxed) ||
+        if (p == PHASE_STOP || atomic_load_explicit(&bench_aborting, memory_order_relaxed) ||
             (measured && c->quota == 0)) {
                 conn_close(w, c);
                 return;
@@ -416,9 +365,7 @@ static void count_reply(Worker *w, Conn *c, uint64_t t) {
                 uint64_t lat = t > c->batch_ns ? t - c->batch_ns : 0;
 
                 w->stats.measured++;
-                w->stats.hist[hist_index(lat)]++;
-                if (lat > w->stats.max_ns)
-                        w->stats.max_ns = lat;
+                bench_latency_add(&w->stats.latency, lat);
                 if (t > w->stats.last_reply_ns)
                         w->stats.last_reply_ns = t;
         }
@@ -711,7 +658,7 @@ static void *worker_run(void *userdata) {
                         if (errno == EINTR)
                                 continue;
                         fprintf(stderr, "divvy-benchmark: epoll_wait: %m\n");
-                        atomic_store(&aborting, true);
+                        atomic_store(&bench_aborting, true);
                         break;
                 }
                 t = clock_nsec(CLOCK_MONOTONIC);
@@ -732,45 +679,17 @@ static void *worker_run(void *userdata) {
                 }
                 if (w->stats.ok_true + w->stats.ok_false + w->stats.err + w->stats.malformed != before)
                         last_progress = t;
-                else if (t - last_progress > STALL_NSEC || atomic_load(&aborting)) {
+                else if (t - last_progress > STALL_NSEC || atomic_load(&bench_aborting)) {
                         for (unsigned i = 0; i < w->n_conns; i++)
                                 if (w->conns[i].open)
                                         conn_fail(w, &w->conns[i],
-                                                  atomic_load(&aborting) ? "aborted"
-                                                                         : "no reply for 10 s, giving up",
+                                                  atomic_load(&bench_aborting)
+                                                          ? "aborted"
+                                                          : "no reply for 10 s, giving up",
                                                   0);
                 }
         }
         return NULL;
-}
-
-static int parse_address(const char *a) {
-        const char *colon;
-        size_t hl;
-
-        if (strncmp(a, "unix:", 5) == 0) {
-                if (strlen(a + 5) == 0 || strlen(a + 5) >= sizeof(opt.path))
-                        return -EINVAL;
-                strcpy(opt.path, a + 5);
-                opt.is_unix = true;
-                return 0;
-        }
-        if (strncmp(a, "tcp:", 4) == 0)
-                a += 4;
-        colon = strrchr(a, ':');
-        if (!colon || strlen(colon + 1) == 0 || strlen(colon + 1) >= sizeof(opt.port))
-                return -EINVAL;
-        hl = (size_t) (colon - a);
-        if (hl >= 2 && a[0] == '[' && a[hl - 1] == ']') {
-                a++;
-                hl -= 2;
-        }
-        if (hl == 0 || hl >= sizeof(opt.host))
-                return -EINVAL;
-        memcpy(opt.host, a, hl);
-        opt.host[hl] = 0;
-        strcpy(opt.port, colon + 1);
-        return 0;
 }
 
 /* The end of the RESP value at b[pos..len): its offset past the last "\r\n", 0 if incomplete,
@@ -838,41 +757,9 @@ static int hello3(int fd) {
 }
 
 static int connect_one(void) {
-        int fd, one = 1;
+        int fd = bench_connect(&opt.addr);
 
-        if (opt.is_unix) {
-                struct sockaddr_un sa = { .sun_family = AF_UNIX };
-
-                strcpy(sa.sun_path, opt.path);
-                fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                if (fd < 0)
-                        return -errno;
-                if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
-                        int r = -errno;
-                        close(fd);
-                        return r;
-                }
-        } else {
-                struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
-                int r = getaddrinfo(opt.host, opt.port, &hints, &ai);
-
-                if (r != 0)
-                        return -EADDRNOTAVAIL;
-                fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                if (fd < 0) {
-                        freeaddrinfo(ai);
-                        return -errno;
-                }
-                if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-                        r = -errno;
-                        freeaddrinfo(ai);
-                        close(fd);
-                        return r;
-                }
-                freeaddrinfo(ai);
-                (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        }
-        if (opt.resp3) {
+        if (fd >= 0 && opt.resp3) {
                 int r = hello3(fd);
                 if (r < 0) {
                         close(fd);
@@ -880,12 +767,7 @@ static int connect_one(void) {
                 }
         }
         /* non-blocking only after connect() (and HELLO 3): blocking keeps this simple */
-        if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
-                int r = -errno;
-                close(fd);
-                return r;
-        }
-        return fd;
+        return bench_set_nonblock(fd);
 }
 
 static void help(void) {
@@ -922,46 +804,6 @@ static void help(void) {
                "Exit status: 0 if every reply was OK true/OK false (redis: any reply but an error;\n"
                "one holding RESP3's false, #f, counts as OK false), 1 on any ERR,\n"
                "malformed reply or lost connection, 2 on a usage error.\n");
-}
-
-static int parse_count(const char *s, uint64_t *ret) {
-        char *end;
-        unsigned long long v;
-        uint64_t mult = 1;
-
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno != 0 || end == s || s[0] == '-')
-                return -EINVAL;
-        if (*end == 'k' || *end == 'K')
-                mult = 1000, end++;
-        else if (*end == 'm' || *end == 'M')
-                mult = 1000000, end++;
-        if (*end != 0 || v > UINT64_MAX / mult)
-                return -EINVAL;
-        *ret = v * mult;
-        return 0;
-}
-
-static int parse_seconds(const char *s, uint64_t *ret) {
-        char *end;
-        double v;
-
-        errno = 0;
-        v = strtod(s, &end);
-        if (errno != 0 || end == s || *end != 0 || !(v >= 0.0) || v > 1e6)
-                return -EINVAL;
-        *ret = (uint64_t) (v * (double) NSEC_PER_SEC);
-        return 0;
-}
-
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret) {
-        uint64_t v;
-
-        if (parse_count(s, &v) < 0 || v < lo || v > hi)
-                return -EINVAL;
-        *ret = (unsigned) v;
-        return 0;
 }
 
 static int split_template(const char *t) {
@@ -1019,28 +861,28 @@ static int parse_argv(int argc, char **argv) {
                         opt.address = optarg;
                         break;
                 case 'c':
-                        r = parse_uint(optarg, 1, CONNECTIONS_MAX, &opt.connections);
+                        r = bench_parse_uint(optarg, true, 1, CONNECTIONS_MAX, &opt.connections);
                         break;
                 case 'P':
-                        r = parse_uint(optarg, 1, PIPELINE_MAX, &opt.pipeline);
+                        r = bench_parse_uint(optarg, true, 1, PIPELINE_MAX, &opt.pipeline);
                         break;
                 case 'n':
-                        r = parse_count(optarg, &opt.requests);
+                        r = bench_parse_count(optarg, true, &opt.requests);
                         if (r >= 0 && opt.requests == 0)
                                 r = -EINVAL;
                         break;
                 case 'd':
-                        r = parse_seconds(optarg, &opt.duration_ns);
+                        r = bench_parse_seconds(optarg, 1e6, &opt.duration_ns);
                         if (r >= 0 && opt.duration_ns == 0)
                                 r = -EINVAL;
                         have_duration = true;
                         break;
                 case 'w':
-                        r = parse_seconds(optarg, &opt.warmup_ns);
+                        r = bench_parse_seconds(optarg, 1e6, &opt.warmup_ns);
                         have_warmup = true;
                         break;
                 case 'k':
-                        r = parse_count(optarg, &opt.actors);
+                        r = bench_parse_count(optarg, true, &opt.actors);
                         if (r >= 0 && opt.actors == 0)
                                 r = -EINVAL;
                         break;
@@ -1063,13 +905,13 @@ static int parse_argv(int argc, char **argv) {
                         opt.ipv4 = true;
                         break;
                 case 't':
-                        r = parse_uint(optarg, 1, THREADS_MAX, &opt.threads);
+                        r = bench_parse_uint(optarg, true, 1, THREADS_MAX, &opt.threads);
                         break;
                 case ARG_LABEL:
                         opt.label = optarg;
                         break;
                 case ARG_SEED:
-                        r = parse_count(optarg, &opt.seed);
+                        r = bench_parse_count(optarg, true, &opt.seed);
                         break;
                 case 'q':
                         opt.quiet = true;
@@ -1095,7 +937,7 @@ static int parse_argv(int argc, char **argv) {
         }
         if (!opt.address)
                 opt.address = opt.redis ? "tcp:127.0.0.1:6379" : "tcp:127.0.0.1:8321";
-        if (parse_address(opt.address) < 0) {
+        if (bench_parse_address(opt.address, &opt.addr) < 0) {
                 fprintf(stderr, "divvy-benchmark: invalid address '%s'\n", opt.address);
                 return -EINVAL;
         }
@@ -1168,23 +1010,7 @@ static void merge(Stats *into, const Stats *s) {
         into->measured += s->measured;
         if (s->last_reply_ns > into->last_reply_ns)
                 into->last_reply_ns = s->last_reply_ns;
-        if (s->max_ns > into->max_ns)
-                into->max_ns = s->max_ns;
-        for (unsigned i = 0; i < HIST_BUCKETS; i++)
-                into->hist[i] += s->hist[i];
-}
-
-static void sleep_ns(uint64_t ns) {
-        struct timespec ts = { .tv_sec = (time_t) (ns / NSEC_PER_SEC),
-                               .tv_nsec = (long) (ns % NSEC_PER_SEC) };
-
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-                ;
-}
-
-static void on_signal(int sig) {
-        (void) sig;
-        atomic_store(&aborting, true);
+        bench_latency_merge(&into->latency, &s->latency);
 }
 
 int main(int argc, char **argv) {
@@ -1192,16 +1018,14 @@ int main(int argc, char **argv) {
         Worker *workers = NULL;
         Conn *conns = NULL;
         char *outbufs = NULL;
-        double secs, rps, p50, p90, p99, p999;
+        BenchSummary sum;
         unsigned started = 0;
         int ret = EXIT_FAILURE;
 
         if (parse_argv(argc, argv) < 0)
                 return 2;
 
-        signal(SIGPIPE, SIG_IGN);
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
+        bench_signals();
 
         workers = calloc(opt.threads, sizeof(Worker));
         conns = calloc(opt.connections, sizeof(Conn));
@@ -1260,17 +1084,17 @@ int main(int argc, char **argv) {
                 int r = pthread_create(&workers[started].thread, NULL, worker_run, &workers[started]);
                 if (r != 0) {
                         fprintf(stderr, "divvy-benchmark: pthread_create: %s\n", strerror(r));
-                        atomic_store(&aborting, true);
+                        atomic_store(&bench_aborting, true);
                         break;
                 }
         }
-        if (opt.warmup_ns > 0 && !atomic_load(&aborting)) {
-                sleep_ns(opt.warmup_ns);
+        if (opt.warmup_ns > 0 && !atomic_load(&bench_aborting)) {
+                bench_sleep_ns(opt.warmup_ns);
                 measure_start_ns = clock_nsec(CLOCK_MONOTONIC);
                 atomic_store(&phase, PHASE_MEASURE);
         }
-        if (opt.requests == 0 && !atomic_load(&aborting)) {
-                sleep_ns(opt.duration_ns);
+        if (opt.requests == 0 && !atomic_load(&bench_aborting)) {
+                bench_sleep_ns(opt.duration_ns);
                 atomic_store(&phase, PHASE_STOP);
         }
         for (unsigned i = 0; i < started; i++)
@@ -1281,43 +1105,32 @@ int main(int argc, char **argv) {
         for (unsigned i = 0; i < opt.threads; i++)
                 merge(&total, &workers[i].stats);
 
-        secs = total.last_reply_ns > measure_start_ns
-                       ? (double) (total.last_reply_ns - measure_start_ns) / 1e9
-                       : 0.0;
-        rps = secs > 0.0 ? (double) total.measured / secs : 0.0;
-        p50 = hist_percentile(&total, 0.50) / 1e3;
-        p90 = hist_percentile(&total, 0.90) / 1e3;
-        p99 = hist_percentile(&total, 0.99) / 1e3;
-        p999 = hist_percentile(&total, 0.999) / 1e3;
+        bench_summarize(&sum, &total.latency, total.measured, measure_start_ns, total.last_reply_ns);
 
         if (!opt.quiet) {
                 printf("%s at %s: %u connections, pipeline %u, %u thread%s, %" PRIu64 " actors%s\n",
                        opt.label, opt.address, opt.connections, opt.pipeline, opt.threads,
                        opt.threads == 1 ? "" : "s", opt.actors, opt.sequential ? " in order" : " at random");
                 printf("  throughput: %" PRIu64 " requests in %.3f s = %.0f requests/s\n", total.measured,
-                       secs, rps);
+                       sum.secs, sum.rps);
                 printf("  replies:    %s %" PRIu64 ", OK false %" PRIu64 ", ERR %" PRIu64
                        ", malformed %" PRIu64 ", lost connections %" PRIu64 "\n",
                        opt.redis ? "integer" : "OK true", total.ok_true, total.ok_false, total.err,
                        total.malformed, total.conn_errors);
-                printf("  latency:    p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n",
-                       p50, p90, p99, p999, (double) total.max_ns / 1e3);
+                bench_print_latency(&sum);
         }
         printf("RESULT label=%s target=%s address=%s connections=%u pipeline=%u threads=%u actors=%" PRIu64
                " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok_true=%" PRIu64 " ok_false=%" PRIu64
-               " err=%" PRIu64 " malformed=%" PRIu64 " lost=%" PRIu64
-               " p50_us=%.1f p90_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f resp=%d multi=%d\n",
+               " err=%" PRIu64 " malformed=%" PRIu64 " lost=%" PRIu64,
                opt.label, opt.redis ? "redis" : "divvy", opt.address, opt.connections, opt.pipeline,
-               opt.threads, opt.actors, total.measured, secs, rps, total.ok_true, total.ok_false, total.err,
-               total.malformed, total.conn_errors, p50, p90, p99, p999, (double) total.max_ns / 1e3,
-               !opt.redis  ? 0
-               : opt.resp3 ? 3
-                           : 2,
-               opt.multi);
+               opt.threads, opt.actors, total.measured, sum.secs, sum.rps, total.ok_true, total.ok_false,
+               total.err, total.malformed, total.conn_errors);
+        bench_print_result_latency(&sum);
+        printf(" resp=%d multi=%d\n", !opt.redis ? 0 : opt.resp3 ? 3 : 2, opt.multi);
         fflush(stdout);
 
         if (total.err == 0 && total.malformed == 0 && total.conn_errors == 0 && total.measured > 0 &&
-            !atomic_load(&aborting))
+            !atomic_load(&bench_aborting))
                 ret = EXIT_SUCCESS;
 finish:
         if (conns)

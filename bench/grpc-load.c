@@ -49,6 +49,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include "load-common.h"
 #include "shared/clock.h" /* header only: this program links nothing of divvyd */
 
 #define CONNECTIONS_MAX 10000
@@ -66,10 +67,6 @@
 #define EPOLL_TIMEOUT_MSEC 100
 #define EVENTS_MAX         256
 
-#define HIST_SUB_BITS 7
-#define HIST_SUB      (1u << HIST_SUB_BITS)
-#define HIST_BUCKETS  ((64u - HIST_SUB_BITS + 1u) * HIST_SUB)
-
 #define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 typedef enum Phase {
@@ -80,10 +77,7 @@ typedef enum Phase {
 
 typedef struct Options {
         const char *address;
-        bool is_unix;
-        char host[256];
-        char port[16];
-        char path[sizeof(((struct sockaddr_un *) NULL)->sun_path)];
+        BenchAddress addr;
         unsigned connections;
         unsigned streams;
         unsigned threads;
@@ -105,8 +99,7 @@ typedef struct Stats {
         uint64_t late;          /* measured calls started after they were due (open loop) */
         uint64_t missed;        /* open loop: measured calls due before the end, never started */
         uint64_t last_reply_ns; /* CLOCK_MONOTONIC of the last measured answer */
-        uint64_t max_ns;
-        uint64_t hist[HIST_BUCKETS];
+        BenchLatency latency;
 } Stats;
 
 typedef struct Conn Conn;
@@ -165,7 +158,6 @@ static Options opt = {
 static uint8_t request[REQUEST_MAX];
 static size_t request_len;
 static _Atomic int phase = PHASE_WARMUP;
-static atomic_bool aborting = false;
 static uint64_t measure_start_ns;
 static uint64_t schedule_start_ns; /* open loop: when call 0 is due */
 static _Atomic uint64_t stop_ns;   /* when the measuring ended (-d) */
@@ -185,47 +177,6 @@ static const nghttp2_nv request_headers[] = {
         NVS("te", "trailers"),
 #undef NVS
 };
-
-static unsigned hist_index(uint64_t v) {
-        unsigned e;
-
-        if (v < HIST_SUB)
-                return (unsigned) v;
-        e = 63u - (unsigned) __builtin_clzll(v);
-        return (e - HIST_SUB_BITS + 1u) * HIST_SUB +
-               (unsigned) ((v >> (e - HIST_SUB_BITS)) & (HIST_SUB - 1u));
-}
-
-static double hist_value(unsigned i) {
-        unsigned shift;
-        uint64_t lo;
-
-        if (i < HIST_SUB)
-                return (double) i;
-        shift = i / HIST_SUB - 1u;
-        lo = (uint64_t) (HIST_SUB + i % HIST_SUB) << shift;
-        return (double) lo + (double) ((1ULL << shift) - 1ULL) / 2.0;
-}
-
-static double hist_percentile(const Stats *s, double q) {
-        uint64_t total = 0, target, seen = 0;
-
-        for (unsigned i = 0; i < HIST_BUCKETS; i++)
-                total += s->hist[i];
-        if (total == 0)
-                return 0.0;
-        target = (uint64_t) ceil(q * (double) total);
-        if (target < 1)
-                target = 1;
-        for (unsigned i = 0; i < HIST_BUCKETS; i++) {
-                seen += s->hist[i];
-                if (seen >= target) {
-                        double v = hist_value(i);
-                        return v > (double) s->max_ns ? (double) s->max_ns : v;
-                }
-        }
-        return (double) s->max_ns;
-}
 
 /* A length-delimited protobuf field (payload < 128 bytes) at p; returns its size. */
 static size_t put_field(uint8_t *p, unsigned field, const uint8_t *payload, size_t len) {
@@ -301,7 +252,7 @@ static bool call_start(Conn *c, uint64_t start_ns, bool measured) {
 static void closed_next(Conn *c) {
         int ph = atomic_load(&phase);
 
-        if (ph == PHASE_STOP || atomic_load(&aborting))
+        if (ph == PHASE_STOP || atomic_load(&bench_aborting))
                 return;
         if (ph == PHASE_MEASURE) {
                 if (c->quota == 0)
@@ -323,7 +274,7 @@ static uint64_t open_starts(Conn *c, uint64_t now) {
                 int ph = atomic_load(&phase);
                 bool measured = due >= measure_start_ns && measure_start_ns != 0;
 
-                if (ph == PHASE_STOP || atomic_load(&aborting) || !c->open)
+                if (ph == PHASE_STOP || atomic_load(&bench_aborting) || !c->open)
                         return UINT64_MAX;
                 if (due > now)
                         return due;
@@ -374,9 +325,7 @@ static void call_end(Conn *c, Call *call, uint32_t error_code) {
                 w->stats.err += !ok && !over;
                 w->stats.measured++;
                 w->stats.last_reply_ns = t;
-                if (ns > w->stats.max_ns)
-                        w->stats.max_ns = ns;
-                w->stats.hist[hist_index(ns)]++;
+                bench_latency_add(&w->stats.latency, ns);
         } else if (!ok && !over)
                 w->stats.err++;
         call->used = false;
@@ -457,7 +406,7 @@ static void conn_fail(Worker *w, Conn *c, const char *what, int error) {
                 return;
         w->stats.conn_errors++;
         w->stats.err += c->active;
-        if (!atomic_load(&aborting) || error)
+        if (!atomic_load(&bench_aborting) || error)
                 fprintf(stderr, "grpc-load: connection %u: %s%s%s\n", c->index, what, error ? ": " : "",
                         error ? strerror(error) : "");
         conn_close(w, c);
@@ -575,7 +524,7 @@ static void *worker_run(void *userdata) {
                 }
                 if (open == 0)
                         break;
-                if (active == 0 && (atomic_load(&phase) == PHASE_STOP || atomic_load(&aborting) ||
+                if (active == 0 && (atomic_load(&phase) == PHASE_STOP || atomic_load(&bench_aborting) ||
                                     (atomic_load(&phase) == PHASE_MEASURE && quota == 0)))
                         break; /* the run is over, or -n calls were made */
                 n = epoll_wait(w->epfd, evs, EVENTS_MAX, EPOLL_TIMEOUT_MSEC);
@@ -583,7 +532,7 @@ static void *worker_run(void *userdata) {
                         if (errno == EINTR)
                                 continue;
                         fprintf(stderr, "grpc-load: epoll_wait: %m\n");
-                        atomic_store(&aborting, true);
+                        atomic_store(&bench_aborting, true);
                         break;
                 }
                 for (int i = 0; i < n; i++) {
@@ -622,11 +571,11 @@ static void *worker_run(void *userdata) {
                 t = clock_nsec(CLOCK_MONOTONIC);
                 if (w->stats.measured + w->stats.err != before || active == 0)
                         last_progress = t;
-                else if (t - last_progress > STALL_NSEC || atomic_load(&aborting)) {
+                else if (t - last_progress > STALL_NSEC || atomic_load(&bench_aborting)) {
                         for (unsigned i = 0; i < w->n_conns; i++)
                                 conn_fail(w, &w->conns[i],
-                                          atomic_load(&aborting) ? "aborted"
-                                                                 : "no answer for 10 s, giving up",
+                                          atomic_load(&bench_aborting) ? "aborted"
+                                                                       : "no answer for 10 s, giving up",
                                           0);
                 }
         }
@@ -644,76 +593,8 @@ static void *worker_run(void *userdata) {
         return NULL;
 }
 
-static int parse_address(const char *a) {
-        const char *colon;
-        size_t hl;
-
-        if (strncmp(a, "unix:", 5) == 0) {
-                if (strlen(a + 5) == 0 || strlen(a + 5) >= sizeof(opt.path))
-                        return -EINVAL;
-                strcpy(opt.path, a + 5);
-                opt.is_unix = true;
-                return 0;
-        }
-        if (strncmp(a, "tcp:", 4) == 0)
-                a += 4;
-        colon = strrchr(a, ':');
-        if (!colon || colon == a || strlen(colon + 1) == 0 || strlen(colon + 1) >= sizeof(opt.port))
-                return -EINVAL;
-        hl = (size_t) (colon - a);
-        if (a[0] == '[' && hl >= 2 && a[hl - 1] == ']') {
-                a++;
-                hl -= 2;
-        }
-        if (hl >= sizeof(opt.host))
-                return -EINVAL;
-        memcpy(opt.host, a, hl);
-        opt.host[hl] = '\0';
-        strcpy(opt.port, colon + 1);
-        return 0;
-}
-
 static int connect_one(void) {
-        int fd, one = 1;
-
-        if (opt.is_unix) {
-                struct sockaddr_un sa = { .sun_family = AF_UNIX };
-
-                strcpy(sa.sun_path, opt.path);
-                fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                if (fd < 0)
-                        return -errno;
-                if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
-                        int r = -errno;
-                        close(fd);
-                        return r;
-                }
-        } else {
-                struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
-                int r = getaddrinfo(opt.host, opt.port, &hints, &ai);
-
-                if (r != 0)
-                        return -EADDRNOTAVAIL;
-                fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                if (fd < 0) {
-                        freeaddrinfo(ai);
-                        return -errno;
-                }
-                if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-                        r = -errno;
-                        freeaddrinfo(ai);
-                        close(fd);
-                        return r;
-                }
-                freeaddrinfo(ai);
-                (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        }
-        if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
-                int r = -errno;
-                close(fd);
-                return r;
-        }
-        return fd;
+        return bench_set_nonblock(bench_connect(&opt.addr));
 }
 
 /* c's HTTP/2 session: our SETTINGS (no push, large windows), its calls. */
@@ -772,46 +653,6 @@ static void help(void) {
                "a usage error.\n");
 }
 
-static int parse_count(const char *s, uint64_t *ret) {
-        char *end;
-        unsigned long long v;
-        uint64_t mult = 1;
-
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno || end == s || s[0] == '-')
-                return -EINVAL;
-        if (*end == 'k')
-                mult = 1000, end++;
-        else if (*end == 'M')
-                mult = 1000000, end++;
-        if (*end || v > UINT64_MAX / mult)
-                return -EINVAL;
-        *ret = v * mult;
-        return 0;
-}
-
-static int parse_seconds(const char *s, uint64_t *ret) {
-        char *end;
-        double v;
-
-        errno = 0;
-        v = strtod(s, &end);
-        if (errno || end == s || *end || !(v >= 0.0) || v > 86400.0)
-                return -EINVAL;
-        *ret = (uint64_t) (v * 1e9);
-        return 0;
-}
-
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret) {
-        uint64_t v;
-
-        if (parse_count(s, &v) < 0 || v < lo || v > hi)
-                return -EINVAL;
-        *ret = (unsigned) v;
-        return 0;
-}
-
 static int parse_text(const char *s, const char **ret) {
         if (strlen(s) > TEXT_MAX)
                 return -EINVAL;
@@ -849,23 +690,23 @@ static int parse_argv(int argc, char **argv) {
                         opt.address = optarg;
                         break;
                 case 'c':
-                        r = parse_uint(optarg, 1, CONNECTIONS_MAX, &opt.connections);
+                        r = bench_parse_uint(optarg, false, 1, CONNECTIONS_MAX, &opt.connections);
                         break;
                 case 'm':
-                        r = parse_uint(optarg, 1, STREAMS_MAX, &opt.streams);
+                        r = bench_parse_uint(optarg, false, 1, STREAMS_MAX, &opt.streams);
                         break;
                 case 'n':
-                        r = parse_count(optarg, &opt.requests);
+                        r = bench_parse_count(optarg, false, &opt.requests);
                         r = r < 0 || opt.requests == 0 ? -EINVAL : 0;
                         have_n = true;
                         break;
                 case 'd':
-                        r = parse_seconds(optarg, &opt.duration_ns);
+                        r = bench_parse_seconds(optarg, 86400.0, &opt.duration_ns);
                         r = r < 0 || opt.duration_ns == 0 ? -EINVAL : 0;
                         have_d = true;
                         break;
                 case 'w':
-                        r = parse_seconds(optarg, &opt.warmup_ns);
+                        r = bench_parse_seconds(optarg, 86400.0, &opt.warmup_ns);
                         have_w = true;
                         break;
                 case 'R':
@@ -875,7 +716,7 @@ static int parse_argv(int argc, char **argv) {
                                                                                                    : 0;
                         break;
                 case 't':
-                        r = parse_uint(optarg, 1, THREADS_MAX, &opt.threads);
+                        r = bench_parse_uint(optarg, false, 1, THREADS_MAX, &opt.threads);
                         break;
                 case OPT_DOMAIN:
                         r = parse_text(optarg, &opt.domain);
@@ -919,7 +760,7 @@ static int parse_argv(int argc, char **argv) {
                 opt.warmup_ns = NSEC_PER_SEC;
         if (opt.threads > opt.connections)
                 opt.threads = opt.connections;
-        if (parse_address(opt.address) < 0) {
+        if (bench_parse_address(opt.address, &opt.addr) < 0) {
                 fprintf(stderr, "grpc-load: invalid address %s\n", opt.address);
                 return -EINVAL;
         }
@@ -936,30 +777,14 @@ static void merge(Stats *into, const Stats *s) {
         into->missed += s->missed;
         if (s->last_reply_ns > into->last_reply_ns)
                 into->last_reply_ns = s->last_reply_ns;
-        if (s->max_ns > into->max_ns)
-                into->max_ns = s->max_ns;
-        for (unsigned i = 0; i < HIST_BUCKETS; i++)
-                into->hist[i] += s->hist[i];
-}
-
-static void sleep_ns(uint64_t ns) {
-        struct timespec ts = { .tv_sec = (time_t) (ns / NSEC_PER_SEC),
-                               .tv_nsec = (long) (ns % NSEC_PER_SEC) };
-
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-                ;
-}
-
-static void on_signal(int sig) {
-        (void) sig;
-        atomic_store(&aborting, true);
+        bench_latency_merge(&into->latency, &s->latency);
 }
 
 int main(int argc, char **argv) {
         static Stats total;
         Worker *workers = NULL;
         Conn *conns = NULL;
-        double secs, rps, p50, p90, p99, p999;
+        BenchSummary sum;
         unsigned started = 0;
         int ret = EXIT_FAILURE;
 
@@ -967,9 +792,7 @@ int main(int argc, char **argv) {
                 return 2;
         build_request();
 
-        signal(SIGPIPE, SIG_IGN);
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
+        bench_signals();
 
         if (nghttp2_session_callbacks_new(&callbacks) != 0) {
                 fprintf(stderr, "grpc-load: out of memory\n");
@@ -1044,18 +867,18 @@ int main(int argc, char **argv) {
                 int r = pthread_create(&workers[started].thread, NULL, worker_run, &workers[started]);
                 if (r != 0) {
                         fprintf(stderr, "grpc-load: pthread_create: %s\n", strerror(r));
-                        atomic_store(&aborting, true);
+                        atomic_store(&bench_aborting, true);
                         break;
                 }
         }
-        if (opt.warmup_ns > 0 && !atomic_load(&aborting)) {
-                sleep_ns(opt.warmup_ns);
+        if (opt.warmup_ns > 0 && !atomic_load(&bench_aborting)) {
+                bench_sleep_ns(opt.warmup_ns);
                 if (opt.rate == 0.0)
                         measure_start_ns = clock_nsec(CLOCK_MONOTONIC);
                 atomic_store(&phase, PHASE_MEASURE);
         }
-        if (opt.requests == 0 && !atomic_load(&aborting)) {
-                sleep_ns(opt.duration_ns);
+        if (opt.requests == 0 && !atomic_load(&bench_aborting)) {
+                bench_sleep_ns(opt.duration_ns);
                 atomic_store(&stop_ns, clock_nsec(CLOCK_MONOTONIC));
                 atomic_store(&phase, PHASE_STOP);
         }
@@ -1067,14 +890,7 @@ int main(int argc, char **argv) {
         for (unsigned i = 0; i < opt.threads; i++)
                 merge(&total, &workers[i].stats);
 
-        secs = total.last_reply_ns > measure_start_ns
-                       ? (double) (total.last_reply_ns - measure_start_ns) / 1e9
-                       : 0.0;
-        rps = secs > 0.0 ? (double) total.measured / secs : 0.0;
-        p50 = hist_percentile(&total, 0.50) / 1e3;
-        p90 = hist_percentile(&total, 0.90) / 1e3;
-        p99 = hist_percentile(&total, 0.99) / 1e3;
-        p999 = hist_percentile(&total, 0.999) / 1e3;
+        bench_summarize(&sum, &total.latency, total.measured, measure_start_ns, total.last_reply_ns);
 
         if (!opt.quiet) {
                 printf("%s at %s: %u connections x %u streams, %u thread%s, %s\n", opt.label, opt.address,
@@ -1085,24 +901,24 @@ int main(int argc, char **argv) {
                                " started more than 1 ms late, %" PRIu64
                                " due but never started (their connection's streams were busy)\n",
                                opt.rate, total.late, total.missed);
-                printf("  throughput: %" PRIu64 " calls in %.3f s = %.0f calls/s\n", total.measured, secs,
-                       rps);
+                printf("  throughput: %" PRIu64 " calls in %.3f s = %.0f calls/s\n", total.measured,
+                       sum.secs, sum.rps);
                 printf("  answers:    OK %" PRIu64 ", OVER_LIMIT %" PRIu64 ", errors %" PRIu64
                        ", lost connections %" PRIu64 "\n",
                        total.ok, total.over_limit, total.err, total.conn_errors);
-                printf("  latency:    p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n",
-                       p50, p90, p99, p999, (double) total.max_ns / 1e3);
+                bench_print_latency(&sum);
         }
         printf("RESULT label=%s target=grpc address=%s connections=%u streams=%u threads=%u rate=%.0f"
                " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok=%" PRIu64 " over_limit=%" PRIu64
-               " err=%" PRIu64 " lost=%" PRIu64 " late=%" PRIu64 " missed=%" PRIu64
-               " p50_us=%.1f p90_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f\n",
+               " err=%" PRIu64 " lost=%" PRIu64 " late=%" PRIu64 " missed=%" PRIu64,
                opt.label, opt.address, opt.connections, opt.streams, opt.threads, opt.rate, total.measured,
-               secs, rps, total.ok, total.over_limit, total.err, total.conn_errors, total.late, total.missed,
-               p50, p90, p99, p999, (double) total.max_ns / 1e3);
+               sum.secs, sum.rps, total.ok, total.over_limit, total.err, total.conn_errors, total.late,
+               total.missed);
+        bench_print_result_latency(&sum);
+        printf("\n");
         fflush(stdout);
 
-        if (total.err == 0 && total.conn_errors == 0 && total.measured > 0 && !atomic_load(&aborting))
+        if (total.err == 0 && total.conn_errors == 0 && total.measured > 0 && !atomic_load(&bench_aborting))
                 ret = EXIT_SUCCESS;
 finish:
         if (conns)
