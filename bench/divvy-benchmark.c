@@ -71,12 +71,6 @@
 #define DEFAULT_REDIS_TEMPLATE "key{actor}"
 #define PLACEHOLDER            "{actor}"
 
-typedef enum Phase {
-        PHASE_WARMUP,
-        PHASE_MEASURE,
-        PHASE_STOP,
-} Phase;
-
 typedef struct Options {
         const char *address;
         BenchAddress addr;
@@ -158,9 +152,6 @@ static Options opt = {
 static const char *tpl_parts[TEMPLATE_MAX];
 static size_t tpl_lens[TEMPLATE_MAX];
 static size_t tpl_n;
-
-static _Atomic int phase = PHASE_WARMUP;
-static uint64_t measure_start_ns;
 
 static uint64_t xorshift(uint64_t *x) {
         *x ^= *x << 13;
@@ -316,7 +307,7 @@ static int conn_flush(Worker *w, Conn *c) {
 
 /* Starts the next batch, or closes the connection when it is done. */
 static void conn_next_batch(Worker *w, Conn *c) {
-        Phase p = atomic_load_explicit(&phase, memory_order_relaxed);
+        Phase p = atomic_load_explicit(&bench_phase, memory_order_relaxed);
         bool measured = p == PHASE_MEASURE;
         unsigned batch = opt.pipeline;
         int r;
@@ -1038,9 +1029,8 @@ int main(int argc, char **argv) {
                 workers[i].id = i;
                 workers[i].epfd = -1;
                 workers[i].rng = opt.seed * 0x9E3779B97F4A7C15ULL + i + 1;
-                workers[i].conns = conns + (uint64_t) opt.connections * i / opt.threads;
-                workers[i].n_conns = (unsigned) ((uint64_t) opt.connections * (i + 1) / opt.threads -
-                                                 (uint64_t) opt.connections * i / opt.threads);
+                workers[i].conns = conns + bench_share_start(opt.connections, opt.threads, i);
+                workers[i].n_conns = (unsigned) bench_share(opt.connections, opt.threads, i);
         }
         for (unsigned i = 0; i < opt.connections; i++) {
                 Conn *c = &conns[i];
@@ -1055,9 +1045,7 @@ int main(int argc, char **argv) {
                 c->index = i;
                 c->open = true;
                 c->out = outbufs + (size_t) i * (opt.pipeline * REQUEST_MAX + MULTI_OVERHEAD);
-                c->quota = UINT64_MAX;
-                if (opt.requests > 0)
-                        c->quota = opt.requests / opt.connections + (i < opt.requests % opt.connections);
+                c->quota = bench_quota(opt.requests, opt.connections, i);
         }
         for (unsigned i = 0; i < opt.threads; i++) {
                 Worker *w = &workers[i];
@@ -1068,44 +1056,23 @@ int main(int argc, char **argv) {
                         goto finish;
                 }
                 for (unsigned j = 0; j < w->n_conns; j++) {
-                        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &w->conns[j] };
-                        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->conns[j].fd, &ev) < 0) {
-                                fprintf(stderr, "divvy-benchmark: epoll_ctl: %m\n");
+                        int r = bench_epoll_add(w->epfd, w->conns[j].fd, &w->conns[j]);
+                        if (r < 0) {
+                                fprintf(stderr, "divvy-benchmark: epoll_ctl: %s\n", strerror(-r));
                                 goto finish;
                         }
                 }
         }
 
-        if (opt.warmup_ns == 0) {
-                measure_start_ns = clock_nsec(CLOCK_MONOTONIC);
-                atomic_store(&phase, PHASE_MEASURE);
-        }
-        for (; started < opt.threads; started++) {
-                int r = pthread_create(&workers[started].thread, NULL, worker_run, &workers[started]);
-                if (r != 0) {
-                        fprintf(stderr, "divvy-benchmark: pthread_create: %s\n", strerror(r));
-                        atomic_store(&bench_aborting, true);
-                        break;
-                }
-        }
-        if (opt.warmup_ns > 0 && !atomic_load(&bench_aborting)) {
-                bench_sleep_ns(opt.warmup_ns);
-                measure_start_ns = clock_nsec(CLOCK_MONOTONIC);
-                atomic_store(&phase, PHASE_MEASURE);
-        }
-        if (opt.requests == 0 && !atomic_load(&bench_aborting)) {
-                bench_sleep_ns(opt.duration_ns);
-                atomic_store(&phase, PHASE_STOP);
-        }
-        for (unsigned i = 0; i < started; i++)
-                pthread_join(workers[i].thread, NULL);
+        started = bench_run("divvy-benchmark", workers, opt.threads, sizeof(Worker),
+                            offsetof(Worker, thread), worker_run, opt.warmup_ns, opt.duration_ns, false);
         if (started < opt.threads)
                 goto finish;
 
         for (unsigned i = 0; i < opt.threads; i++)
                 merge(&total, &workers[i].stats);
 
-        bench_summarize(&sum, &total.latency, total.measured, measure_start_ns, total.last_reply_ns);
+        bench_summarize(&sum, &total.latency, total.measured, bench_measure_start_ns, total.last_reply_ns);
 
         if (!opt.quiet) {
                 printf("%s at %s: %u connections, pipeline %u, %u thread%s, %" PRIu64 " actors%s\n",

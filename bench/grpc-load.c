@@ -69,12 +69,6 @@
 
 #define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
-typedef enum Phase {
-        PHASE_WARMUP,
-        PHASE_MEASURE,
-        PHASE_STOP,
-} Phase;
-
 typedef struct Options {
         const char *address;
         BenchAddress addr;
@@ -157,10 +151,6 @@ static Options opt = {
 
 static uint8_t request[REQUEST_MAX];
 static size_t request_len;
-static _Atomic int phase = PHASE_WARMUP;
-static uint64_t measure_start_ns;
-static uint64_t schedule_start_ns; /* open loop: when call 0 is due */
-static _Atomic uint64_t stop_ns;   /* when the measuring ended (-d) */
 static nghttp2_session_callbacks *callbacks;
 
 static const nghttp2_nv request_headers[] = {
@@ -250,7 +240,7 @@ static bool call_start(Conn *c, uint64_t start_ns, bool measured) {
 
 /* The closed loop's next call on c, if the run goes on. */
 static void closed_next(Conn *c) {
-        int ph = atomic_load(&phase);
+        int ph = atomic_load(&bench_phase);
 
         if (ph == PHASE_STOP || atomic_load(&bench_aborting))
                 return;
@@ -264,15 +254,15 @@ static void closed_next(Conn *c) {
 
 /* The open loop: when call k of c (its index in the whole schedule) is due. */
 static uint64_t due_ns(uint64_t k) {
-        return schedule_start_ns + (uint64_t) ((double) k * 1e9 / opt.rate);
+        return bench_start_ns + (uint64_t) ((double) k * 1e9 / opt.rate);
 }
 
 /* Starts every call of c due by now (as streams free up); returns when its next is due. */
 static uint64_t open_starts(Conn *c, uint64_t now) {
         for (;;) {
                 uint64_t due = due_ns(c->next_k);
-                int ph = atomic_load(&phase);
-                bool measured = due >= measure_start_ns && measure_start_ns != 0;
+                int ph = atomic_load(&bench_phase);
+                bool measured = due >= bench_measure_start_ns && bench_measure_start_ns != 0;
 
                 if (ph == PHASE_STOP || atomic_load(&bench_aborting) || !c->open)
                         return UINT64_MAX;
@@ -460,7 +450,7 @@ static void conn_readable(Worker *w, Conn *c) {
                         return;
                 }
                 if (n == 0) {
-                        if (c->active > 0 || atomic_load(&phase) != PHASE_STOP)
+                        if (c->active > 0 || atomic_load(&bench_phase) != PHASE_STOP)
                                 conn_fail(w, c, "closed by the server", 0);
                         else
                                 conn_close(w, c);
@@ -524,8 +514,9 @@ static void *worker_run(void *userdata) {
                 }
                 if (open == 0)
                         break;
-                if (active == 0 && (atomic_load(&phase) == PHASE_STOP || atomic_load(&bench_aborting) ||
-                                    (atomic_load(&phase) == PHASE_MEASURE && quota == 0)))
+                if (active == 0 &&
+                    (atomic_load(&bench_phase) == PHASE_STOP || atomic_load(&bench_aborting) ||
+                     (atomic_load(&bench_phase) == PHASE_MEASURE && quota == 0)))
                         break; /* the run is over, or -n calls were made */
                 n = epoll_wait(w->epfd, evs, EVENTS_MAX, EPOLL_TIMEOUT_MSEC);
                 if (n < 0) {
@@ -579,14 +570,14 @@ static void *worker_run(void *userdata) {
                                           0);
                 }
         }
-        if (opt.rate != 0.0 && atomic_load(&stop_ns) != 0)
+        if (opt.rate != 0.0 && atomic_load(&bench_stop_ns) != 0)
                 for (unsigned i = 0; i < w->n_conns; i++) {
                         Conn *c = &w->conns[i];
 
                         /* the calls a server too slow kept from starting: not hidden */
-                        for (uint64_t due; (due = due_ns(c->next_k)) < atomic_load(&stop_ns);
+                        for (uint64_t due; (due = due_ns(c->next_k)) < atomic_load(&bench_stop_ns);
                              c->next_k += opt.connections)
-                                w->stats.missed += due >= measure_start_ns;
+                                w->stats.missed += due >= bench_measure_start_ns;
                 }
         for (unsigned i = 0; i < w->n_conns; i++)
                 conn_close(w, &w->conns[i]);
@@ -810,9 +801,8 @@ int main(int argc, char **argv) {
         }
         for (unsigned i = 0; i < opt.threads; i++) {
                 workers[i].epfd = workers[i].tfd = -1;
-                workers[i].conns = conns + (uint64_t) opt.connections * i / opt.threads;
-                workers[i].n_conns = (unsigned) ((uint64_t) opt.connections * (i + 1) / opt.threads -
-                                                 (uint64_t) opt.connections * i / opt.threads);
+                workers[i].conns = conns + bench_share_start(opt.connections, opt.threads, i);
+                workers[i].n_conns = (unsigned) bench_share(opt.connections, opt.threads, i);
         }
         for (unsigned i = 0; i < opt.threads; i++)
                 for (unsigned j = 0; j < workers[i].n_conns; j++)
@@ -829,9 +819,7 @@ int main(int argc, char **argv) {
                 c->index = i;
                 c->open = true;
                 c->next_k = i;
-                c->quota = UINT64_MAX;
-                if (opt.requests > 0)
-                        c->quota = opt.requests / opt.connections + (i < opt.requests % opt.connections);
+                c->quota = bench_quota(opt.requests, opt.connections, i);
                 r = conn_setup(c);
                 if (r < 0) {
                         fprintf(stderr, "grpc-load: %s\n", strerror(-r));
@@ -840,57 +828,31 @@ int main(int argc, char **argv) {
         }
         for (unsigned i = 0; i < opt.threads; i++) {
                 Worker *w = &workers[i];
-                struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 
                 w->epfd = epoll_create1(EPOLL_CLOEXEC);
                 w->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-                if (w->epfd < 0 || w->tfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->tfd, &ev) < 0) {
+                if (w->epfd < 0 || w->tfd < 0 || bench_epoll_add(w->epfd, w->tfd, NULL) < 0) {
                         fprintf(stderr, "grpc-load: epoll or timerfd: %m\n");
                         goto finish;
                 }
                 for (unsigned j = 0; j < w->n_conns; j++) {
-                        ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &w->conns[j] };
-                        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->conns[j].fd, &ev) < 0) {
-                                fprintf(stderr, "grpc-load: epoll_ctl: %m\n");
+                        int r = bench_epoll_add(w->epfd, w->conns[j].fd, &w->conns[j]);
+                        if (r < 0) {
+                                fprintf(stderr, "grpc-load: epoll_ctl: %s\n", strerror(-r));
                                 goto finish;
                         }
                 }
         }
 
-        schedule_start_ns = clock_nsec(CLOCK_MONOTONIC);
-        if (opt.warmup_ns == 0) {
-                measure_start_ns = schedule_start_ns;
-                atomic_store(&phase, PHASE_MEASURE);
-        } else
-                measure_start_ns = schedule_start_ns + opt.warmup_ns; /* the open loop's due times */
-        for (; started < opt.threads; started++) {
-                int r = pthread_create(&workers[started].thread, NULL, worker_run, &workers[started]);
-                if (r != 0) {
-                        fprintf(stderr, "grpc-load: pthread_create: %s\n", strerror(r));
-                        atomic_store(&bench_aborting, true);
-                        break;
-                }
-        }
-        if (opt.warmup_ns > 0 && !atomic_load(&bench_aborting)) {
-                bench_sleep_ns(opt.warmup_ns);
-                if (opt.rate == 0.0)
-                        measure_start_ns = clock_nsec(CLOCK_MONOTONIC);
-                atomic_store(&phase, PHASE_MEASURE);
-        }
-        if (opt.requests == 0 && !atomic_load(&bench_aborting)) {
-                bench_sleep_ns(opt.duration_ns);
-                atomic_store(&stop_ns, clock_nsec(CLOCK_MONOTONIC));
-                atomic_store(&phase, PHASE_STOP);
-        }
-        for (unsigned i = 0; i < started; i++)
-                pthread_join(workers[i].thread, NULL);
+        started = bench_run("grpc-load", workers, opt.threads, sizeof(Worker), offsetof(Worker, thread),
+                            worker_run, opt.warmup_ns, opt.duration_ns, opt.rate > 0.0);
         if (started < opt.threads)
                 goto finish;
 
         for (unsigned i = 0; i < opt.threads; i++)
                 merge(&total, &workers[i].stats);
 
-        bench_summarize(&sum, &total.latency, total.measured, measure_start_ns, total.last_reply_ns);
+        bench_summarize(&sum, &total.latency, total.measured, bench_measure_start_ns, total.last_reply_ns);
 
         if (!opt.quiet) {
                 printf("%s at %s: %u connections x %u streams, %u thread%s, %s\n", opt.label, opt.address,

@@ -8,10 +8,12 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +21,10 @@
 #include "shared/clock.h" /* header only: these programs link nothing of divvyd */
 
 atomic_bool bench_aborting = false;
+_Atomic int bench_phase = PHASE_WARMUP;
+uint64_t bench_start_ns;
+uint64_t bench_measure_start_ns;
+_Atomic uint64_t bench_stop_ns;
 
 static unsigned hist_index(uint64_t v) {
         unsigned e;
@@ -211,6 +217,63 @@ int bench_set_nonblock(int fd) {
                 return r;
         }
         return fd;
+}
+
+uint64_t bench_share_start(uint64_t total, unsigned n, unsigned i) {
+        return total * i / n;
+}
+
+uint64_t bench_share(uint64_t total, unsigned n, unsigned i) {
+        return total * (i + 1) / n - total * i / n;
+}
+
+uint64_t bench_quota(uint64_t requests, unsigned connections, unsigned i) {
+        if (requests == 0)
+                return UINT64_MAX;
+        return requests / connections + (i < requests % connections);
+}
+
+int bench_epoll_add(int epfd, int fd, void *ptr) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = ptr };
+
+        return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+unsigned bench_run(const char *prog, void *workers, unsigned n, size_t size, size_t thread_offset,
+                   void *(*fn)(void *), uint64_t warmup_ns, uint64_t duration_ns, bool due_times) {
+        char *base = workers;
+        unsigned started = 0;
+
+        bench_start_ns = clock_nsec(CLOCK_MONOTONIC);
+        if (warmup_ns == 0) {
+                bench_measure_start_ns = bench_start_ns;
+                atomic_store(&bench_phase, PHASE_MEASURE);
+        } else
+                bench_measure_start_ns = bench_start_ns + warmup_ns; /* the open loop's due times */
+        for (; started < n; started++) {
+                char *w = base + size * started;
+                int r = pthread_create((pthread_t *) (void *) (w + thread_offset), NULL, fn, w);
+
+                if (r != 0) {
+                        fprintf(stderr, "%s: pthread_create: %s\n", prog, strerror(r));
+                        atomic_store(&bench_aborting, true);
+                        break;
+                }
+        }
+        if (warmup_ns > 0 && !atomic_load(&bench_aborting)) {
+                bench_sleep_ns(warmup_ns);
+                if (!due_times)
+                        bench_measure_start_ns = clock_nsec(CLOCK_MONOTONIC);
+                atomic_store(&bench_phase, PHASE_MEASURE);
+        }
+        if (duration_ns > 0 && !atomic_load(&bench_aborting)) {
+                bench_sleep_ns(duration_ns);
+                atomic_store(&bench_stop_ns, clock_nsec(CLOCK_MONOTONIC));
+                atomic_store(&bench_phase, PHASE_STOP);
+        }
+        for (unsigned i = 0; i < started; i++)
+                pthread_join(*(pthread_t *) (void *) (base + size * i + thread_offset), NULL);
+        return started;
 }
 
 void bench_sleep_ns(uint64_t ns) {

@@ -11,6 +11,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/un.h>
 
@@ -18,6 +19,12 @@
 #define BENCH_HIST_SUB_BITS 7
 #define BENCH_HIST_SUB      (1u << BENCH_HIST_SUB_BITS)
 #define BENCH_HIST_BUCKETS  ((64u - BENCH_HIST_SUB_BITS + 1u) * BENCH_HIST_SUB)
+
+typedef enum Phase {
+        PHASE_WARMUP,
+        PHASE_MEASURE,
+        PHASE_STOP,
+} Phase;
 
 typedef struct BenchLatency {
         uint64_t max_ns; /* largest measured latency */
@@ -37,8 +44,14 @@ typedef struct BenchAddress {
         char path[sizeof(((struct sockaddr_un *) NULL)->sun_path)];
 } BenchAddress;
 
-/* Set by SIGINT and SIGTERM once bench_signals() has run: the run stops early and fails. */
+/* Set by SIGINT and SIGTERM once bench_signals() has run, or by a thread that cannot go on:
+ * the run stops early and fails. */
 extern atomic_bool bench_aborting;
+/* The run's phase (a Phase), and its times on CLOCK_MONOTONIC, as bench_run() sets them. */
+extern _Atomic int bench_phase;
+extern uint64_t bench_start_ns;         /* when the threads were started: the open loop's call 0 */
+extern uint64_t bench_measure_start_ns; /* when the measuring began (see bench_run()) */
+extern _Atomic uint64_t bench_stop_ns;  /* when the measuring ended (-d); 0 with -n */
 
 void bench_latency_add(BenchLatency *l, uint64_t ns);
 void bench_latency_merge(BenchLatency *into, const BenchLatency *from);
@@ -63,6 +76,26 @@ int bench_connect(const BenchAddress *a);
 /* fd made non-blocking; on failure it is closed and -errno returned. A negative fd is returned
  * as it is. */
 int bench_set_nonblock(int fd);
+
+/* Requests spread over connections, or connections over threads: the first of part i of n and
+ * how many it gets (the first total % n parts one more). */
+uint64_t bench_share_start(uint64_t total, unsigned n, unsigned i);
+uint64_t bench_share(uint64_t total, unsigned n, unsigned i);
+/* A connection's quota of measured requests: its share of requests, UINT64_MAX without -n. */
+uint64_t bench_quota(uint64_t requests, unsigned connections, unsigned i);
+/* fd watched for input in epfd, ptr in its events; 0 or -errno. */
+int bench_epoll_add(int epfd, int fd, void *ptr);
+
+/*
+ * The run: fn started in a thread for each of the n workers (an array of elements of size bytes,
+ * each with its pthread_t at thread_offset), warmup_ns of unmeasured load, then the measuring
+ * until duration_ns has passed (0: until the threads end by themselves, -n), the threads joined.
+ * bench_measure_start_ns is when the warmup ended or, with due_times (an open loop, whose calls
+ * are due on a schedule), when the first measured call was due. Returns how many threads were
+ * started: n, or fewer if one could not be (then bench_aborting is set).
+ */
+unsigned bench_run(const char *prog, void *workers, unsigned n, size_t size, size_t thread_offset,
+                   void *(*fn)(void *), uint64_t warmup_ns, uint64_t duration_ns, bool due_times);
 
 void bench_sleep_ns(uint64_t ns);
 /* SIGPIPE ignored; SIGINT and SIGTERM set bench_aborting. */
