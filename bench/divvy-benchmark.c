@@ -100,9 +100,7 @@ typedef struct Stats {
         uint64_t err;       /* ERR replies (redis: error replies) */
         uint64_t malformed; /* replies that are neither */
         uint64_t conn_errors;
-        uint64_t measured;      /* replies to requests sent in the measuring phase */
-        uint64_t last_reply_ns; /* CLOCK_MONOTONIC of the last measured reply */
-        BenchLatency latency;
+        BenchLatency latency; /* replies to requests sent in the measuring phase */
 } Stats;
 
 typedef struct Conn {
@@ -259,12 +257,7 @@ static size_t put_request(char *p, uint64_t actor) {
 }
 
 static int conn_set_out(Worker *w, Conn *c, bool want_out) {
-        struct epoll_event ev = { .events = EPOLLIN | (want_out ? EPOLLOUT : 0u), .data.ptr = c };
-
-        if (c->want_out == want_out)
-                return 0;
-        c->want_out = want_out;
-        return epoll_ctl(w->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0 ? -errno : 0;
+        return bench_epoll_set_out(w->epfd, c->fd, c, &c->want_out, want_out);
 }
 
 static void conn_close(Worker *w, Conn *c) {
@@ -355,10 +348,7 @@ static void count_reply(Worker *w, Conn *c, uint64_t t) {
         if (c->batch_measured) {
                 uint64_t lat = t > c->batch_ns ? t - c->batch_ns : 0;
 
-                w->stats.measured++;
-                bench_latency_add(&w->stats.latency, lat);
-                if (t > w->stats.last_reply_ns)
-                        w->stats.last_reply_ns = t;
+                bench_latency_add(&w->stats.latency, t, lat);
         }
         c->pending--;
 }
@@ -998,9 +988,6 @@ static void merge(Stats *into, const Stats *s) {
         into->err += s->err;
         into->malformed += s->malformed;
         into->conn_errors += s->conn_errors;
-        into->measured += s->measured;
-        if (s->last_reply_ns > into->last_reply_ns)
-                into->last_reply_ns = s->last_reply_ns;
         bench_latency_merge(&into->latency, &s->latency);
 }
 
@@ -1072,14 +1059,14 @@ int main(int argc, char **argv) {
         for (unsigned i = 0; i < opt.threads; i++)
                 merge(&total, &workers[i].stats);
 
-        bench_summarize(&sum, &total.latency, total.measured, bench_measure_start_ns, total.last_reply_ns);
+        bench_summarize(&sum, &total.latency, bench_measure_start_ns);
 
         if (!opt.quiet) {
                 printf("%s at %s: %u connections, pipeline %u, %u thread%s, %" PRIu64 " actors%s\n",
                        opt.label, opt.address, opt.connections, opt.pipeline, opt.threads,
                        opt.threads == 1 ? "" : "s", opt.actors, opt.sequential ? " in order" : " at random");
-                printf("  throughput: %" PRIu64 " requests in %.3f s = %.0f requests/s\n", total.measured,
-                       sum.secs, sum.rps);
+                printf("  throughput: %" PRIu64 " requests in %.3f s = %.0f requests/s\n",
+                       total.latency.measured, sum.secs, sum.rps);
                 printf("  replies:    %s %" PRIu64 ", OK false %" PRIu64 ", ERR %" PRIu64
                        ", malformed %" PRIu64 ", lost connections %" PRIu64 "\n",
                        opt.redis ? "integer" : "OK true", total.ok_true, total.ok_false, total.err,
@@ -1090,13 +1077,13 @@ int main(int argc, char **argv) {
                " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok_true=%" PRIu64 " ok_false=%" PRIu64
                " err=%" PRIu64 " malformed=%" PRIu64 " lost=%" PRIu64,
                opt.label, opt.redis ? "redis" : "divvy", opt.address, opt.connections, opt.pipeline,
-               opt.threads, opt.actors, total.measured, sum.secs, sum.rps, total.ok_true, total.ok_false,
-               total.err, total.malformed, total.conn_errors);
+               opt.threads, opt.actors, total.latency.measured, sum.secs, sum.rps, total.ok_true,
+               total.ok_false, total.err, total.malformed, total.conn_errors);
         bench_print_result_latency(&sum);
         printf(" resp=%d multi=%d\n", !opt.redis ? 0 : opt.resp3 ? 3 : 2, opt.multi);
         fflush(stdout);
 
-        if (total.err == 0 && total.malformed == 0 && total.conn_errors == 0 && total.measured > 0 &&
+        if (total.err == 0 && total.malformed == 0 && total.conn_errors == 0 && total.latency.measured > 0 &&
             !atomic_load(&bench_aborting))
                 ret = EXIT_SUCCESS;
 finish:

@@ -89,11 +89,9 @@ typedef struct Stats {
         uint64_t over_limit; /* overall_code OVER_LIMIT */
         uint64_t err;        /* anything else: a status, a grpc-status, a reset, a bad message */
         uint64_t conn_errors;
-        uint64_t measured;      /* answers to calls started (or due) while measuring */
-        uint64_t late;          /* measured calls started after they were due (open loop) */
-        uint64_t missed;        /* open loop: measured calls due before the end, never started */
-        uint64_t last_reply_ns; /* CLOCK_MONOTONIC of the last measured answer */
-        BenchLatency latency;
+        uint64_t late;        /* measured calls started after they were due (open loop) */
+        uint64_t missed;      /* open loop: measured calls due before the end, never started */
+        BenchLatency latency; /* answers to calls started (or due) while measuring */
 } Stats;
 
 typedef struct Conn Conn;
@@ -313,9 +311,7 @@ static void call_end(Conn *c, Call *call, uint32_t error_code) {
                 w->stats.ok += ok;
                 w->stats.over_limit += over;
                 w->stats.err += !ok && !over;
-                w->stats.measured++;
-                w->stats.last_reply_ns = t;
-                bench_latency_add(&w->stats.latency, ns);
+                bench_latency_add(&w->stats.latency, t, ns);
         } else if (!ok && !over)
                 w->stats.err++;
         call->used = false;
@@ -375,12 +371,7 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
 }
 
 static int conn_set_out(Worker *w, Conn *c, bool want_out) {
-        struct epoll_event ev = { .events = EPOLLIN | (want_out ? EPOLLOUT : 0), .data.ptr = c };
-
-        if (c->want_out == want_out)
-                return 0;
-        c->want_out = want_out;
-        return epoll_ctl(w->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0 ? -errno : 0;
+        return bench_epoll_set_out(w->epfd, c->fd, c, &c->want_out, want_out);
 }
 
 static void conn_close(Worker *w, Conn *c) {
@@ -503,7 +494,7 @@ static void *worker_run(void *userdata) {
         }
 
         for (;;) {
-                uint64_t before = w->stats.measured + w->stats.err, t, quota = 0;
+                uint64_t before = w->stats.latency.measured + w->stats.err, t, quota = 0;
                 unsigned open = 0, active = 0;
                 int n;
 
@@ -560,7 +551,7 @@ static void *worker_run(void *userdata) {
                                 conn_fail(w, c, "send failed", -r);
                 }
                 t = clock_nsec(CLOCK_MONOTONIC);
-                if (w->stats.measured + w->stats.err != before || active == 0)
+                if (w->stats.latency.measured + w->stats.err != before || active == 0)
                         last_progress = t;
                 else if (t - last_progress > STALL_NSEC || atomic_load(&bench_aborting)) {
                         for (unsigned i = 0; i < w->n_conns; i++)
@@ -763,11 +754,8 @@ static void merge(Stats *into, const Stats *s) {
         into->over_limit += s->over_limit;
         into->err += s->err;
         into->conn_errors += s->conn_errors;
-        into->measured += s->measured;
         into->late += s->late;
         into->missed += s->missed;
-        if (s->last_reply_ns > into->last_reply_ns)
-                into->last_reply_ns = s->last_reply_ns;
         bench_latency_merge(&into->latency, &s->latency);
 }
 
@@ -852,7 +840,7 @@ int main(int argc, char **argv) {
         for (unsigned i = 0; i < opt.threads; i++)
                 merge(&total, &workers[i].stats);
 
-        bench_summarize(&sum, &total.latency, total.measured, bench_measure_start_ns, total.last_reply_ns);
+        bench_summarize(&sum, &total.latency, bench_measure_start_ns);
 
         if (!opt.quiet) {
                 printf("%s at %s: %u connections x %u streams, %u thread%s, %s\n", opt.label, opt.address,
@@ -863,7 +851,7 @@ int main(int argc, char **argv) {
                                " started more than 1 ms late, %" PRIu64
                                " due but never started (their connection's streams were busy)\n",
                                opt.rate, total.late, total.missed);
-                printf("  throughput: %" PRIu64 " calls in %.3f s = %.0f calls/s\n", total.measured,
+                printf("  throughput: %" PRIu64 " calls in %.3f s = %.0f calls/s\n", total.latency.measured,
                        sum.secs, sum.rps);
                 printf("  answers:    OK %" PRIu64 ", OVER_LIMIT %" PRIu64 ", errors %" PRIu64
                        ", lost connections %" PRIu64 "\n",
@@ -873,14 +861,15 @@ int main(int argc, char **argv) {
         printf("RESULT label=%s target=grpc address=%s connections=%u streams=%u threads=%u rate=%.0f"
                " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok=%" PRIu64 " over_limit=%" PRIu64
                " err=%" PRIu64 " lost=%" PRIu64 " late=%" PRIu64 " missed=%" PRIu64,
-               opt.label, opt.address, opt.connections, opt.streams, opt.threads, opt.rate, total.measured,
-               sum.secs, sum.rps, total.ok, total.over_limit, total.err, total.conn_errors, total.late,
-               total.missed);
+               opt.label, opt.address, opt.connections, opt.streams, opt.threads, opt.rate,
+               total.latency.measured, sum.secs, sum.rps, total.ok, total.over_limit, total.err,
+               total.conn_errors, total.late, total.missed);
         bench_print_result_latency(&sum);
         printf("\n");
         fflush(stdout);
 
-        if (total.err == 0 && total.conn_errors == 0 && total.measured > 0 && !atomic_load(&bench_aborting))
+        if (total.err == 0 && total.conn_errors == 0 && total.latency.measured > 0 &&
+            !atomic_load(&bench_aborting))
                 ret = EXIT_SUCCESS;
 finish:
         if (conns)

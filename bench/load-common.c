@@ -48,13 +48,19 @@ static double hist_value(unsigned i) {
         return (double) lo + (double) ((1ULL << shift) - 1ULL) / 2.0;
 }
 
-void bench_latency_add(BenchLatency *l, uint64_t ns) {
+void bench_latency_add(BenchLatency *l, uint64_t t, uint64_t ns) {
+        l->measured++;
+        if (t > l->last_ns)
+                l->last_ns = t;
         l->hist[hist_index(ns)]++;
         if (ns > l->max_ns)
                 l->max_ns = ns;
 }
 
 void bench_latency_merge(BenchLatency *into, const BenchLatency *from) {
+        into->measured += from->measured;
+        if (from->last_ns > into->last_ns)
+                into->last_ns = from->last_ns;
         if (from->max_ns > into->max_ns)
                 into->max_ns = from->max_ns;
         for (unsigned i = 0; i < BENCH_HIST_BUCKETS; i++)
@@ -81,10 +87,9 @@ double bench_latency_percentile(const BenchLatency *l, double q) {
         return (double) l->max_ns;
 }
 
-void bench_summarize(BenchSummary *s, const BenchLatency *l, uint64_t measured, uint64_t start_ns,
-                     uint64_t last_ns) {
-        s->secs = last_ns > start_ns ? (double) (last_ns - start_ns) / 1e9 : 0.0;
-        s->rps = s->secs > 0.0 ? (double) measured / s->secs : 0.0;
+void bench_summarize(BenchSummary *s, const BenchLatency *l, uint64_t start_ns) {
+        s->secs = l->last_ns > start_ns ? (double) (l->last_ns - start_ns) / 1e9 : 0.0;
+        s->rps = s->secs > 0.0 ? (double) l->measured / s->secs : 0.0;
         s->p50 = bench_latency_percentile(l, 0.50) / 1e3;
         s->p90 = bench_latency_percentile(l, 0.90) / 1e3;
         s->p99 = bench_latency_percentile(l, 0.99) / 1e3;
@@ -237,6 +242,15 @@ int bench_epoll_add(int epfd, int fd, void *ptr) {
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = ptr };
 
         return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+int bench_epoll_set_out(int epfd, int fd, void *ptr, bool *out_now, bool want_out) {
+        struct epoll_event ev = { .events = EPOLLIN | (want_out ? EPOLLOUT : 0u), .data.ptr = ptr };
+
+        if (*out_now == want_out)
+                return 0;
+        *out_now = want_out;
+        return epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
 }
 
 unsigned bench_run(const char *prog, void *workers, unsigned n, size_t size, size_t thread_offset,

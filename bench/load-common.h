@@ -26,8 +26,11 @@ typedef enum Phase {
         PHASE_STOP,
 } Phase;
 
+/* The measured answers of a thread, or of the run. */
 typedef struct BenchLatency {
-        uint64_t max_ns; /* largest measured latency */
+        uint64_t measured; /* how many */
+        uint64_t last_ns;  /* CLOCK_MONOTONIC of the last one */
+        uint64_t max_ns;   /* largest latency */
         uint64_t hist[BENCH_HIST_BUCKETS];
 } BenchLatency;
 
@@ -53,12 +56,12 @@ extern uint64_t bench_start_ns;         /* when the threads were started: the op
 extern uint64_t bench_measure_start_ns; /* when the measuring began (see bench_run()) */
 extern _Atomic uint64_t bench_stop_ns;  /* when the measuring ended (-d); 0 with -n */
 
-void bench_latency_add(BenchLatency *l, uint64_t ns);
+/* One measured answer, at t, ns after its request was sent (or due). */
+void bench_latency_add(BenchLatency *l, uint64_t t, uint64_t ns);
 void bench_latency_merge(BenchLatency *into, const BenchLatency *from);
 double bench_latency_percentile(const BenchLatency *l, double q);
 
-void bench_summarize(BenchSummary *s, const BenchLatency *l, uint64_t measured, uint64_t start_ns,
-                     uint64_t last_ns);
+void bench_summarize(BenchSummary *s, const BenchLatency *l, uint64_t start_ns);
 /* The human summary's latency line, and the RESULT line's latency fields (no newline). */
 void bench_print_latency(const BenchSummary *s);
 void bench_print_result_latency(const BenchSummary *s);
@@ -85,6 +88,9 @@ uint64_t bench_share(uint64_t total, unsigned n, unsigned i);
 uint64_t bench_quota(uint64_t requests, unsigned connections, unsigned i);
 /* fd watched for input in epfd, ptr in its events; 0 or -errno. */
 int bench_epoll_add(int epfd, int fd, void *ptr);
+/* fd (added with ptr) also watched for output or no longer, as want_out says, unless *out_now
+ * says it already is; 0 or -errno. */
+int bench_epoll_set_out(int epfd, int fd, void *ptr, bool *out_now, bool want_out);
 
 /*
  * The run: fn started in a thread for each of the n workers (an array of elements of size bytes,
