@@ -48,9 +48,7 @@
 
 #define NSEC_PER_MSEC 1000000ULL
 
-#define CONNECTIONS_MAX 10000 /* connections: far beyond any useful run, bounds the arrays */
-#define PIPELINE_MAX    4096  /* requests per batch: bounds the output buffer */
-#define THREADS_MAX     256
+#define PIPELINE_MAX    4096                 /* requests per batch: bounds the output buffer */
 #define TEMPLATE_MAX    1024                 /* bytes: longest rendered request or key */
 #define REQUEST_MAX     (TEMPLATE_MAX + 512) /* bytes: one request with its RESP framing */
 #define REDIS_WORDS_MAX 32                   /* words of a whole Redis command: bounds its framing */
@@ -72,25 +70,17 @@
 #define PLACEHOLDER            "{actor}"
 
 typedef struct Options {
-        const char *address;
-        BenchAddress addr;
-        unsigned connections;
+        BenchOptions run; /* -a, -c, -n, -d, -w, -t, --label, -q */
         unsigned pipeline;
-        unsigned threads;
-        uint64_t requests;    /* -n; 0: run for duration_ns */
-        uint64_t duration_ns; /* -d */
-        uint64_t warmup_ns;   /* -w */
-        uint64_t actors;      /* -k */
-        bool sequential;      /* actors in order, each connection its stride */
-        bool redis;           /* INCR in RESP instead of divvy HITs */
-        bool redis_command;   /* --redis with a template of several words: the whole command */
-        char redis_sep;       /* what separates its words: ' ', or a tab if the template has one */
-        bool resp3;           /* --resp3: HELLO 3 on connecting (implies --redis) */
-        bool multi;           /* --multi: each batch in MULTI ... EXEC (implies --redis) */
-        bool ipv4;            /* {actor} as a dotted quad instead of a number */
-        bool quiet;           /* only the machine-readable line */
+        uint64_t actors;    /* -k */
+        bool sequential;    /* actors in order, each connection its stride */
+        bool redis;         /* INCR in RESP instead of divvy HITs */
+        bool redis_command; /* --redis with a template of several words: the whole command */
+        char redis_sep;     /* what separates its words: ' ', or a tab if the template has one */
+        bool resp3;         /* --resp3: HELLO 3 on connecting (implies --redis) */
+        bool multi;         /* --multi: each batch in MULTI ... EXEC (implies --redis) */
+        bool ipv4;          /* {actor} as a dotted quad instead of a number */
         const char *template;
-        const char *label;
         uint64_t seed;
 } Options;
 
@@ -140,7 +130,7 @@ typedef struct Worker {
 } Worker;
 
 static Options opt = {
-        .connections = 16,
+        .run = { .connections = 16, .any_case = true, .secs_max = 1e6 },
         .pipeline = 1,
         .actors = 10000,
         .seed = 1,
@@ -324,7 +314,7 @@ static void conn_next_batch(Worker *w, Conn *c) {
                 uint64_t actor;
 
                 if (opt.sequential)
-                        actor = (c->index + (uint64_t) opt.connections * c->seq) % opt.actors;
+                        actor = (c->index + (uint64_t) opt.run.connections * c->seq) % opt.actors;
                 else
                         actor = xorshift(&w->rng) % opt.actors;
                 c->seq++;
@@ -738,7 +728,7 @@ static int hello3(int fd) {
 }
 
 static int connect_one(void) {
-        int fd = bench_connect(&opt.addr);
+        int fd = bench_connect(&opt.run.addr);
 
         if (fd >= 0 && opt.resp3) {
                 int r = hello3(fd);
@@ -808,14 +798,10 @@ static int split_template(const char *t) {
 }
 
 static int parse_argv(int argc, char **argv) {
-        enum { ARG_SEQUENTIAL = 0x100, ARG_REDIS, ARG_LABEL, ARG_SEED, ARG_IPV4, ARG_RESP3, ARG_MULTI };
+        enum { ARG_SEQUENTIAL = BENCH_OPT_LABEL + 1, ARG_REDIS, ARG_SEED, ARG_IPV4, ARG_RESP3, ARG_MULTI };
         static const struct option options[] = {
-                { "address", required_argument, NULL, 'a' },
-                { "connections", required_argument, NULL, 'c' },
+                BENCH_LONG_OPTIONS,
                 { "pipeline", required_argument, NULL, 'P' },
-                { "requests", required_argument, NULL, 'n' },
-                { "duration", required_argument, NULL, 'd' },
-                { "warmup", required_argument, NULL, 'w' },
                 { "actors", required_argument, NULL, 'k' },
                 { "sequential", no_argument, NULL, ARG_SEQUENTIAL },
                 { "request", required_argument, NULL, 'r' },
@@ -823,85 +809,54 @@ static int parse_argv(int argc, char **argv) {
                 { "resp3", no_argument, NULL, ARG_RESP3 },
                 { "multi", no_argument, NULL, ARG_MULTI },
                 { "ipv4", no_argument, NULL, ARG_IPV4 },
-                { "threads", required_argument, NULL, 't' },
-                { "label", required_argument, NULL, ARG_LABEL },
                 { "seed", required_argument, NULL, ARG_SEED },
-                { "quiet", no_argument, NULL, 'q' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        bool have_duration = false, have_warmup = false;
         long ncpu;
         int c;
 
         while ((c = getopt_long(argc, argv, "a:c:P:n:d:w:k:r:t:qh", options, NULL)) >= 0) {
-                int r = 0;
+                int r = bench_option(&opt.run, c, optarg);
 
-                switch (c) {
-                case 'a':
-                        opt.address = optarg;
-                        break;
-                case 'c':
-                        r = bench_parse_uint(optarg, true, 1, CONNECTIONS_MAX, &opt.connections);
-                        break;
-                case 'P':
-                        r = bench_parse_uint(optarg, true, 1, PIPELINE_MAX, &opt.pipeline);
-                        break;
-                case 'n':
-                        r = bench_parse_count(optarg, true, &opt.requests);
-                        if (r >= 0 && opt.requests == 0)
-                                r = -EINVAL;
-                        break;
-                case 'd':
-                        r = bench_parse_seconds(optarg, 1e6, &opt.duration_ns);
-                        if (r >= 0 && opt.duration_ns == 0)
-                                r = -EINVAL;
-                        have_duration = true;
-                        break;
-                case 'w':
-                        r = bench_parse_seconds(optarg, 1e6, &opt.warmup_ns);
-                        have_warmup = true;
-                        break;
-                case 'k':
-                        r = bench_parse_count(optarg, true, &opt.actors);
-                        if (r >= 0 && opt.actors == 0)
-                                r = -EINVAL;
-                        break;
-                case ARG_SEQUENTIAL:
-                        opt.sequential = true;
-                        break;
-                case 'r':
-                        opt.template = optarg;
-                        break;
-                case ARG_REDIS:
-                        opt.redis = true;
-                        break;
-                case ARG_RESP3:
-                        opt.resp3 = opt.redis = true;
-                        break;
-                case ARG_MULTI:
-                        opt.multi = opt.redis = true;
-                        break;
-                case ARG_IPV4:
-                        opt.ipv4 = true;
-                        break;
-                case 't':
-                        r = bench_parse_uint(optarg, true, 1, THREADS_MAX, &opt.threads);
-                        break;
-                case ARG_LABEL:
-                        opt.label = optarg;
-                        break;
-                case ARG_SEED:
-                        r = bench_parse_count(optarg, true, &opt.seed);
-                        break;
-                case 'q':
-                        opt.quiet = true;
-                        break;
-                case 'h':
-                        help();
-                        exit(EXIT_SUCCESS);
-                default:
-                        return -EINVAL;
+                if (r == 1) {
+                        r = 0;
+                        switch (c) {
+                        case 'P':
+                                r = bench_parse_uint(optarg, true, 1, PIPELINE_MAX, &opt.pipeline);
+                                break;
+                        case 'k':
+                                r = bench_parse_count(optarg, true, &opt.actors);
+                                if (r >= 0 && opt.actors == 0)
+                                        r = -EINVAL;
+                                break;
+                        case ARG_SEQUENTIAL:
+                                opt.sequential = true;
+                                break;
+                        case 'r':
+                                opt.template = optarg;
+                                break;
+                        case ARG_REDIS:
+                                opt.redis = true;
+                                break;
+                        case ARG_RESP3:
+                                opt.resp3 = opt.redis = true;
+                                break;
+                        case ARG_MULTI:
+                                opt.multi = opt.redis = true;
+                                break;
+                        case ARG_IPV4:
+                                opt.ipv4 = true;
+                                break;
+                        case ARG_SEED:
+                                r = bench_parse_count(optarg, true, &opt.seed);
+                                break;
+                        case 'h':
+                                help();
+                                exit(EXIT_SUCCESS);
+                        default:
+                                return -EINVAL;
+                        }
                 }
                 if (r < 0) {
                         fprintf(stderr, "divvy-benchmark: invalid value for -%c: '%s'\n",
@@ -910,26 +865,20 @@ static int parse_argv(int argc, char **argv) {
                 }
         }
         if (optind < argc) {
-                if (opt.address || optind + 1 < argc) {
+                if (opt.run.address || optind + 1 < argc) {
                         fprintf(stderr, "divvy-benchmark: one address only\n");
                         return -EINVAL;
                 }
-                opt.address = argv[optind];
+                opt.run.address = argv[optind];
         }
-        if (!opt.address)
-                opt.address = opt.redis ? "tcp:127.0.0.1:6379" : "tcp:127.0.0.1:8321";
-        if (bench_parse_address(opt.address, &opt.addr) < 0) {
-                fprintf(stderr, "divvy-benchmark: invalid address '%s'\n", opt.address);
+        if (!opt.run.address)
+                opt.run.address = opt.redis ? "tcp:127.0.0.1:6379" : "tcp:127.0.0.1:8321";
+        if (bench_parse_address(opt.run.address, &opt.run.addr) < 0) {
+                fprintf(stderr, "divvy-benchmark: invalid address '%s'\n", opt.run.address);
                 return -EINVAL;
         }
-        if (opt.requests > 0 && have_duration) {
-                fprintf(stderr, "divvy-benchmark: -n and -d exclude each other\n");
+        if (bench_options_times(&opt.run, "divvy-benchmark") < 0)
                 return -EINVAL;
-        }
-        if (opt.requests == 0 && !have_duration)
-                opt.duration_ns = 10 * NSEC_PER_SEC;
-        if (!have_warmup)
-                opt.warmup_ns = opt.requests > 0 ? 0 : NSEC_PER_SEC;
         if (!opt.template)
                 opt.template = opt.redis ? DEFAULT_REDIS_TEMPLATE : DEFAULT_TEMPLATE;
         if (split_template(opt.template) < 0) {
@@ -967,18 +916,18 @@ static int parse_argv(int argc, char **argv) {
                 fprintf(stderr, "divvy-benchmark: --ipv4 allows at most 2^32 actors\n");
                 return -EINVAL;
         }
-        if (!opt.label)
-                opt.label = opt.redis ? "redis" : "divvy";
-        if (opt.threads == 0) {
+        if (!opt.run.label)
+                opt.run.label = opt.redis ? "redis" : "divvy";
+        if (opt.run.threads == 0) {
                 ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-                opt.threads = ncpu >= 4 ? (unsigned) (ncpu / 2) : 1;
+                opt.run.threads = ncpu >= 4 ? (unsigned) (ncpu / 2) : 1;
         }
-        if (opt.threads > opt.connections)
-                opt.threads = opt.connections;
-        if (opt.requests > 0 && opt.requests < opt.connections)
-                opt.connections = (unsigned) opt.requests; /* no idle connections */
-        if (opt.threads > opt.connections)
-                opt.threads = opt.connections;
+        if (opt.run.threads > opt.run.connections)
+                opt.run.threads = opt.run.connections;
+        if (opt.run.requests > 0 && opt.run.requests < opt.run.connections)
+                opt.run.connections = (unsigned) opt.run.requests; /* no idle connections */
+        if (opt.run.threads > opt.run.connections)
+                opt.run.threads = opt.run.connections;
         return 0;
 }
 
@@ -1005,26 +954,26 @@ int main(int argc, char **argv) {
 
         bench_signals();
 
-        workers = calloc(opt.threads, sizeof(Worker));
-        conns = calloc(opt.connections, sizeof(Conn));
-        outbufs = malloc((size_t) opt.connections * (opt.pipeline * REQUEST_MAX + MULTI_OVERHEAD));
+        workers = calloc(opt.run.threads, sizeof(Worker));
+        conns = calloc(opt.run.connections, sizeof(Conn));
+        outbufs = malloc((size_t) opt.run.connections * (opt.pipeline * REQUEST_MAX + MULTI_OVERHEAD));
         if (!workers || !conns || !outbufs) {
                 fprintf(stderr, "divvy-benchmark: out of memory\n");
                 goto finish;
         }
-        for (unsigned i = 0; i < opt.threads; i++) {
+        for (unsigned i = 0; i < opt.run.threads; i++) {
                 workers[i].id = i;
                 workers[i].epfd = -1;
                 workers[i].rng = opt.seed * 0x9E3779B97F4A7C15ULL + i + 1;
-                workers[i].conns = conns + bench_share_start(opt.connections, opt.threads, i);
-                workers[i].n_conns = (unsigned) bench_share(opt.connections, opt.threads, i);
+                workers[i].conns = conns + bench_share_start(opt.run.connections, opt.run.threads, i);
+                workers[i].n_conns = (unsigned) bench_share(opt.run.connections, opt.run.threads, i);
         }
-        for (unsigned i = 0; i < opt.connections; i++) {
+        for (unsigned i = 0; i < opt.run.connections; i++) {
                 Conn *c = &conns[i];
                 int fd = connect_one();
 
                 if (fd < 0) {
-                        fprintf(stderr, "divvy-benchmark: cannot connect to %s: %s\n", opt.address,
+                        fprintf(stderr, "divvy-benchmark: cannot connect to %s: %s\n", opt.run.address,
                                 strerror(-fd));
                         goto finish;
                 }
@@ -1032,9 +981,9 @@ int main(int argc, char **argv) {
                 c->index = i;
                 c->open = true;
                 c->out = outbufs + (size_t) i * (opt.pipeline * REQUEST_MAX + MULTI_OVERHEAD);
-                c->quota = bench_quota(opt.requests, opt.connections, i);
+                c->quota = bench_quota(opt.run.requests, opt.run.connections, i);
         }
-        for (unsigned i = 0; i < opt.threads; i++) {
+        for (unsigned i = 0; i < opt.run.threads; i++) {
                 Worker *w = &workers[i];
 
                 w->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -1051,20 +1000,22 @@ int main(int argc, char **argv) {
                 }
         }
 
-        started = bench_run("divvy-benchmark", workers, opt.threads, sizeof(Worker),
-                            offsetof(Worker, thread), worker_run, opt.warmup_ns, opt.duration_ns, false);
-        if (started < opt.threads)
+        started = bench_run("divvy-benchmark", workers, opt.run.threads, sizeof(Worker),
+                            offsetof(Worker, thread), worker_run, opt.run.warmup_ns, opt.run.duration_ns,
+                            false);
+        if (started < opt.run.threads)
                 goto finish;
 
-        for (unsigned i = 0; i < opt.threads; i++)
+        for (unsigned i = 0; i < opt.run.threads; i++)
                 merge(&total, &workers[i].stats);
 
         bench_summarize(&sum, &total.latency, bench_measure_start_ns);
 
-        if (!opt.quiet) {
+        if (!opt.run.quiet) {
                 printf("%s at %s: %u connections, pipeline %u, %u thread%s, %" PRIu64 " actors%s\n",
-                       opt.label, opt.address, opt.connections, opt.pipeline, opt.threads,
-                       opt.threads == 1 ? "" : "s", opt.actors, opt.sequential ? " in order" : " at random");
+                       opt.run.label, opt.run.address, opt.run.connections, opt.pipeline, opt.run.threads,
+                       opt.run.threads == 1 ? "" : "s", opt.actors,
+                       opt.sequential ? " in order" : " at random");
                 printf("  throughput: %" PRIu64 " requests in %.3f s = %.0f requests/s\n",
                        total.latency.measured, sum.secs, sum.rps);
                 printf("  replies:    %s %" PRIu64 ", OK false %" PRIu64 ", ERR %" PRIu64
@@ -1076,9 +1027,9 @@ int main(int argc, char **argv) {
         printf("RESULT label=%s target=%s address=%s connections=%u pipeline=%u threads=%u actors=%" PRIu64
                " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok_true=%" PRIu64 " ok_false=%" PRIu64
                " err=%" PRIu64 " malformed=%" PRIu64 " lost=%" PRIu64,
-               opt.label, opt.redis ? "redis" : "divvy", opt.address, opt.connections, opt.pipeline,
-               opt.threads, opt.actors, total.latency.measured, sum.secs, sum.rps, total.ok_true,
-               total.ok_false, total.err, total.malformed, total.conn_errors);
+               opt.run.label, opt.redis ? "redis" : "divvy", opt.run.address, opt.run.connections,
+               opt.pipeline, opt.run.threads, opt.actors, total.latency.measured, sum.secs, sum.rps,
+               total.ok_true, total.ok_false, total.err, total.malformed, total.conn_errors);
         bench_print_result_latency(&sum);
         printf(" resp=%d multi=%d\n", !opt.redis ? 0 : opt.resp3 ? 3 : 2, opt.multi);
         fflush(stdout);
@@ -1088,11 +1039,11 @@ int main(int argc, char **argv) {
                 ret = EXIT_SUCCESS;
 finish:
         if (conns)
-                for (unsigned i = 0; i < opt.connections; i++)
+                for (unsigned i = 0; i < opt.run.connections; i++)
                         if (conns[i].open)
                                 close(conns[i].fd);
         if (workers)
-                for (unsigned i = 0; i < opt.threads; i++)
+                for (unsigned i = 0; i < opt.run.threads; i++)
                         if (workers[i].epfd >= 0)
                                 close(workers[i].epfd);
         free(outbufs);

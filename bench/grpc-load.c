@@ -52,15 +52,13 @@
 #include "load-common.h"
 #include "shared/clock.h" /* header only: this program links nothing of divvyd */
 
-#define CONNECTIONS_MAX 10000
-#define STREAMS_MAX     1024 /* concurrent calls per connection */
-#define THREADS_MAX     256
-#define TEXT_MAX        100 /* bytes: domain, key, value (one byte of length each) */
-#define REQUEST_MAX     (5 + 3 * (TEXT_MAX + 2) + 6)
-#define IN_SIZE         (64u * 1024u)          /* bytes read at once per connection */
-#define OUT_SIZE        (256u * 1024u)         /* bytes of frames written at once at most */
-#define WINDOW          (1 << 24)              /* bytes: the windows we grant the server */
-#define STALL_NSEC      (10ULL * NSEC_PER_SEC) /* no answer for this long with calls open: give up */
+#define STREAMS_MAX 1024 /* concurrent calls per connection */
+#define TEXT_MAX    100  /* bytes: domain, key, value (one byte of length each) */
+#define REQUEST_MAX (5 + 3 * (TEXT_MAX + 2) + 6)
+#define IN_SIZE     (64u * 1024u)          /* bytes read at once per connection */
+#define OUT_SIZE    (256u * 1024u)         /* bytes of frames written at once at most */
+#define WINDOW      (1 << 24)              /* bytes: the windows we grant the server */
+#define STALL_NSEC  (10ULL * NSEC_PER_SEC) /* no answer for this long with calls open: give up */
 #define TICK_NSEC                                                                                           \
         (20ULL * NSEC_PER_USEC) /* the open loop wakes at most this often: what is due by then              \
                                  * starts at once (late by less than this, and counted so) */
@@ -70,18 +68,10 @@
 #define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 typedef struct Options {
-        const char *address;
-        BenchAddress addr;
-        unsigned connections;
+        BenchOptions run; /* -a, -c, -n, -d, -w, -t, --label, -q */
         unsigned streams;
-        unsigned threads;
-        uint64_t requests;    /* -n; 0: run for duration_ns */
-        uint64_t duration_ns; /* -d */
-        uint64_t warmup_ns;   /* -w */
-        double rate;          /* --rate: calls per second in all; 0: closed loop */
+        double rate; /* --rate: calls per second in all; 0: closed loop */
         const char *domain, *key, *value;
-        const char *label;
-        bool quiet;
 } Options;
 
 typedef struct Stats {
@@ -138,13 +128,11 @@ struct Worker {
 };
 
 static Options opt = {
-        .connections = 16,
+        .run = { .connections = 16, .threads = 1, .label = "grpc", .secs_max = 86400.0 },
         .streams = 16,
-        .threads = 1,
         .domain = "bench",
         .key = "ip",
         .value = "0",
-        .label = "grpc",
 };
 
 static uint8_t request[REQUEST_MAX];
@@ -275,7 +263,7 @@ static uint64_t open_starts(Conn *c, uint64_t now) {
                         if (now - due > 1000 * NSEC_PER_USEC)
                                 c->w->stats.late++;
                 }
-                c->next_k += opt.connections;
+                c->next_k += opt.run.connections;
         }
 }
 
@@ -567,7 +555,7 @@ static void *worker_run(void *userdata) {
 
                         /* the calls a server too slow kept from starting: not hidden */
                         for (uint64_t due; (due = due_ns(c->next_k)) < atomic_load(&bench_stop_ns);
-                             c->next_k += opt.connections)
+                             c->next_k += opt.run.connections)
                                 w->stats.missed += due >= bench_measure_start_ns;
                 }
         for (unsigned i = 0; i < w->n_conns; i++)
@@ -576,7 +564,7 @@ static void *worker_run(void *userdata) {
 }
 
 static int connect_one(void) {
-        return bench_set_nonblock(bench_connect(&opt.addr));
+        return bench_set_nonblock(bench_connect(&opt.run.addr));
 }
 
 /* c's HTTP/2 session: our SETTINGS (no push, large windows), its calls. */
@@ -643,83 +631,51 @@ static int parse_text(const char *s, const char **ret) {
 }
 
 static int parse_argv(int argc, char **argv) {
-        enum { OPT_DOMAIN = 256, OPT_KEY, OPT_VALUE, OPT_LABEL };
+        enum { OPT_DOMAIN = BENCH_OPT_LABEL + 1, OPT_KEY, OPT_VALUE };
         static const struct option options[] = {
-                { "address", required_argument, NULL, 'a' },
-                { "connections", required_argument, NULL, 'c' },
+                BENCH_LONG_OPTIONS,
                 { "streams", required_argument, NULL, 'm' },
-                { "requests", required_argument, NULL, 'n' },
-                { "duration", required_argument, NULL, 'd' },
-                { "warmup", required_argument, NULL, 'w' },
                 { "rate", required_argument, NULL, 'R' },
-                { "threads", required_argument, NULL, 't' },
                 { "domain", required_argument, NULL, OPT_DOMAIN },
                 { "key", required_argument, NULL, OPT_KEY },
                 { "value", required_argument, NULL, OPT_VALUE },
-                { "label", required_argument, NULL, OPT_LABEL },
-                { "quiet", no_argument, NULL, 'q' },
                 { "help", no_argument, NULL, 'h' },
                 { 0 },
         };
-        bool have_n = false, have_d = false, have_w = false;
         char *end;
         int c, r = 0;
 
-        opt.address = "tcp:127.0.0.1:8081";
+        opt.run.address = "tcp:127.0.0.1:8081";
         while ((c = getopt_long(argc, argv, "a:c:m:n:d:w:R:t:qh", options, NULL)) >= 0) {
-                switch (c) {
-                case 'a':
-                        opt.address = optarg;
-                        break;
-                case 'c':
-                        r = bench_parse_uint(optarg, false, 1, CONNECTIONS_MAX, &opt.connections);
-                        break;
-                case 'm':
-                        r = bench_parse_uint(optarg, false, 1, STREAMS_MAX, &opt.streams);
-                        break;
-                case 'n':
-                        r = bench_parse_count(optarg, false, &opt.requests);
-                        r = r < 0 || opt.requests == 0 ? -EINVAL : 0;
-                        have_n = true;
-                        break;
-                case 'd':
-                        r = bench_parse_seconds(optarg, 86400.0, &opt.duration_ns);
-                        r = r < 0 || opt.duration_ns == 0 ? -EINVAL : 0;
-                        have_d = true;
-                        break;
-                case 'w':
-                        r = bench_parse_seconds(optarg, 86400.0, &opt.warmup_ns);
-                        have_w = true;
-                        break;
-                case 'R':
-                        errno = 0;
-                        opt.rate = strtod(optarg, &end);
-                        r = errno || end == optarg || *end || !(opt.rate >= 1.0) || opt.rate > 1e9 ? -EINVAL
-                                                                                                   : 0;
-                        break;
-                case 't':
-                        r = bench_parse_uint(optarg, false, 1, THREADS_MAX, &opt.threads);
-                        break;
-                case OPT_DOMAIN:
-                        r = parse_text(optarg, &opt.domain);
-                        break;
-                case OPT_KEY:
-                        r = parse_text(optarg, &opt.key);
-                        break;
-                case OPT_VALUE:
-                        r = parse_text(optarg, &opt.value);
-                        break;
-                case OPT_LABEL:
-                        opt.label = optarg;
-                        break;
-                case 'q':
-                        opt.quiet = true;
-                        break;
-                case 'h':
-                        help();
-                        exit(0);
-                default:
-                        return -EINVAL;
+                r = bench_option(&opt.run, c, optarg);
+                if (r == 1) {
+                        r = 0;
+                        switch (c) {
+                        case 'm':
+                                r = bench_parse_uint(optarg, false, 1, STREAMS_MAX, &opt.streams);
+                                break;
+                        case 'R':
+                                errno = 0;
+                                opt.rate = strtod(optarg, &end);
+                                r = errno || end == optarg || *end || !(opt.rate >= 1.0) || opt.rate > 1e9
+                                            ? -EINVAL
+                                            : 0;
+                                break;
+                        case OPT_DOMAIN:
+                                r = parse_text(optarg, &opt.domain);
+                                break;
+                        case OPT_KEY:
+                                r = parse_text(optarg, &opt.key);
+                                break;
+                        case OPT_VALUE:
+                                r = parse_text(optarg, &opt.value);
+                                break;
+                        case 'h':
+                                help();
+                                exit(0);
+                        default:
+                                return -EINVAL;
+                        }
                 }
                 if (r < 0) {
                         fprintf(stderr, "grpc-load: invalid value for -%c: %s\n", c < 256 ? c : '-', optarg);
@@ -727,23 +683,17 @@ static int parse_argv(int argc, char **argv) {
                 }
         }
         if (optind < argc)
-                opt.address = argv[optind++];
+                opt.run.address = argv[optind++];
         if (optind < argc) {
                 fprintf(stderr, "grpc-load: unexpected argument %s\n", argv[optind]);
                 return -EINVAL;
         }
-        if (have_n && have_d) {
-                fprintf(stderr, "grpc-load: -n and -d exclude each other\n");
+        if (bench_options_times(&opt.run, "grpc-load") < 0)
                 return -EINVAL;
-        }
-        if (!have_n && !have_d)
-                opt.duration_ns = 10 * NSEC_PER_SEC;
-        if (!have_w && !have_n)
-                opt.warmup_ns = NSEC_PER_SEC;
-        if (opt.threads > opt.connections)
-                opt.threads = opt.connections;
-        if (bench_parse_address(opt.address, &opt.addr) < 0) {
-                fprintf(stderr, "grpc-load: invalid address %s\n", opt.address);
+        if (opt.run.threads > opt.run.connections)
+                opt.run.threads = opt.run.connections;
+        if (bench_parse_address(opt.run.address, &opt.run.addr) < 0) {
+                fprintf(stderr, "grpc-load: invalid address %s\n", opt.run.address);
                 return -EINVAL;
         }
         return 0;
@@ -781,40 +731,41 @@ int main(int argc, char **argv) {
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
 
-        workers = calloc(opt.threads, sizeof(Worker));
-        conns = calloc(opt.connections, sizeof(Conn));
+        workers = calloc(opt.run.threads, sizeof(Worker));
+        conns = calloc(opt.run.connections, sizeof(Conn));
         if (!workers || !conns) {
                 fprintf(stderr, "grpc-load: out of memory\n");
                 goto finish;
         }
-        for (unsigned i = 0; i < opt.threads; i++) {
+        for (unsigned i = 0; i < opt.run.threads; i++) {
                 workers[i].epfd = workers[i].tfd = -1;
-                workers[i].conns = conns + bench_share_start(opt.connections, opt.threads, i);
-                workers[i].n_conns = (unsigned) bench_share(opt.connections, opt.threads, i);
+                workers[i].conns = conns + bench_share_start(opt.run.connections, opt.run.threads, i);
+                workers[i].n_conns = (unsigned) bench_share(opt.run.connections, opt.run.threads, i);
         }
-        for (unsigned i = 0; i < opt.threads; i++)
+        for (unsigned i = 0; i < opt.run.threads; i++)
                 for (unsigned j = 0; j < workers[i].n_conns; j++)
                         workers[i].conns[j].w = &workers[i];
-        for (unsigned i = 0; i < opt.connections; i++) {
+        for (unsigned i = 0; i < opt.run.connections; i++) {
                 Conn *c = &conns[i];
                 int fd = connect_one(), r;
 
                 if (fd < 0) {
-                        fprintf(stderr, "grpc-load: cannot connect to %s: %s\n", opt.address, strerror(-fd));
+                        fprintf(stderr, "grpc-load: cannot connect to %s: %s\n", opt.run.address,
+                                strerror(-fd));
                         goto finish;
                 }
                 c->fd = fd;
                 c->index = i;
                 c->open = true;
                 c->next_k = i;
-                c->quota = bench_quota(opt.requests, opt.connections, i);
+                c->quota = bench_quota(opt.run.requests, opt.run.connections, i);
                 r = conn_setup(c);
                 if (r < 0) {
                         fprintf(stderr, "grpc-load: %s\n", strerror(-r));
                         goto finish;
                 }
         }
-        for (unsigned i = 0; i < opt.threads; i++) {
+        for (unsigned i = 0; i < opt.run.threads; i++) {
                 Worker *w = &workers[i];
 
                 w->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -832,20 +783,20 @@ int main(int argc, char **argv) {
                 }
         }
 
-        started = bench_run("grpc-load", workers, opt.threads, sizeof(Worker), offsetof(Worker, thread),
-                            worker_run, opt.warmup_ns, opt.duration_ns, opt.rate > 0.0);
-        if (started < opt.threads)
+        started = bench_run("grpc-load", workers, opt.run.threads, sizeof(Worker), offsetof(Worker, thread),
+                            worker_run, opt.run.warmup_ns, opt.run.duration_ns, opt.rate > 0.0);
+        if (started < opt.run.threads)
                 goto finish;
 
-        for (unsigned i = 0; i < opt.threads; i++)
+        for (unsigned i = 0; i < opt.run.threads; i++)
                 merge(&total, &workers[i].stats);
 
         bench_summarize(&sum, &total.latency, bench_measure_start_ns);
 
-        if (!opt.quiet) {
-                printf("%s at %s: %u connections x %u streams, %u thread%s, %s\n", opt.label, opt.address,
-                       opt.connections, opt.streams, opt.threads, opt.threads == 1 ? "" : "s",
-                       opt.rate > 0.0 ? "open loop" : "closed loop");
+        if (!opt.run.quiet) {
+                printf("%s at %s: %u connections x %u streams, %u thread%s, %s\n", opt.run.label,
+                       opt.run.address, opt.run.connections, opt.streams, opt.run.threads,
+                       opt.run.threads == 1 ? "" : "s", opt.rate > 0.0 ? "open loop" : "closed loop");
                 if (opt.rate > 0.0)
                         printf("  schedule:   %.0f calls/s, %" PRIu64
                                " started more than 1 ms late, %" PRIu64
@@ -861,7 +812,7 @@ int main(int argc, char **argv) {
         printf("RESULT label=%s target=grpc address=%s connections=%u streams=%u threads=%u rate=%.0f"
                " requests=%" PRIu64 " seconds=%.3f rps=%.0f ok=%" PRIu64 " over_limit=%" PRIu64
                " err=%" PRIu64 " lost=%" PRIu64 " late=%" PRIu64 " missed=%" PRIu64,
-               opt.label, opt.address, opt.connections, opt.streams, opt.threads, opt.rate,
+               opt.run.label, opt.run.address, opt.run.connections, opt.streams, opt.run.threads, opt.rate,
                total.latency.measured, sum.secs, sum.rps, total.ok, total.over_limit, total.err,
                total.conn_errors, total.late, total.missed);
         bench_print_result_latency(&sum);
@@ -873,13 +824,13 @@ int main(int argc, char **argv) {
                 ret = EXIT_SUCCESS;
 finish:
         if (conns)
-                for (unsigned i = 0; i < opt.connections; i++) {
+                for (unsigned i = 0; i < opt.run.connections; i++) {
                         if (conns[i].open)
                                 close(conns[i].fd);
                         conn_free(&conns[i]);
                 }
         if (workers)
-                for (unsigned i = 0; i < opt.threads; i++) {
+                for (unsigned i = 0; i < opt.run.threads; i++) {
                         if (workers[i].epfd >= 0)
                                 close(workers[i].epfd);
                         if (workers[i].tfd >= 0)

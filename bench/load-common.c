@@ -147,6 +147,58 @@ int bench_parse_seconds(const char *s, double max, uint64_t *ret) {
         return 0;
 }
 
+int bench_option(BenchOptions *o, int c, const char *arg) {
+        int r = 0;
+
+        switch (c) {
+        case 'a':
+                o->address = arg;
+                break;
+        case 'c':
+                r = bench_parse_uint(arg, o->any_case, 1, BENCH_CONNECTIONS_MAX, &o->connections);
+                break;
+        case 'n':
+                r = bench_parse_count(arg, o->any_case, &o->requests);
+                if (r >= 0 && o->requests == 0)
+                        r = -EINVAL;
+                break;
+        case 'd':
+                r = bench_parse_seconds(arg, o->secs_max, &o->duration_ns);
+                if (r >= 0 && o->duration_ns == 0)
+                        r = -EINVAL;
+                o->have_d = true;
+                break;
+        case 'w':
+                r = bench_parse_seconds(arg, o->secs_max, &o->warmup_ns);
+                o->have_w = true;
+                break;
+        case 't':
+                r = bench_parse_uint(arg, o->any_case, 1, BENCH_THREADS_MAX, &o->threads);
+                break;
+        case BENCH_OPT_LABEL:
+                o->label = arg;
+                break;
+        case 'q':
+                o->quiet = true;
+                break;
+        default:
+                return 1;
+        }
+        return r < 0 ? -EINVAL : 0;
+}
+
+int bench_options_times(BenchOptions *o, const char *prog) {
+        if (o->requests > 0 && o->have_d) {
+                fprintf(stderr, "%s: -n and -d exclude each other\n", prog);
+                return -EINVAL;
+        }
+        if (o->requests == 0 && !o->have_d)
+                o->duration_ns = 10 * NSEC_PER_SEC;
+        if (o->requests == 0 && !o->have_w)
+                o->warmup_ns = NSEC_PER_SEC;
+        return 0;
+}
+
 int bench_parse_address(const char *a, BenchAddress *ret) {
         const char *colon;
         size_t hl;

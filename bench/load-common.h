@@ -47,6 +47,36 @@ typedef struct BenchAddress {
         char path[sizeof(((struct sockaddr_un *) NULL)->sun_path)];
 } BenchAddress;
 
+#define BENCH_CONNECTIONS_MAX 10000 /* far beyond any useful run, bounds the arrays */
+#define BENCH_THREADS_MAX     256
+
+/* The options both programs take (see their --help): -a, -c, -n, -d, -w, -t, --label, -q. */
+typedef struct BenchOptions {
+        const char *address;
+        BenchAddress addr;
+        unsigned connections;
+        unsigned threads;
+        uint64_t requests;    /* -n; 0: run for duration_ns */
+        uint64_t duration_ns; /* -d */
+        uint64_t warmup_ns;   /* -w */
+        const char *label;
+        bool quiet;      /* only the machine-readable line */
+        bool any_case;   /* counts take the suffixes K and m too (see bench_parse_count()) */
+        double secs_max; /* -d and -w at most */
+        bool have_d, have_w;
+} BenchOptions;
+
+/* getopt_long()'s value of --label; a program's own long options come after it. */
+#define BENCH_OPT_LABEL 0x100
+/* Their long options, for a program's getopt_long() table. */
+#define BENCH_LONG_OPTIONS                                                                                  \
+        { "address", required_argument, NULL, 'a' }, { "connections", required_argument, NULL, 'c' },       \
+                { "requests", required_argument, NULL, 'n' }, { "duration", required_argument, NULL, 'd' }, \
+                { "warmup", required_argument, NULL, 'w' }, { "threads", required_argument, NULL, 't' },    \
+                { "label", required_argument, NULL, BENCH_OPT_LABEL }, {                                    \
+                "quiet", no_argument, NULL, 'q'                                                             \
+        }
+
 /* Set by SIGINT and SIGTERM once bench_signals() has run, or by a thread that cannot go on:
  * the run stops early and fails. */
 extern atomic_bool bench_aborting;
@@ -71,6 +101,13 @@ int bench_parse_count(const char *s, bool any_case, uint64_t *ret);
 int bench_parse_uint(const char *s, bool any_case, unsigned lo, unsigned hi, unsigned *ret);
 /* Seconds, a fraction allowed, from 0 to max; *ret in ns. */
 int bench_parse_seconds(const char *s, double max, uint64_t *ret);
+
+/* getopt_long()'s c and its argument into o if c is one of the options above: 0, or -EINVAL
+ * if the value is invalid; 1 if c is not one of them. */
+int bench_option(BenchOptions *o, int c, const char *arg);
+/* After the options: -n and -d exclude each other (says so on stderr: -EINVAL); without either,
+ * 10 s; a warmup of 1 s unless -n or -w. */
+int bench_options_times(BenchOptions *o, const char *prog);
 
 /* tcp:HOST:PORT, HOST:PORT, [IPV6]:PORT or unix:PATH. */
 int bench_parse_address(const char *a, BenchAddress *ret);
