@@ -5,94 +5,16 @@
 # never timings). Run by `make check`, which exports top_srcdir and top_builddir.
 set -u
 
-top_srcdir=${top_srcdir:-.}
-top_builddir=${top_builddir:-.}
-divvyd=$top_builddir/src/divvyd
-bench=$top_builddir/bench/divvy-benchmark
+. "${top_srcdir:-.}/bench/load-test-common.sh"
+load_test_init test-benchmark "$top_builddir/bench/divvy-benchmark"
 rules=$top_srcdir/bench/divvyd-bench.ini
 
-for p in "$divvyd" "$bench"; do
-	if [ ! -x "$p" ]; then
-		echo "$p not built" >&2
-		exit 99
-	fi
-done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-benchmark.XXXXXX") || exit 99
-pid=""
-cleanup() {
-	if [ -n "$pid" ]; then
-		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-. "$top_srcdir/tests/shell-checks.sh"
-
-# A free loopback port: bind port 0 (python3 is a test dependency already).
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])') || exit 99
 sock=$tmp/divvyd.sock
-# divvyd refuses to run as root unless told (CI runs the tests as root).
-allow_root=
-[ "$(id -u)" -eq 0 ] && allow_root=--allow-root
 "$divvyd" $allow_root -l "unix:$sock" -l "tcp:127.0.0.1:$port" -d "$tmp/db" "$rules" 2>"$tmp/divvyd.log" &
 pid=$!
 
-# Ready when one request gets through (bounded: 10 s).
-i=0
-until "$bench" -q -n 1 -c 1 "unix:$sock" >/dev/null 2>&1; do
-	i=$((i + 1))
-	if [ $i -ge 100 ] || ! kill -0 "$pid" 2>/dev/null; then
-		echo "divvyd did not start:" >&2
-		cat "$tmp/divvyd.log" >&2
-		exit 99
-	fi
-	sleep 0.1
-done
-
-# field NAME: the value of NAME=... in the RESULT line of $tmp/out.
-field() {
-	sed -n 's/^RESULT .* '"$1"'=\([^ ]*\).*$/\1/p' "$tmp/out"
-}
-
-# expect WHAT STATUS FIELD=VALUE... -- ARGS...: runs divvy-benchmark, checks the status and fields.
-expect() {
-	what=$1
-	want_status=$2
-	shift 2
-	checks=""
-	while [ "$1" != "--" ]; do
-		checks="$checks $1"
-		shift
-	done
-	shift
-	"$bench" "$@" >"$tmp/out" 2>"$tmp/err"
-	status=$?
-	if [ "$status" -ne "$want_status" ]; then
-		echo "    exit status $status, expected $want_status" >>"$tmp/err"
-		fail "$what"
-		return
-	fi
-	if [ "$(grep -c '^RESULT ' "$tmp/out")" -ne 1 ]; then
-		echo "    expected exactly one RESULT line" >>"$tmp/err"
-		fail "$what"
-		return
-	fi
-	for c in $checks; do
-		name=${c%%=*}
-		want=${c#*=}
-		got=$(field "$name")
-		if [ "$got" != "$want" ]; then
-			echo "    $name=$got, expected $want" >>"$tmp/err"
-			fail "$what"
-			return
-		fi
-	done
-	pass "$what"
-}
+# Ready when one request gets through.
+load_test_ready "$load" -q -n 1 -c 1 "unix:$sock"
 
 expect "unix, pipelined: every reply OK true" 0 \
 	requests=200 ok_true=200 ok_false=0 err=0 malformed=0 lost=0 connections=4 pipeline=8 -- \
@@ -137,14 +59,14 @@ expect "--multi: an error inside EXEC's array is counted" 1 \
 expect "--multi: EXECABORT fails the run" 1 \
 	lost=0 -- \
 	-q -n 4 -c 1 -P 2 --multi -r 'NOSUCH {actor}' "unix:$sock"
-"$bench" -n 4 -c 1 --multi -P 65 "unix:$sock" >"$tmp/out" 2>"$tmp/err"
+"$load" -n 4 -c 1 --multi -P 65 "unix:$sock" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 2 ] && pass "--multi: more than 64 per transaction is a usage error" ||
 	fail "--multi: more than 64 per transaction is a usage error"
-"$bench" -n 1 -c 1 "unix:$tmp/nothing-here" >"$tmp/out" 2>"$tmp/err"
+"$load" -n 1 -c 1 "unix:$tmp/nothing-here" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "cannot connect" "$tmp/err" && pass "no server: exit 1" || fail "no server: exit 1"
-"$bench" -n 5 -d 1 >"$tmp/out" 2>"$tmp/err"
+"$load" -n 5 -d 1 >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 2 ] && pass "usage error: exit 2" || fail "usage error: exit 2"
-"$bench" -n 5 --redis -r 'SETEX  k{actor} 60 1' "unix:$sock" >"$tmp/out" 2>"$tmp/err"
+"$load" -n 5 --redis -r 'SETEX  k{actor} 60 1' "unix:$sock" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 2 ] && pass "Redis command with empty words: exit 2" || fail "Redis command with empty words: exit 2"
 
 # --redis with a tab-separated command (a word holding spaces) and array replies, against a

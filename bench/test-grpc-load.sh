@@ -5,93 +5,17 @@
 # check`, which exports top_srcdir and top_builddir.
 set -u
 
-top_srcdir=${top_srcdir:-.}
-top_builddir=${top_builddir:-.}
-divvyd=$top_builddir/src/divvyd
-load=$top_builddir/bench/grpc-load
+. "${top_srcdir:-.}/bench/load-test-common.sh"
+load_test_init test-grpc-load "$top_builddir/bench/grpc-load"
 rules=$top_srcdir/bench/divvyd-bench-grpc.ini
 
-for p in "$divvyd" "$load"; do
-	if [ ! -x "$p" ]; then
-		echo "$p not built" >&2
-		exit 99
-	fi
-done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-grpc-load.XXXXXX") || exit 99
-pid=""
-cleanup() {
-	if [ -n "$pid" ]; then
-		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-. "$top_srcdir/tests/shell-checks.sh"
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])') || exit 99
-allow_root=
-[ "$(id -u)" -eq 0 ] && allow_root=--allow-root
 "$divvyd" $allow_root -l "unix:$tmp/divvyd.sock" --grpc "tcp:127.0.0.1:$port" -d "$tmp/db" "$rules" \
 	2>"$tmp/divvyd.log" &
 pid=$!
 addr=tcp:127.0.0.1:$port
 
-# Ready when one call gets through (bounded: 10 s).
-i=0
-until timeout 5 "$load" -q -n 1 -c 1 -m 1 "$addr" >/dev/null 2>&1; do
-	i=$((i + 1))
-	if [ $i -ge 100 ] || ! kill -0 "$pid" 2>/dev/null; then
-		echo "divvyd did not start:" >&2
-		cat "$tmp/divvyd.log" >&2
-		exit 99
-	fi
-	sleep 0.1
-done
-
-# field NAME: the value of NAME=... in the RESULT line of $tmp/out.
-field() {
-	sed -n 's/^RESULT .* '"$1"'=\([^ ]*\).*$/\1/p' "$tmp/out"
-}
-
-# expect WHAT STATUS FIELD=VALUE... -- ARGS...: runs grpc-load (bounded), checks the status and fields.
-expect() {
-	what=$1
-	want_status=$2
-	shift 2
-	checks=""
-	while [ "$1" != "--" ]; do
-		checks="$checks $1"
-		shift
-	done
-	shift
-	timeout 60 "$load" "$@" >"$tmp/out" 2>"$tmp/err"
-	status=$?
-	if [ "$status" -ne "$want_status" ]; then
-		echo "    exit status $status, expected $want_status" >>"$tmp/err"
-		fail "$what"
-		return
-	fi
-	if [ "$(grep -c '^RESULT ' "$tmp/out")" -ne 1 ]; then
-		echo "    expected exactly one RESULT line" >>"$tmp/err"
-		fail "$what"
-		return
-	fi
-	for c in $checks; do
-		name=${c%%=*}
-		want=${c#*=}
-		got=$(field "$name")
-		if [ "$got" != "$want" ]; then
-			echo "    $name=$got, expected $want" >>"$tmp/err"
-			fail "$what"
-			return
-		fi
-	done
-	pass "$what"
-}
+# Ready when one call gets through.
+load_test_ready timeout 5 "$load" -q -n 1 -c 1 -m 1 "$addr"
 
 expect "closed loop: every call answered OK" 0 \
 	requests=300 ok=300 over_limit=0 err=0 lost=0 connections=3 streams=8 threads=1 -- \
