@@ -946,7 +946,6 @@ int main(int argc, char **argv) {
         Conn *conns = NULL;
         char *outbufs = NULL;
         BenchSummary sum;
-        unsigned started = 0;
         int ret = EXIT_FAILURE;
 
         if (parse_argv(argc, argv) < 0)
@@ -1000,10 +999,8 @@ int main(int argc, char **argv) {
                 }
         }
 
-        started = bench_run("divvy-benchmark", workers, opt.run.threads, sizeof(Worker),
-                            offsetof(Worker, thread), worker_run, opt.run.warmup_ns, opt.run.duration_ns,
-                            false);
-        if (started < opt.run.threads)
+        if (bench_run("divvy-benchmark", workers, opt.run.threads, sizeof(Worker), offsetof(Worker, thread),
+                      worker_run, opt.run.warmup_ns, opt.run.duration_ns, false) < opt.run.threads)
                 goto finish;
 
         for (unsigned i = 0; i < opt.run.threads; i++)

@@ -714,7 +714,6 @@ int main(int argc, char **argv) {
         Worker *workers = NULL;
         Conn *conns = NULL;
         BenchSummary sum;
-        unsigned started = 0;
         int ret = EXIT_FAILURE;
 
         if (parse_argv(argc, argv) < 0)
@@ -783,9 +782,8 @@ int main(int argc, char **argv) {
                 }
         }
 
-        started = bench_run("grpc-load", workers, opt.run.threads, sizeof(Worker), offsetof(Worker, thread),
-                            worker_run, opt.run.warmup_ns, opt.run.duration_ns, opt.rate > 0.0);
-        if (started < opt.run.threads)
+        if (bench_run("grpc-load", workers, opt.run.threads, sizeof(Worker), offsetof(Worker, thread),
+                      worker_run, opt.run.warmup_ns, opt.run.duration_ns, opt.rate > 0.0) < opt.run.threads)
                 goto finish;
 
         for (unsigned i = 0; i < opt.run.threads; i++)
