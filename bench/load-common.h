@@ -2,9 +2,10 @@
 #pragma once
 
 /*
- * What the load generators divvy-benchmark and grpc-load share: the latency histogram and its
- * summary (throughput, percentiles) in the lines they print, the option parsers, the server's
- * address and the connect() to it, the sleep and the signals that abort a run.
+ * What the load generators divvy-benchmark and grpc-load share: the options they both take and
+ * their parsers, the server's address and the connect() to it, the run's timeline (threads,
+ * warmup, measuring, stop) and the signals that abort it, the latency histogram and the summary
+ * (throughput, percentiles) in the lines they print.
  *
  * Not library code: a part of those programs, it prints.
  */
@@ -20,6 +21,7 @@
 #define BENCH_HIST_SUB      (1u << BENCH_HIST_SUB_BITS)
 #define BENCH_HIST_BUCKETS  ((64u - BENCH_HIST_SUB_BITS + 1u) * BENCH_HIST_SUB)
 
+/* Where the run is (bench_phase): the threads' requests are measured in PHASE_MEASURE only. */
 typedef enum Phase {
         PHASE_WARMUP,
         PHASE_MEASURE,
@@ -68,14 +70,19 @@ typedef struct BenchOptions {
 
 /* getopt_long()'s value of --label; a program's own long options come after it. */
 #define BENCH_OPT_LABEL 0x100
-/* Their long options, for a program's getopt_long() table. */
+/* Their long options, the start of a program's getopt_long() table. (clang-format 14 would break
+ * the last initializer in two.) */
+/* clang-format off */
 #define BENCH_LONG_OPTIONS                                                                                  \
-        { "address", required_argument, NULL, 'a' }, { "connections", required_argument, NULL, 'c' },       \
-                { "requests", required_argument, NULL, 'n' }, { "duration", required_argument, NULL, 'd' }, \
-                { "warmup", required_argument, NULL, 'w' }, { "threads", required_argument, NULL, 't' },    \
-                { "label", required_argument, NULL, BENCH_OPT_LABEL }, {                                    \
-                "quiet", no_argument, NULL, 'q'                                                             \
-        }
+        { "address", required_argument, NULL, 'a' },                                                        \
+        { "connections", required_argument, NULL, 'c' },                                                    \
+        { "requests", required_argument, NULL, 'n' },                                                       \
+        { "duration", required_argument, NULL, 'd' },                                                       \
+        { "warmup", required_argument, NULL, 'w' },                                                         \
+        { "threads", required_argument, NULL, 't' },                                                        \
+        { "label", required_argument, NULL, BENCH_OPT_LABEL },                                              \
+        { "quiet", no_argument, NULL, 'q' }
+/* clang-format on */
 
 /* Set by SIGINT and SIGTERM once bench_signals() has run, or by a thread that cannot go on:
  * the run stops early and fails. */
@@ -117,8 +124,7 @@ int bench_connect(const BenchAddress *a);
  * as it is. */
 int bench_set_nonblock(int fd);
 
-/* Requests spread over connections, or connections over threads: the first of part i of n and
- * how many it gets (the first total % n parts one more). */
+/* total (connections) spread evenly over n parts (threads): where part i starts, and its size. */
 uint64_t bench_share_start(uint64_t total, unsigned n, unsigned i);
 uint64_t bench_share(uint64_t total, unsigned n, unsigned i);
 /* A connection's quota of measured requests: its share of requests, UINT64_MAX without -n. */
