@@ -74,6 +74,8 @@ static int read_header(const uint8_t *p, const uint8_t *end, int64_t *ret_n, siz
                 return 0;
         if (q[1] != '\n')
                 return -EBADMSG;
+        if (negative && n == 0)
+                return -EBADMSG; /* "-0": Redis refuses it too (and resp_parse_again() reads digits only) */
         *ret_n = negative ? -n : n;
         *ret_len = (size_t) (q + 2 - p);
         return 1;

@@ -55,6 +55,8 @@ static const struct {
         { "*1\rx", -EBADMSG, 0, NULL, 0, "invalid length" },
         { "*+1\r\n", -EBADMSG, 0, NULL, 0, "invalid length" },
         { "*1\r\n$-1\r\n", -EBADMSG, 0, NULL, 0, "invalid length" },
+        { "*-0\r\n", -EBADMSG, 0, NULL, 0, "invalid length" },
+        { "*1\r\n$-0\r\n\r\n", -EBADMSG, 0, NULL, 0, "invalid length" }, /* as Redis: "-0" is no length */
         { "*1\r\n$ 4\r\nPING\r\n", -EBADMSG, 0, NULL, 0, "invalid length" },
         { "*1\r\n$4\r\nPINGxx", -EBADMSG, 0, NULL, 0, "CRLF" },
         { "*1\r\n$4\r\nPING\rx", -EBADMSG, 0, NULL, 0, "CRLF" },
