@@ -98,6 +98,14 @@
                     * one range of ids (cheap: a pass skips the others' records unchecked); measured        \
                     * at 10 million counters just after a pre-fill, with a checkpoint running, RssAnon      \
                     * 570 MiB against 608 with 1 << 19 (the table alone: 561) */
+#define STORE_SNAPSHOT_RATE_DEFAULT                                                                         \
+        (128ULL << 20) /* bytes a second: a snapshot of 10 million counters (320 MB) in 2.5 s, a            \
+                        * bounded share of the disk; store_close()'s last one is not paced */
+#define STORE_SNAPSHOT_RECORDS_PER_COUNTER                                                                  \
+        1 /* with snapshots, a checkpoint starts once the journal holds this many records per live          \
+           * counter (if more than STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's): a snapshot writes 32 bytes      \
+           * per counter, so about 32 bytes per journaled change, and a restart after a crash               \
+           * replays at most about one record per counter after loading the snapshot */
 #define STORE_CHECKPOINT_TXN_RECORDS_DEFAULT                                                                \
         65536 /* records per LMDB transaction of a checkpoint (checkpoint.h: chunked; about 58              \
                * bytes of data.mdb a counter instead of 140 in one transaction) */
@@ -136,6 +144,15 @@ typedef struct StoreOptions {
          * acknowledged): new ones are then refused until expiry brings the count under it. */
         uint64_t max_counters;
         size_t table_memory_max; /* test hook: table_set_memory_max() of the table (0: none) */
+        /* Checkpoints write the whole table into counters.snap (snapshot.h) instead of the
+         * journal into data.mdb, and the first one makes the database format version 3 (for
+         * good: a version-3 database is checkpointed so whatever this says). STORE-DESIGN.md,
+         * "Checkpoints". */
+        bool snapshot;
+        uint64_t snapshot_rate; /* bytes a second a snapshot is written at while serving; 0 = default */
+        /* Test hook: called by the snapshot's thread at each SnapshotPoint (snapshot.h: 0 half the
+         * records written, 1 the file complete and synced, before the rename). NULL: none. */
+        void (*snapshot_hook)(int point);
 } StoreOptions;
 
 /* One hit of a batch. The caller fills the inputs; store_apply() the outputs. The inputs are
