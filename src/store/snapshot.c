@@ -303,7 +303,8 @@ void snapshot_remove_tmp(const char *dir) {
 }
 
 static void write_error(char *err, size_t err_size, const char *dir, const char *what, int r) {
-        set_error(err, err_size, "%s/" SNAPSHOT_TMP_NAME ": %s failed: %s%s", dir, what, strerror(-r),
+        set_error(err, err_size, "writing the checkpoint failed: %s/" SNAPSHOT_TMP_NAME ": %s: %s%s", dir,
+                  what, strerror(-r),
                   r == -ENOSPC || r == -EDQUOT
                           ? " (the disk is full: the previous checkpoint stays, with the journal)"
                           : "");
@@ -343,14 +344,14 @@ int snapshot_writer_new(const char *dir, uint64_t lsn, uint64_t at_usec, uint64_
         w->fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (w->fd < 0) {
                 r = -errno;
-                write_error(err, err_size, dir, "creating it", r);
+                write_error(err, err_size, dir, "create", r);
                 goto fail;
         }
         (void) fchmod(w->fd, 0600); /* whatever the umask did */
         header_put(h, &w->info);    /* count 0 for now: rewritten by commit */
         r = wal_pwrite_all(w->fd, h, sizeof h, 0);
         if (r < 0) {
-                write_error(err, err_size, dir, "writing", r);
+                write_error(err, err_size, dir, "write", r);
                 goto fail;
         }
         *ret = w;
@@ -404,7 +405,7 @@ int snapshot_writer_add(SnapshotWriter *w, const CounterRecord *records, size_t 
                 if (w->used + SNAPSHOT_RECORD_SIZE > SNAPSHOT_BUFFER_SIZE) {
                         r = flush(w);
                         if (r < 0) {
-                                write_error(err, err_size, w->dir, "writing", r);
+                                write_error(err, err_size, w->dir, "write", r);
                                 return r;
                         }
                 }
@@ -415,7 +416,7 @@ int snapshot_writer_add(SnapshotWriter *w, const CounterRecord *records, size_t 
                         w->hooked_half = true;
                         r = flush(w);
                         if (r < 0) {
-                                write_error(err, err_size, w->dir, "writing", r);
+                                write_error(err, err_size, w->dir, "write", r);
                                 return r;
                         }
                         w->hook(SNAPSHOT_POINT_WRITTEN);
@@ -427,7 +428,7 @@ int snapshot_writer_add(SnapshotWriter *w, const CounterRecord *records, size_t 
 int snapshot_writer_commit(SnapshotWriter *w, char *err, size_t err_size) {
         char from[PATH_MAX], to[PATH_MAX];
         uint8_t h[SNAPSHOT_HEADER_SIZE], t[SNAPSHOT_TRAILER_SIZE];
-        const char *what = "writing";
+        const char *what = "write";
         int r;
 
         r = flush(w);
