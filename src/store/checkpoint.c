@@ -1124,6 +1124,35 @@ static int adopt_txn(Checkpoint *c, MDB_txn *txn, void *userdata) {
         return r;
 }
 
+/* After the migration to version 3: data.mdb keeps its size (LMDB never gives pages back to
+ * the file), which every start would read through (store-verify.c). A compacted copy, synced
+ * and renamed over it, is the few pages of "meta". Nothing writes data.mdb after the
+ * migration, so the environment still open on the old file misses nothing. Best effort: a
+ * crash or a failure leaves one or the other, both version 3. */
+static void compact(Checkpoint *c) {
+        char tmp[PATH_MAX], path[PATH_MAX];
+        int fd, dfd, r;
+
+        snprintf(tmp, sizeof tmp, "%s/data.mdb.compact", c->dir);
+        snprintf(path, sizeof path, "%s/data.mdb", c->dir);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return;
+        r = mdb_env_copyfd2(c->env, fd, MDB_CP_COMPACT);
+        if (r == 0 && fsync(fd) < 0)
+                r = errno;
+        close(fd);
+        if (r != 0 || rename(tmp, path) < 0) {
+                (void) unlink(tmp);
+                return;
+        }
+        dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+                (void) fsync(dfd);
+                close(dfd);
+        }
+}
+
 int checkpoint_adopt_snapshot(Checkpoint *c, uint64_t journal_seq) {
         int r;
 
@@ -1135,6 +1164,7 @@ int checkpoint_adopt_snapshot(Checkpoint *c, uint64_t journal_seq) {
                 return r;
         c->snapshot = true;
         c->journal_seq = journal_seq;
+        compact(c);
         return 0;
 }
 

@@ -2399,6 +2399,8 @@ START_TEST (test_snapshot_migrates_v2) {
         store_close(s);
         ck_assert_int_eq(db_version(), 2);
         ck_assert_int_eq(stat(db_path(path, sizeof path, SNAPSHOT_NAME), &st), -1);
+        ck_assert_int_eq(stat(db_path(path, sizeof path, "data.mdb"), &st), 0);
+        ck_assert_int_gt(st.st_size, 128 * 1024); /* 3000 counters */
 
         snapshot_mode = true;
         s = open_store();
@@ -2413,6 +2415,8 @@ START_TEST (test_snapshot_migrates_v2) {
         hit_many(s, "m-", 4000, 6000, 3600, T0, 0); /* in the journal only */
         store_close(s);
         ck_assert_int_eq(db_version(), 3);
+        ck_assert_int_eq(stat(db_path(path, sizeof path, "data.mdb"), &st), 0);
+        ck_assert_int_lt(st.st_size, 64 * 1024); /* compacted: its meta only */
 
         snapshot_mode = false; /* the database's version decides */
         s = open_store();
