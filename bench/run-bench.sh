@@ -788,7 +788,7 @@ big_point() {
 	row "$k: data.mdb per live counter (bytes)" "$(per "$mdb" "$n")" "<=" 100 \
 		"allocated, the larger of after the pre-fill and after the runs (clean stops)"
 	row "$k: --db directory per live counter (bytes)" "$(per "$dir" "$n")" - - "$segs journal segments: $(per "$wal" "$n")"
-	wdetail="write_bytes over ${io_seconds} s at 16×16: $(per $((w1 - w0)) "$hits") = $(per $((l1 - l0)) "$hits") by the event loop (journal) + $(per $((w1 - w0 - l1 + l0)) "$hits") by checkpoints (a 10M checkpoint covers 20M HITs: --io-seconds 90 for a steady state)"
+	wdetail="write_bytes over ${io_seconds} s at 16×16: $(per $((w1 - w0)) "$hits") = $(per $((l1 - l0)) "$hits") by the event loop (journal) + $(per $((w1 - w0 - l1 + l0)) "$hits") by checkpoints (at 10M an LMDB checkpoint covers 20M HITs, a snapshot 10M: --io-seconds 90 for a steady state)"
 	if [ "$k0" != - ]; then
 		row "$k: bytes written per HIT (the disk's count)" "$(per $((k1 - k0)) "$hits")" "<=" 128 \
 			"/dev/$loop_dev's sectors written over ${io_seconds} s; $wdetail, which counts whole page-cache folios"
