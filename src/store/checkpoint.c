@@ -1138,6 +1138,7 @@ static void compact(Checkpoint *c) {
         fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0)
                 return;
+        (void) fchmod(fd, 0600); /* whatever the umask did */
         r = mdb_env_copyfd2(c->env, fd, MDB_CP_COMPACT);
         if (r == 0 && fsync(fd) < 0)
                 r = errno;
