@@ -7,6 +7,7 @@
 #
 #   bench/run-bench.sh [--runs N] [--duration SEC] [--sync MODE] [--no-sync-compare] [--no-algorithms]
 #                      [--before PATH] [--10m] [--only-10m] [--big-actors N] [--50m] [--no-big-aof]
+#                      [--big-arg ARG]
 #                      [--big N] [--only-big] [--io-seconds SEC] [--warm] [--loop-fs]
 #                      [--redis-store] [--only-redis-store] [--script PATH]
 #                      [--divvyd PATH] [--benchmark PATH] [--rules FILE] [--keep]
@@ -42,7 +43,8 @@
 # restarts after sustained load: SIGKILL right after those runs and a timed start (page cache
 # dropped), --io-seconds of 16,16, SIGTERM and a timed start again. Redis without persistence
 # is measured beside redis-server with its AOF (--appendfsync everysec, pre-filled the same
-# way; --no-big-aof skips it), the persistent peer.
+# way; --no-big-aof skips it), the persistent peer. --big-arg ARG gives divvyd one more option
+# at the big points (e.g. --checkpoint-format=lmdb).
 #
 # --loop-fs (root): the big points' databases live on an ext4 file system of their own (an
 # image file in the temporary directory, mounted through a loop device), and the bytes
@@ -87,6 +89,7 @@ with_matrix=yes
 big_actors=10000000
 big_sizes=""
 big_aof=yes
+big_arg=""
 io_seconds=20
 warm=no
 keep=no
@@ -122,6 +125,7 @@ while [ $# -gt 0 ]; do
 	--only-big) with_matrix=no ;;
 	--io-seconds) io_seconds=$2; shift ;;
 	--no-big-aof) big_aof=no ;;
+	--big-arg) big_arg=$2; shift ;;
 	--warm) warm=yes ;;
 	--loop-fs) loop_fs=yes ;;
 	--divvyd) divvyd=$2; shift ;;
@@ -615,7 +619,7 @@ big_point() {
 	[ "$sync_given" = no ] || bsync=$sync
 	prefill_limit=$((120 + n / 10000)) # seconds: far beyond 10,000 HITs/s
 	echo
-	echo "== $n counters, actors like IPv4 addresses, divvyd ${bsync:+--sync=$bsync}${bsync:-default settings} =="
+	echo "== $n counters, actors like IPv4 addresses, divvyd ${bsync:+--sync=$bsync}${bsync:-default settings}${big_arg:+ $big_arg} =="
 	avail=$(awk '/MemAvailable/ { printf "%.0f\n", $2 * 1024 }' /proc/meminfo)
 	echo "memory available: $(mib "$avail")"
 	# redis needs about 207 bytes a key (the most of anything here): refuse rather than
@@ -663,7 +667,7 @@ big_point() {
 		db=$loop_mnt/db-$k
 		echo "  database on its own ext4 file system: $loop_mnt (/dev/$loop_dev)"
 	fi
-	start_divvyd "$db" "$bsync"
+	start_divvyd "$db" "$bsync" "" "" "$big_arg"
 	d0=$(rss_anon "$divvyd_pid")
 	t0=$(now)
 	bounded "$prefill_limit" "$bench" -q -n "$n" -k "$n" --sequential --ipv4 -c 16 -P 256 -w 0 \
@@ -692,7 +696,7 @@ big_point() {
 	# actor 1 as divvy-benchmark --ipv4 renders it: hit once by the pre-fill
 	probe_ip=$(python3 -c 'x = (1 * 0x9E3779B1) & 0xFFFFFFFF; x ^= x >> 16; print(".".join(str(x >> s & 255) for s in (24, 16, 8, 0)))')
 	t0=$(now)
-	launch_divvyd "$divvyd" "$db" "$bsync"
+	launch_divvyd "$divvyd" "$db" "$bsync" "" "" "$big_arg"
 	divvyd_pid=$launched_pid
 	probe=$(python3 "$tmp/probe.py" "$divvyd_sock" "$t0" 300 "HIT method=GET path=/bench ip=$probe_ip") || {
 		echo "run-bench.sh: divvyd did not answer within 300 s of its start ($probe); its log:" >&2
@@ -739,7 +743,7 @@ big_point() {
 	jk=$(du -sb "$db" 2>/dev/null | awk '{ print $1 }')
 	cache2=$(drop_cache)
 	t0=$(now)
-	launch_divvyd "$divvyd" "$db" "$bsync"
+	launch_divvyd "$divvyd" "$db" "$bsync" "" "" "$big_arg"
 	divvyd_pid=$launched_pid
 	probe=$(python3 "$tmp/probe.py" "$divvyd_sock" "$t0" 300 "HIT method=GET path=/bench ip=$probe_ip") || {
 		echo "run-bench.sh: divvyd did not answer within 300 s of its restart after SIGKILL" >&2
@@ -757,7 +761,7 @@ big_point() {
 	echo "  stopped (SIGTERM) after ${io_seconds} s more of 16,16 in $stop_secs s, exit status $stop_status"
 	cache3=$(drop_cache)
 	t0=$(now)
-	launch_divvyd "$divvyd" "$db" "$bsync"
+	launch_divvyd "$divvyd" "$db" "$bsync" "" "" "$big_arg"
 	divvyd_pid=$launched_pid
 	probe=$(python3 "$tmp/probe.py" "$divvyd_sock" "$t0" 300 "HIT method=GET path=/bench ip=$probe_ip") || {
 		echo "run-bench.sh: divvyd did not answer within 300 s of its restart after SIGTERM" >&2
