@@ -152,9 +152,11 @@ void *snapshot_job_thread(void *store) {
         j->duration_usec = clock_usec(CLOCK_MONOTONIC) - start;
         (void) malloc_trim(0);
         j->stats_ok = checkpoint_get_stats(j->checkpoint, &j->stats) >= 0;
-        if (j->result >= 0)
+        if (j->result >= 0) {
                 j->stats.counters = count;
-        else
+                j->stats.file_size =
+                        SNAPSHOT_HEADER_SIZE + count * SNAPSHOT_RECORD_SIZE + SNAPSHOT_TRAILER_SIZE;
+        } else
                 j->stats_ok = false;
         __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
         return NULL;

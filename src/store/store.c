@@ -995,6 +995,8 @@ static int open_snapshot_info(Store *s, char *errbuf, size_t errbuf_size) {
         s->covered_lsn = info.lsn;
         s->ckpt_stats.counters = info.count;
         s->ckpt_stats.journal_seq = info.lsn;
+        s->ckpt_stats.file_size =
+                SNAPSHOT_HEADER_SIZE + info.count * SNAPSHOT_RECORD_SIZE + SNAPSHOT_TRAILER_SIZE;
         return 0;
 }
 

@@ -194,11 +194,12 @@ typedef struct StoreHit {
 } StoreHit;
 
 typedef struct StoreStats {
-        uint64_t counters;    /* counters in the table (live + not yet swept) */
-        uint64_t memory;      /* bytes the table holds */
-        uint64_t map_size;    /* data.mdb: current map size, bytes */
-        uint64_t data_size;   /* data.mdb: bytes in use (pages * page size) */
-        uint64_t file_size;   /* size of data.mdb on disk, as of the last checkpoint */
+        uint64_t counters;  /* counters in the table (live + not yet swept) */
+        uint64_t memory;    /* bytes the table holds */
+        uint64_t map_size;  /* data.mdb: current map size, bytes */
+        uint64_t data_size; /* data.mdb: bytes in use (pages * page size) */
+        uint64_t
+                file_size; /* size of the checkpoint file (counters.snap, or data.mdb), as of the last one */
         uint64_t swept_total; /* expired counters deleted from the table since open */
         uint64_t map_grows;   /* data.mdb map growths since open */
         uint64_t commits;     /* successful checkpoints since open */

@@ -2412,6 +2412,7 @@ START_TEST (test_snapshot_migrates_v2) {
                          SNAPSHOT_HEADER_SIZE + 5000 * SNAPSHOT_RECORD_SIZE + SNAPSHOT_TRAILER_SIZE);
         ck_assert_uint_eq(count_segments(), 1); /* the current one */
         ck_assert_uint_eq(stats(s).checkpoint_counters, 5000);
+        ck_assert_uint_eq(stats(s).file_size, (uint64_t) st.st_size);
         hit_many(s, "m-", 4000, 6000, 3600, T0, 0); /* in the journal only */
         store_close(s);
         ck_assert_int_eq(db_version(), 3);
@@ -2421,6 +2422,9 @@ START_TEST (test_snapshot_migrates_v2) {
         snapshot_mode = false; /* the database's version decides */
         s = open_store();
         ck_assert_uint_eq(stat_counters(s), 6000);
+        ck_assert_uint_eq(stats(s).checkpoint_counters, 6000); /* the last snapshot, close()'s */
+        ck_assert_uint_eq(stats(s).file_size,
+                          SNAPSHOT_HEADER_SIZE + 6000 * SNAPSHOT_RECORD_SIZE + SNAPSHOT_TRAILER_SIZE);
         expect_many(s, "m-", 0, 1000, 4);
         expect_many(s, "m-", 1000, 3000, 3);
         expect_many(s, "m-", 3000, 4000, 3);
