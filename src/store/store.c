@@ -677,7 +677,7 @@ const char *store_journal_error(const Store *s) {
 }
 
 int store_maintain(Store *s, uint64_t now_usec) {
-        uint64_t now = clock_usec(CLOCK_MONOTONIC), pending;
+        uint64_t now, pending;
         int reaped, r;
 
         if (!s)
@@ -687,6 +687,9 @@ int store_maintain(Store *s, uint64_t now_usec) {
         reaped = job_reap(s, false);
         if (s->job_running)
                 return reaped;
+        /* after the reap, which sets last_checkpoint_usec: read before, the interval since it
+         * was negative, i.e. huge, and a checkpoint started again at once after each one */
+        now = clock_usec(CLOCK_MONOTONIC);
         if (s->release_seq > 0 && wal_release(s->wal, s->release_seq) >= 0) {
                 /* The covered segments are gone at last: on an idle daemon no checkpoint would
                  * come to clear the error, and STATUS said "failing" for good. Another failure

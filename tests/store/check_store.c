@@ -2330,6 +2330,30 @@ START_TEST (test_batch_leaves_by_value) {
 }
 END_TEST
 
+/* The maintenance call that reaps a finished checkpoint starts no other one unless the journal
+ * since it calls for one: the interval since that checkpoint is counted from its end, not
+ * from before it (once the journal's few new records made each reap start the next
+ * checkpoint at once, and under load the checkpoints ran back to back). */
+START_TEST (test_maintain_reap_waits) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        int r = 0;
+        Store *s;
+
+        o.checkpoint_journal_max = 64 * 1024; /* 1365 records */
+        s = open_with(&o);
+        hit_many(s, "r-", 0, 2000, 3600, T0, 0);
+        ck_assert_int_eq(store_maintain(s, T0), 0); /* starts one */
+        ck_assert(stats(s).checkpoint_running);
+        hit_many(s, "r-", 2000, 2100, 3600, T0, 0); /* far below the threshold */
+        for (unsigned i = 0; i < 10000 && (r = store_maintain(s, T0)) == 0; i++)
+                nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+        ck_assert_int_eq(r, 1); /* reaped */
+        ck_assert_uint_eq(stats(s).commits, 1);
+        ck_assert_msg(!stats(s).checkpoint_running, "a checkpoint started again at the reap");
+        store_close(s);
+}
+END_TEST
+
 /* ---- snapshot checkpoints (format version 3) ---- */
 
 static void make_tmpdir_snapshot(void) {
@@ -2664,6 +2688,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_batch_larger_than_segment);
         tcase_add_test(tc, test_verbs_replayed_after_kill);
         tcase_add_test(tc, test_batch_leaves_by_value);
+        tcase_add_test(tc, test_maintain_reap_waits);
         suite_add_tcase(su, tc);
 
         /* snapshot checkpoints: their own tests, and the durability tests again */
@@ -2683,6 +2708,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_close_checkpoints_journal);
         tcase_add_test(tc, test_max_counters_refuses_only_new);
         tcase_add_test(tc, test_replay_fits_running_table);
+        tcase_add_test(tc, test_maintain_reap_waits);
         suite_add_tcase(su, tc);
         return su;
 }
