@@ -638,7 +638,8 @@ static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t
 
 /* Journal records that start a checkpoint: checkpoint_journal_max's worth if it was given;
  * by default STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's, or STORE_CHECKPOINT_RECORDS_PER_COUNTER
- * per counter of data.mdb if that is more, up to STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT's. A
+ * per counter of data.mdb (with snapshots: one per STORE_SNAPSHOT_COUNTERS_PER_RECORD counters of
+ * the snapshot) if that is more, up to STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT's. A
  * checkpoint of changes spread over many counters rewrites most leaf pages of data.mdb
  * whatever the number of records it covers, so what it writes per HIT falls as the journal
  * it covers grows with data.mdb. data.mdb's counters, not the table's: while counters are
@@ -649,8 +650,8 @@ static uint64_t checkpoint_threshold(const Store *s) {
 
         if (s->opts.checkpoint_journal_max > 0)
                 return (s->opts.checkpoint_journal_max + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
-        by_counters = s->ckpt_stats.counters * (s->snapshot ? STORE_SNAPSHOT_RECORDS_PER_COUNTER
-                                                            : STORE_CHECKPOINT_RECORDS_PER_COUNTER);
+        by_counters = s->snapshot ? s->ckpt_stats.counters / STORE_SNAPSHOT_COUNTERS_PER_RECORD
+                                  : s->ckpt_stats.counters * STORE_CHECKPOINT_RECORDS_PER_COUNTER;
         return by_counters < min ? min : by_counters > cap ? cap : by_counters;
 }
 

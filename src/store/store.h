@@ -101,11 +101,12 @@
 #define STORE_SNAPSHOT_RATE_DEFAULT                                                                         \
         (128ULL << 20) /* bytes a second: a snapshot of 10 million counters (320 MB) in 2.5 s, a            \
                         * bounded share of the disk; store_close()'s last one is not paced */
-#define STORE_SNAPSHOT_RECORDS_PER_COUNTER                                                                  \
-        1 /* with snapshots, a checkpoint starts once the journal holds this many records per live          \
-           * counter (if more than STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's): a snapshot writes 32 bytes      \
-           * per counter, so about 32 bytes per journaled change, and a restart after a crash               \
-           * replays at most about one record per counter after loading the snapshot */
+#define STORE_SNAPSHOT_COUNTERS_PER_RECORD                                                                  \
+        2 /* with snapshots, a checkpoint starts once the journal holds one record per this many live       \
+           * counters (if more than STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's, up to the cap): a snapshot      \
+           * writes 32 bytes per counter, so about 64 bytes per journaled change, and a restart after       \
+           * a crash replays at most about one record per two counters after loading the snapshot           \
+           * (10 million counters: the 320 MB snapshot and about 270 MB of journal) */
 #define STORE_CHECKPOINT_TXN_RECORDS_DEFAULT                                                                \
         65536 /* records per LMDB transaction of a checkpoint (checkpoint.h: chunked; about 58              \
                * bytes of data.mdb a counter instead of 140 in one transaction) */
