@@ -3,7 +3,8 @@
 
 /*
  * The Store's fields, for the files that make up the local store: store.c (the HIT path, open
- * and close, the checkpoint's event-loop side) and store-sync.c (the group commit's thread).
+ * and close, the checkpoint's event-loop side), store-sync.c (the group commit's thread) and
+ * store-snapshot.c (the snapshot's thread).
  * Not for other files: they use store.h.
  */
 
