@@ -6,7 +6,8 @@
 # target (issue #14's), "met" or "NOT MET".
 #
 #   bench/run-bench.sh [--runs N] [--duration SEC] [--sync MODE] [--no-sync-compare] [--no-algorithms]
-#                      [--before PATH] [--10m] [--only-10m] [--big-actors N] [--50m]
+#                      [--before PATH] [--10m] [--only-10m] [--big-actors N] [--50m] [--no-big-aof]
+#                      [--big-arg ARG]
 #                      [--big N] [--only-big] [--io-seconds SEC] [--warm] [--loop-fs]
 #                      [--redis-store] [--only-redis-store] [--script PATH]
 #                      [--divvyd PATH] [--benchmark PATH] [--rules FILE] [--keep]
@@ -36,8 +37,14 @@
 # credit shows whether the counters survived); 16,16 at random over TCP and Unix; then
 # --io-seconds (20) of 16,16 over TCP with write_bytes (/proc/PID/io, living children
 # included) read before and after, divided by the HITs answered, and split into the event
-# loop's (the journal) and the rest (the checkpoints). At 10M counters a checkpoint covers
-# 20M HITs (2 per counter), so 20 s hold at most one: --io-seconds 90 for a steady state.
+# loop's (the journal) and the rest (the checkpoints), with the CPU time of the threads other
+# than the event loop (the checkpoints') per HIT. At 10M counters an LMDB checkpoint covers
+# 20M HITs (2 per counter), a snapshot 10M: --io-seconds 90 for a steady state. Then the
+# restarts after sustained load: SIGKILL right after those runs and a timed start (page cache
+# dropped), --io-seconds of 16,16, SIGTERM and a timed start again. Redis without persistence
+# is measured beside redis-server with its AOF (--appendfsync everysec, pre-filled the same
+# way; --no-big-aof skips it), the persistent peer. --big-arg ARG gives divvyd one more option
+# at the big points (e.g. --checkpoint-format=lmdb).
 #
 # --loop-fs (root): the big points' databases live on an ext4 file system of their own (an
 # image file in the temporary directory, mounted through a loop device), and the bytes
@@ -81,6 +88,8 @@ with_10m=no
 with_matrix=yes
 big_actors=10000000
 big_sizes=""
+big_aof=yes
+big_arg=""
 io_seconds=20
 warm=no
 keep=no
@@ -115,6 +124,8 @@ while [ $# -gt 0 ]; do
 	--big) big_sizes="$big_sizes $2"; shift ;;
 	--only-big) with_matrix=no ;;
 	--io-seconds) io_seconds=$2; shift ;;
+	--no-big-aof) big_aof=no ;;
+	--big-arg) big_arg=$2; shift ;;
 	--warm) warm=yes ;;
 	--loop-fs) loop_fs=yes ;;
 	--divvyd) divvyd=$2; shift ;;
@@ -306,6 +317,23 @@ write_bytes() {
 # writes the journal; the rest of write_bytes is the checkpoint threads', exited ones included)
 loop_write_bytes() {
 	awk '/^write_bytes:/ { print $2 }' "/proc/$1/task/$1/io" 2>/dev/null || echo 0
+}
+
+# cpu_ticks PID [TID]: user + system clock ticks of the process (exited threads included) or of
+# its thread TID (divvyd's main thread is the event loop: the rest is the checkpoints' threads)
+cpu_ticks() {
+	ct_f=/proc/$1/stat
+	[ -z "${2:-}" ] || ct_f=/proc/$1/task/$2/stat
+	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$ct_f" 2>/dev/null || echo 0
+}
+
+# drop_cache: syncs and drops the page cache if permitted; prints cold or warm
+drop_cache() {
+	if [ "$warm" = no ]; then
+		sync
+		if (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then echo cold; return; fi
+	fi
+	echo warm
 }
 
 # disk_written: bytes the loop device of --loop-fs has written so far (sectors written, the
@@ -591,7 +619,7 @@ big_point() {
 	[ "$sync_given" = no ] || bsync=$sync
 	prefill_limit=$((120 + n / 10000)) # seconds: far beyond 10,000 HITs/s
 	echo
-	echo "== $n counters, actors like IPv4 addresses, divvyd ${bsync:+--sync=$bsync}${bsync:-default settings} =="
+	echo "== $n counters, actors like IPv4 addresses, divvyd ${bsync:+--sync=$bsync}${bsync:-default settings}${big_arg:+ $big_arg} =="
 	avail=$(awk '/MemAvailable/ { printf "%.0f\n", $2 * 1024 }' /proc/meminfo)
 	echo "memory available: $(mib "$avail")"
 	# redis needs about 207 bytes a key (the most of anything here): refuse rather than
@@ -617,6 +645,21 @@ big_point() {
 	done
 	stop "$redis_pid"
 	redis_pid=""
+	if [ "$big_aof" = yes ]; then
+		# the persistent peer: redis-server with its AOF (everysec), pre-filled the same way
+		start_redis "$tmp/aof-$k" everysec
+		bounded "$prefill_limit" "$bench" -q -n "$n" -k "$n" --sequential --ipv4 -c 16 -P 256 -w 0 --redis \
+			-r "SETEX $redis_key 86400 1" "unix:$redis_sock" >"$tmp/prefill.out" 2>&1 ||
+			{ cat "$tmp/prefill.out" >&2; exit 1; }
+		run=1
+		while [ $run -le "$runs" ]; do
+			measure "redis-aof-$k" 16 16 -k "$n" --ipv4 --redis -r "$redis_key" "tcp:127.0.0.1:$redis_port"
+			run=$((run + 1))
+		done
+		stop "$redis_pid" 120
+		redis_pid=""
+		rm -rf "$tmp/aof-$k"
+	fi
 
 	db=$tmp/db-$k
 	if [ "$loop_fs" = yes ]; then
@@ -624,7 +667,7 @@ big_point() {
 		db=$loop_mnt/db-$k
 		echo "  database on its own ext4 file system: $loop_mnt (/dev/$loop_dev)"
 	fi
-	start_divvyd "$db" "$bsync"
+	start_divvyd "$db" "$bsync" "" "" "$big_arg"
 	d0=$(rss_anon "$divvyd_pid")
 	t0=$(now)
 	bounded "$prefill_limit" "$bench" -q -n "$n" -k "$n" --sequential --ipv4 -c 16 -P 256 -w 0 \
@@ -649,15 +692,11 @@ big_point() {
 	echo "  --db: data.mdb $(mib "$mdb") allocated ($(mib "$mdb_size") apparent)," \
 		"$segs journal segments $(mib "$wal"), directory $(mib "$dir")"
 
-	cache=warm
-	if [ "$warm" = no ]; then
-		sync
-		if (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then cache=cold; fi
-	fi
+	cache=$(drop_cache)
 	# actor 1 as divvy-benchmark --ipv4 renders it: hit once by the pre-fill
 	probe_ip=$(python3 -c 'x = (1 * 0x9E3779B1) & 0xFFFFFFFF; x ^= x >> 16; print(".".join(str(x >> s & 255) for s in (24, 16, 8, 0)))')
 	t0=$(now)
-	launch_divvyd "$divvyd" "$db" "$bsync"
+	launch_divvyd "$divvyd" "$db" "$bsync" "" "" "$big_arg"
 	divvyd_pid=$launched_pid
 	probe=$(python3 "$tmp/probe.py" "$divvyd_sock" "$t0" 300 "HIT method=GET path=/bench ip=$probe_ip") || {
 		echo "run-bench.sh: divvyd did not answer within 300 s of its start ($probe); its log:" >&2
@@ -680,6 +719,7 @@ big_point() {
 	w0=$(write_bytes "$divvyd_pid")
 	l0=$(loop_write_bytes "$divvyd_pid")
 	k0=$(disk_written)
+	c0=$(cpu_ticks "$divvyd_pid") m0=$(cpu_ticks "$divvyd_pid" "$divvyd_pid")
 	saved_duration=$duration
 	duration=$io_seconds
 	measure "io-$k" 16 16 -k "$n" --ipv4 "tcp:127.0.0.1:$divvyd_port"
@@ -687,10 +727,49 @@ big_point() {
 	w1=$(write_bytes "$divvyd_pid")
 	l1=$(loop_write_bytes "$divvyd_pid")
 	k1=$(disk_written)
+	c1=$(cpu_ticks "$divvyd_pid") m1=$(cpu_ticks "$divvyd_pid" "$divvyd_pid")
 	d3=$(rss_anon "$divvyd_pid")
 	hits=$(total "io-$k" 7)
+	# CPU of the threads other than the event loop (with --sync=periodic: the checkpoints')
+	ckpt_cpu=$(awk -v t=$((c1 - c0 - m1 + m0)) -v hz="$(getconf CLK_TCK)" -v h="$hits" \
+		'BEGIN { if (h == 0) print "-"; else printf "%.3f\n", t / hz * 1e6 / h }')
 	echo "  written during ${io_seconds} s of 16,16 (+${warmup} s warm-up): $(mib $((w1 - w0))) for $hits HITs;" \
 		"RssAnon after the restart $(mib "$d2"), after the runs $(mib "$d3")"
+	# Restarts after sustained load (the journal behind the last checkpoint whatever it is):
+	# SIGKILL, then SIGTERM after --io-seconds more of 16,16; each timed to the first answer
+	kill -9 "$divvyd_pid" 2>/dev/null || true
+	wait "$divvyd_pid" 2>/dev/null || true
+	divvyd_pid=""
+	jk=$(du -sb "$db" 2>/dev/null | awk '{ print $1 }')
+	cache2=$(drop_cache)
+	t0=$(now)
+	launch_divvyd "$divvyd" "$db" "$bsync" "" "" "$big_arg"
+	divvyd_pid=$launched_pid
+	probe=$(python3 "$tmp/probe.py" "$divvyd_sock" "$t0" 300 "HIT method=GET path=/bench ip=$probe_ip") || {
+		echo "run-bench.sh: divvyd did not answer within 300 s of its restart after SIGKILL" >&2
+		exit 1
+	}
+	startup_kill=${probe%% *}
+	echo "  SIGKILLed after the runs (--db $(mib "$jk")), started again ($cache2 page cache):" \
+		"first HIT answered after $startup_kill s: ${probe#* }"
+	saved_duration=$duration
+	duration=$io_seconds
+	measure "load-$k" 16 16 -k "$n" --ipv4 "tcp:127.0.0.1:$divvyd_port"
+	duration=$saved_duration
+	stop "$divvyd_pid" 600
+	divvyd_pid=""
+	echo "  stopped (SIGTERM) after ${io_seconds} s more of 16,16 in $stop_secs s, exit status $stop_status"
+	cache3=$(drop_cache)
+	t0=$(now)
+	launch_divvyd "$divvyd" "$db" "$bsync" "" "" "$big_arg"
+	divvyd_pid=$launched_pid
+	probe=$(python3 "$tmp/probe.py" "$divvyd_sock" "$t0" 300 "HIT method=GET path=/bench ip=$probe_ip") || {
+		echo "run-bench.sh: divvyd did not answer within 300 s of its restart after SIGTERM" >&2
+		exit 1
+	}
+	startup_term=${probe%% *}
+	echo "  started again ($cache3 page cache): first HIT answered after $startup_term s: ${probe#* }"
+
 	stop "$divvyd_pid" 600
 	divvyd_pid=""
 	mdb2=$(allocated "$db/data.mdb")
@@ -702,6 +781,9 @@ big_point() {
 	row "$k, 16×16: TCP ÷ redis INCR on $k keys" "$(ratio "$t" "$r")" ">=" 0.8 "$t ÷ $r req/s"
 	tp=$(median "divvyd-tcp-$k" 16 16 6) rp=$(median "redis-$k" 16 16 6)
 	row "$k, 16×16: p99 TCP ÷ redis" "$(ratio "$tp" "$rp")" "<=" 2 "$tp ÷ $rp us"
+	ip=$(median "io-$k" 16 16 6) it=$(median "io-$k" 16 16 4)
+	row "$k, 16×16 over ${io_seconds} s with checkpoints: TCP ÷ redis; p99 ÷ redis's" "$(ratio "$it" "$r"); $(ratio "$ip" "$rp")" - - \
+		"$it ÷ $r req/s; p99 $ip ÷ $rp us (targets: >= 1.0; <= 2)"
 	row "$k, 16×16: Unix (req/s)" "$(median "divvyd-unix-$k" 16 16 4)" - - "pre-fill: $prefill_rate HITs/s"
 	small=$(median divvyd-tcp 16 16 4)
 	[ "$small" = - ] || row "$k, 16×16: TCP ÷ own 10k figure" "$(ratio "$t" "$small")" - - "the target before #14 was >= 0.7"
@@ -713,7 +795,7 @@ big_point() {
 	row "$k: data.mdb per live counter (bytes)" "$(per "$mdb" "$n")" "<=" 100 \
 		"allocated, the larger of after the pre-fill and after the runs (clean stops)"
 	row "$k: --db directory per live counter (bytes)" "$(per "$dir" "$n")" - - "$segs journal segments: $(per "$wal" "$n")"
-	wdetail="write_bytes over ${io_seconds} s at 16×16: $(per $((w1 - w0)) "$hits") = $(per $((l1 - l0)) "$hits") by the event loop (journal) + $(per $((w1 - w0 - l1 + l0)) "$hits") by checkpoints (a 10M checkpoint covers 20M HITs: --io-seconds 90 for a steady state)"
+	wdetail="write_bytes over ${io_seconds} s at 16×16: $(per $((w1 - w0)) "$hits") = $(per $((l1 - l0)) "$hits") by the event loop (journal) + $(per $((w1 - w0 - l1 + l0)) "$hits") by checkpoints (at 10M an LMDB checkpoint covers 20M HITs, a snapshot 10M: --io-seconds 90 for a steady state)"
 	if [ "$k0" != - ]; then
 		row "$k: bytes written per HIT (the disk's count)" "$(per $((k1 - k0)) "$hits")" "<=" 128 \
 			"/dev/$loop_dev's sectors written over ${io_seconds} s; $wdetail, which counts whole page-cache folios"
@@ -722,6 +804,16 @@ big_point() {
 			"$wdetail; write_bytes counts whole page-cache folios, more than the disk writes: --loop-fs counts the disk"
 	fi
 	row "$k: start-up to first answer (s, $cache)" "$startup" "<=" 3 "counters kept: $kept"
+	row "$k: start-up after SIGTERM under sustained load (s, $cache3)" "$startup_term" "<=" 3 \
+		"after ${io_seconds} s of 16,16 following a SIGKILL restart"
+	row "$k: start-up after SIGKILL under sustained load (s, $cache2)" "$startup_kill" "<=" 4 \
+		"after ${io_seconds} s of 16,16 and the runs"
+	row "$k: checkpoint CPU per HIT (us)" "$ckpt_cpu" - - "CPU of the threads other than the event loop over the ${io_seconds} s"
+	if [ "$big_aof" = yes ]; then
+		a=$(median "redis-aof-$k" 16 16 4)
+		row "$k, 16×16: TCP ÷ redis AOF everysec" "$(ratio "$t" "$a")" - - \
+			"$t ÷ $a req/s; p99 $tp / $(median "redis-aof-$k" 16 16 6) us"
+	fi
 }
 
 # The Redis store (issue #16, --redis-store): see the header.

@@ -68,7 +68,12 @@ static void help(void) {
                "      --sync-interval=MS   Periodic mode: sync the journal this often (default 100)\n"
                "      --checkpoint-journal-max=BYTES\n"
                "                           Checkpoint once the journal holds this much (default 256M,\n"
-               "                           or 96 bytes per checkpointed counter if more, up to 2G)\n"
+               "                           or 96 bytes per checkpointed counter, 24 with snapshots,\n"
+               "                           if more, up to 2G)\n"
+               "      --checkpoint-format=snapshot|lmdb\n"
+               "                           snapshot (default): checkpoints write every counter into\n"
+               "                           counters.snap (a data.mdb is migrated, for good); lmdb:\n"
+               "                           the journal into data.mdb, as before\n"
                "      --checkpoint-interval=SEC\n"
                "                           ... or this long after the last checkpoint, if the journal\n"
                "                           holds anything (default 300)\n"
@@ -274,6 +279,7 @@ enum {
         ARG_SWEEP_INTERVAL,
         ARG_CHECKPOINT_JOURNAL_MAX,
         ARG_CHECKPOINT_INTERVAL,
+        ARG_CHECKPOINT_FORMAT,
         ARG_JOURNAL_SEGMENT_SIZE,
         ARG_DEBUG,
         ARG_STATSD_HOST,
@@ -367,6 +373,11 @@ static int parse_serving_option(int c, const char *arg, Options *o) {
                 if (parse_size(arg, &v) < 0 || v == 0)
                         return usage_error("--checkpoint-journal-max", arg);
                 o->settings.store.checkpoint_journal_max = v;
+                return 0;
+        case ARG_CHECKPOINT_FORMAT:
+                if (strcmp(arg, "snapshot") != 0 && strcmp(arg, "lmdb") != 0)
+                        return usage_error("--checkpoint-format (snapshot or lmdb)", arg);
+                o->settings.store.snapshot = strcmp(arg, "snapshot") == 0;
                 return 0;
         case ARG_CHECKPOINT_INTERVAL:
                 if (parse_uint64(arg, 1, 365ULL * 24 * 3600, &v) < 0)
@@ -521,6 +532,7 @@ static int parse_args(int argc, char *argv[], Options *o) {
                 { "sweep-interval", required_argument, NULL, ARG_SWEEP_INTERVAL },
                 { "checkpoint-journal-max", required_argument, NULL, ARG_CHECKPOINT_JOURNAL_MAX },
                 { "checkpoint-interval", required_argument, NULL, ARG_CHECKPOINT_INTERVAL },
+                { "checkpoint-format", required_argument, NULL, ARG_CHECKPOINT_FORMAT },
                 { "journal-segment-size", required_argument, NULL, ARG_JOURNAL_SEGMENT_SIZE },
                 { "debug", no_argument, NULL, ARG_DEBUG },
                 { "statsd-host", required_argument, NULL, ARG_STATSD_HOST },
@@ -834,6 +846,7 @@ int main(int argc, char *argv[]) {
                         .store = {
                                 .sync = STORE_SYNC_PERIODIC,
                                 .sync_interval_usec = STORE_SYNC_INTERVAL_DEFAULT_USEC,
+                                .snapshot = true, /* --checkpoint-format=snapshot */
                         },
                         .server = {
                                 .max_connections = MAX_CONNECTIONS_DEFAULT,

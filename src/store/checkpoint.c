@@ -92,6 +92,7 @@ struct Checkpoint {
         bool walk_valid;
         uint8_t id_key[CHECKPOINT_ID_KEY_SIZE]; /* the secret key of counter ids (meta "id_key") */
         bool id_key_stored;                     /* read from meta, or written there */
+        bool snapshot; /* format version 3: the counters are in counters.snap (snapshot.h) */
         uint64_t last_duration_usec, checkpoints, expired_total, map_grows, migrated;
 };
 
@@ -735,11 +736,12 @@ static int read_version(Checkpoint *c, char *err, size_t err_size) {
         errno = 0;
         version = strtoul(ver, &end, 10);
         if (errno != 0 || *end != 0 || ver[0] < '0' || ver[0] > '9' ||
-            (version != 1 && version != CHECKPOINT_FORMAT_VERSION)) {
+            (version != 1 && version != CHECKPOINT_FORMAT_VERSION &&
+             version != CHECKPOINT_SNAPSHOT_VERSION)) {
                 set_error(err, err_size,
                           "%s/data.mdb: database format version '%s' is not supported by this divvyd "
-                          "(expects %d, or 1 to migrate)",
-                          c->dir, ver, CHECKPOINT_FORMAT_VERSION);
+                          "(expects %d or %d, or 1 to migrate)",
+                          c->dir, ver, CHECKPOINT_FORMAT_VERSION, CHECKPOINT_SNAPSHOT_VERSION);
                 mdb_txn_abort(txn);
                 return -EPROTO;
         }
@@ -749,6 +751,7 @@ static int read_version(Checkpoint *c, char *err, size_t err_size) {
                         goto fail_mdb_done;
                 return 1;
         }
+        c->snapshot = version == CHECKPOINT_SNAPSHOT_VERSION;
         r = mdb_dbi_open(txn, "counters", 0, &c->dbi_counters);
         if (r == 0)
                 r = meta_get(c, txn, "journal_seq", &v);
@@ -1102,6 +1105,68 @@ Checkpoint *checkpoint_close(Checkpoint *c) {
 
 void checkpoint_id_key(const Checkpoint *c, uint8_t ret[static CHECKPOINT_ID_KEY_SIZE]) {
         memcpy(ret, c->id_key, CHECKPOINT_ID_KEY_SIZE);
+}
+
+bool checkpoint_snapshot(const Checkpoint *c) {
+        return c && c->snapshot;
+}
+
+static int adopt_txn(Checkpoint *c, MDB_txn *txn, void *userdata) {
+        char ver[16];
+        int r;
+
+        r = mdb_drop(txn, c->dbi_counters, 0);
+        if (r == 0)
+                r = meta_put(c, txn, "version", ver,
+                             (size_t) snprintf(ver, sizeof ver, "%d", CHECKPOINT_SNAPSHOT_VERSION));
+        if (r == 0)
+                r = meta_put_seq(c, txn, *(const uint64_t *) userdata);
+        return r;
+}
+
+/* After the migration to version 3: data.mdb keeps its size (LMDB never gives pages back to
+ * the file), which every start would read through (store-verify.c). A compacted copy, synced
+ * and renamed over it, is the few pages of "meta". Nothing writes data.mdb after the
+ * migration, so the environment still open on the old file misses nothing. Best effort: a
+ * crash or a failure leaves one or the other, both version 3. */
+static void compact(Checkpoint *c) {
+        char tmp[PATH_MAX], path[PATH_MAX];
+        int fd, dfd, r;
+
+        snprintf(tmp, sizeof tmp, "%s/data.mdb.compact", c->dir);
+        snprintf(path, sizeof path, "%s/data.mdb", c->dir);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return;
+        (void) fchmod(fd, 0600); /* whatever the umask did */
+        r = mdb_env_copyfd2(c->env, fd, MDB_CP_COMPACT);
+        if (r == 0 && fsync(fd) < 0)
+                r = errno;
+        close(fd);
+        if (r != 0 || rename(tmp, path) < 0) {
+                (void) unlink(tmp);
+                return;
+        }
+        dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+                (void) fsync(dfd);
+                close(dfd);
+        }
+}
+
+int checkpoint_adopt_snapshot(Checkpoint *c, uint64_t journal_seq) {
+        int r;
+
+        if (!c)
+                return -EINVAL;
+        /* the reserve may be used: emptying "counters" frees pages, but copy-on-write needs a few */
+        r = txn_run(c, true, adopt_txn, &journal_seq);
+        if (r < 0)
+                return r;
+        c->snapshot = true;
+        c->journal_seq = journal_seq;
+        compact(c);
+        return 0;
 }
 
 uint64_t checkpoint_journal_seq(const Checkpoint *c) {

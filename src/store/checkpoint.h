@@ -60,12 +60,16 @@
  * is fsync'ed.
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "counter.h"
 
-#define CHECKPOINT_FORMAT_VERSION       2
+#define CHECKPOINT_FORMAT_VERSION 2
+#define CHECKPOINT_SNAPSHOT_VERSION                                                                         \
+        3 /* data.mdb keeps "meta" only (id_key, journal_seq: the first snapshot's lsn); the counters       \
+           * are in counters.snap (snapshot.h), which is authoritative */
 #define CHECKPOINT_ID_KEY_SIZE          COUNTER_ID_KEY_SIZE
 #define CHECKPOINT_MAP_SIZE_DEFAULT     (16ULL << 20) /* bytes: initial map */
 #define CHECKPOINT_MAP_SIZE_MAX_DEFAULT (16ULL << 30) /* bytes: growth cap */
@@ -146,6 +150,18 @@ int checkpoint_expire(Checkpoint *c, uint64_t now_usec, size_t max, size_t *ret_
 /* The database's secret key of counter ids (counter.h): what counter_id_from_key() of every
  * hit must use. Read at open (made there for a new or migrated database). */
 void checkpoint_id_key(const Checkpoint *c, uint8_t ret[static CHECKPOINT_ID_KEY_SIZE]);
+
+/* Whether the database is format version 3: its counters are in counters.snap, not here. */
+bool checkpoint_snapshot(const Checkpoint *c);
+
+/* Makes the database format version 3 (CHECKPOINT_SNAPSHOT_VERSION), in ONE transaction: the
+ * counters are deleted, "version" becomes "3" and journal_seq journal_seq. Call it once a
+ * snapshot covering journal_seq is durable (snapshot_writer_commit()): from then on the
+ * snapshot is the checkpoint, and a divvyd that knows only version 2 refuses the directory
+ * rather than loading no counters. Interrupted, the database stays version 2 and whole, and
+ * the journal since its journal_seq is still there (it is released only after this). Returns
+ * 0 or -errno. */
+int checkpoint_adopt_snapshot(Checkpoint *c, uint64_t journal_seq);
 
 /* The journal sequence the last checkpoint covers (0: none yet). */
 uint64_t checkpoint_journal_seq(const Checkpoint *c);

@@ -3,7 +3,8 @@
 
 /*
  * The Store's fields, for the files that make up the local store: store.c (the HIT path, open
- * and close, the checkpoint's event-loop side) and store-sync.c (the group commit's thread).
+ * and close, the checkpoint's event-loop side), store-sync.c (the group commit's thread) and
+ * store-snapshot.c (the snapshot's thread).
  * Not for other files: they use store.h.
  */
 
@@ -52,6 +53,11 @@ struct Store {
         /* The checkpoint thread. */
         pthread_t thread;
         bool job_running;
+        bool snapshot;              /* checkpoints are snapshots (format version 3, or opts.snapshot) */
+        bool job_snapshot;          /* the running job is a snapshot: the table is shared with it */
+        pthread_mutex_t table_lock; /* while job_snapshot: held by the event loop around every
+                                     * change of the table, by the thread around each chunk it
+                                     * copies (table_copy_chunk()) */
         CheckpointJob job;
         uint64_t covered_lsn;          /* the last checkpoint's lsn */
         uint64_t last_checkpoint_usec; /* CLOCK_MONOTONIC: last success, or open */
@@ -106,3 +112,9 @@ struct Store {
                               * counters live at the clock the hits are answered at), else
                               * store_open()'s: what store_close()'s checkpoint takes for now */
 };
+
+/* The snapshot's thread (store-snapshot.c), started by store.c on a Store whose job
+ * (CheckpointJob: dir, last_lsn, now_usec, deadline_usec in; result, error, duration_usec,
+ * stats out, then done) is a snapshot: copies the table in chunks under table_lock into
+ * counters.snap, makes the database version 3 if it is not, and sets job.done. */
+void *snapshot_job_thread(void *store);

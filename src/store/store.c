@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "snapshot.h"
 #include "store-checkpoint-job.h"
 #include "store-internal.h"
 #include "store-sync.h"
@@ -373,11 +374,36 @@ fail:
         return r;
 }
 
+/* While a snapshot's thread copies the table (job_snapshot), every change of the table is
+ * made under table_lock; otherwise the event loop is the table's only user. */
+static void table_lock(Store *s) {
+        if (s->job_snapshot)
+                pthread_mutex_lock(&s->table_lock);
+}
+
+static void table_unlock(Store *s) {
+        if (s->job_snapshot)
+                pthread_mutex_unlock(&s->table_lock);
+}
+
+/* apply_hits() under the table's lock. */
+static int apply_hits_locked(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, bool sync,
+                             size_t *ret_records) {
+        int r;
+
+        if (!s)
+                return -EINVAL;
+        table_lock(s);
+        r = apply_hits(s, hits, n, now_usec, sync, ret_records);
+        table_unlock(s);
+        return r;
+}
+
 int store_apply(Store *s, StoreHit *hits, size_t n, uint64_t now_usec) {
         size_t m;
         int r;
 
-        r = apply_hits(s, hits, n, now_usec, true, &m);
+        r = apply_hits_locked(s, hits, n, now_usec, true, &m);
         store_commit_refresh(s);
         return r;
 }
@@ -415,7 +441,7 @@ static int submit_always(Store *s, StoreHit *hits, size_t n, uint64_t now_usec, 
         r = pending_reserve(s);
         if (r < 0)
                 return r;
-        r = apply_hits(s, hits, n, now_usec, false, &m);
+        r = apply_hits_locked(s, hits, n, now_usec, false, &m);
         if (r < 0 || m == 0) {
                 /* nothing journaled (an error, or only denied hits): nothing to wait for */
                 if (done)
@@ -472,9 +498,11 @@ int store_sweep(Store *s, uint64_t now_usec, size_t max_slots, size_t *ret_delet
 
         if (!s)
                 return -EINVAL;
+        table_lock(s);
         examined = table_expire_step(s->table, now_usec, max_slots, &deleted);
         if (table_migrating(s->table))
                 (void) table_migrate_step(s->table, max_slots);
+        table_unlock(s);
         s->swept_total += deleted;
         if (ret_deleted)
                 *ret_deleted = deleted;
@@ -533,6 +561,7 @@ static int job_reap(Store *s, bool wait) {
                 return 0;
         (void) pthread_join(s->thread, NULL);
         s->job_running = false;
+        s->job_snapshot = false;
         if (j->stats_ok)
                 s->ckpt_stats = j->stats;
         if (j->result >= 0 && j->damage.records > 0) {
@@ -594,16 +623,23 @@ static int job_start(Store *s, uint64_t now_usec, uint64_t deadline_usec, size_t
                 .deadline_usec = deadline_usec,
                 .damage_from_seq = s->opened_seq + 1,
         };
-        r = -pthread_create(&s->thread, NULL, checkpoint_job_thread, &s->job);
-        if (r < 0)
+        /* A snapshot copies the table as it is now, which holds the journal up to lsn: the
+         * rotation above sealed every record appended so far. */
+        s->job_snapshot = s->snapshot;
+        r = -pthread_create(&s->thread, NULL, s->snapshot ? snapshot_job_thread : checkpoint_job_thread,
+                            s->snapshot ? (void *) s : (void *) &s->job);
+        if (r < 0) {
+                s->job_snapshot = false;
                 return r;
+        }
         s->job_running = true;
         return 1;
 }
 
 /* Journal records that start a checkpoint: checkpoint_journal_max's worth if it was given;
  * by default STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's, or STORE_CHECKPOINT_RECORDS_PER_COUNTER
- * per counter of data.mdb if that is more, up to STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT's. A
+ * per counter of data.mdb (with snapshots: one per STORE_SNAPSHOT_COUNTERS_PER_RECORD counters of
+ * the snapshot) if that is more, up to STORE_CHECKPOINT_JOURNAL_CAP_DEFAULT's. A
  * checkpoint of changes spread over many counters rewrites most leaf pages of data.mdb
  * whatever the number of records it covers, so what it writes per HIT falls as the journal
  * it covers grows with data.mdb. data.mdb's counters, not the table's: while counters are
@@ -614,7 +650,8 @@ static uint64_t checkpoint_threshold(const Store *s) {
 
         if (s->opts.checkpoint_journal_max > 0)
                 return (s->opts.checkpoint_journal_max + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
-        by_counters = s->ckpt_stats.counters * STORE_CHECKPOINT_RECORDS_PER_COUNTER;
+        by_counters = s->snapshot ? s->ckpt_stats.counters / STORE_SNAPSHOT_COUNTERS_PER_RECORD
+                                  : s->ckpt_stats.counters * STORE_CHECKPOINT_RECORDS_PER_COUNTER;
         return by_counters < min ? min : by_counters > cap ? cap : by_counters;
 }
 
@@ -641,7 +678,7 @@ const char *store_journal_error(const Store *s) {
 }
 
 int store_maintain(Store *s, uint64_t now_usec) {
-        uint64_t now = clock_usec(CLOCK_MONOTONIC), pending;
+        uint64_t now, pending;
         int reaped, r;
 
         if (!s)
@@ -651,6 +688,9 @@ int store_maintain(Store *s, uint64_t now_usec) {
         reaped = job_reap(s, false);
         if (s->job_running)
                 return reaped;
+        /* after the reap, which sets last_checkpoint_usec: read before, the interval since it
+         * was negative, i.e. huge, and a checkpoint started again at once after each one */
+        now = clock_usec(CLOCK_MONOTONIC);
         if (s->release_seq > 0 && wal_release(s->wal, s->release_seq) >= 0) {
                 /* The covered segments are gone at last: on an idle daemon no checkpoint would
                  * come to clear the error, and STATUS said "failing" for good. Another failure
@@ -802,6 +842,13 @@ static int load_table(Store *s, size_t initial, uint64_t now, char *errbuf, size
                 return r;
         }
         table_set_memory_max(s->table, s->opts.table_memory_max);
+        if (checkpoint_snapshot(s->checkpoint)) {
+                r = snapshot_load(s->opts.path, now, load_record, s, NULL, errbuf, errbuf_size);
+                if (r < 0 && (!errbuf || !errbuf[0]))
+                        set_error(errbuf, errbuf_size, "%s/" SNAPSHOT_NAME ": cannot load the counters: %s",
+                                  s->opts.path, strerror(-r));
+                return r;
+        }
         r = checkpoint_load(s->checkpoint, now, load_record, s);
         if (r < 0)
                 set_error(errbuf, errbuf_size, "%s/data.mdb: cannot load the counters: %s", s->opts.path,
@@ -925,6 +972,38 @@ static void replay_reserve(Store *s) {
         s->reserve = p;
 }
 
+/* Format version 3: counters.snap is the checkpoint, its lsn the one covered. */
+static int open_snapshot_info(Store *s, char *errbuf, size_t errbuf_size) {
+        SnapshotInfo info;
+        int r;
+
+        r = snapshot_read_info(s->opts.path, &info, errbuf, errbuf_size);
+        if (r == -ENOENT) {
+                set_error(errbuf, errbuf_size,
+                          "%s/" SNAPSHOT_NAME
+                          " is missing: data.mdb (format version 3) says the counters are "
+                          "there; restore the store directory from a copy made while divvyd was stopped",
+                          s->opts.path);
+                return -EBADMSG;
+        }
+        if (r < 0)
+                return r;
+        if (info.lsn < s->covered_lsn) {
+                set_error(errbuf, errbuf_size,
+                          "%s/" SNAPSHOT_NAME " (record %" PRIu64 ") is older than data.mdb (record %" PRIu64
+                          "): they are from different times; restore them together, as copied while divvyd "
+                          "was stopped",
+                          s->opts.path, info.lsn, s->covered_lsn);
+                return -EBADMSG;
+        }
+        s->covered_lsn = info.lsn;
+        s->ckpt_stats.counters = info.count;
+        s->ckpt_stats.journal_seq = info.lsn;
+        s->ckpt_stats.file_size =
+                SNAPSHOT_HEADER_SIZE + info.count * SNAPSHOT_RECORD_SIZE + SNAPSHOT_TRAILER_SIZE;
+        return 0;
+}
+
 int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbuf_size) {
         WalDamage damage;
         CheckpointStats cs;
@@ -946,6 +1025,7 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         if (!s)
                 return -ENOMEM;
         s->commit_fd = s->commit_efd = -1;
+        (void) pthread_mutex_init(&s->table_lock, NULL);
         s->opts = *opts;
         s->opts.path = strdup(opts->path);
         if (!s->opts.path) {
@@ -985,8 +1065,15 @@ int store_open(const StoreOptions *opts, Store **ret, char *errbuf, size_t errbu
         }
         s->ckpt_stats = cs;
         s->covered_lsn = checkpoint_journal_seq(s->checkpoint);
+        snapshot_remove_tmp(s->opts.path); /* a snapshot a crash interrupted */
+        s->snapshot = s->opts.snapshot || checkpoint_snapshot(s->checkpoint);
+        if (checkpoint_snapshot(s->checkpoint)) {
+                r = open_snapshot_info(s, errbuf, errbuf_size);
+                if (r < 0)
+                        goto fail;
+        }
 
-        r = load_table(s, cs.counters, now, errbuf, errbuf_size);
+        r = load_table(s, s->ckpt_stats.counters, now, errbuf, errbuf_size);
         if (r < 0)
                 goto fail;
 
@@ -1156,6 +1243,7 @@ Store *store_close(Store *s) {
         free(s->records);
         free(s->undo);
         free((char *) s->opts.path);
+        (void) pthread_mutex_destroy(&s->table_lock);
         free(s);
         return NULL;
 }

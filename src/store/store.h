@@ -98,6 +98,15 @@
                     * one range of ids (cheap: a pass skips the others' records unchecked); measured        \
                     * at 10 million counters just after a pre-fill, with a checkpoint running, RssAnon      \
                     * 570 MiB against 608 with 1 << 19 (the table alone: 561) */
+#define STORE_SNAPSHOT_RATE_DEFAULT                                                                         \
+        (128ULL << 20) /* bytes a second: a snapshot of 10 million counters (320 MB) in 2.5 s, a            \
+                        * bounded share of the disk; store_close()'s last one is not paced */
+#define STORE_SNAPSHOT_COUNTERS_PER_RECORD                                                                  \
+        2 /* with snapshots, a checkpoint starts once the journal holds one record per this many live       \
+           * counters (if more than STORE_CHECKPOINT_JOURNAL_MAX_DEFAULT's, up to the cap): a snapshot      \
+           * writes 32 bytes per counter, so about 64 bytes per journaled change, and a restart after       \
+           * a crash replays at most about one record per two counters after loading the snapshot           \
+           * (10 million counters: the 320 MB snapshot and about 270 MB of journal) */
 #define STORE_CHECKPOINT_TXN_RECORDS_DEFAULT                                                                \
         65536 /* records per LMDB transaction of a checkpoint (checkpoint.h: chunked; about 58              \
                * bytes of data.mdb a counter instead of 140 in one transaction) */
@@ -136,6 +145,15 @@ typedef struct StoreOptions {
          * acknowledged): new ones are then refused until expiry brings the count under it. */
         uint64_t max_counters;
         size_t table_memory_max; /* test hook: table_set_memory_max() of the table (0: none) */
+        /* Checkpoints write the whole table into counters.snap (snapshot.h) instead of the
+         * journal into data.mdb, and the first one makes the database format version 3 (for
+         * good: a version-3 database is checkpointed so whatever this says). STORE-DESIGN.md,
+         * "Checkpoints". */
+        bool snapshot;
+        uint64_t snapshot_rate; /* bytes a second a snapshot is written at while serving; 0 = default */
+        /* Test hook: called by the snapshot's thread at each SnapshotPoint (snapshot.h: 0 half the
+         * records written, 1 the file complete and synced, before the rename). NULL: none. */
+        void (*snapshot_hook)(int point);
 } StoreOptions;
 
 /* One hit of a batch. The caller fills the inputs; store_apply() the outputs. The inputs are
@@ -178,11 +196,12 @@ typedef struct StoreHit {
 } StoreHit;
 
 typedef struct StoreStats {
-        uint64_t counters;    /* counters in the table (live + not yet swept) */
-        uint64_t memory;      /* bytes the table holds */
-        uint64_t map_size;    /* data.mdb: current map size, bytes */
-        uint64_t data_size;   /* data.mdb: bytes in use (pages * page size) */
-        uint64_t file_size;   /* size of data.mdb on disk, as of the last checkpoint */
+        uint64_t counters;  /* counters in the table (live + not yet swept) */
+        uint64_t memory;    /* bytes the table holds */
+        uint64_t map_size;  /* data.mdb: current map size, bytes */
+        uint64_t data_size; /* data.mdb: bytes in use (pages * page size) */
+        uint64_t
+                file_size; /* size of the checkpoint file (counters.snap, or data.mdb), as of the last one */
         uint64_t swept_total; /* expired counters deleted from the table since open */
         uint64_t map_grows;   /* data.mdb map growths since open */
         uint64_t commits;     /* successful checkpoints since open */

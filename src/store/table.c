@@ -75,6 +75,7 @@ struct Table {
         size_t cap_min;        /* never shrink below: what table_new() was asked for */
         size_t memory_max;     /* bytes of arrays at once; 0: no cap */
         size_t count_max;      /* counters table_put() may create up to; 0: no cap */
+        uint64_t generation;   /* migrations started: a snapshot's copy is of one array */
 };
 
 /* The home slot: fastrange, (hi * cap) / 2^64. Monotonic in hi, any capacity, one multiply. */
@@ -244,6 +245,7 @@ static int migration_start(Table *t, size_t cap, bool check_max) {
         t->cur_used = 0;
         t->mig_pos = t->mig_skip = t->old_released = 0;
         t->expire_pos = 0;
+        t->generation++;
         return 0;
 }
 
@@ -433,6 +435,46 @@ size_t table_capacity(const Table *t) {
 bool table_migrating(const Table *t) {
         assert(t);
         return t->old.e;
+}
+
+uint64_t table_generation(const Table *t) {
+        assert(t);
+        return t->generation;
+}
+
+int table_copy_chunk(const Table *t, size_t from, size_t min_slots, size_t max_slots, uint64_t now_usec,
+                     CounterRecord *out, size_t *ret_n, size_t *ret_next) {
+        size_t i, n = 0, end;
+        bool bounded = false;
+
+        assert(t && out && ret_n && ret_next && min_slots > 0 && max_slots >= min_slots);
+        if (t->old.e)
+                return -EBUSY;
+        if (from >= t->cur.cap) {
+                *ret_n = 0;
+                *ret_next = t->cur.cap;
+                return 0;
+        }
+        end = t->cur.cap - from > max_slots ? from + max_slots : t->cur.cap;
+        for (i = from; i < end; i++) {
+                const TableEntry *e = &t->cur.e[i];
+
+                if (!used(e)) {
+                        if (i - from >= min_slots) {
+                                i++; /* the chunk ends with an empty slot */
+                                bounded = true;
+                                break;
+                        }
+                        continue;
+                }
+                if (!expired(e, now_usec))
+                        out[n++] = table_entry_record(e);
+        }
+        if (!bounded && end < t->cur.cap)
+                return -E2BIG; /* a cluster longer than the chunk: no boundary found */
+        *ret_n = n;
+        *ret_next = i;
+        return 0;
 }
 
 bool table_expire_unfinished(const Table *t) {

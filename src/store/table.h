@@ -166,6 +166,26 @@ size_t table_memory(const Table *t);
 /* Slots in the (new, during a migration) array. */
 size_t table_capacity(const Table *t);
 
+/* Migrations (growths and shrinks) started since table_new(): a copy made in chunks is of one
+ * array only while it does not change. */
+uint64_t table_generation(const Table *t);
+
+/* One chunk of a copy of the table made in several calls (a snapshot, store.c): the live
+ * counters (w0 > now_usec) of slots [from, next), written to out (room for max_slots), where
+ * next is the first slot after an EMPTY slot at least min_slots past from, or the end of the
+ * array (next == table_capacity(): the copy is complete). Ending each chunk on an empty slot
+ * is what makes the chunks add up to the table while it changes between them (with no
+ * migration between them: table_generation()): a counter sits between its home slot and the
+ * first empty slot after it, and a deletion only moves counters towards their home, so a
+ * counter not yet copied and not changed since can never move into a chunk already copied
+ * (it may be copied twice, the same state: around the wrap-around). A counter changed between
+ * chunks is copied in some state it had, or missed: its change is journaled, and the replay of
+ * the journal after the copy's start sets it right. Returns 0 and sets *ret_n and *ret_next;
+ * -EBUSY during a migration; -E2BIG if slots [from, from + max_slots) hold no empty slot after
+ * min_slots. Moves nothing. */
+int table_copy_chunk(const Table *t, size_t from, size_t min_slots, size_t max_slots, uint64_t now_usec,
+                     CounterRecord *out, size_t *ret_n, size_t *ret_next);
+
 /* Whether a migration (growth or shrink) is in progress. */
 bool table_migrating(const Table *t);
 

@@ -105,14 +105,14 @@ static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
  * the checkpoint thread's time (perf, 10 million counters). */
 static bool crc_hw; /* set by crc_table_init() */
 
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(const uint8_t *p, size_t n) {
-        uint64_t crc = ~0u;
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t state, const uint8_t *p, size_t n) {
+        uint64_t crc = state;
 
         for (; n >= 8; p += 8, n -= 8)
                 crc = __builtin_ia32_crc32di(crc, get_le64(p));
         for (; n > 0; p++, n--)
                 crc = __builtin_ia32_crc32qi((uint32_t) crc, *p);
-        return ~(uint32_t) crc;
+        return (uint32_t) crc;
 }
 #endif
 
@@ -133,15 +133,15 @@ static void crc_table_init(void) {
                                 (crc_table[s - 1][i] >> 8) ^ crc_table[0][crc_table[s - 1][i] & 0xff];
 }
 
-/* CRC-32C of n bytes (initial value and final xor ~0: "123456789" gives 0xE3069283). The
- * table must have been built (crc_once). */
-static uint32_t crc32c(const void *data, size_t n) {
+/* The CRC-32C register after n more bytes from state (not inverted). The table must have been
+ * built (crc_once). */
+static uint32_t crc32c_update(uint32_t state, const void *data, size_t n) {
         const uint8_t *p = data;
-        uint32_t crc = ~0u;
+        uint32_t crc = state;
 
 #if defined(__x86_64__) && defined(__GNUC__)
         if (crc_hw)
-                return crc32c_hw(p, n);
+                return crc32c_hw(state, p, n);
 #endif
         for (; n >= 8; p += 8, n -= 8) {
                 uint32_t lo = get_le32(p) ^ crc, hi = get_le32(p + 4);
@@ -153,7 +153,18 @@ static uint32_t crc32c(const void *data, size_t n) {
         }
         for (; n > 0; p++, n--)
                 crc = crc_table[0][(crc ^ *p) & 0xff] ^ (crc >> 8);
-        return ~crc;
+        return crc;
+}
+
+/* CRC-32C of n bytes (initial value and final xor ~0: "123456789" gives 0xE3069283). The
+ * table must have been built (crc_once). */
+static uint32_t crc32c(const void *data, size_t n) {
+        return ~crc32c_update(~0u, data, n);
+}
+
+uint32_t wal_crc32c(uint32_t crc, const void *data, size_t n) {
+        (void) pthread_once(&crc_once, crc_table_init);
+        return ~crc32c_update(~crc, data, n);
 }
 
 /* ---- records and headers ---- */
@@ -1030,8 +1041,9 @@ static void writeback_start(Wal *w) {
         w->started = (to - WAL_HEADER_SIZE + WAL_RECORD_SIZE - 1) / WAL_RECORD_SIZE;
 }
 
-/* pwrite()s all n bytes of p at offset off of fd, resuming after a short write. */
-static int write_all(int fd, const uint8_t *p, size_t n, off_t off) {
+int wal_pwrite_all(int fd, const void *data, size_t n, off_t off) {
+        const uint8_t *p = data;
+
         while (n > 0) {
                 ssize_t k = pwrite(fd, p, n, off);
 
@@ -1063,7 +1075,7 @@ static void zero_ahead(Wal *w) {
                 uint64_t len = w->map_len - w->zeroed_to < WAL_ZERO_CHUNK ? w->map_len - w->zeroed_to
                                                                           : WAL_ZERO_CHUNK;
 
-                if (write_all(w->fd, w->zeros, (size_t) len, (off_t) w->zeroed_to) < 0)
+                if (wal_pwrite_all(w->fd, w->zeros, (size_t) len, (off_t) w->zeroed_to) < 0)
                         break;
                 start_write(w, w->zeroed_to, len);
                 w->zeroed_to += len;
@@ -1106,10 +1118,10 @@ static int append_write(Wal *w, const CounterRecord *records, size_t n) {
         }
         for (size_t i = 0; i < n; i++)
                 record_encode(w->staging + i * WAL_RECORD_SIZE, &records[i], w->next_lsn + i);
-        r = write_all(w->fd, w->staging, len, off);
+        r = wal_pwrite_all(w->fd, w->staging, len, off);
         if (r < 0) {
                 memset(w->staging, 0, len);
-                (void) write_all(w->fd, w->staging, len, off); /* best effort */
+                (void) wal_pwrite_all(w->fd, w->staging, len, off); /* best effort */
                 return wal_set_error(w, r, "cannot write to %s/wal-%016" PRIx64 WAL_NAME_SUFFIX ": %s",
                                      w->dir, w->seq, strerror(-r));
         }

@@ -303,3 +303,11 @@ int wal_segment_read_slice(const char *dir, uint64_t seq, uint64_t after_lsn, ui
 /* The file name of segment seq ("wal-00000000000000a3.divvyd"), for messages and tests. */
 #define WAL_SEGMENT_NAME_MAX 32 /* bytes: "wal-" + 16 + ".divvyd.new" + NUL, rounded up */
 const char *wal_segment_name(uint64_t seq, char buf[static WAL_SEGMENT_NAME_MAX]);
+
+/* CRC-32C (the journal's) of n more bytes after crc, the CRC of what came before (0 for the
+ * first bytes): wal_crc32c(wal_crc32c(0, a, n), b, m) is the CRC of a then b. */
+uint32_t wal_crc32c(uint32_t crc, const void *data, size_t n);
+
+/* pwrite()s all n bytes of data at offset off of fd, resuming after a short write. Returns 0 or
+ * -errno (-EIO for a write of nothing). */
+int wal_pwrite_all(int fd, const void *data, size_t n, off_t off);

@@ -208,7 +208,8 @@ for arg in --checkpoint-interval=abc --checkpoint-interval=0 --checkpoint-interv
 	--map-size=0 --map-size=1KB --map-size=K --map-size=0x10 --output-limit=1023 \
 	--sync-interval=1.5 --sync-interval=' 1' --max-connections=007x --idle-timeout=-0 \
 	--statsd-port=65536 --http-port=99999999999999999999 --statsd-interval=9 \
-	--client-time-max-age=-1 --client-time-max-age=1s --client-time-max-age=31536001; do
+	--client-time-max-age=-1 --client-time-max-age=1s --client-time-max-age=31536001 \
+	--checkpoint-format=LMDB --checkpoint-format=; do
 	if run 2 "$arg exits 2" "$arg" --check-config "$examples/example-config.ini"; then
 		if grep -q "^divvyd: invalid value for ${arg%%=*}[ :]" "$tmp/err"; then
 			pass "$arg exits 2"
@@ -220,7 +221,8 @@ done
 for arg in --checkpoint-interval=1 --checkpoint-interval=31536000 --checkpoint-journal-max=1 \
 	--checkpoint-journal-max=64K --journal-segment-size=64K --journal-segment-size=1G \
 	--journal-segment-size=0065536 --map-size=16m --sync-interval=007 --http-port=0 \
-	--client-time-max-age=0 --client-time-max-age=31536000; do
+	--client-time-max-age=0 --client-time-max-age=31536000 --checkpoint-format=lmdb \
+	--checkpoint-format=snapshot; do
 	if run 0 "$arg is taken" "$arg" --check-config "$examples/example-config.ini"; then
 		pass "$arg is taken"
 	fi

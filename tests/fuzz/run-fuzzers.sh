@@ -7,7 +7,7 @@
 #
 # Usage: tests/fuzz/run-fuzzers.sh [SECONDS_PER_TARGET] [TARGET...]
 #   SECONDS_PER_TARGET  default $FUZZ_SECONDS, else 60
-#   TARGET              fuzz-protocol fuzz-config-ini fuzz-config-json fuzz-config-yaml fuzz-connection fuzz-resp fuzz-client-limits fuzz-http-api (default: all)
+#   TARGET              fuzz-protocol fuzz-config-ini fuzz-config-json fuzz-config-yaml fuzz-connection fuzz-resp fuzz-client-limits fuzz-http-api fuzz-snapshot (default: all)
 # Environment:
 #   FUZZ_BUILDDIR       build directory (default: a new temporary one, removed unless FUZZ_KEEP is set)
 #   FUZZ_ARTIFACTS      where crash reproducers go (default: $FUZZ_BUILDDIR/artifacts)
@@ -19,7 +19,7 @@ set -eu
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 seconds=${1:-${FUZZ_SECONDS:-60}}
 [ $# -gt 0 ] && shift
-targets=${*:-fuzz-protocol fuzz-config-ini fuzz-config-json fuzz-config-yaml fuzz-connection fuzz-resp fuzz-client-limits fuzz-http-api}
+targets=${*:-fuzz-protocol fuzz-config-ini fuzz-config-json fuzz-config-yaml fuzz-connection fuzz-resp fuzz-client-limits fuzz-http-api fuzz-snapshot}
 case $seconds in '' | *[!0-9]*) echo "run-fuzzers: SECONDS must be a number, got '$seconds'" >&2; exit 2 ;; esac
 [ $# -gt 0 ] || targets="$targets fuzz-grpc"
 

@@ -465,7 +465,7 @@ class Full(_Counters, harness.DaemonTestCase):
         db = os.path.join(tmp, "db")
         port = harness.free_tcp_port()
         small = ["--map-size", "256K", "--map-size-max", "512K", "--journal-segment-size", "256K",
-                 "--http-port", str(port)] + FREQUENT
+                 "--http-port", str(port), "--checkpoint-format", "lmdb"] + FREQUENT
         d = self.start_daemon(config, listen=("unix",), db=db, args=small)
         hits = {}
         self._new_counters(d, "m", 30000, hits)
@@ -487,7 +487,7 @@ class Full(_Counters, harness.DaemonTestCase):
         self.assertEqual(d.stop(signal.SIGKILL), -signal.SIGKILL)
 
         # Room again: a larger cap. The checkpoint goes through and releases the journal.
-        big = ["--map-size-max", "64M", "--journal-segment-size", "256K", "--http-port", str(port)] + FREQUENT
+        big = ["--map-size-max", "64M", "--checkpoint-format", "lmdb", "--journal-segment-size", "256K", "--http-port", str(port)] + FREQUENT
         d2 = self.start_daemon(config, listen=("unix",), db=db, args=big)
         self._expect(d2, hits, "restarted with a larger cap")
         d2.wait_note(re.compile(r"^STATUS=.*last checkpoint"), timeout=30,
@@ -524,13 +524,25 @@ class Full(_Counters, harness.DaemonTestCase):
     def test_disk_full_checkpoint(self):
         # Room for the journal's segments but not for the checkpoint: LMDB's write fails, the
         # hits are all answered and journaled, and nothing is lost once space returns.
-        hits = {}
-        fs, config, port, args, d = self._tmpfs(["--map-size", "64M"], hits)
-        db = d.db
         # 600K free: two more 256K segments (the 240K of records below, and the checkpoint's
         # rotation), about 88K left for a checkpoint of 5000 new counters: too little.
+        self._disk_full_checkpoint(["--checkpoint-format", "lmdb"], 600 << 10, "disk-full-lmdb",
+                                   "no room for data.mdb")
+
+    def test_disk_full_snapshot(self):
+        # The same with snapshots: 100K free, less than a snapshot of the 4000 counters and
+        # more (128K and up) beside the previous one, while the journal's segment made in
+        # advance takes the records: the snapshot's write fails, the previous snapshot and the
+        # journal stay, and nothing is lost once space returns.
+        self._disk_full_checkpoint(["--checkpoint-format", "snapshot"], 100 << 10, "disk-full-snapshot",
+                                   "no room for counters.snap")
+
+    def _disk_full_checkpoint(self, fmt, leave, figure, what):
+        hits = {}
+        fs, config, port, args, d = self._tmpfs(["--map-size", "64M"] + fmt, hits)
+        db = d.db
         ballast = os.path.join(fs, "ballast")
-        faultlib.fill_filesystem(ballast, leave=600 << 10)
+        faultlib.fill_filesystem(ballast, leave=leave)
         self._new_counters(d, "b", 5000, hits)
         faultlib.wait_for(lambda: checkpoint_failures(port) >= 1, 20,
                           "a checkpoint failing on the full filesystem")
@@ -550,8 +562,8 @@ class Full(_Counters, harness.DaemonTestCase):
         d2 = self.start_daemon(config, listen=("unix",), db=db, args=args)
         self._expect(d2, hits, "restart after the checkpoint failed on a full disk")
         self.assertEqual(d2.stop(), 0)
-        report("disk-full-lmdb", "journal room, no room for data.mdb: %s; %d counters answered "
-               "and kept through SIGKILL + restart once space returned" % (m.group(1), len(hits)))
+        report(figure, "journal room, %s: %s; %d counters answered "
+               "and kept through SIGKILL + restart once space returned" % (what, m.group(1), len(hits)))
         # The reason says the disk is full, although LMDB reports its short write
         # (mdb_page_flush: "short write, filesystem full?") as EIO.
         self.assertRegex(m.group(1), r"No space left|disk is full")

@@ -198,7 +198,7 @@ class Full(harness.DaemonTestCase):
 
     def test_map_full_checkpoint_retries(self):
         # Version 2 answers from memory and journals every hit: the LMDB map cap is reached by
-        # a checkpoint, never by a hit. A checkpoint that does not fit is reported (STATUS,
+        # a checkpoint (LMDB's: --checkpoint-format=lmdb), never by a hit. A checkpoint that does not fit is reported (STATUS,
         # log) and retried; the journal stays, so nothing is lost; with a larger cap it
         # succeeds. (Version 1 answered "store full" here, and a known bug kept it so even
         # after the filler expired: with the hits out of the map, both are gone.)
@@ -206,7 +206,7 @@ class Full(harness.DaemonTestCase):
         self.addCleanup(shutil.rmtree, tmp, True)
         config = self._config(tmp)
         small = ["--map-size", "256K", "--map-size-max", "512K", "--checkpoint-journal-max", "256K",
-                 "--journal-segment-size", "256K"]
+                 "--journal-segment-size", "256K", "--checkpoint-format", "lmdb"]
         db = os.path.join(tmp, "db")
         d = self.start_daemon(config, listen=("unix",), db=db, args=small)
         self._fill_ok(d, "/keep", 30000)
@@ -225,7 +225,7 @@ class Full(harness.DaemonTestCase):
         # A larger cap: the checkpoint goes through, and nothing answered was lost.
         d2 = self.start_daemon(config, listen=("unix",), db=db,
                                args=["--map-size-max", "64M", "--checkpoint-journal-max", "256K",
-                                     "--journal-segment-size", "256K"])
+                                     "--journal-segment-size", "256K", "--checkpoint-format", "lmdb"])
         d2.wait_note(re.compile(r"^STATUS=.*last checkpoint"), timeout=30,
                      what="a STATUS saying a checkpoint succeeded")
         # The window's reset counted down by at most the seconds measured since its first hit.

@@ -539,8 +539,8 @@ START_TEST (test_refuse_unknown_version) {
         Checkpoint *c = open_default();
 
         checkpoint_close(c);
-        forge("meta", "version", "3");
-        expect_refused(NULL, -EPROTO, "version '3' is not supported");
+        forge("meta", "version", "4");
+        expect_refused(NULL, -EPROTO, "version '4' is not supported");
         forge("meta", "version", "two");
         expect_refused(NULL, -EPROTO, "version 'two'");
 }

@@ -21,6 +21,7 @@
 
 #include "shared/clock.h"
 #include "store/checkpoint.h"
+#include "store/snapshot.h"
 #include "store/store.h"
 #include "store/wal.h"
 #include "fixture-v1.h"
@@ -58,6 +59,9 @@ static int allocate_hook(int fd, off_t len) {
         return posix_fallocate(fd, 0, len);
 }
 
+/* The "snapshot" test case's fixture sets it: its tests run with snapshot checkpoints. */
+static bool snapshot_mode;
+
 static StoreOptions options(StoreSync sync) {
         static char path[PATH_MAX];
 
@@ -67,6 +71,7 @@ static StoreOptions options(StoreSync sync) {
                 .journal_segment_size = 64 * 1024, /* small segments: rotations in every test */
                 .journal_allocate = allocate_hook,
                 .now_usec = T0,
+                .snapshot = snapshot_mode,
         };
 }
 
@@ -383,10 +388,9 @@ START_TEST (test_incompatible_version) {
         store_close(open_store());
         forge_meta("version", "7");
         ck_assert_int_eq(try_open(err, sizeof err), -EPROTO);
-        ck_assert_msg(
-                strstr(err,
-                       "format version '7' is not supported by this divvyd (expects 2, or 1 to migrate)"),
-                "%s", err);
+        ck_assert_msg(strstr(err, "format version '7' is not supported by this divvyd (expects 2 or 3, or 1 "
+                                  "to migrate)"),
+                      "%s", err);
 
         forge_meta("version", "1x");
         ck_assert_int_eq(try_open(err, sizeof err), -EPROTO);
@@ -2326,6 +2330,305 @@ START_TEST (test_batch_leaves_by_value) {
 }
 END_TEST
 
+/* The maintenance call that reaps a finished checkpoint starts no other one unless the journal
+ * since it calls for one: the interval since that checkpoint is counted from its end, not
+ * from before it (once the journal's few new records made each reap start the next
+ * checkpoint at once, and under load the checkpoints ran back to back). */
+START_TEST (test_maintain_reap_waits) {
+        StoreOptions o = options(STORE_SYNC_NONE);
+        int r = 0;
+        Store *s;
+
+        o.checkpoint_journal_max = 64 * 1024; /* 1365 records */
+        s = open_with(&o);
+        hit_many(s, "r-", 0, 2000, 3600, T0, 0);
+        ck_assert_int_eq(store_maintain(s, T0), 0); /* starts one */
+        ck_assert(stats(s).checkpoint_running);
+        hit_many(s, "r-", 2000, 2100, 3600, T0, 0); /* far below the threshold */
+        for (unsigned i = 0; i < 10000 && (r = store_maintain(s, T0)) == 0; i++)
+                nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+        ck_assert_int_eq(r, 1); /* reaped */
+        ck_assert_uint_eq(stats(s).commits, 1);
+        ck_assert_msg(!stats(s).checkpoint_running, "a checkpoint started again at the reap");
+        store_close(s);
+}
+END_TEST
+
+/* ---- snapshot checkpoints (format version 3) ---- */
+
+static void make_tmpdir_snapshot(void) {
+        make_tmpdir();
+        snapshot_mode = true;
+}
+
+/* data.mdb's format version, read with LMDB directly. */
+static int db_version(void) {
+        char path[PATH_MAX], ver[8] = "";
+        MDB_env *env;
+        MDB_txn *txn;
+        MDB_dbi dbi;
+        MDB_val k = { .mv_size = 7, .mv_data = (char *) "version" }, v;
+
+        ck_assert_int_eq(mdb_env_create(&env), 0);
+        ck_assert_int_eq(mdb_env_set_maxdbs(env, 4), 0);
+        ck_assert_int_eq(mdb_env_open(env, db_path(path, sizeof path, NULL), MDB_RDONLY, 0600), 0);
+        ck_assert_int_eq(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+        ck_assert_int_eq(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+        ck_assert_int_eq(mdb_get(txn, dbi, &k, &v), 0);
+        ck_assert_uint_lt(v.mv_size, sizeof ver);
+        memcpy(ver, v.mv_data, v.mv_size);
+        mdb_txn_abort(txn);
+        mdb_env_close(env);
+        return atoi(ver);
+}
+
+static unsigned count_segments(void) {
+        char path[PATH_MAX];
+        struct dirent *d;
+        unsigned n = 0;
+        DIR *dir = opendir(db_path(path, sizeof path, NULL));
+
+        ck_assert_ptr_nonnull(dir);
+        while ((d = readdir(dir)))
+                n += strncmp(d->d_name, "wal-", 4) == 0 && !strstr(d->d_name, ".new");
+        closedir(dir);
+        return n;
+}
+
+/* Every counter hit_many(prefix, from, to) made, with one hit each: 4 credits of 5 left. */
+static void expect_many(Store *s, const char *prefix, unsigned from, unsigned to, uint64_t credit) {
+        for (unsigned i = from; i < to; i++) {
+                char key[32];
+
+                snprintf(key, sizeof key, "%s%u", prefix, i);
+                ck_assert_msg(peek_credit(s, RULE_A, key, 5, 3600, T0) == credit, "%s: %" PRIu64 " credits",
+                              key, peek_credit(s, RULE_A, key, 5, 3600, T0));
+        }
+}
+
+/* A version-2 database is migrated by the first snapshot: data.mdb becomes version 3 (its
+ * counters gone), counters.snap holds them, the journal it covers is deleted; a divvyd started
+ * without the option goes on with snapshots; every counter is there after each reopen. */
+START_TEST (test_snapshot_migrates_v2) {
+        char path[PATH_MAX];
+        struct stat st;
+        Store *s;
+
+        snapshot_mode = false;
+        s = open_store();
+        hit_many(s, "m-", 0, 3000, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0); /* into data.mdb */
+        hit_many(s, "m-", 1000, 4000, 3600, T0, 0);
+        ck_assert_int_eq(store_sync(s), 0);
+        store_close(s);
+        ck_assert_int_eq(db_version(), 2);
+        ck_assert_int_eq(stat(db_path(path, sizeof path, SNAPSHOT_NAME), &st), -1);
+        ck_assert_int_eq(stat(db_path(path, sizeof path, "data.mdb"), &st), 0);
+        ck_assert_int_gt(st.st_size, 128 * 1024); /* 3000 counters */
+
+        snapshot_mode = true;
+        s = open_store();
+        hit_many(s, "m-", 3000, 5000, 3600, T0, 0);
+        ck_assert_int_gt(count_segments(), 1);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0); /* the first snapshot */
+        ck_assert_int_eq(stat(db_path(path, sizeof path, SNAPSHOT_NAME), &st), 0);
+        ck_assert_int_eq(st.st_size,
+                         SNAPSHOT_HEADER_SIZE + 5000 * SNAPSHOT_RECORD_SIZE + SNAPSHOT_TRAILER_SIZE);
+        ck_assert_uint_eq(count_segments(), 1); /* the current one */
+        ck_assert_uint_eq(stats(s).checkpoint_counters, 5000);
+        ck_assert_uint_eq(stats(s).file_size, (uint64_t) st.st_size);
+        hit_many(s, "m-", 4000, 6000, 3600, T0, 0); /* in the journal only */
+        store_close(s);
+        ck_assert_int_eq(db_version(), 3);
+        ck_assert_int_eq(stat(db_path(path, sizeof path, "data.mdb"), &st), 0);
+        ck_assert_int_lt(st.st_size, 64 * 1024); /* compacted: its meta only */
+
+        snapshot_mode = false; /* the database's version decides */
+        s = open_store();
+        ck_assert_uint_eq(stat_counters(s), 6000);
+        ck_assert_uint_eq(stats(s).checkpoint_counters, 6000); /* the last snapshot, close()'s */
+        ck_assert_uint_eq(stats(s).file_size,
+                          SNAPSHOT_HEADER_SIZE + 6000 * SNAPSHOT_RECORD_SIZE + SNAPSHOT_TRAILER_SIZE);
+        expect_many(s, "m-", 0, 1000, 4);
+        expect_many(s, "m-", 1000, 3000, 3);
+        expect_many(s, "m-", 3000, 4000, 3);
+        expect_many(s, "m-", 4000, 5000, 3);
+        expect_many(s, "m-", 5000, 6000, 4);
+        hit_many(s, "m-", 0, 10, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        store_close(s);
+        ck_assert_int_eq(db_version(), 3);
+        s = open_store();
+        expect_many(s, "m-", 0, 10, 3);
+        ck_assert_uint_eq(stat_counters(s), 6000);
+        store_close(s);
+}
+END_TEST
+
+/* Version 1 -> 2 -> 3: the migrated counters reach the snapshot. */
+START_TEST (test_snapshot_from_v1) {
+        char path[PATH_MAX], err[ERRBUF] = "";
+        V1StoreOptions o1 = { .path = db_path(path, sizeof path, NULL), .sync = V1_STORE_SYNC_ALWAYS };
+        V1Store *v1 = NULL;
+        V1StoreHit h = { .rule_id = RULE_A,
+                         .actor = "alice",
+                         .actor_len = 5,
+                         .credit_limit = 10,
+                         .reset_seconds = 3600 };
+        Store *s;
+
+        ck_assert_int_eq(v1_store_open(&o1, &v1, err, sizeof err), 0);
+        ck_assert_int_eq(v1_store_apply(v1, &h, 1, T0), 0);
+        v1_store_close(v1);
+        s = open_store(); /* migrated to version 2 */
+        expect_hit(s, RULE_A, "alice", 5, 10, 3600, T0 + SEC, true, 8, 3599);
+        store_close(s); /* its last checkpoint: the first snapshot */
+        ck_assert_int_eq(db_version(), 3);
+        s = open_store();
+        expect_hit(s, RULE_A, "alice", 5, 10, 3600, T0 + SEC, true, 7, 3599);
+        store_close(s);
+}
+END_TEST
+
+static void kill_hook(int point) {
+        static int want = -1;
+
+        if (want < 0)
+                want = atoi(getenv("SNAPSHOT_KILL_AT"));
+        if (point == want)
+                raise(SIGKILL);
+}
+
+/* kill -9 in the middle of a snapshot's write (_i even) and between its complete file and the
+ * rename that makes it the snapshot (_i odd), in the first snapshot (the migration from
+ * version 2, _i < 2) and in a later one: the next open finds every acknowledged change, from
+ * the previous checkpoint and the journal, which the dead snapshot did not release. */
+START_TEST (test_snapshot_kill) {
+        enum { N = 6000 };
+        int point = _i % 2, status;
+        bool later = _i >= 2;
+        char path[PATH_MAX], v[4];
+        struct stat st;
+        pid_t pid;
+        Store *s;
+
+        snprintf(v, sizeof v, "%d", point);
+        ck_assert_int_eq(setenv("SNAPSHOT_KILL_AT", v, 1), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                StoreOptions o = options(STORE_SYNC_NONE);
+
+                if (later) {
+                        s = open_with(&o);
+                        hit_many(s, "k-", 0, N / 2, 3600, T0, 0);
+                        if (store_checkpoint(s, T0) < 0)
+                                _exit(1);
+                        store_close(s);
+                }
+                o.snapshot_hook = kill_hook;
+                s = open_with(&o);
+                hit_many(s, "k-", 0, N, 3600, T0, 0); /* acknowledged */
+                (void) store_checkpoint(s, T0);
+                _exit(2); /* not reached: the hook kills */
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %d", status);
+        ck_assert_int_eq(stat(db_path(path, sizeof path, SNAPSHOT_TMP_NAME), &st), 0); /* left behind */
+        ck_assert_int_eq(db_version(), later ? 3 : 2);
+
+        s = open_store();
+        ck_assert_int_eq(stat(db_path(path, sizeof path, SNAPSHOT_TMP_NAME), &st), -1); /* removed */
+        ck_assert_uint_eq(stat_counters(s), N);
+        expect_many(s, "k-", 0, later ? N / 2 : 0, 3);
+        expect_many(s, "k-", later ? N / 2 : 0, N, 4);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0); /* and the next snapshot succeeds */
+        store_close(s);
+        s = open_store();
+        ck_assert_uint_eq(stat_counters(s), N);
+        expect_many(s, "k-", N - 10, N, 4);
+        store_close(s);
+}
+END_TEST
+
+/* A snapshot damaged on disk is refused with a sentence (its checksums), as is a missing one
+ * (data.mdb says version 3): no start with counters silently gone. */
+START_TEST (test_snapshot_damaged_refused) {
+        char path[PATH_MAX], err[ERRBUF] = "";
+        uint8_t b;
+        int fd;
+        Store *s = open_store();
+
+        hit_many(s, "d-", 0, 1000, 3600, T0, 0);
+        store_close(s);
+        db_path(path, sizeof path, SNAPSHOT_NAME);
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(pread(fd, &b, 1, SNAPSHOT_HEADER_SIZE + 500 * SNAPSHOT_RECORD_SIZE + 20), 1);
+        b ^= 0x10;
+        ck_assert_int_eq(pwrite(fd, &b, 1, SNAPSHOT_HEADER_SIZE + 500 * SNAPSHOT_RECORD_SIZE + 20), 1);
+        close(fd);
+        ck_assert_int_eq(try_open(err, sizeof err), -EBADMSG);
+        ck_assert_msg(strstr(err, "/db/counters.snap: its records are damaged (bad checksum)"), "%s", err);
+
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(try_open(err, sizeof err), -EBADMSG);
+        ck_assert_msg(strstr(err, "/db/counters.snap is missing: data.mdb (format version 3)"), "%s", err);
+}
+END_TEST
+
+/* A snapshot that cannot be written (here its temporary file cannot be made) changes nothing:
+ * the previous snapshot stays, the journal is kept, the failure is reported and retried, and
+ * the counters are all there after a restart. */
+START_TEST (test_snapshot_failure_keeps_journal) {
+        char path[PATH_MAX];
+        StoreOptions o = options(STORE_SYNC_NONE);
+        Store *s;
+
+        o.close_checkpoint_usec = STORE_CLOSE_CHECKPOINT_OFF;
+        s = open_with(&o);
+        hit_many(s, "f-", 0, 2000, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        hit_many(s, "f-", 1000, 3000, 3600, T0, 0);
+        ck_assert_int_eq(mkdir(db_path(path, sizeof path, SNAPSHOT_TMP_NAME), 0700), 0);
+        ck_assert_int_lt(store_checkpoint(s, T0), 0);
+        ck_assert_msg(strstr(store_checkpoint_error(s), SNAPSHOT_TMP_NAME), "%s", store_checkpoint_error(s));
+        ck_assert_uint_gt(count_segments(), 1);
+        store_close(s);
+        ck_assert_int_eq(rmdir(path), 0);
+
+        s = open_store();
+        ck_assert_uint_eq(stat_counters(s), 3000);
+        expect_many(s, "f-", 0, 1000, 4);
+        expect_many(s, "f-", 1000, 2000, 3);
+        expect_many(s, "f-", 2000, 3000, 4);
+        store_close(s);
+}
+END_TEST
+
+/* A long journal and a stop whose last snapshot ran out of its bound (here: no time at all):
+ * the next start loads the previous snapshot and replays the whole journal; every acknowledged
+ * change is there. */
+START_TEST (test_snapshot_stop_out_of_bound) {
+        enum { N = 20000 };
+        StoreOptions o = options(STORE_SYNC_PERIODIC);
+        Store *s;
+
+        o.close_checkpoint_usec = 1; /* the last snapshot stops at its deadline */
+        s = open_with(&o);
+        hit_many(s, "b-", 0, N / 4, 3600, T0, 0);
+        ck_assert_int_eq(store_checkpoint(s, T0), 0);
+        for (unsigned k = 0; k < 3; k++)
+                hit_many(s, "b-", 0, N, 3600, T0, 0);
+        store_close(s);
+        s = open_store();
+        ck_assert_uint_eq(stat_counters(s), N);
+        expect_many(s, "b-", 0, N / 4, 1);
+        expect_many(s, "b-", N / 4, N, 2);
+        store_close(s);
+}
+END_TEST
+
 static Suite *store_suite(void) {
         Suite *su = suite_create("store");
         TCase *tc = tcase_create("core");
@@ -2385,6 +2688,27 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_batch_larger_than_segment);
         tcase_add_test(tc, test_verbs_replayed_after_kill);
         tcase_add_test(tc, test_batch_leaves_by_value);
+        tcase_add_test(tc, test_maintain_reap_waits);
+        suite_add_tcase(su, tc);
+
+        /* snapshot checkpoints: their own tests, and the durability tests again */
+        tc = tcase_create("snapshot");
+        store_test_fixtures(tc, "check-store", make_tmpdir_snapshot);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_snapshot_migrates_v2);
+        tcase_add_test(tc, test_snapshot_from_v1);
+        tcase_add_loop_test(tc, test_snapshot_kill, 0, 4);
+        tcase_add_test(tc, test_snapshot_damaged_refused);
+        tcase_add_test(tc, test_snapshot_failure_keeps_journal);
+        tcase_add_test(tc, test_snapshot_stop_out_of_bound);
+        tcase_add_test(tc, test_reopen);
+        tcase_add_test(tc, test_kill_child);
+        tcase_add_test(tc, test_migrate_v1);
+        tcase_add_test(tc, test_verbs_replayed_after_kill);
+        tcase_add_test(tc, test_close_checkpoints_journal);
+        tcase_add_test(tc, test_max_counters_refuses_only_new);
+        tcase_add_test(tc, test_replay_fits_running_table);
+        tcase_add_test(tc, test_maintain_reap_waits);
         suite_add_tcase(su, tc);
         return su;
 }

@@ -699,6 +699,84 @@ START_TEST (test_expire_unfinished) {
 }
 END_TEST
 
+static size_t home_of_id(CounterId id, size_t cap) {
+        return (size_t) (((unsigned __int128) id.hi * cap) >> 64);
+}
+
+/* A copy in chunks (table_copy_chunk(), a snapshot's) while the table changes between chunks:
+ * deletions (whose backward shifts move other counters), inserts and updates. Every counter
+ * not changed since the copy began is in the copy, in its one state; the copy holds nothing
+ * but states counters had. A migration stops it (-EBUSY). */
+START_TEST (test_copy_chunk) {
+        enum { N = 20000, ROUNDS = 3 };
+        _cleanup_table_ Table *t = new_table(N);
+        static CounterId ids[2 * N];
+        static bool touched[2 * N], present[2 * N], seen[2 * N];
+        static CounterRecord out[65536];
+        size_t n_ids = 0, pos = 0, next, n, copied = 0;
+        uint64_t gen;
+        TableEntry *e;
+
+        rng_state = SEED;
+        for (; n_ids < N * 3 / 4; n_ids++) {
+                ids[n_ids] = id_random();
+                ck_assert_int_eq(table_put(t, ids[n_ids], &e), 1);
+                table_entry_set_state(e, (CounterState){ .w0 = 1000 + n_ids, .w1 = n_ids });
+                present[n_ids] = true;
+        }
+        gen = table_generation(t);
+        for (;;) {
+                ck_assert_int_eq(table_copy_chunk(t, pos, 64, 65536, 0, out, &n, &next), 0);
+                for (size_t i = 0; i < n; i++) {
+                        size_t k = (size_t) out[i].state.w1;
+
+                        expect(k < n_ids && id_eq(out[i].id, ids[k]));
+                        expect(touched[k] || out[i].state.w0 == 1000 + k);
+                        seen[k] = true;
+                }
+                copied += n;
+                ck_assert_uint_gt(next, pos);
+                pos = next;
+                if (pos >= table_capacity(t))
+                        break;
+                for (unsigned r = 0; r < ROUNDS; r++) {
+                        size_t k = (size_t) (rng() % n_ids);
+
+                        /* the first round deletes a counter just below the boundary, if one is
+                         * there: what shifts a counter of the next chunk into this one */
+                        for (size_t j = 0; r == 0 && j < n_ids; j++)
+                                if (present[j] && home_of_id(ids[j], table_capacity(t)) + 4 >= pos &&
+                                    home_of_id(ids[j], table_capacity(t)) < pos) {
+                                        k = j;
+                                        break;
+                                }
+
+                        if (present[k]) { /* delete: a backward shift of its cluster */
+                                ck_assert_int_eq(table_delete(t, ids[k]), 0);
+                                present[k] = false;
+                        } else { /* back, in another state */
+                                ck_assert_int_eq(table_put(t, ids[k], &e), 1);
+                                table_entry_set_state(e, (CounterState){ .w0 = 1, .w1 = k });
+                                present[k] = true;
+                        }
+                        touched[k] = true;
+                }
+        }
+        ck_assert_uint_eq(table_generation(t), gen);
+        for (size_t k = 0; k < n_ids; k++)
+                expect(touched[k] || seen[k]);
+        ck_assert_uint_ge(copied, N / 2);
+
+        /* a growth: no chunk until it is over, and another generation */
+        while (!table_migrating(t)) {
+                ck_assert_int_eq(table_put(t, id_random(), &e), 1);
+                table_entry_set_state(e, (CounterState){ .w0 = 1, .w1 = 0 });
+        }
+        ck_assert_int_eq(table_copy_chunk(t, 0, 64, 65536, 0, out, &n, &next), -EBUSY);
+        ck_assert_uint_ne(table_generation(t), gen);
+}
+END_TEST
+
 static Suite *table_suite(void) {
         const struct {
                 const char *name;
@@ -718,6 +796,7 @@ static Suite *table_suite(void) {
                 { "release", test_release },
                 { "model", test_model },
                 { "expire_unfinished", test_expire_unfinished },
+                { "copy_chunk", test_copy_chunk },
         };
         Suite *s = suite_create("table");
 
