@@ -63,9 +63,9 @@ def main():
             problems.append("%s --help lists %s, man/%s does not describe it" % (program, o, page))
         for o in sorted(described - helped):
             problems.append("man/%s describes %s, %s --help does not list it" % (page, o, program))
-    for tool in ("bench/divvy-benchmark",):
+    for tool in ("bench/divvy-benchmark", "bench/grpc-load"):
         known |= help_options([os.path.join(build, tool)])
-    for script in ("bench/run-bench.sh", "bench/sync-ab.sh", "bench/run-bench-resp.sh"):
+    for script in ("bench/run-bench.sh", "bench/sync-ab.sh", "bench/run-bench-resp.sh", "bench/run-bench-grpc.sh"):
         path = os.path.join(top, script)
         if os.path.exists(path):
             known |= set(OPTION.findall(open(path, encoding="utf-8").read()))
