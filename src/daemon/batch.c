@@ -109,11 +109,7 @@ void batch_set_metrics(Batch *b, Metrics *metrics) {
         b->metrics = metrics;
 }
 
-const Metrics *batch_metrics(const Batch *b) {
-        return b->metrics;
-}
-
-Metrics *batch_counting_metrics(Batch *b) {
+Metrics *batch_metrics(const Batch *b) {
         return b->metrics;
 }
 

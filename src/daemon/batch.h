@@ -71,8 +71,9 @@ typedef void (*BatchDoneFunc)(Batch *b, size_t n_answered, void *userdata);
 void batch_set_done(Batch *b, BatchDoneFunc done, void *userdata);
 /* Borrowed; NULL (the default): nothing is counted. */
 void batch_set_metrics(Batch *b, Metrics *metrics);
-/* The metrics set (NULL if none): what RESP's INFO reports. */
-const Metrics *batch_metrics(const Batch *b);
+/* The metrics set (NULL if none, borrowed): what RESP's INFO reports, and what a front-end
+ * counts of what it answers by itself. */
+Metrics *batch_metrics(const Batch *b);
 
 /* True if the batch can take at least one more request (of a new connection). */
 bool batch_has_room(const Batch *b);

@@ -789,7 +789,7 @@ static void grpc_take(Batch *b, Connection *c) {
         uint64_t now;
 
         rls_arena_reset(&g->arena); /* the previous batch of c is answered */
-        g->metrics = batch_counting_metrics(b);
+        g->metrics = batch_metrics(b);
         if (connection_unsent(c) >= batch_settings(b)->output_limit) {
                 c->blocked = true; /* a peer that does not read: nothing more until it does */
                 return;

@@ -151,8 +151,6 @@ static inline uint32_t batch_group_id(const Batch *b) {
 }
 void batch_group_close(Batch *b, BatchSlot *first, size_t n,
                        void (*refill)(Batch *b, BatchSlot *slot, void *userdata), void *userdata);
-/* The metrics the engine counts into (NULL: none), for what a front-end answers by itself. */
-Metrics *batch_counting_metrics(Batch *b);
 /* Whether a hit of slot was decided by its rule's onBackendError (the store backend failed it). */
 bool batch_slot_fallback(const Batch *b, const BatchSlot *slot);
 /* batch_room() for a request of n slots taken at once. */
