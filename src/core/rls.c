@@ -236,6 +236,7 @@ void rls_status_of(const Rule *rule, const AlgoResult *res, RlsStatus *s) {
         s->window_seconds = rule->reset_seconds;
         s->name = rule->label;
         s->remaining = res->credit;
+        s->capacity = rule->algo.burst > 0 ? rule->algo.burst : rule->credit_limit;
         s->reset_seconds = res->reset > 0 ? (uint64_t) res->reset : 0;
 }
 
@@ -253,9 +254,8 @@ bool rls_statuses_settle(RlsStatus *st, const RlsHits *hits, size_t n, bool peek
                 if (!s->has_limit || s->over_limit)
                         continue;
                 if (h->kind == RLS_HIT_TAKE || (h->kind == RLS_HIT_REFUND && peeked))
-                        s->remaining = s->remaining + h->count > s->requests_per_unit
-                                               ? s->requests_per_unit
-                                               : s->remaining + h->count;
+                        s->remaining = s->remaining + h->count > s->capacity ? s->capacity
+                                                                             : s->remaining + h->count;
                 else if (h->kind == RLS_HIT_REFUND)
                         s->remaining = s->remaining > h->count ? s->remaining - h->count : 0;
         }

@@ -97,6 +97,8 @@ typedef struct RlsStatus {
         uint64_t window_seconds;    /* its window: the unit, if one of Envoy's */
         const char *name;           /* the rule's label, NUL-terminated, or NULL */
         uint64_t remaining;         /* cut to 2^32-1 */
+        uint64_t capacity;          /* the most it can have left: the rule's burst (creditLimit
+                                     * but for a token bucket with a burst of its own) */
         uint64_t reset_seconds;     /* duration_until_reset; 0: not sent */
 } RlsStatus;
 
@@ -113,7 +115,7 @@ typedef struct RlsHeader {
  * none was charged, but each reported its decision as if alone (store.h): what it would have
  * left after its TAKE (the store undid it; or, with peeked, a rule that always denies decided
  * and its hits were PEEKs of the same count, also for a REFUND), or after its REFUND (undone).
- * Sets the others' remaining to what they have (at most requests_per_unit). Returns whether one
+ * Sets the others' remaining to what they have (at most their capacity). Returns whether one
  * is over its limit. */
 bool rls_statuses_settle(RlsStatus *st, const RlsHits *hits, size_t n, bool peeked);
 

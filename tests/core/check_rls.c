@@ -16,6 +16,8 @@
 #include <envoy/service/ratelimit/v3/rls.pb-c.h>
 #include <grpc/health/v1/health.pb-c.h>
 
+#include "core/config.h"
+#include "core/diag.h"
 #include "core/rls.h"
 #include "check-run.h"
 
@@ -468,43 +470,54 @@ static const struct {
 } settle_cases[] = {
         { "all OK: as reported",
           false,
-          { { .has_limit = true, .requests_per_unit = 10, .remaining = 4 },
-            { .has_limit = true, .requests_per_unit = 10, .remaining = 0 } },
+          { { .has_limit = true, .requests_per_unit = 10, .capacity = 10, .remaining = 4 },
+            { .has_limit = true, .requests_per_unit = 10, .capacity = 10, .remaining = 0 } },
           { { RLS_HIT_TAKE, 2 }, { RLS_HIT_TAKE, 1 } },
           false,
           { 4, 0 } },
         { "one over: the TAKE gets its count back",
           false,
-          { { .has_limit = true, .requests_per_unit = 10, .remaining = 4 },
-            { .over_limit = true, .has_limit = true, .requests_per_unit = 3, .remaining = 0 } },
+          { { .has_limit = true, .requests_per_unit = 10, .capacity = 10, .remaining = 4 },
+            { .over_limit = true,
+              .has_limit = true,
+              .requests_per_unit = 3,
+              .capacity = 3,
+              .remaining = 0 } },
           { { RLS_HIT_TAKE, 2 }, { RLS_HIT_TAKE, 1 } },
           true,
           { 6, 0 } },
+        { "a token bucket's burst above its creditLimit: what it has, up to the burst",
+          false,
+          { { .has_limit = true, .requests_per_unit = 5, .capacity = 10, .remaining = 5 },
+            { .over_limit = true, .has_limit = true, .requests_per_unit = 3, .capacity = 3 } },
+          { { RLS_HIT_TAKE, 3 }, { RLS_HIT_TAKE, 1 } },
+          true,
+          { 8, 0 } },
         { "never above the limit",
           false,
-          { { .has_limit = true, .requests_per_unit = 5, .remaining = 4 },
-            { .over_limit = true, .has_limit = true, .requests_per_unit = 3 } },
+          { { .has_limit = true, .requests_per_unit = 5, .capacity = 5, .remaining = 4 },
+            { .over_limit = true, .has_limit = true, .requests_per_unit = 3, .capacity = 3 } },
           { { RLS_HIT_TAKE, 3 }, { RLS_HIT_TAKE, 1 } },
           true,
           { 5, 0 } },
         { "an undone REFUND gives back what it gave",
           false,
-          { { .has_limit = true, .requests_per_unit = 10, .remaining = 7 },
-            { .over_limit = true, .has_limit = true, .requests_per_unit = 3 },
-            { .has_limit = true, .requests_per_unit = 10, .remaining = 1 } },
+          { { .has_limit = true, .requests_per_unit = 10, .capacity = 10, .remaining = 7 },
+            { .over_limit = true, .has_limit = true, .requests_per_unit = 3, .capacity = 3 },
+            { .has_limit = true, .requests_per_unit = 10, .capacity = 10, .remaining = 1 } },
           { { RLS_HIT_REFUND, 2 }, { RLS_HIT_TAKE, 1 }, { RLS_HIT_REFUND, 5 } },
           true,
           { 5, 0, 0 } },
         { "peeked: a REFUND was a PEEK of its count",
           true,
-          { { .has_limit = true, .requests_per_unit = 10, .remaining = 7 },
+          { { .has_limit = true, .requests_per_unit = 10, .capacity = 10, .remaining = 7 },
             { .over_limit = true, .has_limit = true } },
           { { RLS_HIT_REFUND, 2 }, { RLS_HIT_TAKE, 1 } },
           true,
           { 9, 0 } },
         { "a PEEK (hits_addend 0) and no limit stay",
           false,
-          { { .has_limit = true, .requests_per_unit = 10, .remaining = 7 },
+          { { .has_limit = true, .requests_per_unit = 10, .capacity = 10, .remaining = 7 },
             { .over_limit = true, .has_limit = true },
             { .remaining = 0 } },
           { { RLS_HIT_PEEK, 0 }, { RLS_HIT_TAKE, 1 }, { RLS_HIT_TAKE, 1 } },
@@ -522,6 +535,32 @@ START_TEST (test_settle) {
         for (size_t i = 0; i < 3; i++)
                 ck_assert_msg(st[i].remaining == settle_cases[_i].remaining[i], "%s: %zu: %" PRIu64,
                               settle_cases[_i].name, i, st[i].remaining);
+}
+END_TEST
+
+/* A descriptor's status carries what its rule can hold: a token bucket's burst, else creditLimit. */
+START_TEST (test_status_capacity) {
+        static const char ini[] = "[domain=d k=tb]\ncreditLimit = 5\nresetSeconds = 60\n"
+                                  "algorithm = token-bucket\nburst = 10\n\n"
+                                  "[domain=d k=fw]\ncreditLimit = 7\nresetSeconds = 60\n\n"
+                                  "[default]\ncreditLimit = 1\nresetSeconds = 1\n";
+        RuleSet *rs = NULL;
+        Diag diag;
+        AlgoResult res = { .allowed = true, .credit = 4, .reset = 3 };
+        RlsStatus s;
+
+        diag_init(&diag, "t.ini");
+        ck_assert_int_eq(ruleset_new("t.ini", &rs), 0);
+        ck_assert_int_eq(config_ini_parse(ini, sizeof ini - 1, rs, &diag), 0);
+        ck_assert_int_eq(ruleset_finalize(rs, &diag), 0);
+        rls_status_of(&rs->rules[0], &res, &s);
+        ck_assert(s.has_limit);
+        ck_assert_uint_eq(s.requests_per_unit, 5);
+        ck_assert_uint_eq(s.capacity, 10);
+        rls_status_of(&rs->rules[1], &res, &s);
+        ck_assert_uint_eq(s.capacity, 7);
+        ruleset_free(rs);
+        diag_done(&diag);
 }
 END_TEST
 
@@ -612,6 +651,7 @@ int main(void) {
         tcase_add_test(tc, test_response_encode);
         tcase_add_test(tc, test_health);
         tcase_add_loop_test(tc, test_settle, 0, sizeof settle_cases / sizeof settle_cases[0]);
+        tcase_add_test(tc, test_status_capacity);
         tcase_add_test(tc, test_binding_and_headers);
         suite_add_tcase(s, tc);
         return check_run_suite(s);
